@@ -1,0 +1,3 @@
+from tdyn.cli import main
+
+raise SystemExit(main())
