@@ -1,0 +1,92 @@
+"""The contract between an experiment and the trainer.
+
+A *task* wires one distribution and one model (an experiment does the wiring; a model never imports
+a distribution). It is built from a resolved :class:`tdyn.config.RunConfig` and the list of ensemble
+members, and exposes:
+
+* ``model``: an ``nn.Module`` whose parameters all carry a leading ensemble axis of size S;
+* ``sample(gen)``: one data stream's batch drawn with ``gen`` (members that share a seed share a
+  stream), or ``None`` when the loss is an exact population loss;
+* ``loss(batch)``: the per-member training loss, shape [S], where ``batch`` is the per-stream batches
+  stacked on a leading axis of size S (``None`` for population losses);
+* ``probe_batch(gen)``: a fixed batch the probes evaluate on (default: one ``sample``);
+* ``facts``: the distribution's facts the probes need (e.g. P(l|n), the distinct-token sets).
+
+Tasks are registered by name with the pydantic classes of their ``data`` and ``model`` config
+sections, so that configs are validated before anything runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+from pydantic import BaseModel
+
+from tdyn.errors import UserError
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+    """One ensemble member: a seed, its learning rates per parameter group, and an init scale."""
+
+    seed: int
+    lrs: dict[str, float]
+    init_scale: float = 1.0
+    name: str = ""
+
+
+class Task:
+    """Base class; subclasses set ``self.model`` and implement ``sample`` and ``loss``."""
+
+    model: torch.nn.Module
+    facts: dict[str, Any] = {}
+
+    def sample(self, gen: torch.Generator) -> Any:
+        raise NotImplementedError
+
+    def loss(self, batch: Any) -> torch.Tensor:
+        raise NotImplementedError
+
+    def probe_batch(self, gen: torch.Generator) -> Any:
+        return self.sample(gen)
+
+
+@dataclasses.dataclass
+class TaskSpec:
+    name: str
+    data_config: type[BaseModel]
+    model_config: type[BaseModel]
+    build: Callable[..., Task]  # build(cfg: RunConfig, members: list[Member]) -> Task
+    description: str = ""
+
+
+_TASKS: dict[str, TaskSpec] = {}
+
+
+def register_task(name: str, data_config: type[BaseModel], model_config: type[BaseModel],
+                  description: str = ""):
+    """Decorator: ``@register_task("scan_snap", DataCfg, ModelCfg)`` on ``build(cfg, members)``."""
+
+    def deco(build):
+        if name in _TASKS:
+            raise RuntimeError(f"task {name!r} registered twice")
+        _TASKS[name] = TaskSpec(name, data_config, model_config, build, description)
+        return build
+
+    return deco
+
+
+def get_task(name: str) -> TaskSpec:
+    import tdyn.experiments  # noqa: F401  (experiment modules register their tasks)
+
+    if name not in _TASKS:
+        raise UserError(f"task = {name!r} is not a registered task; allowed: {', '.join(sorted(_TASKS))}")
+    return _TASKS[name]
+
+
+def all_tasks() -> dict[str, TaskSpec]:
+    import tdyn.experiments  # noqa: F401
+
+    return dict(sorted(_TASKS.items()))
