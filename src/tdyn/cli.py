@@ -1,0 +1,156 @@
+"""The ``tdyn`` command: ``list | run | reproduce | report`` (``--help`` on each)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from tdyn.errors import UserError
+
+
+def _cmd_list(args) -> int:
+    from tdyn.experiments.registry import all_experiments
+
+    exps = all_experiments()
+    width = max(len(n) for n in exps)
+    for name, e in exps.items():
+        kinds = "/".join(k for k, ok in (("reproduce", e.reproduce), ("run", e.default_config)) if ok)
+        print(f"{name:<{width}}  [{kinds}]  {e.description}")
+    return 0
+
+
+def _cmd_run(args) -> int:
+    from tdyn.config import load_config
+    from tdyn.train import trainer
+
+    if args.resume:
+        if args.source or args.set:
+            raise UserError("--resume DIR takes no config source and no --set (the run's config.json is used)")
+        dirs = trainer.resume(args.resume, progress=not args.quiet)
+    else:
+        if not args.source:
+            raise UserError("tdyn run needs a config file or an experiment name (see `tdyn list`), or --resume DIR")
+        overrides = list(args.set or [])
+        if args.seed is not None:
+            overrides.append(f"seeds={args.seed}")
+        cfg = load_config(args.source, overrides)
+        out = Path(args.out or Path("runs") / Path(args.source).stem.replace("/", "_"))
+        t0 = time.time()
+        dirs = trainer.train(cfg, out, force=args.force, progress=not args.quiet)
+        print(f"trained {len(dirs)} member(s) in {time.time() - t0:.1f}s")
+    from tdyn import runs
+
+    for d in dirs:
+        meta = runs.read_meta(d)
+        last = (runs.read_metrics(d) or [{}])[-1]
+        loss = last.get("loss")
+        print(f"{d}: {meta['status']}" + (f" (final loss {loss:.4f})" if isinstance(loss, float) else "")
+              + (f" — {meta['message']}" if meta.get("message") else ""))
+    return 0 if all(runs.read_meta(d)["status"] == "finished" for d in dirs) else 1
+
+
+def _cmd_reproduce(args) -> int:
+    from tdyn.experiments.common import write_results
+    from tdyn.experiments.registry import ReproduceContext, get
+
+    exp = get(args.name)
+    if exp.reproduce is None:
+        raise UserError(f"experiment {args.name!r} has no reproduction; use `tdyn run {args.name}`")
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()) and not args.force:
+        raise UserError(f"output directory {str(out)!r} already exists and is not empty; use --force to overwrite")
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = ReproduceContext(out=out, seed=args.seed, quick=args.quick, overrides=list(args.set or []),
+                           device=args.device, progress=not args.quiet)
+    t0 = time.time()
+    results = exp.reproduce(ctx)
+    results.setdefault("experiment", args.name)
+    results["quick"] = args.quick
+    results["wall_seconds"] = round(time.time() - t0, 2)
+    write_results(out, results)
+    _print_claims(results)
+    print(f"wrote {out / 'results.json'} ({results['wall_seconds']:.1f}s)")
+    return 0
+
+
+def _print_claims(results: dict) -> None:
+    for c in results.get("claims", []):
+        print(f"  [{c['verdict']:>5}] {c['claim']}")
+
+
+def _cmd_report(args) -> int:
+    from tdyn import runs
+
+    d = Path(args.dir)
+    if (d / "results.json").exists():
+        results = runs.read_json(d / "results.json")
+        print(f"{results.get('experiment', d)}:")
+        _print_claims(results)
+        return 0
+    run_dirs = [d] if runs.is_run_dir(d) else sorted(p.parent for p in d.rglob("meta.json"))
+    if not run_dirs:
+        raise UserError(f"{str(d)!r} holds no results.json and no run directory")
+    for rd in run_dirs:
+        meta, metrics = runs.read_meta(rd), runs.read_metrics(rd)
+        last = metrics[-1] if metrics else {}
+        print(f"{rd}: {meta['status']}, {len(metrics)} evaluations, last step {last.get('step')}, "
+              f"loss {last.get('loss')}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tdyn", description="Training dynamics of one-layer transformers: "
+                                "the papers' data, models, theory checks and figures.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("list", help="list registered experiments", description="List registered experiments.")
+    s.set_defaults(fn=_cmd_list)
+
+    s = sub.add_parser("run", help="train one run (or ensemble) from a config file or an experiment name",
+                       description="Train from a YAML/JSON config or a registered experiment's default config, "
+                       "or continue an interrupted run with --resume DIR.")
+    s.add_argument("source", nargs="?", help="config file (.yaml/.json) or experiment name")
+    s.add_argument("--out", help="run directory (default: runs/<name>)")
+    s.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value (repeatable)")
+    s.add_argument("--seed", type=int, help="shorthand for --set seeds=N")
+    s.add_argument("--resume", metavar="DIR", help="continue DIR from its last checkpoint")
+    s.add_argument("--force", action="store_true", help="overwrite an existing run directory")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(fn=_cmd_run)
+
+    s = sub.add_parser("reproduce", help="reproduce a paper figure/table into DIR",
+                       description="Run what a figure/table needs and write results.json, CSV tables and PNG figures.")
+    s.add_argument("name", help="experiment name (see `tdyn list`)")
+    s.add_argument("--out", required=True, help="output directory")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--quick", action="store_true", help="small settings (minutes on 2 CPU cores)")
+    s.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value (repeatable)")
+    s.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    s.add_argument("--force", action="store_true", help="overwrite a non-empty output directory")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(fn=_cmd_reproduce)
+
+    s = sub.add_parser("report", help="summarise a run, sweep or reproduction directory",
+                       description="Summarise a run, sweep or reproduction directory.")
+    s.add_argument("dir")
+    s.set_defaults(fn=_cmd_report)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except UserError as e:
+        print(f"tdyn: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tdyn: interrupted; resume with `tdyn run --resume DIR`", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""Typed run configs (pydantic): validation on load, ``--set key.path=value`` overrides, and
+one-line error messages naming the key, the bad value and what is allowed."""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
+
+from tdyn.errors import ConfigError
+
+
+class Strict(BaseModel):
+    """Base for every config section: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class GroupConfig(Strict):
+    """A parameter group with its own optimizer and learning rate (e.g. Scan and Snap's η_Y, η_Z)."""
+
+    params: list[str] = Field(min_length=1)
+    optimizer: Literal["sgd", "adam", "adamw"] = "sgd"
+    lr: float = Field(gt=0)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0)
+
+
+class FreezeRule(Strict):
+    """Frozen for steps < ``until``, for steps >= ``after``, or ``always``."""
+
+    until: int | None = Field(None, ge=0)
+    after: int | None = Field(None, ge=0)
+    always: bool = False
+
+    def frozen(self, step: int) -> bool:
+        return (self.always or (self.until is not None and step < self.until)
+                or (self.after is not None and step >= self.after))
+
+
+class OptimConfig(Strict):
+    steps: int = Field(100, ge=0)
+    groups: dict[str, GroupConfig] = Field(min_length=1)
+    freeze: dict[str, FreezeRule] = {}
+    grad_clip: float | None = Field(None, gt=0)
+
+
+class EnsembleConfig(Strict):
+    """Members = seeds × lr sets × init scales; each member trains as if alone."""
+
+    lrs: list[dict[str, float]] = []
+    init_scales: list[PositiveFloat] = []
+
+
+class ProbeConfig(Strict):
+    names: list[str] = []
+    every: int = Field(1, ge=1)
+
+
+class CheckpointConfig(Strict):
+    """Checkpoint steps: log-spaced (``num`` of them), every ``every`` steps, and/or listed ``steps``;
+    step 0 and the final state are always saved."""
+
+    schedule: Literal["log", "linear", "none"] = "log"
+    num: int = Field(10, ge=1)
+    every: int | None = Field(None, ge=1)
+    steps: list[int] = []
+
+
+class RunConfig(Strict):
+    task: str
+    data: dict[str, Any] = {}
+    model: dict[str, Any] = {}
+    seeds: list[int] = Field([0], min_length=1)
+    ensemble: EnsembleConfig = EnsembleConfig()
+    optim: OptimConfig
+    probes: ProbeConfig = ProbeConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    dtype: Literal["float32", "float64"] = "float32"
+    device: Literal["cpu", "cuda"] = "cpu"
+
+    @model_validator(mode="after")
+    def _typed_sections(self):
+        from tdyn.train.task import get_task
+
+        spec = get_task(self.task)
+        # Re-validate data/model with the task's classes; keep the full resolved dicts.
+        object.__setattr__(self, "data", _sub(spec.data_config, self.data, "data").model_dump(mode="json"))
+        object.__setattr__(self, "model", _sub(spec.model_config, self.model, "model").model_dump(mode="json"))
+        groups = set(self.optim.groups)
+        for lrs in self.ensemble.lrs:
+            bad = set(lrs) - groups
+            if bad:
+                raise ConfigError(f"ensemble.lrs: unknown group {sorted(bad)[0]!r}; allowed: {', '.join(sorted(groups))}")
+        return self
+
+    def typed_data(self):
+        from tdyn.train.task import get_task
+
+        return get_task(self.task).data_config.model_validate(self.data)
+
+    def typed_model(self):
+        from tdyn.train.task import get_task
+
+        return get_task(self.task).model_config.model_validate(self.model)
+
+
+def _sub(cls: type[BaseModel], value: dict, prefix: str) -> BaseModel:
+    try:
+        return cls.model_validate(value)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, cls, prefix)) from None
+
+
+# ---------------------------------------------------------------- errors
+
+
+def _allowed(cls: type[BaseModel] | None, loc: tuple) -> str:
+    """Describe what is allowed at ``loc`` inside ``cls`` (field names for unknown keys)."""
+    if cls is None:
+        return ""
+    parent = _resolve(cls, loc[:-1])
+    if isinstance(parent, type) and issubclass(parent, BaseModel):
+        return "allowed keys: " + ", ".join(parent.model_fields)
+    return ""
+
+
+def format_validation_error(e: ValidationError, cls: type[BaseModel] | None = None, prefix: str = "") -> str:
+    err = e.errors()[0]
+    loc = tuple(err["loc"])
+    key = ".".join(str(p) for p in ((prefix,) if prefix else ()) + loc) or "<root>"
+    value = err.get("input")
+    if err["type"] == "extra_forbidden":
+        return f"config error: unknown key {key!r}; {_allowed(cls, loc)}"
+    if err["type"] == "missing":
+        return f"config error: missing required key {key!r}"
+    msg = err["msg"]
+    shown = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+    return f"config error: {key} = {shown}: {msg}"
+
+
+def _resolve(cls: Any, path: tuple) -> Any:
+    """The annotation found by walking ``path`` through pydantic models, dicts and lists."""
+    t = cls
+    for p in path:
+        t = _strip_optional(t)
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            if p not in t.model_fields:
+                return None
+            t = t.model_fields[p].annotation
+        elif typing.get_origin(t) is dict:
+            t = typing.get_args(t)[1]
+        elif typing.get_origin(t) in (list, tuple):
+            t = typing.get_args(t)[0]
+        else:
+            return None
+    return _strip_optional(t)
+
+
+def _strip_optional(t: Any) -> Any:
+    if typing.get_origin(t) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(t) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return t
+
+
+# ---------------------------------------------------------------- loading and overrides
+
+
+def read_config_file(path: str | Path) -> dict:
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file {str(p)!r} does not exist")
+    text = p.read_text()
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"config file {str(p)!r} is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(p)!r} must hold a mapping at top level")
+    return data
+
+
+def _parse_scalar(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _section_class(raw: dict, head: str) -> type[BaseModel] | None:
+    if head in ("data", "model") and isinstance(raw.get("task"), str):
+        from tdyn.train.task import all_tasks
+
+        spec = all_tasks().get(raw["task"])
+        if spec is not None:
+            return spec.data_config if head == "data" else spec.model_config
+    return None
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """Apply ``key.path=value`` overrides to a raw config dict.
+
+    Values are parsed as YAML scalars and converted by pydantic to the field's type; for list fields,
+    ``a,b,c`` becomes a list.
+    """
+    raw = json.loads(json.dumps(raw))
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key.path=value")
+        key, text = item.split("=", 1)
+        path = tuple(key.strip().split("."))
+        if not all(path):
+            raise ConfigError(f"override {item!r}: empty key segment")
+        sub_cls = _section_class(raw, path[0])
+        ann = _resolve(sub_cls, path[1:]) if sub_cls is not None else _resolve(RunConfig, path)
+        if typing.get_origin(ann) in (list, tuple) and not text.strip().startswith("["):
+            value: Any = [_parse_scalar(t) for t in text.split(",")] if text.strip() else []
+        else:
+            value = _parse_scalar(text)
+        node = raw
+        for p in path[:-1]:
+            nxt = node.get(p)
+            if nxt is None:
+                nxt = node[p] = {}
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"override {key!r}: {p!r} is not a section")
+            node = nxt
+        node[path[-1]] = value
+    return raw
+
+
+def validate_config(raw: dict) -> RunConfig:
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, RunConfig)) from None
+
+
+def load_config(source: str | Path | dict, overrides: list[str] | None = None) -> RunConfig:
+    """Load from a dict, a YAML/JSON file, or a registered experiment's default config."""
+    if isinstance(source, dict):
+        raw = source
+    elif Path(source).suffix in (".yaml", ".yml", ".json") or Path(source).exists():
+        raw = read_config_file(source)
+    else:
+        from tdyn.experiments.registry import get
+
+        exp = get(str(source))
+        if exp.default_config is None:
+            raise ConfigError(f"experiment {str(source)!r} has no run config; use `tdyn reproduce {source}`")
+        raw = exp.default_config()
+    return validate_config(apply_overrides(raw, overrides or []))

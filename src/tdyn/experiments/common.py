@@ -1,0 +1,52 @@
+"""Helpers shared by reproductions: CSV tables, claim verdicts, training into a reproduction."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+from tdyn import runs
+from tdyn.config import apply_overrides, validate_config
+
+
+def write_csv(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) -> Path:
+    """Write ``rows`` with exactly ``columns`` (atomically)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="raise", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: r[c] for c in columns})
+    runs.atomic_write_text(Path(path), buf.getvalue())
+    return Path(path)
+
+
+def claim(id: str, statement: str, held: bool | None, **numbers: Any) -> dict[str, Any]:
+    """One checked claim: ``held`` is True/False, or None when it depends on an unstated definition."""
+    return {"id": id, "claim": statement,
+            "verdict": "holds" if held is True else "fails" if held is False else "depends on definition",
+            "held": held, "numbers": _jsonable(numbers)}
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "tolist"):
+        return _jsonable(x.tolist())
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def write_results(out: Path, results: dict[str, Any]) -> Path:
+    runs.write_json(Path(out) / "results.json", _jsonable(results))
+    return Path(out) / "results.json"
+
+
+def configure(base: dict, overrides: list[str]):
+    """Validate a reproduction's run config after the user's ``--set`` overrides."""
+    return validate_config(apply_overrides(base, overrides))

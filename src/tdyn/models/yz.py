@@ -1,0 +1,101 @@
+"""Scan and Snap's one-layer attention + decoder (Tian et al. 2023 §3, Eqn 1–2; spec §3).
+
+Two parameterisations of the same forward pass:
+
+* ``yz`` (what the synthetic figures train; the authors' ``Model2``): the pairwise logits
+  Z = K2.weight (query m's logit on key l is Z[m, l], no 1/√d, no bias) and the decoder
+  Y = K1.weightᵀ are the parameters;
+* ``embedding`` (Eqn 1–2): Z := U W_Q W_Kᵀ Uᵀ/√d and Y := U W_Vᵀ Uᵀ from embeddings U ∈ R^{M×d}.
+
+Every parameter has a leading ensemble axis S. Inputs are token ids x [S, B, L]; the last token is
+the query and (by default) is not a key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclasses.dataclass
+class YZConfig:
+    M: int
+    parameterization: Literal["yz", "embedding"] = "yz"
+    d: int = 128
+    residual: bool = False            # ū = LN(LN(Xᵀb) + e_query) (§7 extension)
+    include_query_key: bool = False   # the authors' attn_include_base_token
+    normalize: bool = True            # LN(x) = x/‖x‖₂ on the attended vector
+    init: Literal["zero", "torch_default"] = "zero"
+
+
+class YZModel(nn.Module):
+    def __init__(self, cfg: YZConfig, S: int = 1):
+        super().__init__()
+        self.cfg = cfg
+        M, d = cfg.M, cfg.d
+        if cfg.parameterization == "yz":
+            self.Y = nn.Parameter(torch.zeros(S, M, M))   # Y[l, n] = K1.weight[n, l]
+            self.Z = nn.Parameter(torch.zeros(S, M, M))   # Z[m, l] = K2.weight[m, l]
+        else:
+            self.U = nn.Parameter(torch.zeros(S, M, d))
+            self.W_Q = nn.Parameter(torch.zeros(S, d, d))
+            self.W_K = nn.Parameter(torch.zeros(S, d, d))
+            self.W_V = nn.Parameter(torch.zeros(S, d, d))
+
+    @torch.no_grad()
+    def reset_parameters(self, gens: list[torch.Generator], scales: list[float]) -> None:
+        """Member i draws from ``gens[i]``: zero init, or nn.Linear's U(−1/√fan_in, 1/√fan_in),
+        drawn in the authors' order (decoder K1 first, then K2), times ``scales[i]``."""
+        if self.cfg.init == "zero":
+            for p in self.parameters():
+                p.zero_()
+            return
+        for i, (g, s) in enumerate(zip(gens, scales)):
+            for name, p in self.named_parameters():
+                fan_in = p.shape[-1]
+                bound = 1 / math.sqrt(fan_in)
+                w = torch.empty(p.shape[1:], dtype=p.dtype).uniform_(-bound, bound, generator=g)
+                # K1.weight is [n, l]; Y stores its transpose.
+                p[i].copy_((w.T if name == "Y" else w) * s)
+
+    def logits_matrices(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Z, Y), each [S, M, M] (§3.1 reparameterisation)."""
+        if self.cfg.parameterization == "yz":
+            return self.Z, self.Y
+        U = self.U
+        Z = U @ self.W_Q @ self.W_K.transpose(1, 2) @ U.transpose(1, 2) / math.sqrt(self.cfg.d)
+        Y = U @ self.W_V.transpose(1, 2) @ U.transpose(1, 2)
+        return Z, Y
+
+    def attention(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """b_T = softmax_t(Z[x_T, x_t]) over the keys (Eqn 1). Returns (b [S, B, T_k], keys)."""
+        Z, _ = self.logits_matrices()
+        S, B, L = x.shape
+        query = x[..., -1]                                    # x_T = m
+        keys = x if self.cfg.include_query_key else x[..., :-1]
+        z_m = torch.gather(Z, 1, query[..., None].expand(S, B, Z.shape[-1]))   # rows z_m, [S, B, M]
+        return torch.softmax(torch.gather(z_m, 2, keys), dim=-1), keys
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Output logits Yᵀ LN(Xᵀ b_T) (Eqn 2), shape [S, B, M]."""
+        _, Y = self.logits_matrices()
+        b, keys = self.attention(x)
+        M = Y.shape[-1]
+        Xb = torch.zeros(*keys.shape[:2], M, dtype=b.dtype, device=b.device).scatter_add_(2, keys, b)  # Xᵀb
+        u = F.normalize(Xb, dim=-1) if self.cfg.normalize else Xb
+        if self.cfg.residual:
+            u = u + F.one_hot(x[..., -1], M).to(u)
+            if self.cfg.normalize:
+                u = F.normalize(u, dim=-1)
+        return u @ Y                                          # logits_n = Σ_l u_l Y[l, n]
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy over all M tokens, averaged over the batch: shape [S]."""
+        logits = self(x)
+        S, B, M = logits.shape
+        return F.cross_entropy(logits.reshape(S * B, M), y.reshape(S * B), reduction="none").view(S, B).mean(1)

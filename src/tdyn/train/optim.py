@@ -1,0 +1,94 @@
+"""Ensemble-aware optimizers: SGD (momentum, weight decay), Adam, AdamW.
+
+Every parameter carries a leading ensemble axis S; learning rates are per member (shape [S]), so
+members that differ only in learning rate train in one tensor program. The update rules follow
+``torch.optim`` exactly (Adam: bias-corrected moments, eps added after the square root; AdamW:
+decoupled decay ``p *= 1 - lr*wd``), so a member with S = 1 matches its torch counterpart.
+State is a flat ``dict[str, Tensor]`` (momentum buffers, moments, step counts) so that checkpoints
+are plain safetensors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tdyn.config import GroupConfig
+
+
+class EnsembleOptimizer:
+    def __init__(self, params: dict[str, torch.nn.Parameter], groups: dict[str, GroupConfig],
+                 lrs: dict[str, torch.Tensor]):
+        """``groups`` maps a group name to its config; ``lrs[group]`` holds one lr per member."""
+        self.params = params
+        self.groups = groups
+        self.group_of: dict[str, str] = {}
+        for g, gc in groups.items():
+            for p in gc.params:
+                if p not in params:
+                    from tdyn.errors import ConfigError
+
+                    raise ConfigError(f"optim.groups.{g}.params: unknown parameter {p!r}; allowed: {', '.join(params)}")
+                if p in self.group_of:
+                    from tdyn.errors import ConfigError
+
+                    raise ConfigError(f"optim.groups.{g}.params: parameter {p!r} is already in group {self.group_of[p]!r}")
+                self.group_of[p] = g
+        self.lrs = lrs
+        self.state: dict[str, torch.Tensor] = {}
+        for name, gname in self.group_of.items():
+            p = params[name]
+            gc = groups[gname]
+            if gc.optimizer == "sgd":
+                if gc.momentum > 0:
+                    self.state[f"momentum/{name}"] = torch.zeros_like(p)
+            else:
+                self.state[f"exp_avg/{name}"] = torch.zeros_like(p)
+                self.state[f"exp_avg_sq/{name}"] = torch.zeros_like(p)
+                self.state[f"step/{name}"] = torch.zeros(p.shape[0], dtype=torch.float64)
+
+    @torch.no_grad()
+    def step(self, frozen: set[str], active: torch.Tensor) -> None:
+        """One update of every non-frozen parameter that has a gradient; ``active`` [S] masks
+        members (diverged members keep their parameters and state)."""
+        all_active = bool(active.all())
+        for name, gname in self.group_of.items():
+            p = self.params[name]
+            if name in frozen or p.grad is None:
+                continue
+            gc = self.groups[gname]
+            shape = (-1,) + (1,) * (p.dim() - 1)
+            lr = self.lrs[gname].to(p).view(shape)
+            g = p.grad
+            keys = [k for k in (f"momentum/{name}", f"exp_avg/{name}", f"exp_avg_sq/{name}", f"step/{name}")
+                    if k in self.state]
+            old = None if all_active else {k: self.state[k].clone() for k in keys} | {"p": p.detach().clone()}
+            if gc.optimizer == "sgd":
+                if gc.weight_decay:
+                    g = g.add(p, alpha=gc.weight_decay)
+                if gc.momentum > 0:
+                    buf = self.state[f"momentum/{name}"]
+                    buf.mul_(gc.momentum).add_(g)
+                    g = buf
+                p.sub_(lr * g)
+            else:
+                b1, b2 = gc.betas
+                if gc.optimizer == "adamw":
+                    p.mul_(1 - lr * gc.weight_decay)
+                elif gc.weight_decay:
+                    g = g.add(p, alpha=gc.weight_decay)
+                step = self.state[f"step/{name}"]
+                step.add_(1)
+                m, v = self.state[f"exp_avg/{name}"], self.state[f"exp_avg_sq/{name}"]
+                m.lerp_(g, 1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+                t = step.view(shape)
+                bc1 = (1 - b1 ** t).to(p)
+                bc2_sqrt = (1 - b2 ** t).sqrt().to(p)
+                denom = (v.sqrt() / bc2_sqrt).add_(gc.eps)
+                p.sub_((lr / bc1) * (m / denom))
+            if old is not None:
+                keep = ~active.to(p.device)
+                p.copy_(torch.where(keep.view(shape), old["p"], p))
+                for k in keys:
+                    s = self.state[k]
+                    s.copy_(torch.where(keep.view((-1,) + (1,) * (s.dim() - 1)).to(s.device), old[k], s))

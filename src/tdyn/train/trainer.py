@@ -1,0 +1,420 @@
+"""The trainer: ensembles over seeds / learning rates / init scales on a leading axis, per-group
+optimizers, freeze schedules, probes, atomic checkpoints, resume, divergence handling.
+
+One *job* trains S members in one tensor program. Each member owns a run directory whose
+``config.json`` trains that member alone to the same trajectory (to float tolerance), so sweeps
+and analyses see one directory per run whatever the batching. A job with one member writes
+straight into ``out``; with several, ``out/ensemble.json`` lists the member directories
+``out/<member>/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import tdyn
+from tdyn import runs
+from tdyn.config import RunConfig, load_config
+from tdyn.errors import ConfigError, UserError
+from tdyn.probes import ProbeContext, get_probes
+from tdyn.train.optim import EnsembleOptimizer
+from tdyn.train.seeding import generator
+from tdyn.train.task import Member, get_task
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_FLUSH_SECONDS = 10.0
+
+
+# ---------------------------------------------------------------- members and directories
+
+
+def _fmt(v: float) -> str:
+    return f"{v:g}"
+
+
+def expand_members(cfg: RunConfig) -> list[Member]:
+    """Members = seeds × lr sets × init scales, in that order."""
+    base = {g: gc.lr for g, gc in cfg.optim.groups.items()}
+    lr_sets = cfg.ensemble.lrs or [{}]
+    scales = cfg.ensemble.init_scales or [1.0]
+    members = []
+    for seed in cfg.seeds:
+        for lrs in lr_sets:
+            for scale in scales:
+                parts = [f"seed{seed}"]
+                if cfg.ensemble.lrs:
+                    parts += [f"lr{g}{_fmt(v)}" for g, v in sorted(lrs.items())]
+                if cfg.ensemble.init_scales:
+                    parts.append(f"init{_fmt(scale)}")
+                members.append(Member(seed, base | lrs, scale, "_".join(parts)))
+    names = [m.name for m in members]
+    if len(set(names)) != len(names):
+        raise ConfigError("seeds / ensemble.lrs / ensemble.init_scales: members repeat; each must be distinct")
+    return members
+
+
+def member_config(cfg: RunConfig, m: Member) -> dict:
+    """The config that trains member ``m`` alone."""
+    d = cfg.model_dump(mode="json")
+    d["seeds"] = [m.seed]
+    for g, lr in m.lrs.items():
+        d["optim"]["groups"][g]["lr"] = lr
+    d["ensemble"] = {"lrs": [], "init_scales": [m.init_scale] if cfg.ensemble.init_scales else []}
+    return d
+
+
+def member_dirs(out: Path, members: list[Member]) -> list[Path]:
+    return [out] if len(members) == 1 else [out / m.name for m in members]
+
+
+def _git_commit() -> str | None:
+    try:
+        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(tdyn.__file__).parent,
+                           capture_output=True, text=True, timeout=5)
+        return r.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def _tree_map(fn, x):
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, dict):
+        return {k: _tree_map(fn, v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_tree_map(fn, v) for v in x)
+    return x
+
+
+def _stack(batches: list[Any], index: torch.Tensor) -> Any:
+    """Stack per-stream batches on a new leading axis and index it by member."""
+    first = batches[0]
+    if first is None:
+        return None
+    if isinstance(first, torch.Tensor):
+        s = torch.stack(batches)
+        return s if len(batches) == len(index) and bool((index == torch.arange(len(index))).all()) else s[index]
+    if isinstance(first, dict):
+        return {k: _stack([b[k] for b in batches], index) for k in first}
+    if isinstance(first, (list, tuple)):
+        return type(first)(_stack([b[i] for b in batches], index) for i in range(len(first)))
+    raise TypeError(f"cannot stack batch of type {type(first).__name__}")
+
+
+def checkpoint_schedule(cfg: RunConfig) -> set[int]:
+    T = cfg.optim.steps
+    c = cfg.checkpoint
+    steps = {0} | {s for s in c.steps if s < T}
+    if c.schedule == "log" and T > 1:
+        steps |= {min(T - 1, int(round(10 ** (i * math.log10(T - 1) / max(c.num - 1, 1))))) for i in range(c.num)}
+    elif c.schedule == "linear":
+        steps |= {int(round(i * T / c.num)) for i in range(c.num)}
+    if c.every:
+        steps |= set(range(0, T, c.every))
+    return {s for s in steps if 0 <= s < T}
+
+
+# ---------------------------------------------------------------- the job
+
+
+class Job:
+    """S members trained together; see the module docstring."""
+
+    def __init__(self, cfg: RunConfig, members: list[Member], dirs: list[Path], progress: bool = True):
+        self.cfg, self.members, self.dirs, self.progress = cfg, members, dirs, progress
+        if cfg.device == "cuda" and not torch.cuda.is_available():
+            raise UserError("device = \"cuda\": CUDA is not available here; use device=cpu")
+        self.device = torch.device(cfg.device)
+        self.dtype = DTYPES[cfg.dtype]
+        spec = get_task(cfg.task)
+        with _default_dtype(self.dtype):
+            self.task = spec.build(cfg, members)
+        self.model = self.task.model.to(self.device)
+        self.params = dict(self.model.named_parameters())
+        S = len(members)
+        for n, p in self.params.items():
+            if p.shape[:1] != (S,):
+                raise RuntimeError(f"task {cfg.task!r}: parameter {n!r} lacks the ensemble axis of size {S}")
+        lrs = {g: torch.tensor([m.lrs[g] for m in members], dtype=torch.float64) for g in cfg.optim.groups}
+        self.opt = EnsembleOptimizer(self.params, cfg.optim.groups, lrs)
+        loose = set(self.params) - set(self.opt.group_of)
+        if loose:
+            raise ConfigError(f"optim.groups: parameter {sorted(loose)[0]!r} is in no group; "
+                              f"parameters: {', '.join(self.params)}")
+        for p in cfg.optim.freeze:
+            if p not in self.params:
+                raise ConfigError(f"optim.freeze: unknown parameter {p!r}; allowed: {', '.join(self.params)}")
+        self.probes = get_probes(cfg.probes.names)
+        # Data streams: members sharing a seed share a stream (and its batches).
+        seeds = sorted({m.seed for m in members})
+        self.stream_seeds = seeds
+        self.stream_of = torch.tensor([seeds.index(m.seed) for m in members])
+        self.gens = [generator(s, "data") for s in seeds]
+        self.probe_batch = self._to_device(_stack([self.task.probe_batch(generator(s, "probe")) for s in seeds],
+                                                  self.stream_of))
+        self.active = torch.ones(S, dtype=torch.bool)
+        self.records: list[list[dict]] = [[] for _ in members]
+        self.ckpt_steps = checkpoint_schedule(cfg)
+        T = cfg.optim.steps
+        self.eval_steps = {t for t in range(0, T, cfg.probes.every)} | self.ckpt_steps | {T}
+        self._stop = False
+
+    # ---- state
+
+    def _to_device(self, batch):
+        return _tree_map(lambda t: t.to(self.device), batch)
+
+    def _sample(self):
+        return self._to_device(_stack([self.task.sample(g) for g in self.gens], self.stream_of))
+
+    def _member_state(self, i: int, probes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        t = {f"param/{n}": p.detach()[i] for n, p in self.params.items()}
+        t |= {f"optim/{k}": v[i] for k, v in self.opt.state.items()}
+        t["rng/data"] = self.gens[int(self.stream_of[i])].get_state()
+        t |= {f"probe/{k}": v[i] for k, v in probes.items()}
+        return t
+
+    def _load_member_state(self, i: int, ckpt: dict[str, torch.Tensor]) -> None:
+        with torch.no_grad():
+            for n, p in self.params.items():
+                p[i].copy_(ckpt[f"param/{n}"])
+            for k, v in self.opt.state.items():
+                v[i].copy_(ckpt[f"optim/{k}"])
+        self.gens[int(self.stream_of[i])].set_state(ckpt["rng/data"])
+
+    def _save(self, step: int | str, probes: dict[str, torch.Tensor]) -> None:
+        for i, d in enumerate(self.dirs):
+            if self.active[i]:
+                runs.save_checkpoint(d, step, self._member_state(i, probes), {"step": str(self.cfg.optim.steps if step == "final" else step)})
+
+    def _flush(self) -> None:
+        for d, rec in zip(self.dirs, self.records):
+            runs.write_metrics(d, rec)
+        self._last_flush = time.monotonic()
+
+    def _set_status(self, i: int, status: str, message: str | None = None) -> None:
+        meta = runs.read_meta(self.dirs[i])
+        meta["status"] = status
+        meta["message"] = message
+        if status != "running":
+            meta["ended"] = _now()
+        runs.write_json(self.dirs[i] / "meta.json", meta)
+
+    # ---- measurements
+
+    @torch.no_grad()
+    def _measure(self, step: int, batch_probe) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        scalars, arrays = {}, {}
+        ctx = ProbeContext(self.model, self.task, batch_probe, step)
+        for name, fn in self.probes.items():
+            for k, v in fn(ctx).items():
+                key = f"{name}/{k}"
+                (scalars if v.dim() == 1 else arrays)[key] = v.detach()
+        S = len(self.members)
+        for n, p in self.params.items():
+            scalars[f"norm/{n}"] = p.detach().reshape(S, -1).norm(dim=1)
+        return scalars, arrays
+
+    def _clip(self) -> None:
+        clip = self.cfg.optim.grad_clip
+        if clip is None:
+            return
+        grads = [p.grad for p in self.params.values() if p.grad is not None]
+        S = len(self.members)
+        total = torch.stack([g.reshape(S, -1).pow(2).sum(1) for g in grads]).sum(0).sqrt()
+        coef = (clip / (total + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(coef.view((-1,) + (1,) * (g.dim() - 1)).to(g))
+
+    # ---- the loop
+
+    def _request_stop(self, *_):
+        self._stop = True
+
+    def run(self, start: int = 0) -> None:
+        T = self.cfg.optim.steps
+        S = len(self.members)
+        self._last_flush = time.monotonic()
+        old_handler = None
+        try:
+            old_handler = signal.signal(signal.SIGINT, self._request_stop)
+        except ValueError:  # not the main thread
+            pass
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=T, initial=start, desc=self.cfg.task, unit="step", leave=False,
+                   disable=not (self.progress and sys.stderr.isatty()))
+        try:
+            for step in range(start, T + 1):
+                if self._stop and step < T:
+                    self._save(step, {})
+                    self._flush()
+                    for i in range(S):
+                        if self.active[i]:
+                            self._set_status(i, "interrupted", f"interrupted at step {step}; "
+                                             f"continue with: tdyn run --resume {self._resume_dir()}")
+                    raise KeyboardInterrupt
+                evaluating = step in self.eval_steps
+                scalars, arrays = self._measure(step, self.probe_batch) if evaluating else ({}, {})
+                if step in self.ckpt_steps:
+                    self._save(step, arrays)
+                    self._flush()
+                batch = self._sample()
+                frozen = {n for n, r in self.cfg.optim.freeze.items() if r.frozen(step)}
+                last = step == T
+                with torch.set_grad_enabled(not last and len(frozen) < len(self.params)):
+                    losses = self.task.loss(batch)
+                if losses.shape != (S,):
+                    raise RuntimeError(f"task {self.cfg.task!r}: loss must have shape [{S}], got {tuple(losses.shape)}")
+                finite = torch.isfinite(losses.detach()).cpu()
+                newly = self.active & ~finite
+                before = {n: p.detach().clone() for n, p in self.params.items()} if evaluating and not last else None
+                if not last and losses.requires_grad:
+                    for p in self.params.values():
+                        p.grad = None
+                    torch.where(finite.to(losses.device), losses, torch.zeros_like(losses)).sum().backward()
+                    self._clip()
+                    self.opt.step(frozen, self.active & finite)
+                loss_vals = losses.detach().cpu().tolist()
+                if before is not None:
+                    for n, p in self.params.items():
+                        scalars[f"update_norm/{n}"] = (p.detach() - before[n]).reshape(S, -1).norm(dim=1)
+                sc = {k: v.cpu().tolist() for k, v in scalars.items()}
+                for i in range(S):
+                    if newly[i]:
+                        self.records[i].append({"step": step, "loss": None, "diverged": True})
+                        self._set_status(i, "diverged", f"diverged at step {step}: loss = {loss_vals[i]}; "
+                                         f"last good checkpoint kept")
+                    elif self.active[i] and evaluating:
+                        self.records[i].append({"step": step, "loss": loss_vals[i]} | {k: v[i] for k, v in sc.items()})
+                self.active &= ~newly
+                if not self.active.any():
+                    break
+                if last:
+                    self._save("final", arrays)
+                elif time.monotonic() - self._last_flush > _FLUSH_SECONDS:
+                    self._flush()
+                bar.update(1)
+            self._flush()
+            for i in range(S):
+                if self.active[i]:
+                    self._set_status(i, "finished")
+        finally:
+            bar.close()
+            if old_handler is not None:
+                signal.signal(signal.SIGINT, old_handler)
+
+    def _resume_dir(self) -> Path:
+        return self.dirs[0] if len(self.dirs) == 1 else self.dirs[0].parent
+
+
+# ---------------------------------------------------------------- entry points
+
+
+def _prepare_out(out: Path, force: bool) -> None:
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise UserError(f"output directory {str(out)!r} already exists and is not empty; "
+                            f"use --force to overwrite or --resume to continue it")
+        import shutil
+
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def train(cfg: RunConfig | dict, out: str | Path, *, force: bool = False, progress: bool = True) -> list[Path]:
+    """Train every member of ``cfg`` into ``out``; return the member run directories."""
+    if not isinstance(cfg, RunConfig):
+        cfg = load_config(cfg)
+    out = Path(out)
+    members = expand_members(cfg)
+    dirs = member_dirs(out, members)
+    _prepare_out(out, force)
+    job = Job(cfg, members, dirs, progress)  # builds (and validates) before anything is written
+    if len(members) > 1:
+        runs.write_json(out / "ensemble.json", {"config": cfg.model_dump(mode="json"),
+                                                "members": [m.name for m in members]})
+    for m, d in zip(members, dirs):
+        d.mkdir(parents=True, exist_ok=True)
+        runs.write_json(d / "config.json", member_config(cfg, m))
+        runs.write_json(d / "meta.json", {
+            "tdyn_version": tdyn.__version__, "torch_version": torch.__version__, "git_commit": _git_commit(),
+            "seed": m.seed, "member": m.name, "lrs": m.lrs, "init_scale": m.init_scale,
+            "started": _now(), "ended": None, "status": "running", "message": None})
+    _run_guarded(job, 0)
+    return dirs
+
+
+def _run_guarded(job: Job, start: int) -> None:
+    try:
+        job.run(start)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        for i, d in enumerate(job.dirs):
+            if runs.read_meta(d)["status"] == "running":
+                job._set_status(i, "failed", f"{type(e).__name__}: {e}")
+        raise
+
+
+def resume(out: str | Path, *, progress: bool = True) -> list[Path]:
+    """Continue a job from its last checkpoint common to all unfinished members."""
+    out = Path(out)
+    if (out / "ensemble.json").exists():
+        ens = runs.read_json(out / "ensemble.json")
+        cfg = load_config(ens["config"])
+    elif runs.is_run_dir(out):
+        cfg = load_config(runs.read_config(out))
+    else:
+        raise UserError(f"{str(out)!r} is not a run directory (no config.json/meta.json or ensemble.json)")
+    members = expand_members(cfg)
+    dirs = member_dirs(out, members)
+    status = [runs.read_meta(d)["status"] for d in dirs]
+    todo = [i for i, s in enumerate(status) if s not in ("finished", "diverged")]
+    if not todo:
+        return dirs
+    common = set.intersection(*(set(runs.checkpoint_steps(dirs[i])) for i in todo))
+    if not common:
+        raise UserError(f"{str(out)!r} has no checkpoint to resume from; start it again with --force")
+    step = max(common)
+    job = Job(cfg, members, dirs, progress)
+    for i, d in enumerate(dirs):
+        if i in todo:
+            job._load_member_state(i, runs.load_checkpoint(d, step))
+            job.records[i] = [r for r in runs.read_metrics(d) if r["step"] < step]
+            meta = runs.read_meta(d)
+            meta.setdefault("resumed", []).append({"at": _now(), "from_step": step})
+            meta["status"], meta["message"] = "running", None
+            runs.write_json(d / "meta.json", meta)
+        else:
+            job.active[i] = False
+            job.records[i] = runs.read_metrics(d)
+    _run_guarded(job, step)
+    return dirs
