@@ -274,8 +274,8 @@ class Job:
         try:
             for step in range(start, T + 1):
                 if self._stop and step < T:
-                    self._save(step, {})
                     self._flush()
+                    self._save(step, {})
                     for i in range(S):
                         if self.active[i]:
                             self._set_status(i, "interrupted", f"interrupted at step {step}; "
@@ -284,8 +284,8 @@ class Job:
                 evaluating = step in self.eval_steps
                 scalars, arrays = self._measure(step, self.probe_batch) if evaluating else ({}, {})
                 if step in self.ckpt_steps:
+                    self._flush()  # metrics first: a checkpoint at t implies metrics for every step < t
                     self._save(step, arrays)
-                    self._flush()
                 batch = self._sample()
                 frozen = {n for n, r in self.cfg.optim.freeze.items() if r.frozen(step)}
                 last = step == T
@@ -306,7 +306,7 @@ class Job:
                 if before is not None:
                     for n, p in self.params.items():
                         scalars[f"update_norm/{n}"] = (p.detach() - before[n]).reshape(S, -1).norm(dim=1)
-                sc = {k: v.cpu().tolist() for k, v in scalars.items()}
+                sc = {k: [x if math.isfinite(x) else None for x in v.cpu().tolist()] for k, v in scalars.items()}
                 for i in range(S):
                     if newly[i]:
                         self.records[i].append({"step": step, "loss": None, "diverged": True})
@@ -404,6 +404,9 @@ def resume(out: str | Path, *, progress: bool = True) -> list[Path]:
     if not common:
         raise UserError(f"{str(out)!r} has no checkpoint to resume from; start it again with --force")
     step = max(common)
+    for d in dirs:  # temporary files left by a kill mid-write
+        for tmp in d.rglob(".*.tmp"):
+            tmp.unlink()
     job = Job(cfg, members, dirs, progress)
     for i, d in enumerate(dirs):
         if i in todo:

@@ -1,0 +1,70 @@
+"""Shared test fixtures: a toy quadratic task with an exact population loss (no batches)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from pydantic import Field
+
+from tdyn.config import Strict
+from tdyn.train.seeding import generator
+from tdyn.train.task import Task, register_task
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class QuadData(Strict):
+    dim: int = Field(3, ge=1)
+    curvature: float = Field(1.0, gt=0)
+
+
+class QuadModel(Strict):
+    pass
+
+
+class QuadTask(Task):
+    """L(w, u) = c/2 ‖w‖² + 1/2 ‖u − 1‖² per member: an exact population loss (sample → None)."""
+
+    def __init__(self, cfg, members):
+        d = QuadData.model_validate(cfg.data)
+        S = len(members)
+        self.c = d.curvature
+        self.model = torch.nn.Module()
+        w = torch.stack([torch.randn(d.dim, generator=generator(m.seed, "init")) * m.init_scale for m in members])
+        self.model.w = torch.nn.Parameter(w)
+        self.model.u = torch.nn.Parameter(torch.zeros(S, d.dim))
+
+    def sample(self, gen):
+        return None
+
+    def loss(self, batch):
+        w, u = self.model.w, self.model.u
+        return 0.5 * self.c * (w ** 2).sum(1) + 0.5 * ((u - 1) ** 2).sum(1)
+
+
+@register_task("test_quadratic", QuadData, QuadModel, "toy quadratic (tests only)")
+def _build(cfg, members):
+    return QuadTask(cfg, members)
+
+
+def quad_config(**kw):
+    cfg = {"task": "test_quadratic", "data": {"dim": 3}, "seeds": [0],
+           "optim": {"steps": 20, "groups": {"w": {"params": ["w"], "lr": 0.1}, "u": {"params": ["u"], "lr": 0.1}}},
+           "checkpoint": {"schedule": "none"}}
+    cfg.update(kw)
+    return cfg
+
+
+def tdyn_cli(*args, timeout=300, **kw):
+    """Run the CLI in a subprocess (as a user would)."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, "-m", "tdyn", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=kw.get("cwd", ROOT))
+
+
+@pytest.fixture
+def cli():
+    return tdyn_cli

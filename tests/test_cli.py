@@ -1,0 +1,39 @@
+"""The CLI as a user runs it: list, reproduce scan-snap/fig4, report, help."""
+
+import csv
+import json
+import math
+
+
+def test_list_and_help(cli):
+    r = cli("list")
+    assert r.returncode == 0 and "scan-snap/fig4" in r.stdout
+    for args in (["--help"], ["run", "--help"], ["reproduce", "--help"], ["report", "--help"], ["list", "--help"]):
+        assert cli(*args).returncode == 0
+
+
+def test_reproduce_fig4(cli, tmp_path):
+    out = tmp_path / "fig4"
+    r = cli("reproduce", "scan-snap/fig4", "--out", out, "--seed", "2")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader((out / "loss.csv").open()))
+    assert list(rows[0]) == ["eta_y", "eta_z", "step", "loss"]
+    assert len(rows) == 200
+    assert sorted({float(r["eta_y"]) for r in rows}) == [1.0, 10.0]
+    assert [int(r["step"]) for r in rows if float(r["eta_y"]) == 1.0] == list(range(100))
+    assert all(abs(float(r["loss"]) - math.log(34)) < 1e-5 for r in rows if r["step"] == "0")
+    res = json.loads((out / "results.json").read_text())
+    assert res["experiment"] == "scan-snap/fig4" and res["claims"]
+    assert all(c["verdict"] in ("holds", "fails", "depends on definition") for c in res["claims"])
+    assert (out / "fig4.png").stat().st_size > 10_000
+    r = cli("reproduce", "scan-snap/fig4", "--out", out)
+    assert r.returncode == 2 and "already exists" in r.stderr
+    r = cli("report", out)
+    assert r.returncode == 0 and "holds" in r.stdout
+
+
+def test_run_experiment_by_name(cli, tmp_path):
+    r = cli("run", "scan-snap/fig4", "--out", tmp_path / "r", "--set", "optim.steps=5", "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "r" / "ensemble.json").exists()
+    assert len(list((tmp_path / "r").glob("seed0_*/metrics.jsonl"))) == 2

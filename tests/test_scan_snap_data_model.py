@@ -1,0 +1,113 @@
+"""Scan and Snap data layout, sampler statistics and the Y/Z forward pass."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from tdyn.data import scan_snap as ss
+from tdyn.models.yz import YZConfig, YZModel
+
+
+def _dist(**kw):
+    return ss.build(ss.ScanSnapDataConfig(**kw))
+
+
+def test_syn_small_layout():
+    d = _dist(**ss.SYN_SMALL)
+    assert (d.M, d.K) == (34, 2)
+    assert d.query.tolist() == [30, 31] and d.next_token.tolist() == [32, 33]
+    for k in range(2):
+        assert torch.allclose(d.table[k, :10], torch.full((10,), 1 / 15.5, dtype=torch.float64))
+        j = torch.arange(10, dtype=torch.float64)
+        assert torch.allclose(d.table[k, 10 + 10 * k: 20 + 10 * k], 0.1 * (j + 1) / 15.5)
+        assert d.distinct[k].nonzero().flatten().tolist() == list(range(10 + 10 * k, 20 + 10 * k))
+    assert d.common.nonzero().flatten().tolist() == list(range(10))
+    assert torch.allclose(d.table.sum(1), torch.ones(2, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("num_last, M", [(1, 33), (3, 79), (5, 125), (10, 240)])
+def test_syn_medium_sizes(num_last, M):
+    d = _dist(**ss.syn_medium(num_last))
+    assert d.M == M and d.K == 2 * num_last
+    assert d.query.tolist() == [d.num_contextual + k // 2 for k in range(d.K)]
+
+
+def test_per_query_commons_layout():
+    d = _dist(num_last=2, num_next_per_last=2, num_common_per_last=5)
+    # commons 0-9, group commons 10-14 (query 0) and 15-19 (query 1), distinct from 20
+    assert d.common.nonzero().flatten().tolist() == list(range(20))
+    assert (d.table[0, 10:15] > 0).all() and (d.table[0, 15:20] == 0).all()
+    assert (d.table[3, 15:20] > 0).all()
+
+
+def test_sampler_matches_table():
+    """χ² goodness of fit of sampled context tokens to P(l|n), per class (α = 1e-3)."""
+    d = _dist(**ss.SYN_SMALL)
+    x, y = d.sample(4000, 64, torch.Generator().manual_seed(0))
+    assert x.shape == (4000, 64) and y.shape == (4000,)
+    cls = y - 32
+    assert (x[:, -1] == d.query[cls]).all()
+    assert abs(cls.float().mean().item() - 0.5) < 0.03     # classes uniform (±4.2σ)
+    for k in range(2):
+        ctx = x[cls == k, :-1].flatten()
+        counts = torch.bincount(ctx, minlength=d.M).numpy()
+        support = d.table[k].numpy() > 0
+        assert counts[~support].sum() == 0
+        expected = d.table[k].numpy()[support] * counts.sum()
+        assert chisquare(counts[support], expected).pvalue > 1e-3
+
+
+def test_sampler_is_seeded():
+    d = _dist(**ss.SYN_SMALL)
+    a = d.sample(8, 16, torch.Generator().manual_seed(5))
+    b = d.sample(8, 16, torch.Generator().manual_seed(5))
+    assert all(torch.equal(u, v) for u, v in zip(a, b))
+
+
+def test_yz_forward_hand_computed():
+    """Keys exclude the query; Xᵀb is ℓ2-normalised; logits = Yᵀ LN(Xᵀb) (Eqn 1–2)."""
+    M = 4
+    m = YZModel(YZConfig(M=M), S=1)
+    with torch.no_grad():
+        m.Z[0, 3] = torch.tensor([0.0, math.log(3.0), 0.0, 5.0])   # query 3's logits on keys
+        m.Y[0] = torch.arange(16.0).view(4, 4)
+    x = torch.tensor([[[0, 1, 1, 3]]])                           # keys 0,1,1; query 3
+    b = torch.tensor([1.0, 3.0, 3.0]) / 7.0
+    Xb = torch.tensor([b[0], b[1] + b[2], 0.0, 0.0])
+    u = Xb / Xb.norm()
+    expected = u @ torch.arange(16.0).view(4, 4)
+    torch.testing.assert_close(m(x)[0, 0], expected)
+    # with the query as a key, its logit 5 enters the softmax
+    m.cfg.include_query_key = True
+    b2 = torch.softmax(torch.tensor([0.0, math.log(3.0), math.log(3.0), 5.0]), 0)
+    Xb2 = torch.tensor([b2[0], b2[1] + b2[2], 0.0, b2[3]])
+    torch.testing.assert_close(m(x)[0, 0], (Xb2 / Xb2.norm()) @ torch.arange(16.0).view(4, 4))
+
+
+def test_embedding_parameterisation_equals_yz():
+    """Z = U W_Q W_Kᵀ Uᵀ/√d and Y = U W_Vᵀ Uᵀ give the same outputs as the Y/Z model with those matrices."""
+    g = torch.Generator().manual_seed(0)
+    M, d = 6, 4
+    emb = YZModel(YZConfig(M=M, parameterization="embedding", d=d), S=2)
+    with torch.no_grad():
+        for p in emb.parameters():
+            p.copy_(torch.randn(p.shape, generator=g))
+    yz = YZModel(YZConfig(M=M), S=2)
+    Z, Y = emb.logits_matrices()
+    with torch.no_grad():
+        yz.Z.copy_(Z)
+        yz.Y.copy_(Y)
+    x = torch.randint(M, (2, 5, 7), generator=g)
+    torch.testing.assert_close(emb(x), yz(x))
+
+
+def test_torch_default_init_bounds_and_seeding():
+    M = 34
+    m = YZModel(YZConfig(M=M, init="torch_default"), S=2)
+    gens = [torch.Generator().manual_seed(s) for s in (1, 1)]
+    m.reset_parameters(gens, [1.0, 0.5])
+    assert m.Z.abs().max() <= 1 / math.sqrt(M)
+    torch.testing.assert_close(m.Z[1], 0.5 * m.Z[0])
