@@ -68,3 +68,13 @@ def tdyn_cli(*args, timeout=300, **kw):
 @pytest.fixture
 def cli():
     return tdyn_cli
+
+
+from tdyn.probes import probe  # noqa: E402
+
+
+@probe("test.quad")
+def _quad_probe(ctx):
+    """A scalar (‖w‖² per member) and an array (w itself) for the probe-interface test."""
+    w = ctx.model.w.detach()
+    return {"sq": (w ** 2).sum(1), "w": w.clone()}

@@ -145,3 +145,23 @@ def test_meta_and_checkpoints_load_without_pickle(tmp_path):
     for f in (d / "checkpoints").iterdir():
         t = load_file(f)
         assert {"param/w", "param/u", "rng/data"} <= t.keys()
+
+
+def test_probes_scalars_to_metrics_arrays_to_checkpoints(tmp_path):
+    cfg = quad_config(probes={"names": ["test.quad"], "every": 5}, checkpoint={"schedule": "none", "steps": [10]})
+    (d,) = train(cfg, tmp_path / "p", progress=False)
+    m = _metrics(d)
+    assert [r["step"] for r in m] == [0, 5, 10, 15, 20]
+    for r in m:
+        assert r["test.quad/sq"] == pytest.approx(r["norm/w"] ** 2, rel=1e-5)
+    for s in (0, 10, "final"):
+        ck = runs.load_checkpoint(d, s)
+        torch.testing.assert_close(ck["probe/test.quad/w"], ck["param/w"])
+
+
+def test_unknown_probe_is_a_config_error(tmp_path):
+    from tdyn.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown probe 'nope'"):
+        train(quad_config(probes={"names": ["nope"]}), tmp_path / "never", progress=False)
+    assert not (tmp_path / "never").exists()

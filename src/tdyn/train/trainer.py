@@ -356,8 +356,8 @@ def train(cfg: RunConfig | dict, out: str | Path, *, force: bool = False, progre
     out = Path(out)
     members = expand_members(cfg)
     dirs = member_dirs(out, members)
-    _prepare_out(out, force)
     job = Job(cfg, members, dirs, progress)  # builds (and validates) before anything is written
+    _prepare_out(out, force)
     if len(members) > 1:
         runs.write_json(out / "ensemble.json", {"config": cfg.model_dump(mode="json"),
                                                 "members": [m.name for m in members]})
