@@ -101,6 +101,27 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _cmd_sweep(args) -> int:
+    from tdyn import sweep
+
+    if args.summarize:
+        if args.spec:
+            raise UserError("--summarize DIR takes no sweep spec")
+        print(sweep.summarize(args.summarize))
+        return 0
+    if not args.spec or not args.out:
+        raise UserError("tdyn sweep needs a spec file and --out DIR (or --summarize DIR)")
+    t0 = time.time()
+    status = sweep.run_sweep(args.spec, args.out, executor=args.executor, workers=args.workers,
+                             address=args.address, progress=not args.quiet)
+    counts: dict[str, int] = {}
+    for s in status.values():
+        counts[s] = counts.get(s, 0) + 1
+    print(f"sweep {args.out}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+          + f" in {time.time() - t0:.1f}s; summary: {Path(args.out) / 'summary.csv'}")
+    return 0 if set(status.values()) <= {"finished"} else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tdyn", description="Training dynamics of one-layer transformers: "
                                 "the papers' data, models, theory checks and figures.")
@@ -132,6 +153,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true", help="overwrite a non-empty output directory")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=_cmd_reproduce)
+
+    s = sub.add_parser("sweep", help="run a sweep spec (grid/zip/random axes × seeds) as batched jobs",
+                       description="Expand a sweep spec into runs, train runs that differ only in seed / learning "
+                       "rates / init scale as one ensemble job, on a local process pool, Ray or Slurm. Re-running "
+                       "skips finished runs and resumes unfinished ones.")
+    s.add_argument("spec", nargs="?", help="sweep spec (YAML/JSON)")
+    s.add_argument("--out", help="sweep directory")
+    s.add_argument("--executor", default="local", choices=["local", "ray", "slurm"])
+    s.add_argument("--workers", type=int, help="local pool size / Ray CPUs (default: the cores)")
+    s.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    s.add_argument("--summarize", metavar="DIR", help="(re)write DIR/summary.csv and exit")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(fn=_cmd_sweep)
 
     s = sub.add_parser("report", help="summarise a run, sweep or reproduction directory",
                        description="Summarise a run, sweep or reproduction directory.")

@@ -1,0 +1,184 @@
+"""``tdyn sweep``: expand a spec into runs, batch them into ensemble jobs, run the jobs on an
+executor, survive failures and killed workers, and summarise the finished runs.
+
+Layout of a sweep directory: ``sweep.json`` (spec and each run's status), one run directory per
+run ``DIR/<run name>/``, job manifests ``DIR/.jobs/<job>/ensemble.json``, and ``summary.csv``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tdyn import runs
+from tdyn.errors import UserError
+from tdyn.sweep.spec import JobPlan, SweepSpec, load_spec, plan
+
+JOBS = ".jobs"
+
+
+def run_job(job_dir: str, config: dict, run_dirs: list[str]) -> dict[str, str]:
+    """Train (or resume, or skip) one ensemble job; return each run's status. Safe to call again
+    after any interruption: finished runs are kept, unfinished ones continue from checkpoints."""
+    from tdyn.train import trainer
+
+    job_dir, dirs = Path(job_dir), [Path(d) for d in run_dirs]
+
+    def statuses():
+        return {d.name: (runs.read_meta(d)["status"] if runs.is_run_dir(d) else "pending") for d in dirs}
+
+    st = statuses()
+    if all(s in ("finished", "diverged") for s in st.values()):
+        return st
+    try:
+        if (job_dir / trainer.MANIFEST).exists() and all(runs.is_run_dir(d) for d in dirs):
+            try:
+                trainer.resume(job_dir, progress=False)
+            except UserError:  # killed before its first checkpoint: start again
+                trainer.train(config, job_dir, dirs=dirs, force=True, progress=False)
+        else:
+            trainer.train(config, job_dir, dirs=dirs, force=True, progress=False)
+    except Exception as e:  # the sweep goes on; the job's unfinished runs are marked failed
+        return {k: (v if v in ("finished", "diverged") else "failed") for k, v in statuses().items()} \
+            | {"error": f"{type(e).__name__}: {e}"}
+    return statuses()
+
+
+def _record(out: Path, spec: SweepSpec, jobs: list[JobPlan], status: dict[str, str], errors: dict[str, str]) -> None:
+    runs.write_json(out / "sweep.json", {
+        "spec": spec.model_dump(mode="json"),
+        "runs": [{"name": r.name, "axes": r.axes, "seed": r.seed, "job": j.id, "status": status.get(r.name, "pending"),
+                  **({"error": errors[j.id]} if j.id in errors else {})} for j in jobs for r in j.runs],
+    })
+
+
+def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, executor: str = "local",
+              workers: int | None = None, address: str | None = None, progress: bool = True,
+              executor_obj: Any = None) -> dict[str, str]:
+    """Run (or continue) a sweep into ``out``; returns run name → status."""
+    spec = spec_source if isinstance(spec_source, SweepSpec) else load_spec(spec_source)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / "sweep.json").exists():
+        old = runs.read_json(out / "sweep.json")["spec"]
+        if old != spec.model_dump(mode="json"):
+            raise UserError(f"{str(out)!r} holds a different sweep; choose another --out")
+    jobs = plan(spec)
+    from tdyn.sweep.executors import make_executor
+
+    ex = executor_obj or make_executor(executor, workers=workers, address=address, folder=str(out / ".submitit"))
+    status: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    args = {j.id: (str(out / JOBS / j.id), j.config, [str(out / r.name) for r in j.runs]) for j in jobs}
+    _record(out, spec, jobs, status, errors)
+    from tqdm.auto import tqdm
+    import sys
+
+    bar = tqdm(total=len(jobs), desc="sweep jobs", disable=not (progress and sys.stderr.isatty()))
+    pending = dict(args)
+    try:
+        while pending:
+            futures = {ex.submit(run_job, *a): jid for jid, a in pending.items()}
+            broken = False
+            for fut in cf.as_completed(futures):
+                jid = futures[fut]
+                try:
+                    res = fut.result()
+                except cf.process.BrokenProcessPool:
+                    broken = True
+                    continue
+                except Exception as e:  # the executor lost the job for good
+                    res = {"error": f"{type(e).__name__}: {e}"}
+                if "error" in res:
+                    errors[jid] = res.pop("error")
+                status.update(res)
+                pending.pop(jid)
+                bar.update(1)
+                _record(out, spec, jobs, status, errors)
+            if broken:  # a pool process was killed: rebuild the pool, resume the unfinished jobs
+                if not getattr(ex, "retry_broken", False):
+                    raise RuntimeError("executor broke")
+                ex.reset()
+    finally:
+        bar.close()
+        if executor_obj is None:
+            ex.shutdown()
+    _record(out, spec, jobs, status, errors)
+    summarize(out)
+    return status
+
+
+def final_metrics(run_dir: Path) -> dict[str, float]:
+    """The last evaluation's scalar metrics of a run."""
+    m = runs.read_metrics(run_dir)
+    return {k: v for k, v in (m[-1] if m else {}).items() if isinstance(v, (int, float)) and k != "step"}
+
+
+def summarize(out: str | Path) -> Path:
+    """``summary.csv``: one row per cell (axes, count, mean and sample std of each final metric)."""
+    from tdyn.experiments.common import write_csv
+
+    out = Path(out)
+    sweep = runs.read_json(out / "sweep.json")
+    cells: dict[str, dict] = {}
+    for r in sweep["runs"]:
+        key = repr(sorted(r["axes"].items()))
+        c = cells.setdefault(key, {"axes": r["axes"], "values": {}, "count": 0})
+        if r["status"] != "finished":
+            continue
+        c["count"] += 1
+        for k, v in final_metrics(out / r["name"]).items():
+            c["values"].setdefault(k, []).append(v)
+    axis_cols = list(next(iter(cells.values()))["axes"]) if cells else []
+    metric_cols = sorted({k for c in cells.values() for k in c["values"]})
+    rows = []
+    for c in cells.values():
+        row = dict(c["axes"]) | {"count": c["count"]}
+        for k in metric_cols:
+            v = np.array(c["values"].get(k, []), dtype=float)
+            row[f"{k}_mean"] = float(v.mean()) if len(v) else math.nan
+            row[f"{k}_std"] = float(v.std(ddof=1)) if len(v) > 1 else math.nan
+        rows.append(row)
+    cols = axis_cols + ["count"] + [f"{k}_{s}" for k in metric_cols for s in ("mean", "std")]
+    return write_csv(out / "summary.csv", rows, cols)
+
+
+def plot_metric(summary_csv: str | Path, metric: str, x: str, curve: str, path: str | Path, panel: str | None = None):
+    """Plot ``metric`` (mean ± std) against axis ``x``, one curve per value of ``curve`` (and one
+    panel per value of ``panel``), from a ``summary.csv``."""
+    import csv
+
+    import matplotlib.pyplot as plt
+
+    from tdyn.report import style
+
+    style.apply()
+    rows = list(csv.DictReader(Path(summary_csv).open()))
+    panels = sorted({r[panel] for r in rows}, key=_num) if panel else [None]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2), squeeze=False)
+    for ax, pv in zip(axes[0], panels):
+        sub = [r for r in rows if panel is None or r[panel] == pv]
+        for cv in sorted({r[curve] for r in sub}, key=_num):
+            pts = sorted(((_num(r[x]), float(r[f"{metric}_mean"]), float(r[f"{metric}_std"] or "nan"))
+                          for r in sub if r[curve] == cv))
+            xs, ys, es = zip(*pts)
+            ax.errorbar(xs, ys, yerr=[0 if math.isnan(e) else e for e in es], marker="o", capsize=2, label=f"{curve}={cv}")
+        ax.set_xlabel(x)
+        ax.set_ylabel(metric)
+        if pv is not None:
+            ax.set_title(f"{panel}={pv}")
+        ax.legend()
+    style.save(fig, path)
+    return Path(path)
+
+
+def _num(s: str):
+    try:
+        return float(s)
+    except (TypeError, ValueError):
+        return s

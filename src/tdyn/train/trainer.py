@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -147,8 +148,10 @@ def checkpoint_schedule(cfg: RunConfig) -> set[int]:
 class Job:
     """S members trained together; see the module docstring."""
 
-    def __init__(self, cfg: RunConfig, members: list[Member], dirs: list[Path], progress: bool = True):
+    def __init__(self, cfg: RunConfig, members: list[Member], dirs: list[Path], progress: bool = True,
+                 resume_dir: Path | None = None):
         self.cfg, self.members, self.dirs, self.progress = cfg, members, dirs, progress
+        self.resume_dir = resume_dir or (dirs[0] if len(dirs) == 1 else dirs[0].parent)
         if cfg.device == "cuda" and not torch.cuda.is_available():
             raise UserError("device = \"cuda\": CUDA is not available here; use device=cpu")
         self.device = torch.device(cfg.device)
@@ -279,7 +282,7 @@ class Job:
                     for i in range(S):
                         if self.active[i]:
                             self._set_status(i, "interrupted", f"interrupted at step {step}; "
-                                             f"continue with: tdyn run --resume {self._resume_dir()}")
+                                             f"continue with: tdyn run --resume {self.resume_dir}")
                     raise KeyboardInterrupt
                 evaluating = step in self.eval_steps
                 scalars, arrays = self._measure(step, self.probe_batch) if evaluating else ({}, {})
@@ -331,9 +334,6 @@ class Job:
             if old_handler is not None:
                 signal.signal(signal.SIGINT, old_handler)
 
-    def _resume_dir(self) -> Path:
-        return self.dirs[0] if len(self.dirs) == 1 else self.dirs[0].parent
-
 
 # ---------------------------------------------------------------- entry points
 
@@ -349,18 +349,33 @@ def _prepare_out(out: Path, force: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
 
 
-def train(cfg: RunConfig | dict, out: str | Path, *, force: bool = False, progress: bool = True) -> list[Path]:
-    """Train every member of ``cfg`` into ``out``; return the member run directories."""
+MANIFEST = "ensemble.json"
+
+
+def train(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] | None = None, force: bool = False,
+          progress: bool = True) -> list[Path]:
+    """Train every member of ``cfg``; return the member run directories.
+
+    By default members go to ``out`` (one member) or ``out/<member>/``; ``dirs`` places them
+    anywhere (one per member, in member order: seeds × lr sets × init scales), with the job's
+    manifest ``out/ensemble.json`` pointing at them (sweeps use this).
+    """
     if not isinstance(cfg, RunConfig):
         cfg = load_config(cfg)
     out = Path(out)
     members = expand_members(cfg)
-    dirs = member_dirs(out, members)
-    job = Job(cfg, members, dirs, progress)  # builds (and validates) before anything is written
-    _prepare_out(out, force)
-    if len(members) > 1:
-        runs.write_json(out / "ensemble.json", {"config": cfg.model_dump(mode="json"),
-                                                "members": [m.name for m in members]})
+    explicit = dirs is not None
+    dirs = [Path(d) for d in dirs] if explicit else member_dirs(out, members)
+    if len(dirs) != len(members):
+        raise UserError(f"{len(members)} members but {len(dirs)} run directories")
+    job = Job(cfg, members, dirs, progress, out)  # builds (and validates) before anything is written
+    for d in ([out] if not explicit else []) + (dirs if explicit else []):
+        _prepare_out(d, force)
+    if explicit or len(members) > 1:
+        out.mkdir(parents=True, exist_ok=True)
+        runs.write_json(out / MANIFEST, {"config": cfg.model_dump(mode="json"),
+                                         "members": [m.name for m in members],
+                                         "dirs": [os.path.relpath(d, out) for d in dirs]})
     for m, d in zip(members, dirs):
         d.mkdir(parents=True, exist_ok=True)
         runs.write_json(d / "config.json", member_config(cfg, m))
@@ -387,15 +402,17 @@ def _run_guarded(job: Job, start: int) -> None:
 def resume(out: str | Path, *, progress: bool = True) -> list[Path]:
     """Continue a job from its last checkpoint common to all unfinished members."""
     out = Path(out)
-    if (out / "ensemble.json").exists():
-        ens = runs.read_json(out / "ensemble.json")
+    if (out / MANIFEST).exists():
+        ens = runs.read_json(out / MANIFEST)
         cfg = load_config(ens["config"])
+        members = expand_members(cfg)
+        dirs = [out / d for d in ens["dirs"]]
     elif runs.is_run_dir(out):
         cfg = load_config(runs.read_config(out))
+        members = expand_members(cfg)
+        dirs = [out]
     else:
         raise UserError(f"{str(out)!r} is not a run directory (no config.json/meta.json or ensemble.json)")
-    members = expand_members(cfg)
-    dirs = member_dirs(out, members)
     status = [runs.read_meta(d)["status"] for d in dirs]
     todo = [i for i, s in enumerate(status) if s not in ("finished", "diverged")]
     if not todo:
@@ -407,7 +424,7 @@ def resume(out: str | Path, *, progress: bool = True) -> list[Path]:
     for d in dirs:  # temporary files left by a kill mid-write
         for tmp in d.rglob(".*.tmp"):
             tmp.unlink()
-    job = Job(cfg, members, dirs, progress)
+    job = Job(cfg, members, dirs, progress, out)
     for i, d in enumerate(dirs):
         if i in todo:
             job._load_member_state(i, runs.load_checkpoint(d, step))

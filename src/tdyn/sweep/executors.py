@@ -1,0 +1,115 @@
+"""Executors behind one interface: ``submit(fn, *args) -> future`` (``.result()`` blocks).
+
+* ``local`` (default): a process pool sized to the cores;
+* ``ray``: Ray tasks on ``address`` (or a local Ray instance); a task whose worker dies is retried;
+* ``slurm``: submitit (``AutoExecutor`` on a Slurm cluster; ``local`` for its local executor).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+from typing import Any, Callable
+
+from tdyn.errors import UserError
+
+
+def _worker_init(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+class LocalExecutor:
+    name = "local"
+    # A killed pool process breaks the whole pool: the sweep driver rebuilds it and resubmits.
+    retry_broken = True
+
+    def __init__(self, workers: int | None = None):
+        cores = os.cpu_count() or 1
+        self.workers = max(1, workers or cores)
+        self._pool: cf.ProcessPoolExecutor | None = None
+
+    def _ensure(self) -> cf.ProcessPoolExecutor:
+        if self._pool is None:
+            threads = max(1, (os.cpu_count() or 1) // self.workers)
+            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
+                                                initializer=_worker_init, initargs=(threads,))
+        return self._pool
+
+    def submit(self, fn: Callable, *args: Any):
+        return self._ensure().submit(fn, *args)
+
+    def reset(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def pids(self) -> list[int]:
+        return list(self._pool._processes) if self._pool is not None else []
+
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+class RayExecutor:
+    name = "ray"
+    retry_broken = False
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None, max_retries: int = 3):
+        try:
+            import ray
+        except ImportError:
+            raise UserError("executor 'ray' needs Ray: pip install 'tdyn[ray]'") from None
+        self.ray = ray
+        self._owns = not ray.is_initialized()
+        if self._owns:
+            ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                     ignore_reinit_error=True)
+        self.max_retries = max_retries
+        self._remotes: dict[Callable, Any] = {}
+
+    def submit(self, fn: Callable, *args: Any):
+        remote = self._remotes.get(fn)
+        if remote is None:
+            remote = self._remotes[fn] = self.ray.remote(max_retries=self.max_retries, num_cpus=1)(fn)
+        return remote.remote(*args).future()
+
+    def shutdown(self) -> None:
+        if self._owns:
+            self.ray.shutdown()
+
+
+class SlurmExecutor:
+    name = "slurm"
+    retry_broken = False
+
+    def __init__(self, folder: str, cluster: str | None = None, **params: Any):
+        try:
+            import submitit
+        except ImportError:
+            raise UserError("executor 'slurm' needs submitit: pip install 'tdyn[slurm]'") from None
+        self.ex = submitit.AutoExecutor(folder=folder, cluster=cluster)
+        if params:
+            self.ex.update_parameters(**params)
+        self._waiter = cf.ThreadPoolExecutor(8)  # turns submitit jobs into concurrent futures
+
+    def submit(self, fn: Callable, *args: Any):
+        return self._waiter.submit(self.ex.submit(fn, *args).result)
+
+    def shutdown(self) -> None:
+        self._waiter.shutdown(wait=True)
+
+
+def make_executor(name: str, *, workers: int | None = None, address: str | None = None,
+                  folder: str | None = None, slurm_cluster: str | None = None):
+    if name == "local":
+        return LocalExecutor(workers)
+    if name == "ray":
+        return RayExecutor(address, num_cpus=workers)
+    if name == "slurm":
+        return SlurmExecutor(folder or ".submitit", cluster=slurm_cluster)
+    raise UserError(f"--executor {name!r}: allowed: local, ray, slurm")

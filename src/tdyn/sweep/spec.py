@@ -1,0 +1,191 @@
+"""Sweep specs and their expansion into runs and batched jobs.
+
+A spec names a base (experiment or config file, or an inline ``config``), base overrides, axes
+(``grid``: product; ``zip``: lists taken together; ``random``: ``n`` seeded samples) and ``seeds``.
+Every cell × seed is one run with a stable directory name derived from its overrides. Runs that
+differ only in seed, learning rates (``optim.groups.<g>.lr``) or init scale are trained as one
+ensemble job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from tdyn.config import Strict, apply_overrides, load_config, read_config_file, validate_config
+from tdyn.errors import ConfigError
+from tdyn.train.trainer import expand_members
+
+_LR_KEY = re.compile(r"^optim\.groups\.([^.]+)\.lr$")
+INIT_KEY = "init_scale"
+
+
+class RandomAxis(Strict):
+    """``kind`` ∈ uniform | loguniform (over [low, high]) | choice (over ``values``)."""
+
+    kind: Literal["uniform", "loguniform", "choice"]
+    low: float | None = None
+    high: float | None = None
+    values: list[Any] = []
+
+
+class RandomAxes(Strict):
+    n: int = Field(ge=1)
+    seed: int = 0
+    params: dict[str, RandomAxis] = Field(min_length=1)
+
+
+class Axes(Strict):
+    grid: dict[str, list[Any]] = {}
+    zip: dict[str, list[Any]] = {}
+    random: RandomAxes | None = None
+
+    @model_validator(mode="after")
+    def _zip_lengths(self):
+        lengths = {len(v) for v in self.zip.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"axes.zip lists must have equal lengths, got {sorted(lengths)}")
+        return self
+
+
+class SweepSpec(Strict):
+    base: str | None = None          # experiment name or config file
+    config: dict[str, Any] | None = None
+    set: list[str] = []
+    axes: Axes = Axes()
+    seeds: list[int] = Field([0], min_length=1)
+
+    @model_validator(mode="after")
+    def _one_base(self):
+        if (self.base is None) == (self.config is None):
+            raise ValueError("give exactly one of base (experiment name or config file) and config (inline)")
+        return self
+
+
+def load_spec(source: str | Path | dict) -> SweepSpec:
+    from pydantic import ValidationError
+
+    from tdyn.config import format_validation_error
+
+    raw = source if isinstance(source, dict) else read_config_file(source)
+    try:
+        return SweepSpec.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, SweepSpec).replace("config error", "sweep spec error")) from None
+
+
+def base_config(spec: SweepSpec) -> dict:
+    if spec.config is not None:
+        return spec.config
+    src = spec.base
+    if Path(src).suffix in (".yaml", ".yml", ".json") or Path(src).exists():
+        return read_config_file(src)
+    from tdyn.experiments.registry import get
+
+    exp = get(src)
+    if exp.default_config is None:
+        raise ConfigError(f"base: experiment {src!r} has no run config")
+    return exp.default_config()
+
+
+def cells(spec: SweepSpec) -> list[dict[str, Any]]:
+    """Every cell's axis values (grid × zip × random), in a stable order."""
+    grid = [dict(zip(spec.axes.grid, vals)) for vals in itertools.product(*spec.axes.grid.values())]
+    n_zip = len(next(iter(spec.axes.zip.values()))) if spec.axes.zip else 1
+    zipped = [{k: v[i] for k, v in spec.axes.zip.items()} for i in range(n_zip)]
+    rand = [{}]
+    if spec.axes.random:
+        r = spec.axes.random
+        rng = np.random.default_rng(r.seed)
+        rand = []
+        for _ in range(r.n):
+            sample = {}
+            for k, a in r.params.items():
+                if a.kind == "choice":
+                    sample[k] = a.values[int(rng.integers(len(a.values)))]
+                elif a.kind == "uniform":
+                    sample[k] = float(rng.uniform(a.low, a.high))
+                else:
+                    sample[k] = float(math.exp(rng.uniform(math.log(a.low), math.log(a.high))))
+            rand.append(sample)
+    return [g | z | r for g in grid for z in zipped for r in rand]
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else json.dumps(v, separators=(",", ":")) if isinstance(v, (list, dict)) else str(v)
+
+
+def run_name(axes: dict[str, Any], seed: int) -> str:
+    """A stable, filesystem-safe directory name from a run's overrides."""
+    parts = [f"{k}={_fmt(v)}" for k, v in axes.items()] + [f"seed={seed}"]
+    return re.sub(r"[^A-Za-z0-9_.,=+-]", "-", "__".join(parts))
+
+
+@dataclasses.dataclass
+class Run:
+    name: str
+    axes: dict[str, Any]
+    seed: int
+
+
+@dataclasses.dataclass
+class JobPlan:
+    """One ensemble job: a validated config whose members are exactly ``runs`` (in member order)."""
+
+    id: str
+    config: dict
+    runs: list[Run]
+
+
+def _override(k: str, v: Any) -> str:
+    return f"{k}={json.dumps(v) if isinstance(v, (list, dict)) else v}"
+
+
+def plan(spec: SweepSpec) -> list[JobPlan]:
+    """Group the spec's runs into ensemble jobs (seeds × lr sets × init scales on the leading axis)."""
+    base = apply_overrides(base_config(spec), spec.set)
+    groups: dict[str, list[dict]] = {}
+    for cell in cells(spec):
+        fixed = {k: v for k, v in cell.items() if not _LR_KEY.match(k) and k != INIT_KEY}
+        groups.setdefault(json.dumps(fixed, sort_keys=True, default=str), []).append(cell)
+    jobs = []
+    for key, group in groups.items():
+        fixed = json.loads(key)
+        raw = apply_overrides(base, [_override(k, v) for k, v in fixed.items()])
+        cfg0 = validate_config(raw)
+        lr_sets = [tuple(sorted((_LR_KEY.match(k).group(1), float(v)) for k, v in c.items() if _LR_KEY.match(k)))
+                   for c in group]
+        scales = [float(c.get(INIT_KEY, 1.0)) for c in group]
+        uniq_lr, uniq_sc = sorted(set(lr_sets)), sorted(set(scales))
+        full_product = len(group) == len(uniq_lr) * len(uniq_sc) and len(set(zip(lr_sets, scales))) == len(group)
+        subgroups = [group] if full_product else [[c for c, s in zip(group, scales) if s == sc] for sc in uniq_sc]
+        for sub in subgroups:
+            sub_lr = sorted({lr for c, lr in zip(group, lr_sets) if c in sub})
+            sub_sc = sorted({s for c, s in zip(group, scales) if c in sub})
+            d = cfg0.model_dump(mode="json")
+            d["seeds"] = list(spec.seeds)
+            d["ensemble"] = {"lrs": [dict(lr) for lr in sub_lr] if any(sub_lr) else [],
+                             "init_scales": sub_sc if INIT_KEY in sub[0] else []}
+            cfg = validate_config(d)
+            by_member = {}
+            for c in sub:
+                lr = dict(lr_sets[group.index(c)])
+                sc = float(c.get(INIT_KEY, 1.0))
+                for seed in spec.seeds:
+                    by_member[(seed, tuple(sorted(lr.items())), sc)] = Run(run_name(c, seed), c, seed)
+            members = expand_members(cfg)
+            runs_ = [by_member[(m.seed, tuple(sorted({g: m.lrs[g] for g in dict(lr_sets[0])}.items())), m.init_scale)]
+                     for m in members]
+            jobs.append(JobPlan(f"job{len(jobs):04d}", d, runs_))
+    names = [r.name for j in jobs for r in j.runs]
+    if len(set(names)) != len(names):
+        raise ConfigError("sweep: two runs have the same overrides; axes must not repeat values")
+    return jobs

@@ -1,0 +1,164 @@
+"""Sweeps: expansion and batching, local / Ray / submitit executors, skipping finished runs,
+failures, and killed workers (no lost or altered results)."""
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tdyn import runs
+from tdyn.sweep import run_sweep, summarize
+from tdyn.sweep.executors import LocalExecutor
+from tdyn.sweep.spec import cells, load_spec, plan
+
+SPEC = {"base": "configs/syn_small.yaml", "set": ["optim.steps=12", "model.init=torch_default"],
+        "axes": {"grid": {"data.seq_len": [16, 32], "optim.groups.Y.lr": [1.0, 10.0]}}, "seeds": [0, 1]}
+
+
+def _metrics_by_run(out: Path) -> dict[str, str]:
+    sw = runs.read_json(out / "sweep.json")
+    return {r["name"]: (out / r["name"] / "metrics.jsonl").read_text() for r in sw["runs"]}
+
+
+def test_plan_batches_seeds_and_lrs():
+    jobs = plan(load_spec(SPEC))
+    assert len(jobs) == 2                                  # one ensemble job per seq_len
+    assert all(len(j.runs) == 4 for j in jobs)             # 2 seeds × 2 learning rates
+    names = [r.name for j in jobs for r in j.runs]
+    assert "data.seq_len=16__optim.groups.Y.lr=10__seed=1" in names
+    assert plan(load_spec(SPEC))[0].runs == jobs[0].runs   # stable
+
+
+def test_axes_zip_and_random():
+    spec = load_spec({"base": "configs/syn_small.yaml", "axes": {
+        "zip": {"optim.groups.Y.lr": [1, 2, 3], "optim.groups.Z.lr": [0.1, 0.2, 0.3]},
+        "random": {"n": 4, "seed": 7, "params": {"data.seq_len": {"kind": "choice", "values": [16, 32]},
+                                                 "init_scale": {"kind": "loguniform", "low": 0.1, "high": 1}}}}})
+    cs = cells(spec)
+    assert len(cs) == 12 and cs == cells(spec)
+    assert {(c["optim.groups.Y.lr"], c["optim.groups.Z.lr"]) for c in cs} == {(1, 0.1), (2, 0.2), (3, 0.3)}
+    assert all(0.1 <= c["init_scale"] <= 1 for c in cs)
+    jobs = plan(spec)
+    assert sum(len(j.runs) for j in jobs) == 12
+
+
+def test_bad_spec_is_a_config_error(cli, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("base: configs/syn_small.yaml\naxes: {grid: {data.seq_len: [16]}, zipp: {}}\n")
+    r = cli("sweep", bad, "--out", tmp_path / "o")
+    assert r.returncode == 2 and "axes.zipp" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_local_sweep_skip_summary_and_failure(tmp_path):
+    out = tmp_path / "sw"
+    st = run_sweep(SPEC, out, workers=2, progress=False)
+    assert len(st) == 8 and set(st.values()) == {"finished"}
+    rows = (out / "summary.csv").read_text().splitlines()
+    assert rows[0].startswith("data.seq_len,optim.groups.Y.lr,count,loss_mean,loss_std")
+    assert len(rows) == 5 and all(r.split(",")[2] == "2" for r in rows[1:])
+    before = {n: (out / n / "metrics.jsonl").stat().st_mtime_ns for n in st}
+    run_sweep(SPEC, out, workers=2, progress=False)         # finished runs are skipped
+    assert {n: (out / n / "metrics.jsonl").stat().st_mtime_ns for n in st} == before
+    # a job that raises is recorded as failed with its error; the other jobs complete
+    spec = dict(SPEC, axes={"grid": {"model.parameterization": ["yz", "embedding"]}}, seeds=[0])
+    st = run_sweep(spec, tmp_path / "fail", workers=2, progress=False)
+    sw = runs.read_json(tmp_path / "fail" / "sweep.json")
+    by = {r["axes"]["model.parameterization"]: r for r in sw["runs"]}
+    assert by["yz"]["status"] == "finished"
+    assert by["embedding"]["status"] == "failed" and "unknown parameter 'Y'" in by["embedding"]["error"]
+
+
+LONG = {"base": "configs/syn_small.yaml",
+        "set": ["optim.steps=1200", "checkpoint.every=100", "checkpoint.schedule=none", "model.init=torch_default"],
+        "axes": {"grid": {"data.seq_len": [64, 128]}}, "seeds": [0, 1]}
+
+
+def _kill_when_checkpointed(out: Path, pids, min_step=300, timeout=120):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        steps = [max(runs.checkpoint_steps(d), default=-1) for d in out.glob("data.seq_len=*")]
+        if steps and max(steps) >= min_step:
+            victims = pids()
+            if victims:
+                os.kill(victims[0], signal.SIGKILL)
+                return victims[0]
+        time.sleep(0.01)
+    raise AssertionError("no worker to kill")
+
+
+@pytest.mark.slow
+def test_killed_pool_worker_loses_nothing(tmp_path):
+    ref = tmp_path / "ref"
+    run_sweep(LONG, ref, workers=2, progress=False)
+    out = tmp_path / "killed"
+    ex = LocalExecutor(2)
+    th = threading.Thread(target=run_sweep, args=(LONG, out), kwargs=dict(executor_obj=ex, progress=False))
+    th.start()
+    _kill_when_checkpointed(out, ex.pids)
+    th.join(300)
+    ex.shutdown()
+    assert _metrics_by_run(out) == _metrics_by_run(ref)
+    assert {r["status"] for r in runs.read_json(out / "sweep.json")["runs"]} == {"finished"}
+
+
+def _ray_worker_pids() -> list[int]:
+    pids = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if (p / "cmdline").read_bytes().startswith(b"ray::run_job"):
+                    pids.append(int(p.name))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.mark.slow
+def test_ray_single_node_with_killed_worker(tmp_path):
+    ray = pytest.importorskip("ray")
+    from tdyn.sweep.executors import RayExecutor
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        ex = RayExecutor()
+        ref = tmp_path / "ref"
+        run_sweep(LONG, ref, executor_obj=ex, progress=False)
+        out = tmp_path / "killed"
+        th = threading.Thread(target=run_sweep, args=(LONG, out), kwargs=dict(executor_obj=ex, progress=False))
+        th.start()
+        _kill_when_checkpointed(out, _ray_worker_pids)
+        th.join(300)
+        assert _metrics_by_run(out) == _metrics_by_run(ref)
+        assert {r["status"] for r in runs.read_json(out / "sweep.json")["runs"]} == {"finished"}
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.slow
+def test_submitit_local_executor(tmp_path):
+    pytest.importorskip("submitit")
+    from tdyn.sweep.executors import SlurmExecutor
+
+    ex = SlurmExecutor(str(tmp_path / "submitit"), cluster="local", timeout_min=10)
+    st = run_sweep(SPEC, tmp_path / "sw", executor_obj=ex, progress=False)
+    assert set(st.values()) == {"finished"} and len(st) == 8
+    local = tmp_path / "local"
+    run_sweep(SPEC, local, workers=2, progress=False)
+    # other processes may use other torch thread counts: equal to float tolerance
+    a, b = _metrics_by_run(tmp_path / "sw"), _metrics_by_run(local)
+    assert a.keys() == b.keys()
+    for n in a:
+        for ra, rb in zip(runs.read_metrics(tmp_path / "sw" / n), runs.read_metrics(local / n), strict=True):
+            assert ra.keys() == rb.keys() and all(ra[k] == pytest.approx(rb[k], rel=1e-4, abs=1e-6) for k in ra)
+
+
+def test_summarize_cli(cli, tmp_path):
+    out = tmp_path / "sw"
+    run_sweep(dict(SPEC, seeds=[0]), out, workers=1, progress=False)
+    (out / "summary.csv").unlink()
+    r = cli("sweep", "--summarize", out)
+    assert r.returncode == 0 and (out / "summary.csv").exists()
+    summarize(out)
