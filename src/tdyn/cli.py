@@ -122,6 +122,14 @@ def _cmd_sweep(args) -> int:
     return 0 if set(status.values()) <= {"finished"} else 1
 
 
+def _cmd_bench(args) -> int:
+    from tdyn import bench
+
+    bench.run(args.out, quick=args.quick, only=args.only)
+    print(f"wrote {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tdyn", description="Training dynamics of one-layer transformers: "
                                 "the papers' data, models, theory checks and figures.")
@@ -166,6 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--summarize", metavar="DIR", help="(re)write DIR/summary.csv and exit")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=_cmd_sweep)
+
+    s = sub.add_parser("bench", help="measure the speed of each paper's canonical settings",
+                       description="Measure steps/s, ensemble vs one-at-a-time, sweep wall time and the other "
+                       "registered speed figures in one process; write bench.json and print a table.")
+    s.add_argument("--out", default="bench.json", help="output JSON (default: bench.json)")
+    s.add_argument("--quick", action="store_true", help="fewer repetitions (extrapolated where marked)")
+    s.add_argument("--only", action="append", metavar="NAME", help="run only this entry (repeatable)")
+    s.set_defaults(fn=_cmd_bench)
 
     s = sub.add_parser("report", help="summarise a run, sweep or reproduction directory",
                        description="Summarise a run, sweep or reproduction directory.")

@@ -53,13 +53,19 @@ class SequenceClasses:
     common: torch.Tensor          # [M] bool, tokens in the support of more than one class
     num_contextual: int           # ids below this are context tokens (commons + distincts)
 
+    def __post_init__(self):
+        self.cdf = self.table.cumsum(1)
+        self.cdf[:, -1] = 1.0
+
     def sample(self, batch_size: int, seq_len: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """``(x, y)``: x [B, L] with the query at position L−1, y [B] the next-token ids.
 
-        Classes are uniform; the L−1 context tokens are one multinomial draw from the [K, M] table.
+        Classes are uniform; the L−1 context tokens are drawn i.i.d. from the [K, M] table by
+        inverse CDF (one uniform per token, one ``searchsorted`` for the whole batch).
         """
         cls = torch.randint(self.K, (batch_size,), generator=gen)
-        ctx = torch.multinomial(self.table.float()[cls], seq_len - 1, replacement=True, generator=gen)
+        u = torch.rand(batch_size, seq_len - 1, generator=gen, dtype=torch.float64)
+        ctx = torch.searchsorted(self.cdf[cls], u, right=True).clamp_(max=self.M - 1)
         x = torch.cat([ctx, self.query[cls, None]], dim=1)
         return x, self.next_token[cls]
 

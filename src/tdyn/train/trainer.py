@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import math
 import os
 import signal
@@ -78,6 +79,7 @@ def member_dirs(out: Path, members: list[Member]) -> list[Path]:
     return [out] if len(members) == 1 else [out / m.name for m in members]
 
 
+@functools.lru_cache(maxsize=1)
 def _git_commit() -> str | None:
     try:
         r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(tdyn.__file__).parent,

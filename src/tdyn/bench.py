@@ -1,0 +1,99 @@
+"""``tdyn bench``: speed of the canonical settings, measured in one process (never in tests).
+
+Each paper area registers entries with :func:`register_bench`; an entry returns a dict of numbers
+(seconds, rates, ratios). ``run`` writes ``bench.json`` with machine info and prints a table.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+_BENCHES: dict[str, Callable[[bool], dict]] = {}
+
+
+def register_bench(name: str):
+    """Decorator: ``fn(quick: bool) -> dict`` measured by ``tdyn bench`` under ``name``."""
+
+    def deco(fn):
+        if name in _BENCHES:
+            raise RuntimeError(f"bench {name!r} registered twice")
+        _BENCHES[name] = fn
+        return fn
+
+    return deco
+
+
+def timed_train(cfg: dict) -> float:
+    """Wall seconds of one ``train`` call into a temporary directory."""
+    from tdyn.train.trainer import train
+
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        train(cfg, Path(d) / "r", progress=False)
+        return time.perf_counter() - t0
+
+
+@register_bench("scan_snap_single")
+def _single(quick: bool) -> dict:
+    """One Syn-Small run (Fig 4 left: batch 128, length 128)."""
+    from tdyn.experiments.scan_snap import yz_config
+    from tdyn.data.scan_snap import SYN_SMALL
+
+    steps = 100 if quick else 500
+    cfg = yz_config(SYN_SMALL, steps=steps)
+    timed_train(yz_config(SYN_SMALL, steps=5))  # warm-up
+    s = timed_train(cfg)
+    return {"steps": steps, "seconds": s, "steps_per_s": steps / s}
+
+
+@register_bench("scan_snap_ensemble32")
+def _ensemble(quick: bool) -> dict:
+    """S = 32 seeds as one ensemble vs the same 32 runs one at a time (Syn-Small, 100 steps)."""
+    from tdyn.experiments.scan_snap import yz_config
+    from tdyn.data.scan_snap import SYN_SMALL
+
+    S, steps = 32, 100
+    cfg = yz_config(SYN_SMALL, steps=steps, init="torch_default", seeds=range(S))
+    ens = timed_train(cfg)
+    one = [timed_train(yz_config(SYN_SMALL, steps=steps, init="torch_default", seeds=[s]))
+           for s in range(4 if quick else S)]
+    seq = sum(one) * S / len(one)
+    return {"members": S, "steps": steps, "ensemble_s": ens, "one_member_s": sum(one) / len(one),
+            "sequential_s": seq, "sequential_extrapolated": len(one) < S,
+            "ensemble_over_one_member": ens / (sum(one) / len(one)), "speedup": seq / ens}
+
+
+def machine_info() -> dict:
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+            "cuda": torch.cuda.is_available()}
+
+
+def run(out: str | Path, quick: bool = False, only: list[str] | None = None) -> dict:
+    import tdyn.experiments  # noqa: F401  (experiment modules register their benches)
+    from tdyn import runs
+    from tdyn.errors import UserError
+
+    names = only or list(_BENCHES)
+    bad = [n for n in names if n not in _BENCHES]
+    if bad:
+        raise UserError(f"unknown bench {bad[0]!r}; allowed: {', '.join(_BENCHES)}")
+    result = {"machine": machine_info(), "quick": quick, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    for n in names:
+        t0 = time.perf_counter()
+        result[n] = _BENCHES[n](quick)
+        result[n]["bench_wall_s"] = time.perf_counter() - t0
+        print(f"{n:<28} " + "  ".join(f"{k}={_fmt(v)}" for k, v in result[n].items()), flush=True)
+    runs.write_json(Path(out), result)
+    return result
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
