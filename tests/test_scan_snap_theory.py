@@ -105,3 +105,13 @@ def test_p_correct_half_at_scan_end():
     h = th.h_continuous(np.array([th.t0_prime(K, M, eta), th.t0(K, M, eta)]) / K, M, eta)
     p = th.p_correct(h, M)
     assert p[0] <= 0.5 < p[1]
+
+
+@pytest.mark.parametrize("name", ["scan-snap/fig3", "scan-snap/fig8", "scan-snap/fig9"])
+def test_theory_reproductions(tmp_path, name):
+    from tdyn.experiments.registry import ReproduceContext, get
+
+    res = get(name).reproduce(ReproduceContext(out=tmp_path, quick=True, progress=False))
+    assert res["claims"] and all(c["held"] for c in res["claims"])
+    for f in res["files"]:
+        assert (tmp_path / f).stat().st_size > 0
