@@ -67,3 +67,14 @@ def test_snap_time_on_theory_curve_tracks_t0():
         z = np.concatenate([[0.0], np.cumsum(th.gamma(t, K, M, eta))])
         out.append(sw.snap_time(z) * eta)
     assert np.ptp(out) <= 2.0                                     # t_peak·η_Y constant up to step rounding
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["scan-snap/fig5", "scan-snap/thm3", "scan-snap/snap-time"])
+def test_trained_reproductions_quick(tmp_path, name):
+    from tdyn.experiments.registry import get
+
+    res = get(name).reproduce(ReproduceContext(out=tmp_path, quick=True, progress=False))
+    assert res["claims"] and all(c["held"] in (True, False) for c in res["claims"])
+    for f in res["files"]:
+        assert (tmp_path / f).stat().st_size > 0
