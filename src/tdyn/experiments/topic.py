@@ -183,7 +183,7 @@ def _heatmaps(path: Path, mats: dict[str, torch.Tensor], v: int, suptitle: str) 
     from tdyn.report import style
 
     style.apply()
-    fig, axes = plt.subplots(1, len(mats), figsize=(4.3 * len(mats), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(mats), figsize=(4.6 * len(mats), 4), squeeze=False, layout="constrained")
     for ax, (title, M) in zip(axes[0], mats.items()):
         M = M.detach().double().numpy()
         lim = np.abs(M).max() or 1.0
@@ -250,3 +250,268 @@ def reproduce_embeddings(ctx: ReproduceContext) -> dict:
                              "mean for every topic, every seed (spec §9b)", held,
                              min_topic_contrast=[r["min_topic_contrast"] for r in rows])],
             "files": ["embeddings.csv", "embeddings.png"]}
+
+
+# ---------------------------------------------------------------- E2: stage 1
+
+
+def stage1_config(seed: int = 0, quick: bool = False) -> dict:
+    return lda_config(E2, steps=300 if quick else 3000, seeds=[seed] if quick else [seed, seed + 1, seed + 2],
+                      quick=quick)
+
+
+@register("topic/stage1", "E2: W_V alone learns the topic blocks (one-hot, attention frozen uniform, the authors' demo)",
+          default_config=stage1_config)
+def reproduce_stage1(ctx: ReproduceContext) -> dict:
+    cfg, dirs = _train(ctx, "e2", stage1_config(ctx.seed, ctx.quick))
+    dc = cfg.typed_data()
+    v, ds = dc.words_per_topic, dataset(dc)
+    opt = convex_optimum(ds)
+    rows, per_topic = [], []
+    for d in dirs:
+        model, _ = member_model(d)
+        W = model.W_V[0].detach()
+        bc = block_contrast(W[None], v, NUM_SPECIAL)
+        per_topic.append(bc["per_topic"][0].tolist())
+        rows.append({"run": d.name, "seed": runs.read_meta(d)["seed"], "dev_loss": split_loss(model, ds),
+                     "convex_optimum_dev_loss": opt["dev_loss"], "wv_contrast": float(bc["contrast"]),
+                     "wv_min_topic_contrast": float(bc["per_topic"].min()),
+                     "wv_r2_aI_bB_c11": project_aIbB(W[NUM_SPECIAL:, NUM_SPECIAL:], v)})
+    write_csv(ctx.out / "stage1.csv", rows, list(rows[0]))
+    model, _ = member_model(dirs[0])
+    W = model.W_V[0].detach()
+    _heatmaps(ctx.out / "stage1_value.png", {"W_V": W, "W_Vᵀ W_V (column Gram)": W.T @ W}, v,
+              f"E2 after {cfg.optim.steps} steps (seed {rows[0]['seed']})")
+    dev = float(np.mean([r["dev_loss"] for r in rows]))
+    gap = dev - opt["dev_loss"]
+    claims = [
+        claim("e2-convex", "Dev cross-entropy of E2 is within 0.02 nats of the convex optimum of its model "
+              "class (spec §9a)", abs(gap) <= 0.02, dev_loss=dev, convex_optimum_dev_loss=opt["dev_loss"],
+              difference=gap, convex_optimum_train_loss=opt["train_loss"]),
+        claim("e2-blocks", "W_V block contrast > 0 for all topics, every seed (spec §9a)",
+              all(min(p) > 0 for p in per_topic), min_topic_contrast=[min(p) for p in per_topic]),
+        claim("e2-form", "W_V ≈ a·I + b·B + c·11ᵀ on the words: R² ≥ 0.9 (spec §5.3)",
+              all(r["wv_r2_aI_bB_c11"] >= 0.9 for r in rows), r2=[r["wv_r2_aI_bB_c11"] for r in rows]),
+    ]
+    return {"experiment": "topic/stage1", "config": cfg.model_dump(mode="json"), "dev_loss": dev,
+            "dev_loss_per_seed": [r["dev_loss"] for r in rows], "convex_optimum_dev_loss": opt["dev_loss"],
+            "convex_optimum_train_loss": opt["train_loss"], "wv_block_contrast_per_topic": per_topic,
+            "runs": rows, "claims": claims, "files": ["stage1.csv", "stage1_value.png"]}
+
+
+# ---------------------------------------------------------------- E3 / ablation: stage 2
+
+
+def stage2_config(seed: int = 0, quick: bool = False, mask_correct_prob: float = 0.1) -> dict:
+    return lda_config(E3, data={"mask_correct_prob": mask_correct_prob}, steps=300 if quick else 3000,
+                      seeds=[seed] if quick else [seed, seed + 1, seed + 2], quick=quick)
+
+
+def _attention_rows(dirs: list[Path], label: str) -> list[dict]:
+    rows = []
+    for d in dirs:
+        m = metrics_table(d)
+        rows.append({"variant": label, "run": d.name, "seed": runs.read_meta(d)["seed"],
+                     "same_token": _final(m, "topic.attention/same_token"),
+                     "same_topic": _final(m, "topic.attention/same_topic"),
+                     "diff_topic": _final(m, "topic.attention/diff_topic"),
+                     "gap": _final(m, "topic.attention/gap"), "gap_doc": _final(m, "topic.attention/gap_doc"),
+                     "kq_contrast": _final(m, "topic.blocks/KtQ_contrast"),
+                     "dev_loss_probe": _final(m, "topic.dev_loss/dev_loss")})
+    return rows
+
+
+ATTN_COLS = ["variant", "run", "seed", "same_token", "same_topic", "diff_topic", "gap", "gap_doc", "kq_contrast",
+             "dev_loss_probe"]
+
+
+def _attention_figure(path: Path, runs_by_label: dict[str, Path], v: int, title: str) -> None:
+    """Heat maps of W_Kᵀ W_Q (final) per variant and the attention class averages against step."""
+    import matplotlib.pyplot as plt
+
+    from tdyn.report import style
+
+    style.apply()
+    n = len(runs_by_label)
+    fig, axes = plt.subplots(1, n + 1, figsize=(4.6 * (n + 1), 4), squeeze=False, layout="constrained")
+    for ax, (label, d) in zip(axes[0], runs_by_label.items()):
+        model, _ = member_model(d)
+        M = (model.W_K[0].T @ model.W_Q[0]).detach().numpy()
+        lim = np.abs(M[NUM_SPECIAL:, NUM_SPECIAL:]).max() or 1.0
+        im = ax.imshow(M, cmap="RdBu_r", vmin=-lim, vmax=lim)
+        ax.set_title(f"W_Kᵀ W_Q ({label})")
+        ax.set_xlabel("query id")
+        ax.set_ylabel("key id")
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+    ax = axes[0][n]
+    for (label, d), col in zip(runs_by_label.items(), style.PALETTE):
+        m = metrics_table(d)
+        ax.plot(m["step"], m["topic.attention/same_topic"], color=col, label=f"same topic ({label})")
+        ax.plot(m["step"], m["topic.attention/diff_topic"], color=col, ls="--", label=f"diff topic ({label})")
+    ax.set_xlabel("step")
+    ax.set_ylabel("attention / uniform")
+    ax.legend(fontsize=7)
+    fig.suptitle(title)
+    style.save(fig, path)
+
+
+@register("topic/stage2", "E3: with W_V frozen to the block matrix, W_K, W_Q learn same-topic attention",
+          default_config=stage2_config)
+def reproduce_stage2(ctx: ReproduceContext) -> dict:
+    cfg, dirs = _train(ctx, "e3", stage2_config(ctx.seed, ctx.quick))
+    v = cfg.typed_data().words_per_topic
+    rows = _attention_rows(dirs, "E3")
+    write_csv(ctx.out / "stage2.csv", rows, ATTN_COLS)
+    _attention_figure(ctx.out / "stage2.png", {"E3": dirs[0]}, v, f"E3: W_V = B, {cfg.optim.steps} steps")
+    per_topic = []
+    for d in dirs:
+        model, _ = member_model(d)
+        per_topic.append(block_contrast((model.W_K[0].T @ model.W_Q[0])[None].detach(), v, NUM_SPECIAL)["per_topic"][0].tolist())
+    claims = [
+        claim("e3-attention", "Corrected same-topic attention exceeds different-topic attention, every seed "
+              "(spec §9c)", all(r["gap"] > 0 for r in rows), gap=[r["gap"] for r in rows],
+              same_topic=[r["same_topic"] for r in rows], diff_topic=[r["diff_topic"] for r in rows]),
+        claim("e3-kq-blocks", "W_Kᵀ W_Q block contrast > 0 for all topics, every seed (spec §5.4)",
+              all(min(p) > 0 for p in per_topic), min_topic_contrast=[min(p) for p in per_topic]),
+    ]
+    return {"experiment": "topic/stage2", "config": cfg.model_dump(mode="json"), "runs": rows,
+            "attention_gap": float(np.mean([r["gap"] for r in rows])), "kq_block_contrast_per_topic": per_topic,
+            "claims": claims, "files": ["stage2.csv", "stage2.png"]}
+
+
+@register("topic/no-unchanged-mask", "Ablation p_c = 0: the same-topic attention effect of E3 should vanish (spec §5.4)")
+def reproduce_no_unchanged(ctx: ReproduceContext) -> dict:
+    cfg_a, dirs_a = _train(ctx, "pc0.1", stage2_config(ctx.seed, ctx.quick, 0.1))
+    cfg_b, dirs_b = _train(ctx, "pc0", stage2_config(ctx.seed, ctx.quick, 0.0))
+    v = cfg_a.typed_data().words_per_topic
+    rows = _attention_rows(dirs_a, "p_c=0.1") + _attention_rows(dirs_b, "p_c=0")
+    write_csv(ctx.out / "no_unchanged_mask.csv", rows, ATTN_COLS)
+    _attention_figure(ctx.out / "no_unchanged_mask.png", {"p_c=0.1": dirs_a[0], "p_c=0": dirs_b[0]}, v,
+                      f"E3 with and without unchanged selected tokens, {cfg_a.optim.steps} steps")
+    g1 = float(np.mean([r["gap"] for r in rows if r["variant"] == "p_c=0.1"]))
+    g0 = float(np.mean([r["gap"] for r in rows if r["variant"] == "p_c=0"]))
+    return {"experiment": "topic/no-unchanged-mask", "gap_pc_0.1": g1, "gap_pc_0": g0, "runs": rows,
+            "claims": [claim("pc0-vanishes", "At p_c = 0 the same- minus different-topic attention gap shrinks "
+                             "toward 0: |gap(p_c=0)| ≤ 0.25·gap(p_c=0.1) (spec §5.4, §9c)",
+                             g1 > 0 and abs(g0) <= 0.25 * g1, gap_pc_01=g1, gap_pc_0=g0)],
+            "files": ["no_unchanged_mask.csv", "no_unchanged_mask.png"]}
+
+
+# ---------------------------------------------------------------- E4: two stages
+
+
+def two_stage_configs(seed: int = 0, quick: bool = False, model: dict | None = None) -> dict[str, dict]:
+    """E4 jobs (spec §6): Adam lr 0.01 with ε ∈ {1e-3, 1e-2} (ε·U[0,1), ensemble over init scales),
+    and SGD lr ∈ {0.1, 1.0} with ε = 1e-3 (ensemble over learning rates)."""
+    steps, every = (400, 10) if quick else (10_000, 50)
+    seeds = [seed] if quick else [seed, seed + 1, seed + 2]
+    m = E4 | (model or {})
+    adam = lda_config(m, steps=steps, every=every, seeds=seeds, quick=quick)
+    adam["ensemble"] = {"init_scales": [1.0, 10.0]}
+    sgd = lda_config(m, steps=steps, every=every, seeds=seeds[:1], optimizer="sgd", lr=1.0, quick=quick)
+    sgd["ensemble"] = {"lrs": [{"all": 0.1}, {"all": 1.0}]}
+    for c in (adam, sgd):
+        c["checkpoint"] = {"schedule": "log", "num": 12}
+    return {"adam": adam, "sgd": sgd}
+
+
+def _variant_label(job: str, d: Path) -> tuple[str, dict]:
+    meta = runs.read_meta(d)
+    eps = runs.read_config(d)["model"]["init_eps"] * meta["init_scale"]
+    lr = meta["lrs"]["all"]
+    return f"{job} lr={lr:g} eps={eps:g}", {"optimizer": job, "lr": lr, "eps": eps, "seed": meta["seed"]}
+
+
+def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times: dict[str, dict], title: str) -> None:
+    import matplotlib.pyplot as plt
+
+    from tdyn.report import style
+
+    style.apply()
+    n = len(table)
+    fig, axes = plt.subplots(2, n, figsize=(4.2 * n, 7), squeeze=False, layout="constrained")
+    for j, (label, m) in enumerate(table.items()):
+        ax = axes[0][j]
+        s = np.maximum(m["step"], 1)
+        for key, name in (("dV", "‖W_V − W_V(0)‖"), ("K", "‖W_K‖"), ("Q", "‖W_Q‖"), ("KQ", "‖W_Kᵀ W_Q‖")):
+            ax.plot(s, m[f"topic.norms/{key}"], label=name)
+        t = times[label]
+        ax.axvline(max(t["t_value_half"], 1), color="k", ls="--", lw=0.8, label="t_value_half")
+        ax.axvline(max(t["t_kq_5pct"], 1), color="k", ls=":", lw=0.8, label="t_kq_5pct")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("step")
+        if j == 0:
+            ax.set_ylabel("Frobenius norm")
+            ax.legend(fontsize=7)
+        ax = axes[1][j]
+        for key in ("same_token", "same_topic", "diff_topic"):
+            ax.plot(s, m[f"topic.attention/{key}"], label=key.replace("_", " "))
+        ax.set_xscale("log")
+        ax.set_xlabel("step")
+        if j == 0:
+            ax.set_ylabel("attention / uniform")
+            ax.legend(fontsize=7)
+    fig.suptitle(title)
+    style.save(fig, path)
+
+
+def run_two_stage(ctx: ReproduceContext, name: str, configs: dict[str, dict]) -> dict:
+    """Train the E4 jobs, compute stage times per member, draw the figure; shared by E4 and E6."""
+    table, times, rows = {}, {}, []
+    v = None
+    for job, base in configs.items():
+        cfg, dirs = _train(ctx, f"{name}-{job}", base)
+        v = cfg.typed_data().words_per_topic
+        for d in dirs:
+            label, info = _variant_label(job, d)
+            m = metrics_table(d)
+            t = stage_times(m)
+            rows.append(info | {"run": f"{name}-{job}/{d.name}"} | t
+                        | {"final_loss": _final(m, "loss"), "wv_contrast": _final(m, "topic.blocks/V_contrast"),
+                           "kq_contrast": _final(m, "topic.blocks/KtQ_contrast")})
+            if info["seed"] == ctx.seed:
+                table[label], times[label] = m, t
+    return {"rows": rows, "table": table, "times": times, "v": v}
+
+
+def _summaries(rows: list[dict]) -> tuple[dict, list[dict]]:
+    """The default variant (Adam, ε = 1e-3) pooled over seeds, and the other variants."""
+    keys = ["t_value_half", "t_kq_5pct", "ratio", "final_attention_gap", "kq_growth"]
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["optimizer"], r["lr"], r["eps"]), []).append(r)
+    out = []
+    for (opt, lr, eps), rs in groups.items():
+        s = {"optimizer": opt, "lr": lr, "eps": eps, "seeds": [r["seed"] for r in rs]}
+        s |= {k: float(np.median([r[k] for r in rs])) for k in keys}
+        s |= {"two_stage_all_seeds": all(r["two_stage"] for r in rs),
+              "stage2_happened_all_seeds": all(r["stage2_happened"] for r in rs)}
+        out.append(s)
+    default = next(s for s in out if s["optimizer"] == "adam" and math.isclose(s["eps"], 1e-3))
+    return default, [s for s in out if s is not default]
+
+
+@register("topic/two-stage", "E4: from small init, W_V moves first and W_K, W_Q catch up much later (Adam and SGD)")
+def reproduce_two_stage(ctx: ReproduceContext) -> dict:
+    res = run_two_stage(ctx, "e4", two_stage_configs(ctx.seed, ctx.quick))
+    cols = ["run", "optimizer", "lr", "eps", "seed", "t_value_half", "t_kq_5pct", "ratio", "final_attention_gap",
+            "kq_growth", "stage2_happened", "two_stage", "final_loss", "wv_contrast", "kq_contrast"]
+    write_csv(ctx.out / "two_stage.csv", res["rows"], cols)
+    _two_stage_figure(ctx.out / "two_stage.png", res["table"], res["times"],
+                      "E4: stage norms (log-log) with t_value_half (--) and t_kq_5pct (:); attention by class")
+    default, variants = _summaries(res["rows"])
+    claims = [
+        claim("e4-two-stage-adam-1e-3", "Adam, ε = 1e-3: t_value_half < t_kq_5pct with stage 2 completed "
+              "(guards of spec §6), every seed (spec §9d)", default["two_stage_all_seeds"],
+              t_value_half=default["t_value_half"], t_kq_5pct=default["t_kq_5pct"], ratio=default["ratio"],
+              final_attention_gap=default["final_attention_gap"], kq_growth=default["kq_growth"]),
+    ] + [claim(f"e4-two-stage-{s['optimizer']}-lr{s['lr']:g}-eps{s['eps']:g}",
+               f"{s['optimizer']} lr {s['lr']:g}, ε = {s['eps']:g}: two stages (t_value_half < t_kq_5pct, guards)",
+               s["two_stage_all_seeds"], t_value_half=s["t_value_half"], t_kq_5pct=s["t_kq_5pct"], ratio=s["ratio"],
+               final_attention_gap=s["final_attention_gap"], kq_growth=s["kq_growth"]) for s in variants]
+    return {"experiment": "topic/two-stage", "t_value_half": default["t_value_half"],
+            "t_kq_5pct": default["t_kq_5pct"], "ratio": default["ratio"],
+            "final_attention_gap": default["final_attention_gap"], "kq_growth": default["kq_growth"],
+            "variants": variants, "runs": res["rows"], "claims": claims, "files": ["two_stage.csv", "two_stage.png"]}
