@@ -457,6 +457,36 @@ def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times
     style.save(fig, path)
 
 
+def _stage_heatmaps(path: Path, job_dir: Path, v: int, seed: int) -> None:
+    """W_V − W_V(0) and W_Kᵀ W_Q of the default member (Adam, ε = 1e-3) at the checkpoints nearest
+    to t_value_half, t_kq_5pct and the end (spec §6 plots)."""
+    import matplotlib.pyplot as plt
+
+    from tdyn.report import style
+
+    d = next(p for p in sorted(job_dir.iterdir()) if p.is_dir() and runs.is_run_dir(p)
+             and runs.read_meta(p)["seed"] == seed and runs.read_meta(p)["init_scale"] == 1.0)
+    t = stage_times(metrics_table(d))
+    avail = runs.checkpoint_steps(d)
+    picks = {name: min(avail, key=lambda s: abs(s - t[key])) for name, key in
+             (("t_kq_5pct", "t_kq_5pct"), ("t_value_half", "t_value_half"))}
+    W0 = runs.params_of(runs.load_checkpoint(d, 0))["W_V"]
+    style.apply()
+    fig, axes = plt.subplots(2, 3, figsize=(13, 8), layout="constrained")
+    cols = [(f"≈{n} (step {s})", s) for n, s in sorted(picks.items(), key=lambda x: x[1])] + [("end", "final")]
+    for j, (title, step) in enumerate(cols):
+        p = runs.params_of(runs.load_checkpoint(d, step))
+        for i, (name, M) in enumerate((("W_V − W_V(0)", p["W_V"] - W0), ("W_Kᵀ W_Q", p["W_K"].T @ p["W_Q"]))):
+            ax = axes[i][j]
+            M = M.double().numpy()
+            lim = np.abs(M).max() or 1.0
+            im = ax.imshow(M, cmap="RdBu_r", vmin=-lim, vmax=lim)
+            ax.set_title(f"{name}, {title}", fontsize=9)
+            fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+    fig.suptitle(f"E4 (Adam, ε = 1e-3, seed {seed}): each panel on its own colour scale")
+    style.save(fig, path)
+
+
 def run_two_stage(ctx: ReproduceContext, name: str, configs: dict[str, dict]) -> dict:
     """Train the E4 jobs, compute stage times per member, draw the figure; shared by E4 and E6."""
     table, times, rows = {}, {}, []
@@ -502,6 +532,7 @@ def reproduce_two_stage(ctx: ReproduceContext) -> dict:
     _two_stage_figure(ctx.out / "two_stage.png", res["table"], res["times"],
                       "E4: stage norms (log-log) with t_value_half (--) and t_kq_5pct (:); attention by class")
     default, variants = _summaries(res["rows"])
+    _stage_heatmaps(ctx.out / "two_stage_matrices.png", ctx.out / "runs" / "e4-adam", res["v"], ctx.seed)
     claims = [
         claim("e4-two-stage-adam-1e-3", "Adam, ε = 1e-3: t_value_half < t_kq_5pct with stage 2 completed "
               "(guards of spec §6), every seed (spec §9d)", default["two_stage_all_seeds"],
@@ -514,7 +545,8 @@ def reproduce_two_stage(ctx: ReproduceContext) -> dict:
     return {"experiment": "topic/two-stage", "t_value_half": default["t_value_half"],
             "t_kq_5pct": default["t_kq_5pct"], "ratio": default["ratio"],
             "final_attention_gap": default["final_attention_gap"], "kq_growth": default["kq_growth"],
-            "variants": variants, "runs": res["rows"], "claims": claims, "files": ["two_stage.csv", "two_stage.png"]}
+            "variants": variants, "runs": res["rows"], "claims": claims,
+            "files": ["two_stage.csv", "two_stage.png", "two_stage_matrices.png"]}
 
 
 # ---------------------------------------------------------------- E5 / E6: does each claim still hold?
