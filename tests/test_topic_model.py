@@ -91,7 +91,7 @@ def test_convex_solver_regularised_matches_scipy():
         Wx, bx = x[:20].view(4, 5), x[20:]
         val = softmax_regression_loss(Wx, bx, h, C) + 0.5 * lam * (Wx ** 2).sum()
         val.backward()
-        return float(val), x.grad.numpy()
+        return float(val.detach()), x.grad.numpy()
 
     ref = minimize(f, np.zeros(24), jac=True, method="BFGS", options={"gtol": 1e-11})   # scipy's own solver
     assert abs(f(np.concatenate([W.flatten().numpy(), b.numpy()]))[0] - ref.fun) < 1e-9
