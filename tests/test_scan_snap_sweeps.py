@@ -24,26 +24,30 @@ def test_fig6_config_members():
 
 
 def test_fig6_then_fig11_12_reuse_the_runs(tmp_path, monkeypatch):
+    from tdyn.experiments.common import write_results
+
     monkeypatch.setattr(sw, "FIG6_QUICK", TINY)
-    ctx = ReproduceContext(out=tmp_path / "f6", quick=True, progress=False, overrides=[f"sweep_dir={tmp_path / 's'}"])
+    ctx = ReproduceContext(out=tmp_path / "f6", quick=True, progress=False)
     ctx.out.mkdir()
     res = sw.fig6(ctx)
+    write_results(ctx.out, res)
     with open(ctx.out / "table.csv") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == ["num_last", "num_next", "eta_z", "ratio", "seeds", "entropy_mean", "entropy_std"]
     assert len(rows) == 6 and all(r["seeds"] == "2" and r["num_next"] == "2" for r in rows)
     assert res["runs"] == 12 and len(res["claims"]) == 4
-    manifest = tmp_path / "s" / "fig6-quick" / "last1" / "ensemble.json"
+    manifest = ctx.out / "runs" / "fig6-quick" / "last1" / "ensemble.json"
     stamp = manifest.stat().st_mtime_ns
-    ctx2 = ReproduceContext(out=tmp_path / "f11", quick=True, progress=False, overrides=ctx.overrides)
+    # fig11-12 pointed at fig6's output directory reads its runs
+    ctx2 = ReproduceContext(out=tmp_path / "f11", quick=True, progress=False, overrides=[f"sweep_dir={ctx.out}"])
     ctx2.out.mkdir()
     res2 = sw.fig11_12(ctx2)
     assert manifest.stat().st_mtime_ns == stamp            # not trained again
-    assert res2["runs"] == 12
+    assert res2["runs"] == 12 and not (ctx2.out / "runs").exists()
     assert (ctx2.out / "fig11.png").exists() and (ctx2.out / "fig12.png").exists()
     # a different config is not mistaken for the finished sweep
     ctx3 = ReproduceContext(out=tmp_path / "f6b", quick=True, progress=False,
-                            overrides=ctx.overrides + ["optim.steps=4"])
+                            overrides=[f"sweep_dir={ctx.out / 'runs'}", "optim.steps=4"])
     ctx3.out.mkdir()
     sw.fig6(ctx3)
     assert manifest.stat().st_mtime_ns != stamp

@@ -83,12 +83,16 @@ def fig6_config(num_last: int, grid: dict = FIG6) -> dict:
 def fig6_sweep(ctx: ReproduceContext) -> tuple[dict, list[dict]]:
     """Train (or reuse) the sweep; return (grid, one record per run with its final Z and facts).
 
-    Option ``--set sweep_dir=DIR`` places the runs (default ``<out>/runs``); Figs 6 and 11–12 given
-    the same ``sweep_dir`` train once.
+    Option ``--set sweep_dir=DIR`` places the runs (default ``<out>/runs``); DIR may also be an
+    earlier ``scan-snap/fig6`` output directory. Figs 6 and 11–12 given the same runs train once.
+    The sweep uses the paper's seeds 1..10 (``--seed`` is not used).
     """
     mine, overrides = _split_overrides(ctx.overrides, ("sweep_dir",))
     grid = FIG6_QUICK if ctx.quick else FIG6
-    root = Path(mine.get("sweep_dir", ctx.out / "runs")) / ("fig6-quick" if ctx.quick else "fig6")
+    base = Path(mine.get("sweep_dir", ctx.out / "runs"))
+    if (base / "results.json").exists() and (base / "runs").is_dir():     # an earlier fig6 --out
+        base = base / "runs"
+    root = base / ("fig6-quick" if ctx.quick else "fig6")
     records = []
     for nl in grid["num_last"]:
         cfg = configure(fig6_config(nl, grid), overrides)
