@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 
@@ -18,7 +19,6 @@ import torch
 from tdyn import runs
 from tdyn.bench import register_bench
 from tdyn.data import scan_snap as data
-from tdyn.errors import ConfigError
 from tdyn.experiments.common import claim, configure, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.experiments.scan_snap import yz_config
@@ -39,10 +39,29 @@ def _lrs(run_dir: Path) -> tuple[float, float]:
     return g["Y"]["lr"], g["Z"]["lr"]
 
 
-def _split_overrides(overrides: list[str], own: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
-    """Separate this module's ``key=value`` options (``own``) from run-config overrides."""
-    mine = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] in own}
-    return mine, [o for o in overrides if o.split("=", 1)[0] not in own]
+OPTIONS = ("sweep_dir", "threads")
+DEFAULT_THREADS = 1   # intra-op threads while training; see ``torch_threads``
+
+
+def _options(ctx: ReproduceContext) -> tuple[dict[str, str], list[str]]:
+    """This module's ``--set`` options (``sweep_dir=DIR``, ``threads=N``) and the run-config overrides."""
+    key = lambda o: o.split("=", 1)[0]  # noqa: E731
+    return ({key(o): o.split("=", 1)[1] for o in ctx.overrides if key(o) in OPTIONS},
+            [o for o in ctx.overrides if key(o) not in OPTIONS])
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """Train with ``n`` intra-op threads. The default 1 is measured on the project's 2-core machine
+    shared with other jobs: back to back, while another job held one core, Fig 6 quick-grid panels
+    took 1.0 s / 2.5 s with 1 thread and 25.7 s / 32.7 s with 2 (a parallel region waits for the
+    descheduled thread; these ops are small). ``tdyn bench`` reports both for the largest panel."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def _finished(out: Path, cfg) -> list[Path] | None:
@@ -54,10 +73,14 @@ def _finished(out: Path, cfg) -> list[Path] | None:
     return dirs if all(runs.read_meta(d)["status"] == "finished" for d in dirs) else None
 
 
-def _train_or_reuse(cfg, out: Path, progress: bool) -> list[Path]:
+def _train(cfg, out: Path, ctx: ReproduceContext, reuse: bool = False) -> list[Path]:
+    """Train ``cfg`` into ``out`` (or, with ``reuse``, return a finished job there from the same config)."""
     from tdyn.train.trainer import train
 
-    return _finished(out, cfg) or train(cfg, out, force=True, progress=progress)
+    if reuse and (dirs := _finished(out, cfg)):
+        return dirs
+    with torch_threads(int(_options(ctx)[0].get("threads", DEFAULT_THREADS))):
+        return train(cfg, out, force=True, progress=ctx.progress)
 
 
 # ---------------------------------------------------------------- Fig 6 sweep (shared with Figs 11–12)
@@ -87,7 +110,7 @@ def fig6_sweep(ctx: ReproduceContext) -> tuple[dict, list[dict]]:
     earlier ``scan-snap/fig6`` output directory. Figs 6 and 11–12 given the same runs train once.
     The sweep uses the paper's seeds 1..10 (``--seed`` is not used).
     """
-    mine, overrides = _split_overrides(ctx.overrides, ("sweep_dir",))
+    mine, overrides = _options(ctx)
     grid = FIG6_QUICK if ctx.quick else FIG6
     base = Path(mine.get("sweep_dir", ctx.out / "runs"))
     if (base / "results.json").exists() and (base / "runs").is_dir():     # an earlier fig6 --out
@@ -97,7 +120,7 @@ def fig6_sweep(ctx: ReproduceContext) -> tuple[dict, list[dict]]:
     for nl in grid["num_last"]:
         cfg = configure(fig6_config(nl, grid), overrides)
         dist = _facts(cfg)
-        for d in _train_or_reuse(cfg, root / f"last{nl}", ctx.progress):
+        for d in _train(cfg, root / f"last{nl}", ctx, reuse=True):
             eta_y, eta_z = _lrs(d)
             records.append({"num_last": nl, "dist": dist, "eta_z": eta_z, "ratio": round(eta_y / eta_z, 6),
                             "seed": runs.read_meta(d)["seed"], "Z": _final(d), "dir": d})
@@ -268,13 +291,11 @@ def fig5(ctx: ReproduceContext) -> dict:
     renormalised distinct-token attention c_n at the end (uniform share: 1/10)."""
     from tdyn.experiments.scan_snap import FIG4_ROWS
     from tdyn.report import style
-    from tdyn.train.trainer import train
-
-    cfg = configure(fig5_config(ctx.seed), ctx.overrides)
+    cfg = configure(fig5_config(ctx.seed), _options(ctx)[1])
     if ctx.quick:
         cfg.optim.steps = 50
     dist = _facts(cfg)
-    dirs = train(cfg, ctx.out / "runs" / "fig5", force=True, progress=ctx.progress)
+    dirs = _train(cfg, ctx.out / "runs" / "fig5", ctx)
     keys = FIG4_ROWS + ["final"]
     per, rows = {}, []
     for d in dirs:
@@ -338,13 +359,12 @@ def thm3(ctx: ReproduceContext) -> dict:
     from scipy.stats import spearmanr
 
     from tdyn.report import style
-    from tdyn.train.trainer import train
 
     rows, final, signs, inv_final = [], {}, {}, {}
     for name, raw in thm3_configs(ctx.seed, ctx.quick).items():
-        cfg = configure(raw, ctx.overrides)
+        cfg = configure(raw, _options(ctx)[1])
         dist = _facts(cfg)
-        for d in train(cfg, ctx.out / "runs" / name, force=True, progress=ctx.progress):
+        for d in _train(cfg, ctx.out / "runs" / name, ctx):
             seed = runs.read_meta(d)["seed"]
             steps = [s for s in runs.checkpoint_steps(d) if s > 0] + ["final"]
             Z = torch.stack([runs.params_of(runs.load_checkpoint(d, s))["Z"].double() for s in steps])
@@ -451,17 +471,16 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
     zero init, η_Z = 0.1, η_Y ∈ {0.5, 1, 2, 4}, 2 seeds.
     """
     from tdyn.report import style
-    from tdyn.train.trainer import train
 
     grid = SNAP_QUICK if ctx.quick else SNAP
     rows, curves = [], {}
     for nl in grid["num_last"]:
-        cfg = configure(snap_config(nl, ctx.seed, grid), ctx.overrides)
+        cfg = configure(snap_config(nl, ctx.seed, grid), _options(ctx)[1])
         dist = _facts(cfg)
         f0 = pr.f_n(torch.zeros(1, dist.M, dist.M, dtype=torch.float64), dist.table, dist.query)[0]
         G = f0 @ f0.T
         rho = float(G[~torch.eye(dist.K, dtype=torch.bool)].mean())
-        for d in train(cfg, ctx.out / "runs" / f"last{nl}", force=True, progress=ctx.progress):
+        for d in _train(cfg, ctx.out / "runs" / f"last{nl}", ctx):
             eta_y, eta_z = _lrs(d)
             rec = runs.read_metrics(d)
             z = np.array([r["scan_snap.attention/top_logit"] for r in rec])
@@ -543,20 +562,29 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
 @register_bench("scan_snap_fig6_sweep")
 def _bench_fig6(quick: bool) -> dict:
     """Wall time of the Fig 6 sweep as 4 ensemble jobs vs the same runs one at a time in this process
-    (the latter extrapolated from a few single runs per panel)."""
+    (the latter extrapolated from a few single runs per panel), both with ``DEFAULT_THREADS``
+    intra-op threads; and the largest panel again with torch's default thread count."""
     from tdyn.bench import timed_train
 
     grid = FIG6_QUICK if quick else FIG6
     per_panel = len(grid["seeds"]) * len(grid["etas_z"]) * len(grid["ratios"])
-    ens, seq, n_single = 0.0, 0.0, 2 if quick else 3
-    timed_train(fig6_config(1, grid | {"seeds": [1], "etas_z": [1.0], "ratios": [1.0], "steps": 5}))  # warm-up
-    for nl in grid["num_last"]:
-        ens += timed_train(fig6_config(nl, grid))
-        singles = [timed_train(fig6_config(nl, grid | {"seeds": [s], "etas_z": [grid["etas_z"][i % len(grid["etas_z"])]],
-                                                      "ratios": [grid["ratios"][i % len(grid["ratios"])]]}))
+    n_single = 2 if quick else 3
+    ens, seq = {}, 0.0
+    default_threads = torch.get_num_threads()
+    with torch_threads(DEFAULT_THREADS):
+        timed_train(fig6_config(1, grid | {"seeds": [1], "etas_z": [1.0], "ratios": [1.0], "steps": 5}))  # warm-up
+        for nl in grid["num_last"]:
+            ens[nl] = timed_train(fig6_config(nl, grid))
+            one = [timed_train(fig6_config(nl, grid | {"seeds": [s], "etas_z": [grid["etas_z"][i % len(grid["etas_z"])]],
+                                                       "ratios": [grid["ratios"][i % len(grid["ratios"])]]}))
                    for i, s in enumerate(grid["seeds"][:n_single])]
-        seq += per_panel * sum(singles) / len(singles)
-    runs_total = per_panel * len(grid["num_last"])
-    return {"runs": runs_total, "ensemble_s": ens, "sequential_s": seq, "sequential_extrapolated": True,
-            "single_runs_timed": n_single * len(grid["num_last"]), "speedup": seq / ens, "under_2_min": ens < 120}
-
+            seq += per_panel * sum(one) / len(one)
+    big = grid["num_last"][-1]
+    big_default = timed_train(fig6_config(big, grid))
+    total = sum(ens.values())
+    return {"runs": per_panel * len(grid["num_last"]), "threads": DEFAULT_THREADS, "ensemble_s": total,
+            "ensemble_s_per_panel": {f"{nl}/{2 * nl}": v for nl, v in ens.items()},
+            "sequential_s": seq, "sequential_extrapolated": True, "single_runs_timed": n_single * len(grid["num_last"]),
+            "speedup": seq / total, "under_2_min": total < 120,
+            f"panel_{big}/{2 * big}_s_at_{default_threads}_threads": big_default,
+            f"panel_{big}/{2 * big}_s_at_{DEFAULT_THREADS}_threads": ens[big]}
