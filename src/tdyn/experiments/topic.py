@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from tdyn import runs
+from tdyn.bench import register_bench
 from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig, LdaDataset
 from tdyn.experiments.common import claim, configure, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
@@ -648,6 +649,12 @@ def reproduce_squared(ctx: ReproduceContext) -> dict:
 
 
 # ---------------------------------------------------------------- speed
+
+
+@register_bench("topic")
+def _bench(quick: bool) -> dict[str, float]:
+    """``tdyn bench``: steps/s of the topic/stage1 and topic/two-stage settings."""
+    return {f"{k}_steps_per_s": v for k, v in bench(20 if quick else 100).items()}
 
 
 def bench(steps: int = 50) -> dict[str, float]:
