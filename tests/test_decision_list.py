@@ -203,3 +203,30 @@ def test_hessian_power_iteration_vs_dense():
     H = torch.autograd.functional.hessian(F, flat)
     ev = torch.linalg.eigvalsh(H)
     assert lam == pytest.approx(float(ev[-1]), rel=1e-6)
+
+
+@pytest.mark.parametrize("sampler", ["A", "B"])
+def test_reduced_sample_correct_vs_full_model(sampler):
+    L, n, M, c = 9, 4, 3, 25.0
+    task = dl.make_task(L, M, seed=6)
+    s = dl.sample(task, 400, n, sampler, torch.Generator().manual_seed(2))
+    g = torch.Generator().manual_seed(3)
+    for _ in range(10):
+        w = torch.randn(M + 1, generator=g, dtype=torch.float64) + torch.linspace(2, 0, M + 1, dtype=torch.float64)
+        W = w[M].repeat(L, L)
+        W[task.lists, torch.arange(L)[:, None]] = w[:M]
+        model = _model(L, V=c * task.P)
+        with torch.no_grad():
+            model.W[0] = W
+        full = (th.position_margins(model, task, s)[0] > 0).all(-1)
+        assert torch.equal(th.reduced_sample_correct(w, task, s), full)
+
+
+def test_flow_hitting_times_ordered():
+    L, n, M = 30, 5, 2
+    task = dl.make_task(L, M, seed=0)
+    s = dl.sample(task, 2000, n, "A", torch.Generator().manual_seed(0))
+    c = 4 * n * math.log(L) / dl.delta_gamma(L, n, M, "A")["delta"]
+    r = th.solve_reduced_flow(L, n, M, "A", c, t_max=1e5, samples=(task, s))
+    assert r.T_N is not None and r.T_pop[1e-3] is not None
+    assert r.T_N <= (r.T_sup if r.T_sup is not None else math.inf)

@@ -270,19 +270,53 @@ def reduced_acc_pop(w: torch.Tensor, cf: ReducedConfigs) -> float:
     return float(((tgt > rest).double() @ cf.logw.exp()) * cf.L)
 
 
+def reduced_sample_correct(w: torch.Tensor, task: DecisionListTask, s: torch.Tensor) -> torch.Tensor:
+    """For the reduced state w (W[a_k,q] = w_k, W[t,q] = w_out off the list) and V = cP: whether every
+    position of each sequence s (N, n) is strictly correct (spec §6.4 rule), (N,) bool."""
+    lst = task.lists[s]                                              # (N, n_query, M)
+    m = task.M
+    hit = s[:, None, :, None] == lst[:, :, None, :]                  # (N, q, key, M)
+    slot = torch.where(hit.any(-1), hit.to(torch.int8).argmax(-1), torch.full_like(s[:, None, :], m))
+    cnt = (s[:, :, None] == s[:, None, :]).sum(-1).double()          # count of each key's token
+    score = cnt.log()[:, None, :] + w[slot]                          # (N, q, key)
+    k = torch.where(hit.any(-2), torch.arange(m), m).amin(-1)       # first present list slot per query
+    is_tgt = slot == k[..., None]
+    tgt = torch.where(is_tgt, score, -torch.inf).amax(-1)
+    rest = torch.where(is_tgt, -torch.inf, score).amax(-1)
+    return (tgt > rest).all(-1)
+
+
 @dataclasses.dataclass
 class FlowResult:
     T_sup: float | None           # first time Err_sup = 0 (None: not reached by t_max)
     T_pop: dict[float, float | None]
+    T_N: float | None             # first time all N fixed samples are correct (None: no samples / not reached)
     t: np.ndarray                 # dense time grid
     w: np.ndarray                 # (len(t), m+1)
     t_max: float
 
 
+def _first_time(sol, ts: np.ndarray, ok: np.ndarray, pred, fallback: float | None) -> float | None:
+    """First grid time where pred holds, refined by bisection on the dense solution."""
+    hit = np.nonzero(ok)[0]
+    if not len(hit):
+        return fallback
+    j = hit[0]
+    if j == 0:
+        return 0.0
+    lo, hi = ts[j - 1], ts[j]
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if pred(torch.from_numpy(sol.sol(mid))) else (mid, hi)
+    return float(hi)
+
+
 def solve_reduced_flow(L: int, n: int, m: int, sampler: Sampler, c: float, t_max: float,
-                       eps: tuple[float, ...] = (1e-3,), grid: int = 400) -> FlowResult:
+                       eps: tuple[float, ...] = (1e-3,), grid: int = 400,
+                       samples: tuple[DecisionListTask, torch.Tensor] | None = None) -> FlowResult:
     """Gradient flow on W (V = cP, W₀ = 0) in the reduced coordinates; LSODA with a terminal event at
-    full-support perfection (spec §6.3–6.4). T_pop(ε) by a grid search on the dense solution + bisection."""
+    full-support perfection (spec §6.3–6.4). T_pop(ε) and T_N (on ``samples`` = (task, sequences)) by a
+    grid search on the dense solution + bisection; both are <= T_sup (perfect on the support)."""
     cf = reduced_configs(L, n, m, sampler)
 
     def rhs(_, y):
@@ -299,25 +333,14 @@ def solve_reduced_flow(L: int, n: int, m: int, sampler: Sampler, c: float, t_max
     ts = np.concatenate([[0.0], np.geomspace(max(t_end, 1e-12) * 1e-9, t_end, grid)]) if t_end > 0 else np.zeros(1)
     ws = sol.sol(ts).T if t_end > 0 else np.zeros((1, m + 1))
     acc = np.array([reduced_acc_pop(torch.from_numpy(x), cf) for x in ws])
-    T_pop: dict[float, float | None] = {}
-    for e in eps:
-        hit = np.nonzero(1 - acc <= e)[0]
-        if not len(hit):  # Acc_pop = 1 right after T_sup (every configuration has positive mass)
-            T_pop[e] = T_sup
-            continue
-        j = hit[0]
-        if j == 0:
-            T_pop[e] = 0.0
-            continue
-        lo, hi = ts[j - 1], ts[j]
-        for _ in range(60):
-            mid = 0.5 * (lo + hi)
-            if 1 - reduced_acc_pop(torch.from_numpy(sol.sol(mid)), cf) <= e:
-                hi = mid
-            else:
-                lo = mid
-        T_pop[e] = float(hi)
-    return FlowResult(T_sup, T_pop, ts, ws, t_max)
+    T_pop = {e: _first_time(sol, ts, 1 - acc <= e, lambda w, e=e: 1 - reduced_acc_pop(w, cf) <= e, T_sup)
+             for e in eps}
+    T_N = None
+    if samples is not None:
+        task, s = samples
+        pred = lambda w: bool(reduced_sample_correct(w, task, s).all())  # noqa: E731
+        T_N = _first_time(sol, ts, np.array([pred(torch.from_numpy(x)) for x in ws]), pred, T_sup)
+    return FlowResult(T_sup, T_pop, T_N, ts, ws, t_max)
 
 
 # ----------------------------------------------------------------------------- Hessian
