@@ -37,3 +37,19 @@ def test_trainer_runs_exact_population_gd(tmp_path):
     assert torch.allclose(final["V"].double(), model.V[0].detach(), atol=1e-10)
     losses = [r["loss"] for r in runs.read_metrics(d) if r.get("loss") is not None]
     assert losses[-1] < losses[0]
+
+
+def test_result2_admissibility_threshold():
+    from tdyn.experiments.decision_lists import admissibility
+
+    rng = __import__("numpy").random.default_rng(0)
+    checked = 0
+    for _ in range(300):
+        n, m, L0 = int(rng.integers(2, 80)), int(rng.integers(1, 7)), float(rng.uniform(0.2, 5))
+        if abs(n * L0 ** 2 / (162 * m) - 1) < 1e-6:
+            continue
+        eps_star = admissibility(L0, n, m, 1.0)["eps_star"]
+        a = admissibility(L0, n, m, eps_star)
+        assert a["admissible"] == a["threshold_holds"] == (n * L0 ** 2 > 162 * m)
+        checked += a["admissible"]
+    assert 0 < checked < 300
