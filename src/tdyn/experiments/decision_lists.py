@@ -226,7 +226,8 @@ def _claim1_figures(ctx, rows, traj, grid) -> None:
 # ---------------------------------------------------------------- claim 2
 CLAIM2_COLUMNS = ["sampler", "L", "n", "M", "eps", "eta_factor", "seed", "c", "c_iterations", "L0",
                   "lambda_max0", "eta", "steps", "k_star", "stays_perfect", "max_eta_lambda",
-                  "admissible", "k_bound", "step_range_hi"]
+                  "admissible", "k_bound", "step_range_hi", "loss_at_kstar", "min_margin_at_kstar",
+                  "v_dev_max_at_kstar", "cos_c_at_kstar"]
 
 
 def admissibility(L0: float, n: int, m: int, eps: float) -> dict:
@@ -294,7 +295,9 @@ def claim2(ctx: ReproduceContext) -> dict:
                         model.W.grad = model.V.grad = None
                         loss = float(th.population_loss(model, task, types, backward=True)[0])
                         curve.append((k, loss, float(cl.err_sup[0]), float(cl.min_margin[0]),
-                                      float((model.V[0] - c * task.P - E).abs().max())))
+                                      float((model.V[0] - c * task.P - E).abs().max()),
+                                      float((model.V[0] - c * task.P).abs().max()),
+                                      float(centred_cosine(model.V[0].detach(), task.P))))
                         with torch.no_grad():
                             model.W -= eta * model.W.grad
                             model.V -= eta * model.V.grad
@@ -305,7 +308,9 @@ def claim2(ctx: ReproduceContext) -> dict:
                                  "eta": eta, "steps": st["steps"], "k_star": k_star,
                                  "stays_perfect": None if k_star is None else all(perfect[k_star:]),
                                  "max_eta_lambda": max_el, "admissible": adm["admissible"], "k_bound": k_bound,
-                                 "step_range_hi": eps / (2 * eta)})
+                                 "step_range_hi": eps / (2 * eta)}
+                                | {f"{key}_at_kstar": (None if k_star is None else curve[k_star][j])
+                                   for key, j in (("loss", 1), ("min_margin", 3), ("v_dev_max", 5), ("cos_c", 6))})
                     curves[(L, n, M, eps, f, seed)] = np.array(curve)
     write_csv(ctx.out / "claim2.csv", [{k: _fmt(r[k]) for k in CLAIM2_COLUMNS} for r in rows], CLAIM2_COLUMNS)
 
