@@ -230,3 +230,19 @@ def test_flow_hitting_times_ordered():
     r = th.solve_reduced_flow(L, n, M, "A", c, t_max=1e5, samples=(task, s))
     assert r.T_N is not None and r.T_pop[1e-3] is not None
     assert r.T_N <= (r.T_sup if r.T_sup is not None else math.inf)
+
+
+@pytest.mark.parametrize("sampler", ["A", "B"])
+def test_monte_carlo_estimate_vs_exact(sampler):
+    L, n = 8, 3
+    task = dl.make_task(L, 2, seed=7)
+    model = _model(L, S=1, scale=1.0)
+    exact = th.enumerate_types(task, n, sampler)
+    mc = th.sampled_types(task, n, sampler, 40000, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        seq = model.seq_loss(mc.seqs, dl.labels(task, mc.seqs))[0]
+        a, b = th.population_loss(model, task, exact), th.population_loss(model, task, mc)
+        ca, cb = th.classify(model, task, exact), th.classify(model, task, mc)
+    se = float(seq.std()) / math.sqrt(len(mc))
+    assert abs(float(a) - float(b)) < 5 * se                      # 5 standard errors
+    assert abs(float(ca.acc_pop) - float(cb.acc_pop)) < 5 * 0.5 / math.sqrt(len(mc))

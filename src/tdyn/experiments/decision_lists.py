@@ -41,6 +41,7 @@ class DecisionListData(Strict):
     task_seed: int = 0
     zipf: float = Field(0.0, ge=0)
     equal_lengths: bool = True
+    mc_samples: int = Field(0, ge=0)   # > 0: fixed Monte Carlo set of this size instead of enumeration
 
 
 class DecisionListModelCfg(Strict):
@@ -55,7 +56,8 @@ class DecisionListTrainTask(Task):
         d = DecisionListData.model_validate(cfg.data)
         mc = DecisionListModelCfg.model_validate(cfg.model)
         self.dist = dl.make_task(d.L, d.M, d.task_seed, equal_lengths=d.equal_lengths, zipf=d.zipf)
-        self.types = th.enumerate_types(self.dist, d.n, d.sampler)
+        self.types = (th.sampled_types(self.dist, d.n, d.sampler, d.mc_samples, generator(d.task_seed, "mc_eval"))
+                      if d.mc_samples else th.enumerate_types(self.dist, d.n, d.sampler))
         self.model = DecisionListModel(DecisionListModelConfig(d.L, torch.get_default_dtype()), S=len(members))
         with torch.no_grad():
             for i, m in enumerate(members):

@@ -21,6 +21,7 @@ import torch
 from scipy.integrate import solve_ivp
 
 from tdyn.data.decision_list import DecisionListTask, Sampler, check_sampler, labels
+from tdyn.data.decision_list import sample as dl_sample
 from tdyn.models.decision_list import DecisionListModel
 
 
@@ -69,6 +70,13 @@ def all_sequences(task: DecisionListTask, n: int, sampler: Sampler) -> Types:
     if sampler == "B":
         seqs = seqs[(seqs[:, :, None] != seqs[:, None, :]).sum((-1, -2)) == n * (n - 1)]
     return Types(seqs, sequence_log_prob(seqs, task.mu, sampler).exp())
+
+
+def sampled_types(task: DecisionListTask, n: int, sampler: Sampler, N: int, gen: torch.Generator) -> Types:
+    """A fixed Monte Carlo evaluation set (spec §6.5): N sampled sequences (rows sorted, which leaves the
+    loss unchanged) with weight 1/N each; every function taking ``Types`` then gives the MC estimate."""
+    s = dl_sample(task, N, n, sampler, gen).sort(-1).values
+    return Types(s, torch.full((N,), 1.0 / N, dtype=torch.float64))
 
 
 # ----------------------------------------------------------------------------- population loss
