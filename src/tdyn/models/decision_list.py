@@ -1,0 +1,52 @@
+"""The decision-list paper's one-layer model (paper §I.A, Eqn 1–2), with a leading ensemble axis S.
+
+    f_{W,V}(X) = σ(V X σ(Xᵀ W X))      σ = column-wise softmax; X = one-hot tokens (L × n)
+
+W[key, query] is the key token's score for the query token; column j of the attention is position j's
+attention; no mask, no positional encoding, no 1/√d (spec §4.1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+
+@dataclasses.dataclass
+class DecisionListModelConfig:
+    L: int
+    dtype: torch.dtype = torch.float64
+
+
+class DecisionListModel(nn.Module):
+    def __init__(self, cfg: DecisionListModelConfig, S: int = 1):
+        super().__init__()
+        self.cfg = cfg
+        self.W = nn.Parameter(torch.zeros(S, cfg.L, cfg.L, dtype=cfg.dtype))
+        self.V = nn.Parameter(torch.zeros(S, cfg.L, cfg.L, dtype=cfg.dtype))
+
+    def logits(self, s: torch.Tensor) -> torch.Tensor:
+        """Pre-softmax outputs Z = V X σ(Xᵀ W X) for tokens s (B, n): shape (S, B, L, n)."""
+        W, V = self.W, self.V
+        S_ = W[:, s[:, :, None], s[:, None, :]]       # (S, B, n_key, n_query): Xᵀ W X
+        A = torch.softmax(S_, dim=2)                  # σ over keys (columns sum to 1)
+        VX = V[:, :, s].permute(0, 2, 1, 3)           # (S, B, L, n): column i = V[:, s_i]
+        return VX @ A                                 # Eqn 1 before the outer σ
+
+    def log_probs(self, s: torch.Tensor) -> torch.Tensor:
+        """log f_{W,V}(X): (S, B, L, n)."""
+        return torch.log_softmax(self.logits(s), dim=2)
+
+    def seq_loss(self, s: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Eqn 2 per sequence: (1/n) Σ_j −log f(X)_{y_j, j}; shape (S, B)."""
+        logp = self.log_probs(s)
+        idx = y[None, :, None, :].expand(logp.shape[0], -1, 1, -1)
+        return -logp.gather(2, idx).squeeze(2).mean(-1)
+
+    forward = seq_loss
+
+    def loss(self, s: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Mean of Eqn 2 over the batch, per member: (S,)."""
+        return self.seq_loss(s, y).mean(-1)

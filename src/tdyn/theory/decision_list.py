@@ -1,0 +1,376 @@
+"""Exact population loss of the decision-list model, the reduced W-only flow, perfect classification.
+
+* Enumeration over types (spec §6.1): the loss of a sequence depends only on its token counts, so the
+  population loss is Σ_types P(type)·ℒ(representative sequence), over n-subsets (sampler B) or
+  multisets (sampler A); chunked, vectorised, any token law μ.
+* The exact (m+1)-dimensional W-only flow for uniform tokens, equal lists, W₀ = 0, V = cP (spec §6.3),
+  including the 1/(L−m) metric factor on the shared out-of-list coordinate.
+* The closed-form full-support margin test at V = cP (spec §6.4), and the three notions of §7.
+* λ_max of the population Hessian by Hessian-vector products and power iteration (spec §8.2).
+Time units follow the paper's Eqn 2 normalisation ((1/n)Σ_j per sequence, averaged over sequences).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import numpy as np
+import torch
+from scipy.integrate import solve_ivp
+
+from tdyn.data.decision_list import DecisionListTask, Sampler, check_sampler, labels
+from tdyn.data.decision_list import sample as dl_sample
+from tdyn.models.decision_list import DecisionListModel
+
+
+# ----------------------------------------------------------------------------- sequence laws and types
+def sequence_log_prob(s: torch.Tensor, mu: torch.Tensor, sampler: Sampler) -> torch.Tensor:
+    """log P(ordered sequence s) under sampler A (i.i.d. μ) or B (successive sampling w/o replacement)."""
+    lm = mu.log()[s]
+    if sampler == "A":
+        return lm.sum(-1)
+    taken = torch.cumsum(mu[s], -1) - mu[s]
+    return (lm - torch.log1p(-taken)).sum(-1)
+
+
+@dataclasses.dataclass
+class Types:
+    """Representative sequences (sorted, T × n) of every type and their probabilities P(type)."""
+
+    seqs: torch.Tensor
+    prob: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.seqs.shape[0]
+
+
+def enumerate_types(task: DecisionListTask, n: int, sampler: Sampler) -> Types:
+    """All n-subsets (B) or n-multisets (A) of [L] with their probabilities under μ (spec §6.1)."""
+    check_sampler(sampler)
+    ar = torch.arange(task.L)
+    seqs = torch.combinations(ar, n, with_replacement=(sampler == "A")) if n > 1 else ar[:, None]
+    mu = task.mu
+    if sampler == "A":
+        cnt = (seqs[:, :, None] == seqs[:, None, :]).sum(-1).double()       # count of each position's token
+        log_mult = math.lgamma(n + 1) - (torch.lgamma(cnt + 1) / cnt).sum(-1)
+        logp = log_mult + sequence_log_prob(seqs, mu, "A")
+    elif task.uniform:
+        logp = torch.full((len(seqs),), -math.log(math.comb(task.L, n)), dtype=torch.float64)
+    else:
+        perms = torch.tensor(list(itertools.permutations(range(n))))
+        logp = torch.logsumexp(sequence_log_prob(seqs[:, perms], mu, "B"), -1)
+    return Types(seqs, logp.exp())
+
+
+def all_sequences(task: DecisionListTask, n: int, sampler: Sampler) -> Types:
+    """Brute force: every ordered sequence in the support (Lⁿ for A; distinct tuples for B) with its law."""
+    seqs = torch.cartesian_prod(*[torch.arange(task.L)] * n).reshape(-1, n)
+    if sampler == "B":
+        seqs = seqs[(seqs[:, :, None] != seqs[:, None, :]).sum((-1, -2)) == n * (n - 1)]
+    return Types(seqs, sequence_log_prob(seqs, task.mu, sampler).exp())
+
+
+def sampled_types(task: DecisionListTask, n: int, sampler: Sampler, N: int, gen: torch.Generator) -> Types:
+    """A fixed Monte Carlo evaluation set (spec §6.5): N sampled sequences (rows sorted, which leaves the
+    loss unchanged) with weight 1/N each; every function taking ``Types`` then gives the MC estimate."""
+    s = dl_sample(task, N, n, sampler, gen).sort(-1).values
+    return Types(s, torch.full((N,), 1.0 / N, dtype=torch.float64))
+
+
+# ----------------------------------------------------------------------------- population loss
+def population_loss(model: DecisionListModel, task: DecisionListTask, types: Types, *,
+                    chunk: int = 65536, backward: bool = False) -> torch.Tensor:
+    """F(W,V) = Σ_types P(type) ℒ(type), per member (S,). With ``backward`` each chunk's contribution is
+    back-propagated immediately (grads accumulate in the parameters) and a detached loss is returned."""
+    total = 0.0
+    for i in range(0, len(types), chunk):
+        s, p = types.seqs[i:i + chunk], types.prob[i:i + chunk]
+        part = model.seq_loss(s, labels(task, s)) @ p.to(model.W.dtype)
+        if backward:
+            part.sum().backward()
+            part = part.detach()
+        total = total + part
+    return total
+
+
+@dataclasses.dataclass
+class Classification:
+    err_sup: torch.Tensor     # (S,) fraction of misclassified (type, query) pairs, strict argmax
+    acc_pop: torch.Tensor     # (S,) probability that a random position is correct
+    min_margin: torch.Tensor  # (S,) min over the support of z_y − max_{r≠y} z_r
+
+    @property
+    def perfect(self) -> torch.Tensor:
+        return self.err_sup == 0
+
+
+@torch.no_grad()
+def position_margins(model: DecisionListModel, task: DecisionListTask, s: torch.Tensor) -> torch.Tensor:
+    """z_y − max_{r≠y} z_r at every position: (S, B, n); > 0 means strictly correct."""
+    z = model.logits(s)
+    y = labels(task, s)[None, :, None, :].expand(z.shape[0], -1, 1, -1)
+    zy = z.gather(2, y).squeeze(2)
+    other = z.scatter(2, y, -torch.inf).amax(2)
+    return zy - other
+
+
+def classify(model: DecisionListModel, task: DecisionListTask, types: Types, chunk: int = 65536) -> Classification:
+    """Err_sup, Acc_pop and the minimum margin over a full support (spec §7), by enumeration."""
+    wrong = npairs = 0
+    acc = 0.0
+    mins = []
+    for i in range(0, len(types), chunk):
+        s, p = types.seqs[i:i + chunk], types.prob[i:i + chunk]
+        mg = position_margins(model, task, s)
+        first = torch.ones_like(s, dtype=torch.bool)
+        first[:, 1:] = s[:, 1:] != s[:, :-1]          # one entry per (type, query): types are sorted
+        ok = mg > 0
+        wrong = wrong + (~ok & first).sum((1, 2))
+        npairs += int(first.sum())
+        acc = acc + ok.double().mean(-1) @ p
+        mins.append(mg.amin((1, 2)))
+    return Classification(wrong / npairs, acc, torch.stack(mins, -1).amin(-1))
+
+
+def sample_accuracy(model: DecisionListModel, task: DecisionListTask, s: torch.Tensor) -> torch.Tensor:
+    """Acc_N: fraction of correct positions on fixed samples s (spec §7), (S,)."""
+    return (position_margins(model, task, s) > 0).double().mean((1, 2))
+
+
+# ----------------------------------------------------------------------------- closed-form margins at V = cP
+def support_margins(list_scores: torch.Tensor, other_scores: torch.Tensor, L: int, n: int,
+                    sampler: Sampler) -> torch.Tensor:
+    """Per query, min over the full-support constraints of W[a_k,q] − W[t,q] − log N_max (spec §6.4).
+
+    ``list_scores`` (Q, m) = W[a_1..a_m, q]; ``other_scores`` (Q, R) = W[t, q] for tokens t outside L_q
+    (−inf entries are ignored). Perfect classification at V = cP (c > 0) ⟺ every returned value > 0.
+    Equal list lengths m; returns +inf where no constraint exists."""
+    Q, m = list_scores.shape
+    logn1 = math.log(n - 1) if (sampler == "A" and n >= 2) else 0.0   # pairs involving q
+    logn2 = math.log(n - 2) if (sampler == "A" and n >= 3) else 0.0   # pairs not involving q
+    best_other = other_scores.amax(-1) if other_scores.shape[-1] else torch.full((Q,), -torch.inf, dtype=list_scores.dtype)
+    out = torch.full((Q,), torch.inf, dtype=list_scores.dtype)
+    for k in range(1, m + 1):
+        if sampler == "B" and L - k + 1 < n:
+            continue  # event k* = k impossible
+        wk = list_scores[:, k - 1]
+        if k == m:
+            if n >= 2:
+                out = torch.minimum(out, wk - best_other - logn1)
+            continue
+        if n >= 2:
+            out = torch.minimum(out, wk - list_scores[:, m - 1] - logn1)
+        if n >= 3:
+            comp = torch.cat([list_scores[:, k:m - 1], best_other[:, None]], -1).amax(-1)
+            out = torch.minimum(out, wk - comp - logn2)
+    return out
+
+
+def full_support_margins(W: torch.Tensor, task: DecisionListTask, n: int, sampler: Sampler) -> torch.Tensor:
+    """support_margins for a full W (L × L, one member) and the task's lists; (L,) per query."""
+    if not task.equal_lengths:
+        raise ValueError("the closed-form margin test needs equal list lengths; use classify()")
+    q = torch.arange(task.L)
+    list_scores = W[task.lists, q[:, None]]
+    col = W.T.clone()
+    col[q[:, None], task.lists] = -torch.inf
+    return support_margins(list_scores, col, task.L, n, sampler)
+
+
+# ----------------------------------------------------------------------------- reduced (m+1)-dim flow
+@dataclasses.dataclass
+class ReducedConfigs:
+    """Configurations of one query's sequence (spec §6.3): slot counts (K, m + n) over list slots
+    a_1..a_m then up to n out-of-list slots, log weights (sum to log 1/L incl. the c_q/n factor),
+    the slot of a*, the number of distinct present tokens."""
+
+    L: int
+    n: int
+    m: int
+    sampler: str
+    counts: torch.Tensor
+    logw: torch.Tensor
+    astar: torch.Tensor
+    k: torch.Tensor
+
+    @property
+    def slot_index(self) -> torch.Tensor:
+        return torch.tensor(list(range(self.m)) + [self.m] * self.n)
+
+
+def _partitions(r: int, maxpart: int | None = None):
+    maxpart = r if maxpart is None else maxpart
+    if r == 0:
+        yield ()
+        return
+    for first in range(min(r, maxpart), 0, -1):
+        for rest in _partitions(r - first, first):
+            yield (first,) + rest
+
+
+def reduced_configs(L: int, n: int, m: int, sampler: Sampler) -> ReducedConfigs:
+    check_sampler(sampler)
+    rows, logw = [], []
+    if sampler == "B":
+        for b in itertools.product((0, 1), repeat=m - 1):
+            r = n - 1 - sum(b)
+            if 0 <= r <= L - m:
+                rows.append(list(b) + [1] + [1] * r + [0] * (n - r))
+                logw.append(-math.log(L) + _lcomb(L - m, r) - _lcomb(L - 1, n - 1))
+    else:
+        for cl in itertools.product(range(n + 1), repeat=m):
+            if cl[-1] < 1 or sum(cl) > n:
+                continue
+            for lam in _partitions(n - sum(cl)):
+                if len(lam) > L - m:
+                    continue
+                mult = np.bincount(lam).tolist() if lam else []
+                lw = (math.lgamma(n + 1) - sum(math.lgamma(x + 1) for x in cl + lam) - n * math.log(L)
+                      + math.lgamma(L - m + 1) - math.lgamma(L - m - len(lam) + 1)
+                      - sum(math.lgamma(x + 1) for x in mult) + math.log(cl[-1] / n))
+                rows.append(list(cl) + list(lam) + [0] * (n - len(lam)))
+                logw.append(lw)
+    cnt = torch.tensor(rows, dtype=torch.float64)
+    present = cnt[:, :m] > 0
+    return ReducedConfigs(L, n, m, sampler, cnt, torch.tensor(logw, dtype=torch.float64),
+                          present.to(torch.int8).argmax(-1), (cnt > 0).sum(-1))
+
+
+def _lcomb(a: int, b: int) -> float:
+    return math.lgamma(a + 1) - math.lgamma(b + 1) - math.lgamma(a - b + 1)
+
+
+def reduced_loss(w: torch.Tensor, cf: ReducedConfigs, c: float) -> torch.Tensor:
+    """F_q(w) = Σ_configs weight·ℓ, ℓ = −cα_{a*} + log(Σ_present e^{cα_t} + (L − k)) (spec §6.3)."""
+    score = w[cf.slot_index]
+    present = cf.counts > 0
+    logits = torch.where(present, cf.counts.clamp_min(1e-300).log() + score, -torch.inf)
+    alpha = torch.softmax(logits, -1)
+    ca = torch.where(present, c * alpha, -torch.inf)
+    extra = torch.log((cf.L - cf.k).double())[:, None]
+    lse = torch.logsumexp(torch.cat([ca, extra], -1), -1)
+    ell = -c * alpha.gather(-1, cf.astar[:, None]).squeeze(-1) + lse
+    return ell @ cf.logw.exp()
+
+
+def reduced_grad(w: torch.Tensor, cf: ReducedConfigs, c: float) -> torch.Tensor:
+    """Per-coordinate gradient of the population loss: ∂F_q/∂w with the 1/(L−m) factor on w_out."""
+    w = w.detach().requires_grad_(True)
+    g, = torch.autograd.grad(reduced_loss(w, cf, c), w)
+    g = g.clone()
+    g[-1] = g[-1] / (cf.L - cf.m) if cf.L > cf.m else 0.0
+    return g
+
+
+def reduced_margin(w: torch.Tensor, cf: ReducedConfigs) -> float:
+    """Min full-support margin for the reduced state (perfect ⟺ > 0)."""
+    other = w[None, -1:] if cf.L > cf.m else w[None, :0]
+    return float(support_margins(w[None, :cf.m], other, cf.L, cf.n, cf.sampler)[0])
+
+
+def reduced_acc_pop(w: torch.Tensor, cf: ReducedConfigs) -> float:
+    """Acc_pop of the reduced state: Σ_configs L·weight·1[target strictly largest log c_t + w_t]."""
+    score = torch.where(cf.counts > 0, cf.counts.clamp_min(1e-300).log() + w[cf.slot_index], -torch.inf)
+    tgt = score.gather(-1, cf.astar[:, None]).squeeze(-1)
+    rest = score.scatter(-1, cf.astar[:, None], -torch.inf).amax(-1)
+    return float(((tgt > rest).double() @ cf.logw.exp()) * cf.L)
+
+
+def reduced_sample_correct(w: torch.Tensor, task: DecisionListTask, s: torch.Tensor) -> torch.Tensor:
+    """For the reduced state w (W[a_k,q] = w_k, W[t,q] = w_out off the list) and V = cP: whether every
+    position of each sequence s (N, n) is strictly correct (spec §6.4 rule), (N,) bool."""
+    lst = task.lists[s]                                              # (N, n_query, M)
+    m = task.M
+    hit = s[:, None, :, None] == lst[:, :, None, :]                  # (N, q, key, M)
+    slot = torch.where(hit.any(-1), hit.to(torch.int8).argmax(-1), torch.full_like(s[:, None, :], m))
+    cnt = (s[:, :, None] == s[:, None, :]).sum(-1).double()          # count of each key's token
+    score = cnt.log()[:, None, :] + w[slot]                          # (N, q, key)
+    k = torch.where(hit.any(-2), torch.arange(m), m).amin(-1)       # first present list slot per query
+    is_tgt = slot == k[..., None]
+    tgt = torch.where(is_tgt, score, -torch.inf).amax(-1)
+    rest = torch.where(is_tgt, -torch.inf, score).amax(-1)
+    return (tgt > rest).all(-1)
+
+
+@dataclasses.dataclass
+class FlowResult:
+    T_sup: float | None           # first time Err_sup = 0 (None: not reached by t_max)
+    T_pop: dict[float, float | None]
+    T_N: float | None             # first time all N fixed samples are correct (None: no samples / not reached)
+    t: np.ndarray                 # dense time grid
+    w: np.ndarray                 # (len(t), m+1)
+    t_max: float
+
+
+def _first_time(sol, ts: np.ndarray, ok: np.ndarray, pred, fallback: float | None) -> float | None:
+    """First grid time where pred holds, refined by bisection on the dense solution."""
+    hit = np.nonzero(ok)[0]
+    if not len(hit):
+        return fallback
+    j = hit[0]
+    if j == 0:
+        return 0.0
+    lo, hi = ts[j - 1], ts[j]
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if pred(torch.from_numpy(sol.sol(mid))) else (mid, hi)
+    return float(hi)
+
+
+def solve_reduced_flow(L: int, n: int, m: int, sampler: Sampler, c: float, t_max: float,
+                       eps: tuple[float, ...] = (1e-3,), grid: int = 400,
+                       samples: tuple[DecisionListTask, torch.Tensor] | None = None) -> FlowResult:
+    """Gradient flow on W (V = cP, W₀ = 0) in the reduced coordinates; LSODA with a terminal event at
+    full-support perfection (spec §6.3–6.4). T_pop(ε) and T_N (on ``samples`` = (task, sequences)) by a
+    grid search on the dense solution + bisection; both are <= T_sup (perfect on the support)."""
+    cf = reduced_configs(L, n, m, sampler)
+
+    def rhs(_, y):
+        return -reduced_grad(torch.from_numpy(y), cf, c).numpy()
+
+    def event(_, y):
+        return reduced_margin(torch.from_numpy(y), cf)
+
+    event.terminal, event.direction = True, 1
+    sol = solve_ivp(rhs, (0.0, t_max), np.zeros(m + 1), method="LSODA", rtol=1e-8, atol=1e-10,
+                    events=event, dense_output=True)
+    T_sup = float(sol.t_events[0][0]) if len(sol.t_events[0]) else None
+    t_end = float(sol.t[-1])
+    ts = np.concatenate([[0.0], np.geomspace(max(t_end, 1e-12) * 1e-9, t_end, grid)]) if t_end > 0 else np.zeros(1)
+    ws = sol.sol(ts).T if t_end > 0 else np.zeros((1, m + 1))
+    acc = np.array([reduced_acc_pop(torch.from_numpy(x), cf) for x in ws])
+    T_pop = {e: _first_time(sol, ts, 1 - acc <= e, lambda w, e=e: 1 - reduced_acc_pop(w, cf) <= e, T_sup)
+             for e in eps}
+    T_N = None
+    if samples is not None:
+        task, s = samples
+        pred = lambda w: bool(reduced_sample_correct(w, task, s).all())  # noqa: E731
+        T_N = _first_time(sol, ts, np.array([pred(torch.from_numpy(x)) for x in ws]), pred, T_sup)
+    return FlowResult(T_sup, T_pop, T_N, ts, ws, t_max)
+
+
+# ----------------------------------------------------------------------------- Hessian
+def top_hessian_eigenvalue(model: DecisionListModel, task: DecisionListTask, types: Types, *,
+                           iters: int = 100, tol: float = 1e-10, gen: torch.Generator | None = None) -> float:
+    """λ_max of ∇²F over (W, V) (one member) by Hessian-vector products and power iteration.
+
+    Power iteration converges to the eigenvalue of largest modulus; at the points used here it is the
+    top (positive) one, which the dense check in the tests confirms for tiny L."""
+    params = [model.W, model.V]
+    loss = population_loss(model, task, types).sum()
+    grads = torch.autograd.grad(loss, params, create_graph=True)
+    v = [torch.randn(p.shape, generator=gen, dtype=p.dtype) for p in params]
+    lam = 0.0
+    for _ in range(iters):
+        nrm = torch.sqrt(sum((x * x).sum() for x in v))
+        v = [x / nrm for x in v]
+        hv = torch.autograd.grad(grads, params, v, retain_graph=True)
+        new = float(sum((a * b).sum() for a, b in zip(hv, v)))
+        v = [h.detach() for h in hv]
+        if abs(new - lam) <= tol * max(1.0, abs(new)):
+            lam = new
+            break
+        lam = new
+    return lam

@@ -1,0 +1,248 @@
+"""Decision lists: data, model, exact population loss, reduced flow, margin test (spec §9)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tdyn.data import decision_list as dl
+from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
+from tdyn.theory import decision_list as th
+
+torch.set_num_threads(1)  # tiny tensors: threads only add contention on the shared machine
+
+
+def _model(L, S=1, scale=0.0, seed=0, V=None):
+    m = DecisionListModel(DecisionListModelConfig(L), S=S)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        m.W.copy_(scale * torch.randn(m.W.shape, generator=g, dtype=torch.float64))
+        m.V.copy_(scale * torch.randn(m.V.shape, generator=g, dtype=torch.float64) if V is None else V)
+    return m
+
+
+def test_labels_first_present_entry():
+    task = dl.make_task(10, 3, seed=1)
+    s = dl.sample(task, 500, 4, "A", torch.Generator().manual_seed(0))
+    y = dl.labels(task, s)
+    for b in range(50):  # reference by a literal reading of §I.B
+        for j in range(4):
+            lst = task.lists[s[b, j]].tolist()
+            first = next(a for a in lst if a in s[b].tolist())
+            assert y[b, j] == task.perm[first]
+    assert (task.lists[:, -1] == torch.arange(10)).all()
+
+
+def test_sampler_B_distinct_and_zipf_law():
+    task = dl.make_task(12, 2, seed=0, zipf=1.0)
+    g = torch.Generator().manual_seed(0)
+    s = dl.sample(task, 20000, 3, "B", g)
+    assert ((s[:, :, None] == s[:, None, :]).sum((1, 2)) == 3).all()
+    a = dl.sample(task, 40000, 2, "A", g)
+    freq = torch.bincount(a.flatten(), minlength=12).double() / a.numel()
+    assert torch.allclose(freq, task.mu, atol=5 * math.sqrt(0.25 / a.numel()))
+
+
+@pytest.mark.parametrize("sampler", ["A", "B"])
+def test_delta_gamma_closed_forms_vs_monte_carlo(sampler):
+    L, n, M = 9, 4, 3
+    task = dl.make_task(L, M, seed=2)
+    s = dl.sample(task, 200000, n, sampler, torch.Generator().manual_seed(1))
+    k = dl.determining_index(task, s).flatten()
+    freq = torch.bincount(k.long(), minlength=M).double().numpy() / k.numel()
+    p = dl.event_probs(L, n, M, sampler)
+    assert np.allclose(freq, p, atol=4 * math.sqrt(0.25 / k.numel()))  # 4-sigma, binomial
+    dg = dl.delta_gamma(L, n, M, sampler)
+    assert dg["delta"] == pytest.approx(p.min()) and dg["gamma_joint"] == pytest.approx(p.min() / L)
+
+
+def test_delta_zero_is_flagged():
+    assert not dl.delta_gamma(10, 8, 4, "B")["positive"]
+
+
+@pytest.mark.parametrize("sampler,L,n", [("A", 5, 3), ("B", 6, 4), ("A", 4, 4), ("B", 7, 3)])
+@pytest.mark.parametrize("zipf", [0.0, 1.2])
+def test_type_sum_equals_brute_force(sampler, L, n, zipf):
+    task = dl.make_task(L, 3, seed=3, zipf=zipf, equal_lengths=zipf == 0)
+    model = _model(L, S=2, scale=1.0)
+    types = th.enumerate_types(task, n, sampler)
+    assert float(types.prob.sum()) == pytest.approx(1.0, abs=1e-12)
+    brute = th.all_sequences(task, n, sampler)
+    a = th.population_loss(model, task, types)
+    b = th.population_loss(model, task, brute)
+    assert torch.allclose(a, b, atol=1e-12, rtol=0)
+
+
+def test_attention_single_entry():
+    L = 6
+    m = _model(L)
+    with torch.no_grad():
+        m.W[0, 2, 4] = 50.0   # key 2, query 4
+        m.V[0] = torch.eye(L)
+    s = torch.tensor([[4, 2, 1, 2]])
+    z = m.logits(s)[0, 0]
+    assert torch.allclose(z[:, 0], torch.eye(L, dtype=torch.float64)[:, 2], atol=1e-12)
+
+
+def test_gradient_vs_finite_differences_and_conservation():
+    L, n = 5, 3
+    task = dl.make_task(L, 2, seed=0)
+    types = th.enumerate_types(task, n, "A")
+    model = _model(L, scale=0.7)
+    th.population_loss(model, task, types).sum().backward()
+    gW, gV = model.W.grad.clone(), model.V.grad.clone()
+    # column sums of the gradients vanish (gauge invariance, spec §4.2)
+    assert gW.sum(1).abs().max() < 1e-12 and gV.sum(1).abs().max() < 1e-12
+    h = 1e-6
+    for P, G in ((model.W, gW), (model.V, gV)):
+        for (i, j) in [(0, 1), (3, 3), (4, 0)]:
+            with torch.no_grad():
+                P[0, i, j] += h
+                up = float(th.population_loss(model, task, types))
+                P[0, i, j] -= 2 * h
+                dn = float(th.population_loss(model, task, types))
+                P[0, i, j] += h
+            assert (up - dn) / (2 * h) == pytest.approx(float(G[0, i, j]), abs=1e-8)
+    # GD conserves the column sums of W and V
+    s0 = (model.W.sum(1).clone(), model.V.sum(1).clone())
+    with torch.no_grad():
+        for _ in range(20):
+            model.W.grad = model.V.grad = None
+            with torch.enable_grad():
+                th.population_loss(model, task, types, backward=True)
+            model.W -= 0.5 * model.W.grad
+            model.V -= 0.5 * model.V.grad
+    assert (model.W.sum(1) - s0[0]).abs().max() < 1e-12 and (model.V.sum(1) - s0[1]).abs().max() < 1e-12
+
+
+def test_initial_loss_B():
+    L, n, c = 9, 4, 7.0
+    task = dl.make_task(L, 3, seed=0)
+    model = _model(L, V=c * task.P)
+    F = th.population_loss(model, task, th.enumerate_types(task, n, "B"))
+    assert F.item() == pytest.approx(math.log(n + (L - n) * math.exp(-c / n)), abs=1e-12)
+
+
+@pytest.mark.parametrize("sampler,L,n,M,c", [("A", 7, 4, 3, 5.0), ("B", 9, 4, 3, 30.0)])
+def test_reduced_gd_matches_full_gd(sampler, L, n, M, c):
+    task = dl.make_task(L, M, seed=4)
+    types = th.enumerate_types(task, n, sampler)
+    model = _model(L, V=c * task.P)
+    model.V.requires_grad_(False)
+    cf = th.reduced_configs(L, n, M, sampler)
+    assert float(cf.logw.exp().sum()) == pytest.approx(1 / L, rel=1e-12)
+    w = torch.zeros(M + 1, dtype=torch.float64)
+    q = 0
+    lst = task.lists[q]
+    out = [t for t in range(L) if t not in lst.tolist()]
+    eta = 2.0 if sampler == "A" else 0.5
+    assert float(th.reduced_loss(w, cf, c)) * L == pytest.approx(th.population_loss(model, task, types).item(), abs=1e-12)
+    worst = 0.0
+    for step in range(300):
+        model.W.grad = None
+        th.population_loss(model, task, types, backward=True)
+        with torch.no_grad():
+            model.W -= eta * model.W.grad
+        w = w - eta * th.reduced_grad(w, cf, c)
+        col = model.W[0, :, q].detach()
+        worst = max(worst, float((col[lst] - w[:M]).abs().max()), float((col[out] - w[M]).abs().max()))
+    assert worst <= 1e-9
+    assert float(w.abs().max()) > 1e-3  # the trajectory moved
+
+
+def test_reduced_flow_event_matches_euler_gd():
+    L, n, M, c, eta = 6, 5, 2, 20.0, 0.02
+    cf = th.reduced_configs(L, n, M, "A")
+    res = th.solve_reduced_flow(L, n, M, "A", c, t_max=1e4)
+    assert res.T_sup is not None
+    w = torch.zeros(M + 1, dtype=torch.float64)
+    k = 0
+    while th.reduced_margin(w, cf) <= 0:
+        w = w - eta * th.reduced_grad(w, cf, c)
+        k += 1
+    assert abs(k * eta - res.T_sup) <= 5 * eta
+    assert res.T_pop[1e-3] <= res.T_sup
+
+
+@pytest.mark.parametrize("sampler,L,n,M", [("A", 6, 4, 3), ("B", 7, 3, 3), ("B", 6, 4, 2)])
+def test_margin_test_vs_enumeration(sampler, L, n, M):
+    task = dl.make_task(L, M, seed=5)
+    types = th.enumerate_types(task, n, sampler)
+    g = torch.Generator().manual_seed(0)
+    agree = perfect = 0
+    for trial in range(60):
+        W = 0.3 * torch.randn(L, L, generator=g, dtype=torch.float64)
+        # tilt towards ordered lists so that some trials are perfect
+        ranks = torch.linspace(3.0, 1.0, M, dtype=torch.float64)
+        W[task.lists, torch.arange(L)[:, None]] += (trial % 3) * ranks
+        model = _model(L, V=25.0 * task.P)
+        with torch.no_grad():
+            model.W[0] = W
+        closed = bool((th.full_support_margins(W, task, n, sampler) > 0).all())
+        enum = bool(th.classify(model, task, types).perfect[0])
+        agree += closed == enum
+        perfect += enum
+    assert agree == 60 and 0 < perfect < 60
+
+
+def test_hessian_power_iteration_vs_dense():
+    L, n = 3, 2
+    task = dl.make_task(L, 2, seed=0)
+    types = th.enumerate_types(task, n, "B")
+    model = _model(L, scale=0.5)
+    lam = th.top_hessian_eigenvalue(model, task, types, iters=500, tol=1e-13, gen=torch.Generator().manual_seed(0))
+
+    y = dl.labels(task, types.seqs)
+
+    def F(flat):
+        W, V = flat[: L * L].reshape(1, L, L), flat[L * L:].reshape(1, L, L)
+        return (torch.func.functional_call(model, {"W": W, "V": V}, (types.seqs, y)) @ types.prob).sum()
+
+    flat = torch.cat([model.W.detach().flatten(), model.V.detach().flatten()])
+    H = torch.autograd.functional.hessian(F, flat)
+    ev = torch.linalg.eigvalsh(H)
+    assert lam == pytest.approx(float(ev[-1]), rel=1e-6)
+
+
+@pytest.mark.parametrize("sampler", ["A", "B"])
+def test_reduced_sample_correct_vs_full_model(sampler):
+    L, n, M, c = 9, 4, 3, 25.0
+    task = dl.make_task(L, M, seed=6)
+    s = dl.sample(task, 400, n, sampler, torch.Generator().manual_seed(2))
+    g = torch.Generator().manual_seed(3)
+    for _ in range(10):
+        w = torch.randn(M + 1, generator=g, dtype=torch.float64) + torch.linspace(2, 0, M + 1, dtype=torch.float64)
+        W = w[M].repeat(L, L)
+        W[task.lists, torch.arange(L)[:, None]] = w[:M]
+        model = _model(L, V=c * task.P)
+        with torch.no_grad():
+            model.W[0] = W
+        full = (th.position_margins(model, task, s)[0] > 0).all(-1)
+        assert torch.equal(th.reduced_sample_correct(w, task, s), full)
+
+
+def test_flow_hitting_times_ordered():
+    L, n, M = 30, 5, 2
+    task = dl.make_task(L, M, seed=0)
+    s = dl.sample(task, 2000, n, "A", torch.Generator().manual_seed(0))
+    c = 4 * n * math.log(L) / dl.delta_gamma(L, n, M, "A")["delta"]
+    r = th.solve_reduced_flow(L, n, M, "A", c, t_max=1e5, samples=(task, s))
+    assert r.T_N is not None and r.T_pop[1e-3] is not None
+    assert r.T_N <= (r.T_sup if r.T_sup is not None else math.inf)
+
+
+@pytest.mark.parametrize("sampler", ["A", "B"])
+def test_monte_carlo_estimate_vs_exact(sampler):
+    L, n = 8, 3
+    task = dl.make_task(L, 2, seed=7)
+    model = _model(L, S=1, scale=1.0)
+    exact = th.enumerate_types(task, n, sampler)
+    mc = th.sampled_types(task, n, sampler, 40000, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        seq = model.seq_loss(mc.seqs, dl.labels(task, mc.seqs))[0]
+        a, b = th.population_loss(model, task, exact), th.population_loss(model, task, mc)
+        ca, cb = th.classify(model, task, exact), th.classify(model, task, mc)
+    se = float(seq.std()) / math.sqrt(len(mc))
+    assert abs(float(a) - float(b)) < 5 * se                      # 5 standard errors
+    assert abs(float(ca.acc_pop) - float(cb.acc_pop)) < 5 * 0.5 / math.sqrt(len(mc))
