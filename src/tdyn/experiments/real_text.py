@@ -145,6 +145,7 @@ from tdyn.models.lm import CausalLM, LMConfig, attention_entropy  # noqa: E402
 from tdyn.probes import ProbeContext, probe  # noqa: E402
 from tdyn.train.seeding import derive_seed, generator  # noqa: E402
 from tdyn.train.task import Member, Task, register_task  # noqa: E402
+from tdyn.bench import register_bench  # noqa: E402
 
 
 class CorpusLMData(Strict):
@@ -395,3 +396,24 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
     write_csv(ctx.out / "entropy_curves.csv", curve_rows, ["corpus", "eta", "seed", "step", "entropy", "val_loss"])
     write_csv(ctx.out / "ratio.csv", ratio_rows, ["corpus", "seed", "Z", "Y", "ratio", "entropy", "val_loss"])
     return res
+
+
+@register_bench("real_lm_tokens_per_s")
+def _bench_lm(quick: bool) -> dict:
+    """Training tokens/s of the tutorial LM (d = 200, 1 layer, vocab 20k; quick: vocab 2k) on wiki, S = 1 and 5."""
+    from pathlib import Path
+
+    from tdyn.bench import timed_train
+
+    ctx = ReproduceContext(out=Path("."), device="cuda" if torch.cuda.is_available() else "cpu")
+    steps = 20 if quick else 100
+    out = {"steps": steps, "device": ctx.device}
+    for S in (1, 5):
+        cfg = lm_config(ctx, corpus="wiki", n_layers=1, dropout=0.2, steps=steps, seeds=range(S),
+                        groups=lm_groups(1, "one", 5.0), ckpt_steps=[], every=steps)
+        if quick:
+            cfg["data"]["vocab_size"] = 2000
+        timed_train(cfg | {"optim": cfg["optim"] | {"steps": 2}})  # warm-up, builds the token cache
+        s = timed_train(cfg)
+        out[f"tokens_per_s_S{S}"] = steps * S * 20 * 35 / s
+    return out
