@@ -266,7 +266,7 @@ def _train(ctx, cfg: dict, name: str) -> list:
 
 
 def fig7_config(ctx: ReproduceContext, n_layers: int) -> dict:
-    steps = 300 if ctx.quick else 1500
+    steps = 240 if ctx.quick else 1500
     return lm_config(ctx, corpus="wiki", n_layers=n_layers, dropout=0.3, steps=steps, seeds=[ctx.seed],
                      groups=lm_groups(n_layers, "ffn", (10.0, 5.0)),
                      ckpt_steps=list(range(0, steps + 1, steps // 3)), every=max(steps // 30, 1))
@@ -309,8 +309,8 @@ def attention_maps(ctx: ReproduceContext) -> dict:
 
 def fig10_configs(ctx: ReproduceContext, corpus: str) -> tuple[dict, dict]:
     """(unified η ∈ {1..5} × 5 seeds; attention η_Z ∈ {1, 3} × ratio η_Y/η_Z ∈ {1, 2, 5} × 3 seeds)."""
-    steps = 200 if ctx.quick else 5000
-    seeds = [1, 2] if ctx.quick else [1, 2, 3, 4, 5]
+    steps = 150 if ctx.quick else 5000
+    seeds = [1] if ctx.quick else [1, 2, 3, 4, 5]
     kw = dict(corpus=corpus, n_layers=1, dropout=0.2, steps=steps, ckpt_steps=[], every=max(steps // 20, 1))
     eta = lm_config(ctx, seeds=seeds, groups=lm_groups(1, "one", 1.0), **kw)
     eta["ensemble"] = {"lrs": [{"all": float(e)} for e in (1, 2, 3, 4, 5)]}
