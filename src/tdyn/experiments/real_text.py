@@ -278,7 +278,7 @@ def attention_maps(ctx: ReproduceContext) -> dict:
 
     style.apply()
     res = {"experiment": "real/attention-maps", "claims": [], "entropy": {}}
-    fig, axes = plt.subplots(2, 4, figsize=(12, 6.2))
+    fig, axes = plt.subplots(2, 4, figsize=(12, 7), constrained_layout=True)
     rows = []
     for r, L in enumerate((1, 3)):
         cfg = fig7_config(ctx, L)
@@ -334,7 +334,7 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
 
     style.apply()
     res = {"experiment": "real/entropy-vs-lr", "claims": [], "entropy_vs_eta": {}, "ratio": {}}
-    fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
+    fig, axes = plt.subplots(2, 3, figsize=(13, 8), constrained_layout=True)
     final_rows, curve_rows, ratio_rows = [], [], []
     for r, corpus in enumerate(CORPORA):
         eta_cfg, ratio_cfg = fig10_configs(ctx, corpus)
