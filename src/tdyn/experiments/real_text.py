@@ -379,6 +379,8 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
         for z in zs:
             ax.plot(rs, tab[z], marker="o", label=f"η_Z = {z:g}")
         ax.set_xscale("log")
+        ax.set_xticks(rs, [f"{q:g}" for q in rs])
+        ax.minorticks_off()
         ax.set_xlabel("η_Y / η_Z (rest / attention)")
         ax.set_ylabel("final attention entropy")
         ax.legend()
