@@ -16,7 +16,8 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/tdyn reproduce scan-snap/fig4 --out runs/demo/scan-snap-fig4 --force
-	@echo "demo outputs: runs/demo/scan-snap-fig4 (results.json, loss.csv, fig4.png)"
+	$(BIN)/tdyn reproduce real/attention-maps --quick --out runs/demo/real-attention-maps --force
+	@echo "demo outputs: runs/demo/scan-snap-fig4 (results.json, loss.csv, fig4.png), runs/demo/real-attention-maps"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

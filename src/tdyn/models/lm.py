@@ -1,0 +1,136 @@
+"""The PyTorch-tutorial causal LM used by Scan and Snap on WikiText (scan_snap.md §3.4), as an ensemble.
+
+Every parameter has a leading ensemble axis S. Per member (the tutorial's ``TransformerModel``):
+
+    X   = Emb[x]·√d + PE + dropout                      (sinusoidal PE, Vaswani et al. 2017)
+    per layer (post-LN, ``nn.TransformerEncoderLayer``):
+      A   = softmax(Q Kᵀ/√d_h + causal mask)            (Q, K, V = X W_inᵀ + b_in, split; heads of d/H)
+      X   = LN1(X + dropout((A V) W_outᵀ + b_out))
+      X   = LN2(X + dropout(W_2 dropout(ReLU(W_1 X + b_1)) + b_2))
+    logits = X Decᵀ + b_dec                              (untied decoder)
+
+``forward`` returns the logits and the head-averaged attention of every layer, [S, B, T, T] each
+(``need_weights=True``, before attention dropout). Dropout masks come from ``self.dropout_gen``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclasses.dataclass
+class LMConfig:
+    V: int                 # vocabulary size
+    d: int = 200           # emsize
+    d_hid: int = 200       # FFN width
+    n_layers: int = 1
+    n_heads: int = 1
+    dropout: float = 0.2
+    max_len: int = 512
+
+
+def positional_encoding(T: int, d: int) -> torch.Tensor:
+    pos = torch.arange(T, dtype=torch.float64)[:, None]
+    div = torch.exp(torch.arange(0, d, 2, dtype=torch.float64) * (-math.log(10000.0) / d))
+    pe = torch.zeros(T, d, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * div)
+    pe[:, 1::2] = torch.cos(pos * div)
+    return pe
+
+
+def _bmm_linear(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per-member linear map: x [S, ..., in], W [S, out, in], b [S, out]."""
+    S = x.shape[0]
+    y = torch.bmm(x.reshape(S, -1, x.shape[-1]), W.transpose(1, 2)) + b[:, None]
+    return y.reshape(*x.shape[:-1], W.shape[1])
+
+
+def _layer_norm(x, g, b):
+    return F.layer_norm(x, x.shape[-1:]) * g[:, None, None] + b[:, None, None]
+
+
+class CausalLM(nn.Module):
+    def __init__(self, cfg: LMConfig, S: int):
+        super().__init__()
+        self.cfg, self.S = cfg, S
+        d, h, V, L = cfg.d, cfg.d_hid, cfg.V, cfg.n_layers
+        P = lambda *shape: nn.Parameter(torch.zeros(S, *shape))  # noqa: E731
+        self.emb = P(V, d)
+        self.dec_W, self.dec_b = P(V, d), P(V)
+        self.layers = nn.ModuleList()
+        for _ in range(L):
+            m = nn.Module()
+            m.in_W, m.in_b, m.out_W, m.out_b = P(3 * d, d), P(3 * d), P(d, d), P(d)
+            m.ln1_g, m.ln1_b, m.ln2_g, m.ln2_b = P(d), P(d), P(d), P(d)
+            m.W1, m.b1, m.W2, m.b2 = P(h, d), P(h), P(d, h), P(d)
+            self.layers.append(m)
+        self.register_buffer("pe", positional_encoding(cfg.max_len, d).float(), persistent=False)
+        self.dropout_gen: torch.Generator | None = None
+
+    @torch.no_grad()
+    def reset_parameters(self, gens: list[torch.Generator], scales: list[float] | None = None) -> None:
+        """The tutorial's init per member: Emb, Dec ~ U(±0.1), b_dec = 0; xavier W_in; torch-default Linear."""
+        scales = scales or [1.0] * self.S
+        d = self.cfg.d
+
+        def U(t, i, a, g):
+            t[i].copy_((torch.rand(t.shape[1:], generator=g) * 2 - 1) * a)
+
+        for i, g in enumerate(gens):
+            U(self.emb, i, 0.1, g)
+            U(self.dec_W, i, 0.1, g)
+            self.dec_b[i].zero_()
+            for m in self.layers:
+                U(m.in_W, i, math.sqrt(6 / (d + 3 * d)), g)  # xavier_uniform on [3d, d]
+                m.in_b[i].zero_(), m.out_b[i].zero_()
+                U(m.out_W, i, 1 / math.sqrt(d), g)
+                m.ln1_g[i].fill_(1), m.ln1_b[i].zero_(), m.ln2_g[i].fill_(1), m.ln2_b[i].zero_()
+                for W, b in ((m.W1, m.b1), (m.W2, m.b2)):
+                    U(W, i, 1 / math.sqrt(W.shape[-1]), g)
+                    U(b, i, 1 / math.sqrt(W.shape[-1]), g)
+            for p in self.parameters():
+                p[i].mul_(scales[i])
+
+    def _drop(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.cfg.dropout
+        if not self.training or p == 0:
+            return x
+        if self.dropout_gen is None or self.dropout_gen.device != x.device:
+            self.dropout_gen = torch.Generator(x.device).manual_seed(0)
+        keep = torch.rand(x.shape, generator=self.dropout_gen, device=x.device) >= p
+        return x * keep / (1 - p)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """x [S, B, T] token ids -> (logits [S, B, T, V], attention per layer [S, B, T, T])."""
+        S, B, T = x.shape
+        c = self.cfg
+        H, dh = c.n_heads, c.d // c.n_heads
+        X = torch.gather(self.emb, 1, x.reshape(S, -1, 1).expand(-1, -1, c.d)).reshape(S, B, T, c.d)
+        X = self._drop(X * math.sqrt(c.d) + self.pe[:T])
+        mask = torch.full((T, T), float("-inf"), device=x.device).triu(1)
+        attns = []
+        for m in self.layers:
+            Q, K, Vv = _bmm_linear(X, m.in_W, m.in_b).view(S, B, T, 3, H, dh).permute(3, 0, 1, 4, 2, 5)
+            A = torch.softmax(Q @ K.transpose(-1, -2) / math.sqrt(dh) + mask, dim=-1)  # [S, B, H, T, T]
+            attns.append(A.mean(2))
+            O = (self._drop(A) @ Vv).transpose(2, 3).reshape(S, B, T, c.d)
+            X = _layer_norm(X + self._drop(_bmm_linear(O, m.out_W, m.out_b)), m.ln1_g, m.ln1_b)
+            F_ = _bmm_linear(self._drop(torch.relu(_bmm_linear(X, m.W1, m.b1))), m.W2, m.b2)
+            X = _layer_norm(X + self._drop(F_), m.ln2_g, m.ln2_b)
+        return _bmm_linear(X, self.dec_W, self.dec_b), attns
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per-member token-mean cross-entropy, shape [S]."""
+        logits, _ = self(x)
+        ce = F.cross_entropy(logits.flatten(0, 2), y.flatten(), reduction="none")
+        return ce.view(x.shape[0], -1).mean(1)
+
+
+def attention_entropy(A: torch.Tensor) -> torch.Tensor:
+    """Mean over (batch, query) of −Σ_k a_qk ln(a_qk + 1e−8) (scan_snap.md §7.4); A [..., B, T, T] -> [...]."""
+    return -(A * torch.log(A + 1e-8)).sum(-1).mean((-1, -2))

@@ -1,0 +1,49 @@
+"""Same-token / same-topic / different-topic statistics of embeddings and attention (topic_structure.md §7.3, §8).
+
+Vectorised over all ordered pairs (i ≠ j) of the given rows; a pair is *same-topic* when the two
+words share at least one topic and *different-topic* otherwise. ``same_token`` is the diagonal
+(‖E_i‖² for dot, 1 for cosine).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def pair_classes(T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masks [n, n] of same-topic and different-topic ordered pairs (i ≠ j) from a topic matrix T [n, K] (bool)."""
+    Tf = T.to(torch.float32)
+    share = (Tf @ Tf.T) > 0
+    off = ~torch.eye(T.shape[0], dtype=torch.bool, device=T.device)
+    return share & off, ~share & off
+
+
+def _stats(x: torch.Tensor) -> dict:
+    return {"mean": x.mean().item() if x.numel() else float("nan"),
+            "std": x.std().item() if x.numel() > 1 else float("nan"), "count": int(x.numel())}
+
+
+def embedding_topic_stats(E: torch.Tensor, T: torch.Tensor) -> dict[str, dict]:
+    """{'dot'|'cosine': {'same_token'|'same_topic'|'different_topic': {mean, std, count}}} for rows E [n, d]."""
+    same, diff = pair_classes(T)
+    out = {}
+    for kind, M in (("dot", E), ("cosine", E / E.norm(dim=1, keepdim=True))):
+        G = M @ M.T
+        out[kind] = {"same_token": _stats(G.diagonal()), "same_topic": _stats(G[same]),
+                     "different_topic": _stats(G[diff])}
+    return out
+
+
+def attention_topic_stats(A: torch.Tensor, topics: torch.Tensor, T: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Mean attention per class for one document.
+
+    A [L, H, n, n]: attention among the n positions that carry a topic word; topics [n]: row index into
+    T [W, K] for each position. Classes of (query, key) pairs: same token (same word, incl. q = k),
+    same topic (different word sharing a topic), different topic. Returns sums and counts [L, H] per class
+    so that documents can be pooled.
+    """
+    same_word = topics[:, None] == topics[None, :]
+    Tp = T[topics].to(A.dtype)
+    share = (Tp @ Tp.T) > 0
+    masks = {"same_token": same_word, "same_topic": share & ~same_word, "different_topic": ~share}
+    return {k: ((A * m).sum((-1, -2)), m.sum().expand(A.shape[:2])) for k, m in masks.items()}

