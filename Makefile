@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-core
 
-.PHONY: demo test install clean
+.PHONY: demo test install browser clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,10 +15,18 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/tdyn reproduce scan-snap/fig4 --out runs/demo/scan-snap-fig4 --force
-	@echo "demo outputs: runs/demo/scan-snap-fig4 (results.json, loss.csv, fig4.png)"
+	$(BIN)/tdyn reproduce --all --quick --out runs/demo --force
+	@echo "open $(CURDIR)/runs/demo/index.html"
 
-test: $(STAMP)
+# The browser test (tests/test_report_browser.py) needs Chromium and its driver: installed here when missing.
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  if command -v apt-get >/dev/null; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
+	  else echo "no apt-get: install chromium and chromedriver as /usr/bin/chromium, /usr/bin/chromedriver"; fi; \
+	fi
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest
 
 clean:
