@@ -32,15 +32,17 @@ ASSETS = "report_files"
 RESULTS = "results.json"
 MAX_TABLE_ROWS = 25
 MAX_RUN_CURVES = 24
+MAX_LEGEND = 12
 MAX_STRIP = 8
 MAX_HEATMAPS = 12
 
-PAPERS = {
-    "scan-snap": "Tian et al. 2023 — Scan and Snap",
-    "topic": "Li, Li, Risteski 2023 — topic structure",
-    "decision-list": "Decision lists (GD learns decision lists)",
-    "real": "Real-text checks (Tian et al. 2023; Li, Li, Risteski 2023)",
+PAPERS = {  # experiment-name prefix -> (short name for the claims table, full reference)
+    "scan-snap": ("Tian et al. 2023", "Tian, Wang, Chen, Du 2023 — Scan and Snap (NeurIPS 2023)"),
+    "topic": ("Li, Li, Risteski 2023", "Li, Li, Risteski 2023 — transformers learn topic structure (ICML 2023)"),
+    "decision-list": ("Decision lists", "Decision lists — gradient descent on a one-layer transformer (extended abstract)"),
+    "real": ("Real text (both)", "Real-text checks of Tian et al. 2023 and Li, Li, Risteski 2023"),
 }
+MAX_NUMBERS_CHARS = 240  # numbers cell of the claims table (the full numbers are in the section)
 # results.json keys shown in their own place in a section (the rest are listed as "other numbers")
 _SECTION_KEYS = {"experiment", "claims", "config", "files", "wall_seconds", "seed", "seeds", "quick",
                  "status", "error", "traceback", "description"}
@@ -52,9 +54,10 @@ def anchor(name: str) -> str:
     return "exp-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in slug(name))
 
 
-def paper_of(name: str) -> str:
+def paper_of(name: str, full: bool = False) -> str:
+    """The paper an experiment belongs to, from its name's prefix."""
     prefix = name.split("/", 1)[0]
-    return PAPERS.get(prefix, prefix)
+    return PAPERS.get(prefix, (prefix, prefix))[int(full)]
 
 
 def metadata() -> dict[str, Any]:
@@ -93,11 +96,17 @@ def fmt(v: Any, max_items: int = 8) -> str:
     return str(v)
 
 
+def _relpath(path: Path, base: Path) -> str:
+    """``path`` relative to the directory ``base`` it lies in (posix, for display)."""
+    p = Path(path).resolve().relative_to(Path(base).resolve()).as_posix()
+    return "" if p == "." else p
+
+
 def _rel(path: Path, base: Path) -> str:
-    """A relative URL from ``base`` (a directory) to ``path`` inside it."""
+    """A relative URL from the directory ``base`` to ``path`` inside it."""
     from urllib.parse import quote
 
-    return quote(Path(path).resolve().relative_to(Path(base).resolve()).as_posix())
+    return quote(_relpath(path, base))
 
 
 def table(columns: list[str], rows: list[list[Any]], *, raw: bool = False, cls: str = "") -> str:
@@ -210,13 +219,17 @@ def _verdict(c: dict) -> str:
     return f'<span class="verdict {cls}">{_e(v)}</span>'
 
 
-def _seeds(res: dict) -> Any:
-    if "seeds" in res:
-        return res["seeds"]
-    if "seed" in res:
-        return res["seed"]
+def _seeds(res: dict, cli_seed: int | None) -> str:
+    """The seeds a reproduction reports (``seeds``, ``seed`` or its config's), else the ``--seed`` it was given."""
     cfg = res.get("config")
-    return cfg.get("seeds") if isinstance(cfg, dict) else None
+    for v in (res.get("seeds"), res.get("seed"), cfg.get("seeds") if isinstance(cfg, dict) else None):
+        if v is not None:
+            return fmt(v)
+    return f"base seed {cli_seed} (--seed)" if cli_seed is not None else "—"
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n - 1] + "…"
 
 
 def _files(rdir: Path, res: dict, suffix: str) -> list[Path]:
@@ -239,20 +252,20 @@ def _claims_rows(res: dict, page: Path, rdir: Path) -> list[list[str]]:
         numbers = c.get("numbers", {})
         measured = c.get("measured") or ", ".join(numbers) or "—"
         rows.append([_e(paper_of(name)), f"{_e(c.get('claim', ''))} <span class=note>({link}: {_e(c.get('id', ''))})</span>",
-                     _e(fmt(measured)), _e(fmt(numbers, max_items=4)), _e(fmt(c.get("expected") or "see claim")),
+                     _e(fmt(measured)), _e(_clip(fmt(numbers, max_items=4), MAX_NUMBERS_CHARS)), _e(fmt(c.get("expected") or "see claim")),
                      _verdict(c)])
     return rows
 
 
-def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str]) -> str:
+def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cli_seed: int | None) -> str:
     name = res.get("experiment", rdir.name)
     desc = descriptions.get(name) or res.get("description", "")
     parts = [f'<section id="{anchor(name)}"><h2>{_e(name)}</h2>']
     if desc:
         parts.append(f"<p>{_e(desc)}</p>")
-    info = {"paper": _e(paper_of(name)), "directory": f'<a href="{_rel(rdir / RESULTS, page)}">{_e(_rel(rdir, page))}/results.json</a>',
+    info = {"paper": _e(paper_of(name, full=True)), "directory": f'<a href="{_rel(rdir / RESULTS, page)}">{_e(_relpath(rdir / RESULTS, page))}</a>',
             "run time": _e(f"{res['wall_seconds']:.1f} s") if isinstance(res.get("wall_seconds"), (int, float)) else "—",
-            "seeds": _e(fmt(_seeds(res))), "quick settings": _e(fmt(res.get("quick")))}
+            "seeds": _e(_seeds(res, cli_seed)), "quick settings": _e(fmt(res.get("quick")))}
     parts.append(_dl(info))
     if "error" in res:
         parts.append(f'<h3>Error</h3><pre class="error">{_e(res["error"])}\n\n{_e(res.get("traceback", ""))}</pre>')
@@ -301,7 +314,7 @@ def build_index(out_dir: str | Path, title: str | None = None) -> Path:
         if k in manifest:
             meta = {**meta, k: manifest[k]}
     body = "\n".join([summary, claims, '<section id="contents"><h2>Reproductions</h2>' + toc + "</section>",
-                      *(_section(d, res, out, descriptions) for d, res in results), _meta_block(meta)])
+                      *(_section(d, res, out, descriptions, manifest.get("seed")) for d, res in results), _meta_block(meta)])
     title = title or ("tdyn: which claims hold" if len(results) > 1 else f"tdyn: {results[0][1].get('experiment', out.name)}")
     path = out / "index.html"
     runs.atomic_write_text(path, _page(title, body))
@@ -360,10 +373,12 @@ def _curves(run_dirs: list[Path], labels: list[str], assets: Path) -> list[tuple
             ax.set_title(k)
         for ax in list(axes.flat)[len(ks):]:
             ax.set_visible(False)
-        if 1 < len(metrics) <= 8:
-            axes.flat[0].legend(fontsize=7)
-        path = assets / f"curves_{_fname(g)}.png"
         fig.tight_layout()
+        if 1 < len(metrics) <= MAX_LEGEND:  # below the panels, so that it hides no curve
+            handles, labs = axes.flat[0].get_legend_handles_labels()
+            fig.legend(handles, labs, loc="upper center", bbox_to_anchor=(0.5, 0), ncol=2 if ncol > 1 else 1,
+                       frameon=False)
+        path = assets / f"curves_{_fname(g)}.png"
         style.save(fig, path)
         figs.append((path, f"{g} vs step" + (f" ({len(metrics)} runs)" if len(metrics) > 1 else "")))
     return figs
@@ -434,7 +449,7 @@ def _runs_table(run_dirs: list[Path], base: Path) -> str:
         meta = runs.read_meta(d)
         m = runs.read_metrics(d)
         last = m[-1] if m else {}
-        rows.append([f'<a href="{_rel(d / "config.json", base)}">{_e(_rel(d, base) or ".")}</a>', _e(meta.get("status")),
+        rows.append([f'<a href="{_rel(d / "config.json", base)}">{_e(_relpath(d, base) or ".")}</a>', _e(meta.get("status")),
                      _e(meta.get("seed")), _e(last.get("step", "—")), _e(fmt(last.get("loss"))),
                      _e(meta.get("message") or "")])
     note = f'<p class="note">first 200 of {len(run_dirs)} runs</p>' if len(run_dirs) > 200 else ""
@@ -449,7 +464,7 @@ def build_run_report(run_dir: str | Path) -> Path:
         raise UserError(f"{str(d)!r} holds no run directory (config.json + meta.json), ensemble.json or sweep.json")
     assets = d / ASSETS
     assets.mkdir(exist_ok=True)
-    labels = [_rel(r, d) or "." for r in run_dirs]
+    labels = [_relpath(r, d) or "." for r in run_dirs]
     parts = [f"<p>{_e(kind)} directory with {len(run_dirs)} run(s).</p>"]
     if kind == "sweep":
         from tdyn import sweep
@@ -471,7 +486,7 @@ def build_run_report(run_dir: str | Path) -> Path:
                  ("".join(_figure(p, d, c) for p, c in maps) or "<p>no saved checkpoints with 2-D tensors</p>") + "</section>")
     cfg_src = d / "ensemble.json" if kind == "ensemble" else run_dirs[0] / "config.json"
     parts.append('<section id="config"><h2>Config</h2>' +
-                 _details(_rel(cfg_src, d), _json_block(runs.read_json(cfg_src)), open_=False) + "</section>")
+                 _details(_relpath(cfg_src, d), _json_block(runs.read_json(cfg_src)), open_=False) + "</section>")
     meta0 = runs.read_meta(run_dirs[0])
     meta = {f"run {k}": meta0.get(k) for k in ("tdyn_version", "torch_version", "git_commit", "started", "ended")}
     parts.append(_meta_block(meta | {f"report {k}": v for k, v in metadata().items()}))
