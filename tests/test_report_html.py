@@ -12,7 +12,8 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from tdyn import runs
-from tdyn.experiments.runner import MANIFEST, reproduce_all, slug
+from tdyn.experiments.runner import reproduce_all
+from tdyn.report.html import MANIFEST, slug
 from tdyn.report import html
 
 

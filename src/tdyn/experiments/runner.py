@@ -14,13 +14,7 @@ from tdyn import runs
 from tdyn.errors import UserError
 from tdyn.experiments.common import write_results
 from tdyn.experiments.registry import Experiment, ReproduceContext, all_experiments
-
-MANIFEST = "reproduce.json"  # options, metadata and each reproduction's status of a reproduce-all directory
-
-
-def slug(name: str) -> str:
-    """Directory name of reproduction ``name`` inside a reproduce-all directory."""
-    return name.replace("/", "__")
+from tdyn.report.html import MANIFEST, build_index, metadata, slug
 
 
 def _now() -> str:
@@ -55,8 +49,6 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
 
     Returns the page's path and the names of the reproductions that failed.
     """
-    from tdyn.report.html import build_index, metadata
-
     out = Path(out)
     exps = [e for e in all_experiments().values() if e.reproduce is not None and (names is None or e.name in names)]
     prepare_dir(out, force)

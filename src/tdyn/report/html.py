@@ -26,10 +26,10 @@ from typing import Any
 
 from tdyn import runs
 from tdyn.errors import UserError
-from tdyn.experiments.runner import MANIFEST, slug
 
 ASSETS = "report_files"
 RESULTS = "results.json"
+MANIFEST = "reproduce.json"  # a reproduce-all directory's options, metadata and each reproduction's status
 MAX_TABLE_ROWS = 25
 MAX_RUN_CURVES = 24
 MAX_LEGEND = 12
@@ -49,6 +49,11 @@ _SECTION_KEYS = {"experiment", "claims", "config", "files", "wall_seconds", "see
 
 
 # ---------------------------------------------------------------- small helpers
+
+def slug(name: str) -> str:
+    """Directory name of reproduction ``name`` inside a reproduce-all directory."""
+    return name.replace("/", "__")
+
 
 def anchor(name: str) -> str:
     return "exp-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in slug(name))
@@ -310,11 +315,12 @@ def build_index(out_dir: str | Path, title: str | None = None) -> Path:
               table(["paper", "claim", "what was measured", "numbers", "expected", "verdict"], claim_rows, raw=True,
                     cls="claims") + "</section>")
     meta = manifest.get("metadata") or metadata()
-    for k in ("started", "ended", "seed", "quick", "command"):
+    for k in ("started", "ended", "seed", "quick", "overrides", "device"):
         if k in manifest:
             meta = {**meta, k: manifest[k]}
     body = "\n".join([summary, claims, '<section id="contents"><h2>Reproductions</h2>' + toc + "</section>",
-                      *(_section(d, res, out, descriptions, manifest.get("seed")) for d, res in results), _meta_block(meta)])
+                      *(_section(d, res, out, descriptions, manifest.get("seed")) for d, res in results),
+                      _meta_block(meta, "Run metadata" if manifest else "Metadata (of the process that built this page)")])
     title = title or ("tdyn: which claims hold" if len(results) > 1 else f"tdyn: {results[0][1].get('experiment', out.name)}")
     path = out / "index.html"
     runs.atomic_write_text(path, _page(title, body))
