@@ -375,7 +375,7 @@ def _curves(run_dirs: list[Path], labels: list[str], assets: Path) -> list[tuple
             if k == "loss" and pos and max(pos) / min(pos) > 100:
                 ax.set_yscale("log")
             ax.set_xlabel("step (optimizer updates)")
-            ax.set_ylabel(k)
+            ax.set_ylabel(_axis_label(k))
             ax.set_title(k)
         for ax in list(axes.flat)[len(ks):]:
             ax.set_visible(False)
@@ -388,6 +388,16 @@ def _curves(run_dirs: list[Path], labels: list[str], assets: Path) -> list[tuple
         style.save(fig, path)
         figs.append((path, f"{g} vs step" + (f" ({len(metrics)} runs)" if len(metrics) > 1 else "")))
     return figs
+
+
+def _axis_label(key: str) -> str:
+    """Y-axis label of a metrics.jsonl key (the trainer's norms are Frobenius norms)."""
+    kind, _, name = key.partition("/")
+    if kind == "norm":
+        return f"‖{name}‖_F"
+    if kind == "update_norm":
+        return f"‖Δ{name}‖_F per update"
+    return "training loss" if key == "loss" else key
 
 
 def _fname(s: str) -> str:
