@@ -186,3 +186,16 @@ def test_cli_report_and_reproduce_all_args(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nothing")]) == 2
     assert "not a directory" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_interrupted_reproduce_all_still_writes_the_page(tmp_path, fake_experiments, monkeypatch):
+    from tdyn.experiments import registry
+
+    def interrupted(ctx):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(registry._REGISTRY, "test/zz-interrupted", registry.Experiment("test/zz-interrupted", "", interrupted))
+    with pytest.raises(KeyboardInterrupt):
+        reproduce_all(tmp_path, names=["test/fake", "test/zz-interrupted"], progress=False)
+    p = check_links(tmp_path / "index.html")
+    assert len(p.claim_rows) == 3 + 1 and "did not finish (status interrupted)" in p.claim_rows[-1]

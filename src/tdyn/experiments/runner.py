@@ -72,7 +72,10 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
             entry["status"] = "finished"
             print(f"    {len(verdicts)} claims: " + ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
                   + f" ({results['wall_seconds']:.1f}s)", flush=True)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # the page still shows what finished
+            entry["status"] = "interrupted"
+            runs.write_json(out / MANIFEST, manifest)
+            print(f"report so far: {build_index(out)}", flush=True)
             raise
         except Exception as e:  # recorded in the page; the other reproductions still run
             entry["status"] = "failed"

@@ -268,7 +268,8 @@ def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cl
     parts = [f'<section id="{anchor(name)}"><h2>{_e(name)}</h2>']
     if desc:
         parts.append(f"<p>{_e(desc)}</p>")
-    info = {"paper": _e(paper_of(name, full=True)), "directory": f'<a href="{_rel(rdir / RESULTS, page)}">{_e(_relpath(rdir / RESULTS, page))}</a>',
+    info = {"paper": _e(paper_of(name, full=True)), "directory": (f'<a href="{_rel(rdir / RESULTS, page)}">{_e(_relpath(rdir / RESULTS, page))}</a>'
+                          if (rdir / RESULTS).exists() else _e(_relpath(rdir, page) + "/ (no results.json)")),
             "run time": _e(f"{res['wall_seconds']:.1f} s") if isinstance(res.get("wall_seconds"), (int, float)) else "—",
             "seeds": _e(_seeds(res, cli_seed)), "quick settings": _e(fmt(res.get("quick")))}
     parts.append(_dl(info))
