@@ -11,13 +11,16 @@ from tdyn.experiments.registry import ReproduceContext
 TINY = {"num_last": [1], "etas_z": [0.5, 3.0], "ratios": [1.0, 2.0, 10.0], "seeds": [1, 2], "steps": 8}
 
 
-def test_fig6_config_members():
+def test_fig6_spec_batches_each_panel():
     from tdyn.config import validate_config
+    from tdyn.sweep.spec import load_spec, plan
     from tdyn.train.trainer import expand_members
 
-    cfg = validate_config(sw.fig6_config(10))
+    jobs = plan(load_spec(sw.fig6_spec()))
+    assert len(jobs) == 4 and sum(len(j.runs) for j in jobs) == 640
+    cfg = validate_config(jobs[-1].config)
     members = expand_members(cfg)
-    assert len(members) == 160
+    assert len(members) == 160 and cfg.data["num_last"] == 10
     assert {(m.lrs["Z"], m.lrs["Y"] / m.lrs["Z"]) for m in members} == {(z, r) for z in (0.5, 1, 2, 3) for r in (1, 2, 5, 10)}
     assert cfg.model["init"] == "torch_default" and cfg.optim.groups["Y"].momentum == 0.9
     assert cfg.data["batch_size"] == 128 and cfg.data["seq_len"] == 128 and cfg.optim.steps == 100
@@ -36,7 +39,8 @@ def test_fig6_then_fig11_12_reuse_the_runs(tmp_path, monkeypatch):
     assert list(rows[0]) == ["num_last", "num_next", "eta_z", "ratio", "seeds", "entropy_mean", "entropy_std"]
     assert len(rows) == 6 and all(r["seeds"] == "2" and r["num_next"] == "2" for r in rows)
     assert res["runs"] == 12 and len(res["claims"]) == 4
-    manifest = ctx.out / "runs" / "fig6-quick" / "last1" / "ensemble.json"
+    (root,) = (ctx.out / "runs").glob("fig6-quick-*")
+    manifest = root / ".jobs" / "job0000" / "ensemble.json"
     stamp = manifest.stat().st_mtime_ns
     # fig11-12 pointed at fig6's output directory reads its runs
     ctx2 = ReproduceContext(out=tmp_path / "f11", quick=True, progress=False, overrides=[f"sweep_dir={ctx.out}"])
@@ -50,7 +54,8 @@ def test_fig6_then_fig11_12_reuse_the_runs(tmp_path, monkeypatch):
                             overrides=[f"sweep_dir={ctx.out / 'runs'}", "optim.steps=4"])
     ctx3.out.mkdir()
     sw.fig6(ctx3)
-    assert manifest.stat().st_mtime_ns != stamp
+    assert manifest.stat().st_mtime_ns == stamp
+    assert len(list((ctx.out / "runs").glob("fig6-quick-*"))) == 2
 
 
 def test_snap_time_is_peak_of_growth():

@@ -137,6 +137,10 @@ def _cmd_bench(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tdyn", description="Training dynamics of one-layer transformers: "
                                 "the papers' data, models, theory checks and figures.")
+    from tdyn.train.threads import cli_threads
+
+    p.add_argument("--threads", type=int, default=cli_threads(),
+                   help="torch intra-op threads (default: $TDYN_THREADS or 1; see tdyn.train.threads)")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("list", help="list registered experiments", description="List registered experiments.")
@@ -199,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
     try:
         return args.fn(args)
     except UserError as e:

@@ -19,6 +19,7 @@ from tdyn.config import Strict
 from tdyn.data import scan_snap as data
 from tdyn.experiments.common import claim, configure, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
+from tdyn.probes.scan_snap import c_n, distinct_entropy
 from tdyn.models.yz import YZConfig, YZModel
 from tdyn.train.seeding import generator
 from tdyn.train.task import Member, Task, register_task
@@ -73,19 +74,6 @@ def yz_config(data_overrides: dict, *, steps: int = 100, lr_y: float = 1.0, lr_z
     }
 
 
-def c_n(Z: torch.Tensor, table: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
-    """c_{l|n} = P(l|n) e^{Z[ψ(n), l]} / Σ_l' P(l'|n) e^{Z[ψ(n), l']} (Eqn 5), shape [..., K, M]."""
-    logits = torch.log(table.to(Z.dtype)) + Z[..., query, :]
-    return torch.softmax(logits, dim=-1)
-
-
-def distinct_entropy(c: torch.Tensor, distinct: torch.Tensor) -> torch.Tensor:
-    """Mean over classes of the entropy of c_n restricted to its distinct tokens, renormalised (spec §7.2)."""
-    p = torch.where(distinct, c, torch.zeros_like(c))
-    p = p / p.sum(-1, keepdim=True)
-    return -(torch.where(p > 0, p * torch.log(p), torch.zeros_like(p))).sum(-1).mean(-1)
-
-
 # ---------------------------------------------------------------- Fig 4
 
 FIG4_ROWS = [0, 2, 4, 6, 8, 10]
@@ -119,7 +107,7 @@ def fig4(ctx: ReproduceContext) -> dict:
         snaps["final"] = runs.params_of(runs.load_checkpoint(d, "final"))["Z"]
         c = {k: c_n(z.double(), dist.table, dist.query) for k, z in snaps.items()}
         per_run.append({"dir": d, "eta_y": eta_y, "eta_z": eta_z, "loss": [r["loss"] for r in metrics],
-                        "c": c, "Z": snaps["final"].double()})
+                        "c": c, "Z": snaps["final"].double(), "Z0": snaps[0].double()})
     write_csv(ctx.out / "loss.csv", rows, ["eta_y", "eta_z", "step", "loss"])
 
     # ---- figure: c_n maps (rows = iterations, columns = contextual tokens), loss curves
@@ -156,8 +144,8 @@ def fig4(ctx: ReproduceContext) -> dict:
     slow, fast = per_run[0], per_run[1]
     top = [int(torch.nonzero(dist.distinct[n]).max()) for n in range(dist.K)]
     argmax = {f"eta_y={r['eta_y']:g}": [int(r["c"]["final"][n, :ncols].argmax()) for n in range(dist.K)] for r in per_run}
-    ent = {r["eta_y"]: float(distinct_entropy(r["c"]["final"], dist.distinct)) for r in per_run}
-    ent0 = float(distinct_entropy(slow["c"][0], dist.distinct))
+    ent = {r["eta_y"]: float(distinct_entropy(r["Z"], dist.table, dist.query, dist.distinct)) for r in per_run}
+    ent0 = float(distinct_entropy(slow["Z0"], dist.table, dist.query, dist.distinct))
     level = ln_m / 2
     reach = {f"eta_y={r['eta_y']:g}": next((t for t, l in enumerate(r["loss"]) if l <= level), None) for r in per_run}
     Z = slow["Z"]

@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
+import json
+
 import math
 from pathlib import Path
 
@@ -39,48 +41,20 @@ def _lrs(run_dir: Path) -> tuple[float, float]:
     return g["Y"]["lr"], g["Z"]["lr"]
 
 
-OPTIONS = ("sweep_dir", "threads")
-DEFAULT_THREADS = 1   # intra-op threads while training; see ``torch_threads``
+OPTIONS = ("sweep_dir",)
 
 
 def _options(ctx: ReproduceContext) -> tuple[dict[str, str], list[str]]:
-    """This module's ``--set`` options (``sweep_dir=DIR``, ``threads=N``) and the run-config overrides."""
+    """This module's ``--set`` option (``sweep_dir=DIR``) and the run-config overrides."""
     key = lambda o: o.split("=", 1)[0]  # noqa: E731
     return ({key(o): o.split("=", 1)[1] for o in ctx.overrides if key(o) in OPTIONS},
             [o for o in ctx.overrides if key(o) not in OPTIONS])
 
 
-@contextlib.contextmanager
-def torch_threads(n: int):
-    """Train with ``n`` intra-op threads. The default 1 is measured on the project's 2-core machine
-    shared with other jobs: back to back, while another job held one core, Fig 6 quick-grid panels
-    took 1.0 s / 2.5 s with 1 thread and 25.7 s / 32.7 s with 2 (a parallel region waits for the
-    descheduled thread; these ops are small). ``tdyn bench`` reports both for the largest panel."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
-def _finished(out: Path, cfg) -> list[Path] | None:
-    """The member dirs of a finished ensemble job at ``out`` trained from ``cfg``, else None."""
-    man = out / "ensemble.json"
-    if not man.exists() or runs.read_json(man)["config"] != cfg.model_dump(mode="json"):
-        return None
-    dirs = [out / d for d in runs.read_json(man)["dirs"]]
-    return dirs if all(runs.read_meta(d)["status"] == "finished" for d in dirs) else None
-
-
-def _train(cfg, out: Path, ctx: ReproduceContext, reuse: bool = False) -> list[Path]:
-    """Train ``cfg`` into ``out`` (or, with ``reuse``, return a finished job there from the same config)."""
+def _train(cfg, out: Path, ctx: ReproduceContext) -> list[Path]:
     from tdyn.train.trainer import train
 
-    if reuse and (dirs := _finished(out, cfg)):
-        return dirs
-    with torch_threads(int(_options(ctx)[0].get("threads", DEFAULT_THREADS))):
-        return train(cfg, out, force=True, progress=ctx.progress)
+    return train(cfg, out, force=True, progress=ctx.progress)
 
 
 # ---------------------------------------------------------------- Fig 6 sweep (shared with Figs 11–12)
@@ -90,40 +64,51 @@ FIG6 = {"num_last": [1, 3, 5, 10], "etas_z": [0.5, 1.0, 2.0, 3.0], "ratios": [1.
 FIG6_QUICK = {"num_last": [1, 3], "etas_z": [0.5, 3.0], "ratios": [1.0, 2.0, 10.0], "seeds": [1, 2, 3], "steps": 100}
 
 
-def fig6_config(num_last: int, grid: dict = FIG6) -> dict:
-    """One panel of the sweep as one ensemble job: seeds × (η_Z, η_Y/η_Z) on the leading axis.
+def fig6_spec(grid: dict = FIG6, overrides: list[str] = ()) -> dict:
+    """The sweep as a ``tdyn sweep`` spec: #query panels × zipped (η_Z, η_Y = ratio·η_Z) × seeds.
 
     The authors' command (spec §5.2): Syn-Medium, SGD momentum 0.9, batch 128, length 128,
-    100 steps, PyTorch-default init. Probes only at the start and the end (the sweep needs only
-    the final weights).
+    100 steps, PyTorch-default init. Each panel's 10 seeds × 16 learning-rate pairs train as one
+    ensemble job. Probes only at the start and the end (the sweep needs only the final weights).
     """
-    cfg = yz_config(data.syn_medium(num_last), steps=grid["steps"], init="torch_default", seeds=grid["seeds"])
-    cfg["ensemble"] = {"lrs": [{"Y": ez * r, "Z": ez} for ez in grid["etas_z"] for r in grid["ratios"]]}
-    cfg["probes"] = {"names": [], "every": grid["steps"] or 1}
-    return cfg
+    base = yz_config(data.syn_medium(grid["num_last"][0]), steps=grid["steps"], init="torch_default")
+    base["probes"] = {"names": [], "every": grid["steps"] or 1}
+    pairs = [(ez, ez * r) for ez in grid["etas_z"] for r in grid["ratios"]]
+    return {"config": base, "set": list(overrides),
+            "axes": {"grid": {"data.num_last": grid["num_last"]},
+                     "zip": {"optim.groups.Z.lr": [p[0] for p in pairs], "optim.groups.Y.lr": [p[1] for p in pairs]}},
+            "seeds": grid["seeds"]}
 
 
 def fig6_sweep(ctx: ReproduceContext) -> tuple[dict, list[dict]]:
-    """Train (or reuse) the sweep; return (grid, one record per run with its final Z and facts).
+    """Run (or continue) the sweep with ``tdyn sweep``; return (grid, one record per run with its
+    final Z and facts).
 
-    Option ``--set sweep_dir=DIR`` places the runs (default ``<out>/runs``); DIR may also be an
-    earlier ``scan-snap/fig6`` output directory. Figs 6 and 11–12 given the same runs train once.
-    The sweep uses the paper's seeds 1..10 (``--seed`` is not used).
+    Option ``--set sweep_dir=DIR`` places the sweep (default ``<out>/runs``); DIR may also be an
+    earlier ``scan-snap/fig6`` output directory. Finished runs are never retrained, so Figs 6 and
+    11–12 given the same ``sweep_dir`` train once. The sweep uses the paper's seeds 1..10
+    (``--seed`` is not used).
     """
+    from tdyn.sweep import run_sweep
+
     mine, overrides = _options(ctx)
     grid = FIG6_QUICK if ctx.quick else FIG6
     base = Path(mine.get("sweep_dir", ctx.out / "runs"))
     if (base / "results.json").exists() and (base / "runs").is_dir():     # an earlier fig6 --out
         base = base / "runs"
-    root = base / ("fig6-quick" if ctx.quick else "fig6")
-    records = []
-    for nl in grid["num_last"]:
-        cfg = configure(fig6_config(nl, grid), overrides)
-        dist = _facts(cfg)
-        for d in _train(cfg, root / f"last{nl}", ctx, reuse=True):
-            eta_y, eta_z = _lrs(d)
-            records.append({"num_last": nl, "dist": dist, "eta_z": eta_z, "ratio": round(eta_y / eta_z, 6),
-                            "seed": runs.read_meta(d)["seed"], "Z": _final(d), "dir": d})
+    spec = fig6_spec(grid, overrides)
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+    root = base / f"fig6{'-quick' if ctx.quick else ''}-{digest}"     # one directory per distinct sweep
+    run_sweep(spec, root, progress=ctx.progress)
+    records, facts = [], {}
+    for r in runs.read_json(root / "sweep.json")["runs"]:
+        d = root / r["name"]
+        nl = r["axes"]["data.num_last"]
+        if nl not in facts:
+            facts[nl] = _facts(configure(runs.read_config(d), []))
+        eta_y, eta_z = _lrs(d)
+        records.append({"num_last": nl, "dist": facts[nl], "eta_z": eta_z, "ratio": round(eta_y / eta_z, 6),
+                        "seed": r["seed"], "Z": _final(d), "dir": d})
     return grid, records
 
 
@@ -559,32 +544,34 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
 # ---------------------------------------------------------------- benchmark
 
 
-@register_bench("scan_snap_fig6_sweep")
+@register_bench("fig6_sweep")
 def _bench_fig6(quick: bool) -> dict:
-    """Wall time of the Fig 6 sweep as 4 ensemble jobs vs the same runs one at a time in this process
-    (the latter extrapolated from a few single runs per panel), both with ``DEFAULT_THREADS``
-    intra-op threads; and the largest panel again with torch's default thread count."""
-    from tdyn.bench import timed_train
+    """The Fig 6 sweep (640 runs) with ``tdyn sweep`` (batched into 4 ensemble jobs on the local
+    pool) vs the same runs trained one at a time in this process (``quick``: extrapolated from a
+    few runs per panel)."""
+    import tempfile
+    import time
 
-    grid = FIG6_QUICK if quick else FIG6
-    per_panel = len(grid["seeds"]) * len(grid["etas_z"]) * len(grid["ratios"])
-    n_single = 2 if quick else 3
-    ens, seq = {}, 0.0
-    default_threads = torch.get_num_threads()
-    with torch_threads(DEFAULT_THREADS):
-        timed_train(fig6_config(1, grid | {"seeds": [1], "etas_z": [1.0], "ratios": [1.0], "steps": 5}))  # warm-up
-        for nl in grid["num_last"]:
-            ens[nl] = timed_train(fig6_config(nl, grid))
-            one = [timed_train(fig6_config(nl, grid | {"seeds": [s], "etas_z": [grid["etas_z"][i % len(grid["etas_z"])]],
-                                                       "ratios": [grid["ratios"][i % len(grid["ratios"])]]}))
-                   for i, s in enumerate(grid["seeds"][:n_single])]
-            seq += per_panel * sum(one) / len(one)
-    big = grid["num_last"][-1]
-    big_default = timed_train(fig6_config(big, grid))
-    total = sum(ens.values())
-    return {"runs": per_panel * len(grid["num_last"]), "threads": DEFAULT_THREADS, "ensemble_s": total,
-            "ensemble_s_per_panel": {f"{nl}/{2 * nl}": v for nl, v in ens.items()},
-            "sequential_s": seq, "sequential_extrapolated": True, "single_runs_timed": n_single * len(grid["num_last"]),
-            "speedup": seq / total, "under_2_min": total < 120,
-            f"panel_{big}/{2 * big}_s_at_{default_threads}_threads": big_default,
-            f"panel_{big}/{2 * big}_s_at_{DEFAULT_THREADS}_threads": ens[big]}
+    from tdyn.bench import timed_train
+    from tdyn.sweep import run_sweep
+    from tdyn.sweep.spec import load_spec, plan
+    from tdyn.train.trainer import expand_members, member_config
+    from tdyn.config import validate_config
+
+    spec = fig6_spec(FIG6)
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        run_sweep(spec, Path(d) / "sweep", progress=False)
+        batched = time.perf_counter() - t0
+    seq, timed, total_runs = 0.0, 0, 0
+    for job in plan(load_spec(spec)):
+        cfg = validate_config(job.config)
+        members = expand_members(cfg)
+        total_runs += len(members)
+        picked = members[:: max(1, len(members) // 3)] if quick else members
+        t = sum(timed_train(member_config(cfg, m)) for m in picked)
+        timed += len(picked)
+        seq += t * len(members) / len(picked)
+    return {"runs": total_runs, "batched_s": batched, "sequential_s": seq, "ratio": seq / batched,
+            "sequential_runs_timed": timed, "sequential_extrapolated": timed < total_runs,
+            "under_2_min": batched < 120}
