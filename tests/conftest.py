@@ -78,3 +78,42 @@ def _quad_probe(ctx):
     """A scalar (‖w‖² per member) and an array (w itself) for the probe-interface test."""
     w = ctx.model.w.detach()
     return {"sq": (w ** 2).sum(1), "w": w.clone()}
+
+
+# ---------------------------------------------------------------- fake reproductions (report tests)
+
+def _fake_reproduce(ctx):
+    """A reproduction writing what real ones write: a PNG, a long CSV, claims of every verdict."""
+    import matplotlib.pyplot as plt
+
+    from tdyn.experiments.common import claim, write_csv
+    from tdyn.report import style
+
+    style.apply()
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([0, 1, 2], [2.0, 1.0, 0.5])
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats)")
+    style.save(fig, ctx.out / "curve.png")
+    write_csv(ctx.out / "table.csv", [{"step": i, "loss": 1 / (i + 1)} for i in range(40)], ["step", "loss"])
+    return {"experiment": "test/fake", "seed": ctx.seed, "config": {"optim": {"steps": 3}},
+            "files": ["curve.png", "table.csv"], "extra_number": 1.5,
+            "claims": [claim("a", "Loss falls <b>below</b> 1 (Fig 1)", True, final=0.5),
+                       claim("b", "Loss reaches 0", False, measured="final training loss", expected="0",
+                             final=0.5),
+                       claim("c", "Loss is small", None, final=0.5)]}
+
+
+def _failing_reproduce(ctx):
+    raise RuntimeError("boom")
+
+
+@pytest.fixture
+def fake_experiments(monkeypatch):
+    """Register ``test/fake`` and ``test/fails`` for the duration of a test; returns their names."""
+    from tdyn.experiments import registry
+
+    registry.all_experiments()
+    for name, fn in (("test/fake", _fake_reproduce), ("test/fails", _failing_reproduce)):
+        monkeypatch.setitem(registry._REGISTRY, name, registry.Experiment(name, f"{name} (tests only)", fn))
+    return ["test/fake", "test/fails"]

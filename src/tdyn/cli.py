@@ -53,24 +53,24 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_reproduce(args) -> int:
-    from tdyn.experiments.common import write_results
+    from tdyn.experiments import runner
     from tdyn.experiments.registry import ReproduceContext, get
 
+    if args.all == bool(args.name):
+        raise UserError("tdyn reproduce takes an experiment name or --all (not both)")
+    if args.all:
+        page, failed = runner.reproduce_all(args.out, seed=args.seed, quick=args.quick, overrides=list(args.set or []),
+                                            device=args.device, progress=not args.quiet, force=args.force)
+        if failed:
+            print(f"{len(failed)} reproduction(s) failed: {', '.join(failed)}", file=sys.stderr)
+        print(f"report: {page}")
+        return 1 if failed else 0
     exp = get(args.name)
-    if exp.reproduce is None:
-        raise UserError(f"experiment {args.name!r} has no reproduction; use `tdyn run {args.name}`")
     out = Path(args.out)
-    if out.exists() and any(out.iterdir()) and not args.force:
-        raise UserError(f"output directory {str(out)!r} already exists and is not empty; use --force to overwrite")
-    out.mkdir(parents=True, exist_ok=True)
+    runner.prepare_dir(out, args.force)
     ctx = ReproduceContext(out=out, seed=args.seed, quick=args.quick, overrides=list(args.set or []),
                            device=args.device, progress=not args.quiet)
-    t0 = time.time()
-    results = exp.reproduce(ctx)
-    results.setdefault("experiment", args.name)
-    results["quick"] = args.quick
-    results["wall_seconds"] = round(time.time() - t0, 2)
-    write_results(out, results)
+    results = runner.run_reproduction(exp, ctx)
     _print_claims(results)
     print(f"wrote {out / 'results.json'} ({results['wall_seconds']:.1f}s)")
     return 0
@@ -83,21 +83,25 @@ def _print_claims(results: dict) -> None:
 
 def _cmd_report(args) -> int:
     from tdyn import runs
+    from tdyn.report import html
 
     d = Path(args.dir)
-    if (d / "results.json").exists():
-        results = runs.read_json(d / "results.json")
-        print(f"{results.get('experiment', d)}:")
+    if not d.is_dir():
+        raise UserError(f"{str(d)!r} is not a directory")
+    found = html.reproductions(d)
+    for rd, results in found:
+        print(f"{results.get('experiment', rd.name)}:" + (f" FAILED: {results['error']}" if "error" in results else ""))
         _print_claims(results)
-        return 0
-    run_dirs = [d] if runs.is_run_dir(d) else sorted(p.parent for p in d.rglob("meta.json"))
-    if not run_dirs:
-        raise UserError(f"{str(d)!r} holds no results.json and no run directory")
-    for rd in run_dirs:
-        meta, metrics = runs.read_meta(rd), runs.read_metrics(rd)
-        last = metrics[-1] if metrics else {}
-        print(f"{rd}: {meta['status']}, {len(metrics)} evaluations, last step {last.get('step')}, "
-              f"loss {last.get('loss')}")
+    if not found:
+        run_dirs = [d] if runs.is_run_dir(d) else sorted(p.parent for p in d.rglob("meta.json"))
+        if not run_dirs:
+            raise UserError(f"{str(d)!r} holds no results.json and no run directory")
+        for rd in run_dirs:
+            meta, metrics = runs.read_meta(rd), runs.read_metrics(rd)
+            last = metrics[-1] if metrics else {}
+            print(f"{rd}: {meta['status']}, {len(metrics)} evaluations, last step {last.get('step')}, "
+                  f"loss {last.get('loss')}")
+    print(f"report: {html.build(d)}")
     return 0
 
 
@@ -156,7 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("reproduce", help="reproduce a paper figure/table into DIR",
                        description="Run what a figure/table needs and write results.json, CSV tables and PNG figures.")
-    s.add_argument("name", help="experiment name (see `tdyn list`)")
+    s.add_argument("name", nargs="?", help="experiment name (see `tdyn list`)")
+    s.add_argument("--all", action="store_true",
+                   help="every registered reproduction into OUT/<name>/ (going on past failures), then OUT/index.html")
     s.add_argument("--out", required=True, help="output directory")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--quick", action="store_true", help="small settings (minutes on 2 CPU cores)")
@@ -187,8 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--only", action="append", metavar="NAME", help="run only this entry (repeatable)")
     s.set_defaults(fn=_cmd_bench)
 
-    s = sub.add_parser("report", help="summarise a run, sweep or reproduction directory",
-                       description="Summarise a run, sweep or reproduction directory.")
+    s = sub.add_parser("report", help="summarise a run, sweep or reproduction directory; write DIR/index.html",
+                       description="Summarise a run, ensemble, sweep, reproduction or `reproduce --all` directory "
+                       "and write the static page DIR/index.html (figures in DIR/report_files/).")
     s.add_argument("dir")
     s.set_defaults(fn=_cmd_report)
     return p

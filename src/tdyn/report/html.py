@@ -1,0 +1,522 @@
+"""Static HTML reports (``tdyn report DIR``, ``tdyn reproduce --all``): one ``DIR/index.html``.
+
+Two pages, built only from what is on disk (never from per-experiment code):
+
+- :func:`build_index` — a ``tdyn reproduce --all`` directory (one subdirectory per reproduction,
+  named by :func:`slug`) or a single reproduction directory: a claims table (paper, claim, what was
+  measured, numbers, expected, verdict, link) and one section per reproduction with its figures
+  (PNG), CSV tables, config, run time, seeds, errors; run metadata (versions, machine, date).
+- :func:`build_run_report` — a run, ensemble (``ensemble.json``) or sweep (``sweep.json``)
+  directory: loss and probe curves from ``metrics.jsonl``, heat maps of 2-D parameters and array
+  probes at the saved checkpoints (a strip over time, first member), summary tables.
+
+Generated figures go to ``DIR/report_files/``; every link and image source is relative, so the
+page works from the file system and when the folder is copied elsewhere.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tdyn import runs
+from tdyn.errors import UserError
+
+ASSETS = "report_files"
+RESULTS = "results.json"
+MANIFEST = "reproduce.json"  # a reproduce-all directory's options, metadata and each reproduction's status
+MAX_TABLE_ROWS = 25
+MAX_RUN_CURVES = 24
+MAX_LEGEND = 12
+MAX_STRIP = 8
+MAX_HEATMAPS = 12
+
+PAPERS = {  # experiment-name prefix -> (short name for the claims table, full reference)
+    "scan-snap": ("Tian et al. 2023", "Tian, Wang, Chen, Du 2023 — Scan and Snap (NeurIPS 2023)"),
+    "topic": ("Li, Li, Risteski 2023", "Li, Li, Risteski 2023 — transformers learn topic structure (ICML 2023)"),
+    "decision-list": ("Decision lists", "Decision lists — gradient descent on a one-layer transformer (extended abstract)"),
+    "real": ("Real text (both)", "Real-text checks of Tian et al. 2023 and Li, Li, Risteski 2023"),
+}
+MAX_NUMBERS_CHARS = 240  # numbers cell of the claims table (the full numbers are in the section)
+# results.json keys shown in their own place in a section (the rest are listed as "other numbers")
+_SECTION_KEYS = {"experiment", "claims", "config", "files", "wall_seconds", "seed", "seeds", "quick",
+                 "status", "error", "traceback", "description"}
+
+
+# ---------------------------------------------------------------- small helpers
+
+def slug(name: str) -> str:
+    """Directory name of reproduction ``name`` inside a reproduce-all directory."""
+    return name.replace("/", "__")
+
+
+def anchor(name: str) -> str:
+    return "exp-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in slug(name))
+
+
+def paper_of(name: str, full: bool = False) -> str:
+    """The paper an experiment belongs to, from its name's prefix."""
+    prefix = name.split("/", 1)[0]
+    return PAPERS.get(prefix, (prefix, prefix))[int(full)]
+
+
+def metadata() -> dict[str, Any]:
+    """Versions, machine and date of this process (shown on every page)."""
+    import platform
+
+    import torch
+
+    import tdyn
+    from tdyn.bench import machine_info
+    from tdyn.train.trainer import _git_commit
+
+    return {"tdyn": tdyn.__version__, "torch": torch.__version__, "python": platform.python_version(),
+            "git_commit": _git_commit(), "host": platform.node(), **machine_info(),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def fmt(v: Any, max_items: int = 8) -> str:
+    """A compact human-readable rendering of a JSON value (4 significant digits)."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:.4g}" if math.isfinite(v) else str(v)
+    if isinstance(v, (list, tuple)):
+        items = [fmt(x, max_items) for x in v[:max_items]]
+        return "[" + ", ".join(items) + (f", … ({len(v)} items)" if len(v) > max_items else "") + "]"
+    if isinstance(v, dict):
+        items = [f"{k}: {fmt(x, max_items)}" for k, x in list(v.items())[:max_items]]
+        return "{" + "; ".join(items) + (f"; … ({len(v)} keys)" if len(v) > max_items else "") + "}"
+    return str(v)
+
+
+def _relpath(path: Path, base: Path) -> str:
+    """``path`` relative to the directory ``base`` it lies in (posix, for display)."""
+    p = Path(path).resolve().relative_to(Path(base).resolve()).as_posix()
+    return "" if p == "." else p
+
+
+def _rel(path: Path, base: Path) -> str:
+    """A relative URL from the directory ``base`` to ``path`` inside it."""
+    from urllib.parse import quote
+
+    return quote(_relpath(path, base))
+
+
+def table(columns: list[str], rows: list[list[Any]], *, raw: bool = False, cls: str = "") -> str:
+    """An HTML table; cells are escaped unless ``raw`` (then they are trusted HTML)."""
+    cell = (lambda x: str(x)) if raw else (lambda x: _e(fmt(x)))
+    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{cell(x)}</td>" for x in r) + "</tr>\n" for r in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>\n{body}</tbody></table>'
+
+
+def csv_table(path: Path, base: Path, max_rows: int = MAX_TABLE_ROWS) -> str:
+    """A CSV file as an HTML table (first ``max_rows`` rows, with a link to the whole file)."""
+    with Path(path).open(newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return f'<p>empty table <a href="{_rel(path, base)}">{_e(Path(path).name)}</a></p>'
+    header, body = rows[0], rows[1:]
+    shown = [[_num(x) for x in r] for r in body[:max_rows]]
+    note = (f"showing {len(shown)} of {len(body)} rows; " if len(body) > max_rows else f"{len(body)} rows; ")
+    return (table(header, shown, cls="data") +
+            f'<p class="note">{note}full table: <a href="{_rel(path, base)}">{_e(Path(path).name)}</a></p>')
+
+
+def _num(s: str) -> Any:
+    try:
+        return int(s)
+    except ValueError:
+        try:
+            return float(s)
+        except ValueError:
+            return s
+
+
+def _figure(path: Path, base: Path, caption: str) -> str:
+    src = _rel(path, base)
+    return (f'<figure><a href="{src}"><img src="{src}" alt="{_e(caption)}"></a>'
+            f"<figcaption>{_e(caption)}</figcaption></figure>")
+
+
+def _details(summary: str, body: str, open_: bool = False) -> str:
+    return f"<details{' open' if open_ else ''}><summary>{_e(summary)}</summary>{body}</details>"
+
+
+def _json_block(obj: Any) -> str:
+    return f"<pre>{_e(json.dumps(obj, indent=2))}</pre>"
+
+
+def _meta_block(meta: dict[str, Any], title: str = "Run metadata") -> str:
+    return f'<section id="metadata"><h2>{_e(title)}</h2>' + table(["key", "value"], list(meta.items())) + "</section>"
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;
+padding:0 1em;color:#222;line-height:1.4}
+h1{font-size:1.6em}h2{font-size:1.3em;border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
+h3{font-size:1.05em;margin-top:1.2em}
+table{border-collapse:collapse;margin:.5em 0;font-size:.88em}
+th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
+th{background:#f2f2f2}table.data td{font-variant-numeric:tabular-nums}
+.verdict{font-weight:bold;white-space:nowrap}
+.holds{color:#0072B2}.fails{color:#D55E00}.depends{color:#6b6b6b}.error{color:#D55E00}
+table.claims tr:has(.fails) td{background:#fdf1eb}table.claims tr:has(.depends) td{background:#f6f6f6}
+figure{display:inline-block;margin:.5em;vertical-align:top;max-width:100%}
+figure img{max-width:100%;border:1px solid #ddd}figcaption{font-size:.8em;color:#555}
+pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.8em;max-height:30em}
+pre.error{background:#fff0eb;color:#7a2600}.note{font-size:.8em;color:#555}
+dl{display:grid;grid-template-columns:max-content auto;gap:.1em 1em;font-size:.9em}dt{font-weight:bold}
+"""
+
+
+def _page(title: str, body: str) -> str:
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+            f"<style>{_CSS}</style></head>\n<body>\n<h1>{_e(title)}</h1>\n{body}\n</body></html>\n")
+
+
+def _dl(items: dict[str, Any]) -> str:
+    return "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{v}</dd>" for k, v in items.items()) + "</dl>"
+
+
+# ---------------------------------------------------------------- reproductions
+
+def reproductions(out: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """(directory, results) of ``out`` itself when it is a reproduction directory, else of its
+    subdirectories holding a ``results.json``; with a reproduce-all manifest, its reproductions in its
+    order, one that left no ``results.json`` (killed) shown as failed."""
+    if (out / RESULTS).exists():
+        return [(out, runs.read_json(out / RESULTS))]
+    if (out / MANIFEST).exists():
+        entries = runs.read_json(out / MANIFEST).get("reproductions", [])
+    else:
+        entries = [{"dir": p.name} for p in sorted(out.iterdir()) if (p / RESULTS).exists()]
+    found = []
+    for e in entries:
+        d = out / e["dir"]
+        res = runs.read_json(d / RESULTS) if (d / RESULTS).exists() else \
+            {"experiment": e.get("name", d.name), "claims": [], "error": f"did not finish (status {e.get('status')})"}
+        found.append((d, res))
+    return found
+
+
+def _descriptions() -> dict[str, str]:
+    from tdyn.experiments.registry import all_experiments
+
+    return {n: e.description for n, e in all_experiments().items()}
+
+
+def _verdict(c: dict) -> str:
+    v = c.get("verdict", "—")
+    cls = "holds" if v == "holds" else "fails" if v == "fails" else "depends"
+    return f'<span class="verdict {cls}">{_e(v)}</span>'
+
+
+def _seeds(res: dict, cli_seed: int | None) -> str:
+    """The seeds a reproduction reports (``seeds``, ``seed`` or its config's), else the ``--seed`` it was given."""
+    cfg = res.get("config")
+    for v in (res.get("seeds"), res.get("seed"), cfg.get("seeds") if isinstance(cfg, dict) else None):
+        if v is not None:
+            return fmt(v)
+    return f"base seed {cli_seed} (--seed)" if cli_seed is not None else "—"
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
+def _files(rdir: Path, res: dict, suffix: str) -> list[Path]:
+    """Files with ``suffix`` the reproduction lists in ``files``, then the others at its top level."""
+    listed = [rdir / f for f in res.get("files", []) if isinstance(f, str) and f.endswith(suffix)]
+    rest = sorted(p for p in rdir.glob(f"*{suffix}") if p not in listed)
+    return [p for p in listed + rest if p.is_file()]
+
+
+def _claims_rows(res: dict, page: Path, rdir: Path) -> list[list[str]]:
+    name = res.get("experiment", rdir.name)
+    link = f'<a href="#{anchor(name)}">{_e(name)}</a>'
+    if "error" in res:
+        return [[_e(paper_of(name)), f"{link}: reproduction failed", "—", f'<span class="error">{_e(res["error"])}</span>',
+                 "—", '<span class="verdict fails">error</span>']]
+    if not res.get("claims"):
+        return [[_e(paper_of(name)), f"{link}: no claims recorded", "—", "—", "—", "—"]]
+    rows = []
+    for c in res["claims"]:
+        numbers = c.get("numbers", {})
+        measured = c.get("measured") or ", ".join(numbers) or "—"
+        rows.append([_e(paper_of(name)), f"{_e(c.get('claim', ''))} <span class=note>({link}: {_e(c.get('id', ''))})</span>",
+                     _e(fmt(measured)), _e(_clip(fmt(numbers, max_items=4), MAX_NUMBERS_CHARS)), _e(fmt(c.get("expected") or "see claim")),
+                     _verdict(c)])
+    return rows
+
+
+def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cli_seed: int | None) -> str:
+    name = res.get("experiment", rdir.name)
+    desc = descriptions.get(name) or res.get("description", "")
+    parts = [f'<section id="{anchor(name)}"><h2>{_e(name)}</h2>']
+    if desc:
+        parts.append(f"<p>{_e(desc)}</p>")
+    info = {"paper": _e(paper_of(name, full=True)), "directory": (f'<a href="{_rel(rdir / RESULTS, page)}">{_e(_relpath(rdir / RESULTS, page))}</a>'
+                          if (rdir / RESULTS).exists() else _e(_relpath(rdir, page) + "/ (no results.json)")),
+            "run time": _e(f"{res['wall_seconds']:.1f} s") if isinstance(res.get("wall_seconds"), (int, float)) else "—",
+            "seeds": _e(_seeds(res, cli_seed)), "quick settings": _e(fmt(res.get("quick")))}
+    parts.append(_dl(info))
+    if "error" in res:
+        parts.append(f'<h3>Error</h3><pre class="error">{_e(res["error"])}\n\n{_e(res.get("traceback", ""))}</pre>')
+    if res.get("claims"):
+        rows = [[_e(c.get("id", "")), _e(c.get("claim", "")), _verdict(c), _e(fmt(c.get("numbers", {}), max_items=32))]
+                for c in res["claims"]]
+        parts.append("<h3>Claims</h3>" + table(["id", "claim", "verdict", "numbers"], rows, raw=True))
+    figs = _files(rdir, res, ".png")
+    if figs:
+        parts.append("<h3>Figures</h3>" + "".join(_figure(p, page, p.name) for p in figs))
+    for p in _files(rdir, res, ".csv"):
+        parts.append(f"<h3>Table {_e(p.name)}</h3>" + csv_table(p, page))
+    other = {k: v for k, v in res.items() if k not in _SECTION_KEYS}
+    if other:
+        parts.append("<h3>Other numbers</h3>" + table(["key", "value"], list(other.items())))
+    if "config" in res:
+        parts.append(_details("config", _json_block(res["config"])))
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def build_index(out_dir: str | Path, title: str | None = None) -> Path:
+    """Write ``out_dir/index.html`` for a reproduce-all directory or one reproduction directory."""
+    out = Path(out_dir)
+    results = reproductions(out)
+    if not results:
+        raise UserError(f"{str(out)!r} holds no {RESULTS} (neither itself nor its subdirectories)")
+    manifest = runs.read_json(out / MANIFEST) if (out / MANIFEST).exists() else {}
+    descriptions = _descriptions()
+
+    claim_rows = [r for d, res in results for r in _claims_rows(res, out, d)]
+    verdicts = [c.get("verdict") for _, res in results for c in res.get("claims", [])]
+    failed = [res.get("experiment", d.name) for d, res in results if "error" in res]
+    counts = {v: verdicts.count(v) for v in ("holds", "fails", "depends on definition")}
+    summary = (f"<p>{len(results)} reproduction(s), {len(verdicts)} claims: " +
+               ", ".join(f"{n} {v}" for v, n in counts.items()) +
+               (f"; <span class=error>{len(failed)} reproduction(s) failed: {_e(', '.join(failed))}</span>" if failed else "")
+               + (" — quick settings" if manifest.get("quick") else "") + "</p>")
+    toc = "<ul>" + "".join(f'<li><a href="#{anchor(res.get("experiment", d.name))}">{_e(res.get("experiment", d.name))}</a></li>'
+                           for d, res in results) + "</ul>"
+    claims = ('<section id="claims"><h2>Claims</h2>' +
+              table(["paper", "claim", "what was measured", "numbers", "expected", "verdict"], claim_rows, raw=True,
+                    cls="claims") + "</section>")
+    meta = manifest.get("metadata") or metadata()
+    for k in ("started", "ended", "seed", "quick", "overrides", "device"):
+        if k in manifest:
+            meta = {**meta, k: manifest[k]}
+    body = "\n".join([summary, claims, '<section id="contents"><h2>Reproductions</h2>' + toc + "</section>",
+                      *(_section(d, res, out, descriptions, manifest.get("seed")) for d, res in results),
+                      _meta_block(meta, "Run metadata" if manifest else "Metadata (of the process that built this page)")])
+    title = title or ("tdyn: which claims hold" if len(results) > 1 else f"tdyn: {results[0][1].get('experiment', out.name)}")
+    path = out / "index.html"
+    runs.atomic_write_text(path, _page(title, body))
+    return path
+
+
+# ---------------------------------------------------------------- runs, ensembles, sweeps
+
+def _collect_runs(d: Path) -> tuple[str, list[Path]]:
+    """(kind, run directories) of a run, ensemble, sweep or any directory holding runs."""
+    if (d / "sweep.json").exists():
+        sweep = runs.read_json(d / "sweep.json")
+        return "sweep", [d / r["name"] for r in sweep["runs"] if runs.is_run_dir(d / r["name"])]
+    if (d / "ensemble.json").exists():
+        ens = runs.read_json(d / "ensemble.json")
+        return "ensemble", [d / p for p in ens["dirs"] if runs.is_run_dir(d / p)]
+    if runs.is_run_dir(d):
+        return "run", [d]
+    return "runs", sorted(p.parent for p in d.rglob("meta.json") if runs.is_run_dir(p.parent))
+
+
+def _metric_groups(keys: list[str]) -> dict[str, list[str]]:
+    """Loss first, then norms, update norms and one group per probe (the part before the last '/')."""
+    groups: dict[str, list[str]] = {}
+    for k in keys:
+        g = "loss" if k == "loss" else k.rsplit("/", 1)[0] if "/" in k else "other"
+        groups.setdefault(g, []).append(k)
+    order = ["loss", "norm", "update_norm"]
+    return {g: groups[g] for g in order if g in groups} | {g: v for g, v in sorted(groups.items()) if g not in order}
+
+
+def _curves(run_dirs: list[Path], labels: list[str], assets: Path) -> list[tuple[Path, str]]:
+    import matplotlib.pyplot as plt
+
+    from tdyn.report import style
+
+    style.apply()
+    metrics = [runs.read_metrics(d) for d in run_dirs[:MAX_RUN_CURVES]]
+    keys = sorted({k for m in metrics for r in m for k, v in r.items()
+                   if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)})
+    figs = []
+    for g, ks in _metric_groups(keys).items():
+        ncol = min(3, len(ks))
+        nrow = math.ceil(len(ks) / ncol)
+        fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.0 * nrow), squeeze=False)
+        for ax, k in zip(axes.flat, ks):
+            for m, lab in zip(metrics, labels):
+                pts = [(r["step"], r[k]) for r in m if isinstance(r.get(k), (int, float))]
+                if pts:
+                    ax.plot(*zip(*pts), label=lab, lw=1.2)
+            pos = [r[k] for m in metrics for r in m if isinstance(r.get(k), (int, float)) and r[k] > 0]
+            if k == "loss" and pos and max(pos) / min(pos) > 100:
+                ax.set_yscale("log")
+            ax.set_xlabel("step (optimizer updates)")
+            ax.set_ylabel(_axis_label(k))
+            ax.set_title(k)
+        for ax in list(axes.flat)[len(ks):]:
+            ax.set_visible(False)
+        fig.tight_layout()
+        if 1 < len(metrics) <= MAX_LEGEND:  # below the panels, so that it hides no curve
+            handles, labs = axes.flat[0].get_legend_handles_labels()
+            fig.legend(handles, labs, loc="upper center", bbox_to_anchor=(0.5, 0), ncol=2 if ncol > 1 else 1,
+                       frameon=False)
+        path = assets / f"curves_{_fname(g)}.png"
+        style.save(fig, path)
+        figs.append((path, f"{g} vs step" + (f" ({len(metrics)} runs)" if len(metrics) > 1 else "")))
+    return figs
+
+
+def _axis_label(key: str) -> str:
+    """Y-axis label of a metrics.jsonl key (the trainer's norms are Frobenius norms)."""
+    kind, _, name = key.partition("/")
+    if kind == "norm":
+        return f"‖{name}‖_F"
+    if kind == "update_norm":
+        return f"‖Δ{name}‖_F per update"
+    return "training loss" if key == "loss" else key
+
+
+def _fname(s: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in s)
+
+
+def _matrix(t) -> Any:
+    """A 2-D numpy view of a tensor: leading axes sliced at 0; None for scalars and vectors."""
+    a = t.detach().float().numpy()
+    while a.ndim > 2:
+        a = a[0]
+    return a if a.ndim == 2 else None
+
+
+def _strip_steps(run_dir: Path) -> list[int | str]:
+    steps = runs.checkpoint_steps(run_dir)
+    if len(steps) > MAX_STRIP - 1:
+        idx = sorted({round(i * (len(steps) - 1) / (MAX_STRIP - 2)) for i in range(MAX_STRIP - 1)})
+        steps = [steps[i] for i in idx]
+    has_final = (Path(run_dir) / runs.CKPT_DIR / "final.safetensors").exists()
+    return [*steps, *(["final"] if has_final else [])]
+
+
+def _heatmaps(run_dir: Path, assets: Path) -> list[tuple[Path, str]]:
+    """One strip per 2-D parameter / array probe: its value at each saved checkpoint."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from tdyn.report import style
+
+    style.apply()
+    steps = _strip_steps(run_dir)
+    if not steps:
+        return []
+    ckpts = {s: runs.load_checkpoint(run_dir, s) for s in steps}
+    keys = [k for k in ckpts[steps[-1]] if k.startswith(("param/", "probe/"))
+            and _matrix(ckpts[steps[-1]][k]) is not None][:MAX_HEATMAPS]
+    figs = []
+    for k in keys:
+        mats = [(s, _matrix(ckpts[s][k])) for s in steps if k in ckpts[s]]
+        vals = np.concatenate([m.ravel() for _, m in mats])
+        lo, hi = float(np.nanmin(vals)), float(np.nanmax(vals))
+        diverging = lo < 0 < hi
+        if diverging:
+            hi = max(abs(lo), hi)
+            lo = -hi
+        fig, axes = plt.subplots(1, len(mats), figsize=(2.3 * len(mats) + 0.8, 2.6), squeeze=False)
+        for ax, (s, m) in zip(axes[0], mats):
+            im = ax.imshow(m, aspect="auto", interpolation="nearest", vmin=lo, vmax=hi if hi > lo else lo + 1,
+                           cmap="RdBu_r" if diverging else style.SEQUENTIAL)
+            ax.set_title(f"step {s}")
+            ax.set_xlabel("column index")
+        axes[0][0].set_ylabel("row index")
+        fig.colorbar(im, ax=list(axes[0]), fraction=0.02, pad=0.01, label=k.split("/", 1)[1])
+        path = assets / f"heatmap_{_fname(k)}.png"
+        style.save(fig, path)
+        shape = "×".join(str(x) for x in ckpts[steps[-1]][k].shape)
+        figs.append((path, f"{k} ({shape}{', first slice' if ckpts[steps[-1]][k].dim() > 2 else ''}) at the saved checkpoints"))
+    return figs
+
+
+def _runs_table(run_dirs: list[Path], base: Path) -> str:
+    rows = []
+    for d in run_dirs[:200]:
+        meta = runs.read_meta(d)
+        m = runs.read_metrics(d)
+        last = m[-1] if m else {}
+        rows.append([f'<a href="{_rel(d / "config.json", base)}">{_e(_relpath(d, base) or ".")}</a>', _e(meta.get("status")),
+                     _e(meta.get("seed")), _e(last.get("step", "—")), _e(fmt(last.get("loss"))),
+                     _e(meta.get("message") or "")])
+    note = f'<p class="note">first 200 of {len(run_dirs)} runs</p>' if len(run_dirs) > 200 else ""
+    return table(["run", "status", "seed", "last step", "last loss", "message"], rows, raw=True) + note
+
+
+def build_run_report(run_dir: str | Path) -> Path:
+    """Write ``DIR/index.html`` for a run, ensemble or sweep directory (or any directory of runs)."""
+    d = Path(run_dir)
+    kind, run_dirs = _collect_runs(d)
+    if not run_dirs:
+        raise UserError(f"{str(d)!r} holds no run directory (config.json + meta.json), ensemble.json or sweep.json")
+    assets = d / ASSETS
+    assets.mkdir(exist_ok=True)
+    labels = [_relpath(r, d) or "." for r in run_dirs]
+    parts = [f"<p>{_e(kind)} directory with {len(run_dirs)} run(s).</p>"]
+    if kind == "sweep":
+        from tdyn import sweep
+
+        summary = d / "summary.csv"
+        if not summary.exists():
+            sweep.summarize(d)
+        parts.append('<section id="summary"><h2>Sweep summary</h2>' + csv_table(summary, d, max_rows=60) + "</section>")
+        srows = [[r["name"], r.get("axes"), r.get("seed"), r.get("status"), r.get("error", "")]
+                 for r in runs.read_json(d / "sweep.json")["runs"]]
+        parts.append(_details(f"runs and their status ({len(srows)})", table(["run", "axes", "seed", "status", "error"], srows)))
+    parts.append('<section id="runs"><h2>Runs</h2>' + _runs_table(run_dirs, d) + "</section>")
+    curves = _curves(run_dirs, labels, assets)
+    if len(run_dirs) > MAX_RUN_CURVES:
+        parts.append(f'<p class="note">curves show the first {MAX_RUN_CURVES} of {len(run_dirs)} runs</p>')
+    parts.append('<section id="curves"><h2>Loss and probes</h2>' + "".join(_figure(p, d, c) for p, c in curves) + "</section>")
+    maps = _heatmaps(run_dirs[0], assets)
+    parts.append(f'<section id="heatmaps"><h2>Parameters at the checkpoints ({_e(labels[0])})</h2>' +
+                 ("".join(_figure(p, d, c) for p, c in maps) or "<p>no saved checkpoints with 2-D tensors</p>") + "</section>")
+    cfg_src = d / "ensemble.json" if kind == "ensemble" else run_dirs[0] / "config.json"
+    parts.append('<section id="config"><h2>Config</h2>' +
+                 _details(_relpath(cfg_src, d), _json_block(runs.read_json(cfg_src)), open_=False) + "</section>")
+    meta0 = runs.read_meta(run_dirs[0])
+    meta = {f"run {k}": meta0.get(k) for k in ("tdyn_version", "torch_version", "git_commit", "started", "ended")}
+    parts.append(_meta_block(meta | {f"report {k}": v for k, v in metadata().items()}))
+    path = d / "index.html"
+    runs.atomic_write_text(path, _page(f"tdyn {kind}: {d.resolve().name}", "\n".join(parts)))
+    return path
+
+
+def build(d: str | Path) -> Path:
+    """The page for any directory: reproductions (``results.json`` here or in subdirectories) or runs."""
+    d = Path(d)
+    if not d.is_dir():
+        raise UserError(f"{str(d)!r} is not a directory")
+    if reproductions(d):
+        return build_index(d)
+    return build_run_report(d)

@@ -1,0 +1,96 @@
+"""The report pages in a real browser (headless Chromium driven by Selenium), opened from a copy of
+the folder: every image loads, every internal link resolves, the claims table has a row per claim.
+Screenshots are saved under tests/artifacts/ (gitignored). `make test` installs Chromium when missing."""
+
+import shutil
+import tempfile
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+from tdyn import runs
+from tdyn.experiments.runner import reproduce_all
+from tdyn.report import html
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "tests" / "artifacts"
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1300,900"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        pytest.fail("the browser test needs /usr/bin/chromium and /usr/bin/chromedriver: "
+                    "`make test` installs them (apt-get install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="tdyn-chromium-")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = str(CHROMIUM)
+    for f in FLAGS + [f"--user-data-dir={profile}"]:
+        opts.add_argument(f)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def open_and_check(driver, page: Path, shot: str) -> dict:
+    """Open ``page``; assert its images loaded and its links are relative and resolve; save a
+    full-page screenshot ``tests/artifacts/<shot>``. Returns what the checks saw."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(page.as_uri())
+    WebDriverWait(driver, 30).until(lambda d: d.execute_script(
+        "return document.readyState === 'complete' && Array.from(document.images).every(i => i.complete)"))
+    images = driver.execute_script("return Array.from(document.images).map(i => [i.getAttribute('src'), i.naturalWidth])")
+    assert images
+    assert [src for src, w in images if not w > 0] == [], "images that did not load"
+    links = driver.execute_script(
+        "return Array.from(document.querySelectorAll('a[href]')).map(a => [a.getAttribute('href'), a.href])")
+    root = page.parent.resolve()
+    for raw, resolved in links:
+        u = urlsplit(raw)
+        assert not u.scheme and not u.netloc and not raw.startswith("/"), f"non-relative link {raw!r}"
+        if raw.startswith("#"):
+            assert driver.execute_script("return document.getElementById(arguments[0]) !== null", raw[1:]), raw
+        else:
+            target = Path(unquote(urlsplit(resolved).path))
+            assert target.exists() and root in target.resolve().parents, f"broken link {raw!r}"
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1300, min(height + 100, 12000))
+    ARTIFACTS.mkdir(exist_ok=True)
+    driver.save_screenshot(str(ARTIFACTS / shot))
+    print(f"screenshot: {ARTIFACTS / shot}")
+    driver.set_window_size(1300, 900)
+    return {"images": images, "links": links}
+
+
+@pytest.mark.slow
+def test_report_pages_in_chromium(browser, tmp_path, fake_experiments):
+    built = tmp_path / "built"
+    reproduce_all(built, quick=True, names=["scan-snap/fig4", *fake_experiments], progress=False)
+    html.build_run_report(built / "scan-snap__fig4" / "runs" / "fig4")        # an ensemble's page
+    site = tmp_path / "copied" / "demo"                                       # works when moved elsewhere
+    shutil.copytree(built, site)
+    shutil.rmtree(built)
+
+    seen = open_and_check(browser, site / "index.html", "report_index.png")
+    expected_claims = []
+    for _, res in html.reproductions(site):
+        expected_claims += [c["claim"] for c in res["claims"]] or [f"{res['experiment']}: reproduction failed"]
+    rows = browser.execute_script(
+        "return Array.from(document.querySelectorAll('table.claims tbody tr')).map(r => r.innerText)")
+    assert len(rows) == len(expected_claims) == 6 + 3 + 1
+    assert all(c in r for c, r in zip(expected_claims, rows))       # escaped text shown as written
+    fig4 = runs.read_json(site / "scan-snap__fig4" / "results.json")
+    assert all(c["verdict"] in r for c, r in zip(fig4["claims"], rows))
+    assert {"scan-snap__fig4/fig4.png", "test__fake/curve.png"} <= {src for src, _ in seen["images"]}
+    assert any(raw == f"#{html.anchor('test/fails')}" for raw, _ in seen["links"])
+
+    seen = open_and_check(browser, site / "scan-snap__fig4" / "runs" / "fig4" / "index.html", "report_ensemble.png")
+    assert any("heatmap_param_Z" in src for src, _ in seen["images"])
