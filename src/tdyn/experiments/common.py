@@ -24,14 +24,15 @@ def write_csv(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) 
 
 
 def claim(id: str, statement: str, held: bool | None, *, measured: str | None = None, expected: str | None = None,
-          **numbers: Any) -> dict[str, Any]:
-    """One checked claim: ``held`` is True/False, or None when it depends on an unstated definition.
+          undecided: str = "depends on definition", **numbers: Any) -> dict[str, Any]:
+    """One checked claim: ``held`` is True/False, or None when undecided (``undecided`` says why:
+    "depends on definition" by default, or e.g. "inconclusive" when the run was too short).
 
     ``measured`` (what was measured) and ``expected`` (the expected direction or value), when given,
     fill those columns of the report's claims table.
     """
     return {"id": id, "claim": statement,
-            "verdict": "holds" if held is True else "fails" if held is False else "depends on definition",
+            "verdict": "holds" if held is True else "fails" if held is False else undecided,
             "held": held, "numbers": _jsonable(numbers)} | \
         {k: v for k, v in (("measured", measured), ("expected", expected)) if v is not None}
 

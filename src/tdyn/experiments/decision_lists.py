@@ -333,6 +333,7 @@ def claim2(ctx: ReproduceContext) -> dict:
               "Sampler B, perfect = Err_sup = 0 on every set (exact enumeration), exploratory regime (outside the "
               "theorem's hypotheses: admissible set empty): GD from W=0, V0=cP+E, η=f/λ_max(0) encounters a "
               "perfect iterate within ε/(2η) steps (runs shorter than the window that find none: inconclusive)", held2,
+              undecided="inconclusive",
               runs=len(rows), found=len(found), within_eps_over_2eta=len(inside_window),
               not_found=[{k: r[k] for k in ("L", "n", "M", "eps", "eta_factor", "seed", "steps", "step_range_hi")}
                          for r in missing],

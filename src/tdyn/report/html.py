@@ -305,7 +305,7 @@ def build_index(out_dir: str | Path, title: str | None = None) -> Path:
     claim_rows = [r for d, res in results for r in _claims_rows(res, out, d)]
     verdicts = [c.get("verdict") for _, res in results for c in res.get("claims", [])]
     failed = [res.get("experiment", d.name) for d, res in results if "error" in res]
-    counts = {v: verdicts.count(v) for v in ("holds", "fails", "depends on definition")}
+    counts = {v: verdicts.count(v) for v in dict.fromkeys(["holds", "fails", *verdicts]) if v}
     summary = (f"<p>{len(results)} reproduction(s), {len(verdicts)} claims: " +
                ", ".join(f"{n} {v}" for v, n in counts.items()) +
                (f"; <span class=error>{len(failed)} reproduction(s) failed: {_e(', '.join(failed))}</span>" if failed else "")
