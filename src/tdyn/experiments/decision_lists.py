@@ -298,8 +298,8 @@ def claim2(ctx: ReproduceContext) -> dict:
                         model.W.grad = model.V.grad = None
                         loss = float(th.population_loss(model, task, types, backward=True)[0])
                         curve.append((k, loss, float(cl.err_sup[0]), float(cl.min_margin[0]),
-                                      float((model.V[0] - c * task.P - E).abs().max()),
-                                      float((model.V[0] - c * task.P).abs().max()),
+                                      float((model.V[0].detach() - c * task.P - E).abs().max()),
+                                      float((model.V[0].detach() - c * task.P).abs().max()),
                                       float(centred_cosine(model.V[0].detach(), task.P))))
                         with torch.no_grad():
                             model.W -= eta * model.W.grad
