@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tdyn import runs
-from tdyn.sweep import run_sweep, summarize
+from tdyn.sweep import plot_metric, run_sweep, summarize
 from tdyn.sweep.executors import LocalExecutor
 from tdyn.sweep.spec import cells, load_spec, plan
 
@@ -59,6 +59,9 @@ def test_local_sweep_skip_summary_and_failure(tmp_path):
     rows = (out / "summary.csv").read_text().splitlines()
     assert rows[0].startswith("data.seq_len,optim.groups.Y.lr,count,loss_mean,loss_std")
     assert len(rows) == 5 and all(r.split(",")[2] == "2" for r in rows[1:])
+    png = plot_metric(out / "summary.csv", "loss", x="optim.groups.Y.lr", curve="data.seq_len",
+                      path=out / "loss.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     before = {n: (out / n / "metrics.jsonl").stat().st_mtime_ns for n in st}
     run_sweep(SPEC, out, workers=2, progress=False)         # finished runs are skipped
     assert {n: (out / n / "metrics.jsonl").stat().st_mtime_ns for n in st} == before

@@ -79,11 +79,6 @@ class LdaDataConfig(Strict):
 # ---------------------------------------------------------------- documents
 
 
-def topic_of_id(ids: torch.Tensor, words_per_topic: int) -> torch.Tensor:
-    """Topic of vocabulary id (corrected map, spec §7.2): (id−4)//v for words, −1 for specials."""
-    return torch.where(ids >= NUM_SPECIAL, torch.div(ids - NUM_SPECIAL, words_per_topic, rounding_mode="floor"), -1)
-
-
 def generate_documents(cfg: LdaDataConfig, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """``n`` documents: (words [n, max_len] int64 with −1 padding, lengths [n])."""
     T, v = cfg.num_topics, cfg.words_per_topic

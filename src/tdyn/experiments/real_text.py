@@ -183,7 +183,8 @@ class CorpusLMTask(Task):
         mc = CorpusLMModel.model_validate(cfg.model)
         self.model = CausalLM(LMConfig(V=len(tok.vocab), max_len=self.dc.bptt, **mc.model_dump()), S=len(members))
         self.model.reset_parameters([generator(m.seed, "init") for m in members], [m.init_scale for m in members])
-        self.model.dropout_gen = torch.Generator(cfg.device).manual_seed(derive_seed(members[0].seed, "dropout"))
+        self.model.dropout_gens = [torch.Generator(cfg.device).manual_seed(derive_seed(m.seed, "dropout"))
+                                   for m in members]
         self.facts = {"vocab_size": len(tok.vocab), "provenance": tok.meta}
 
     def _windows(self, stream: torch.Tensor, starts: torch.Tensor):
@@ -202,6 +203,9 @@ class CorpusLMTask(Task):
     def loss(self, batch):
         x, y = batch
         return self.model.loss(x, y)
+
+    def member_generators(self):
+        return {"dropout": self.model.dropout_gens}
 
 
 @register_task("corpus_lm", CorpusLMData, CorpusLMModel, "tutorial causal LM on an offline real-text corpus")

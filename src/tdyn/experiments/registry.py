@@ -29,7 +29,7 @@ class ReproduceContext:
 class Experiment:
     name: str
     description: str
-    reproduce: Callable[[ReproduceContext], dict[str, Any]] | None
+    reproduce: Callable[[ReproduceContext], dict[str, Any]]
     default_config: Callable[[], dict[str, Any]] | None = None
 
 
@@ -49,13 +49,6 @@ def register(name: str, description: str, default_config: Callable[[], dict] | N
         return fn
 
     return deco
-
-
-def register_config(name: str, description: str, default_config: Callable[[], dict]) -> None:
-    """Register a run-only experiment (``tdyn run NAME``) that has no reproduction."""
-    if name in _REGISTRY:
-        raise RuntimeError(f"experiment {name!r} registered twice")
-    _REGISTRY[name] = Experiment(name, description, None, default_config)
 
 
 def all_experiments() -> dict[str, Experiment]:

@@ -222,9 +222,14 @@ def _final(m: dict[str, np.ndarray], key: str) -> float:
 # ---------------------------------------------------------------- E1: embeddings
 
 
+def _stage_config(model: dict, seed: int, quick: bool, data: dict | None = None) -> dict:
+    """E1–E3 (spec §9): 3000 steps over three seeds; quick: 300 steps, one seed."""
+    return lda_config(model, data=data, steps=300 if quick else 3000,
+                      seeds=[seed] if quick else [seed, seed + 1, seed + 2], quick=quick)
+
+
 def embeddings_config(seed: int = 0, quick: bool = False) -> dict:
-    return lda_config(E1, steps=300 if quick else 3000, seeds=[seed] if quick else [seed, seed + 1, seed + 2],
-                      quick=quick)
+    return _stage_config(E1, seed, quick)
 
 
 @register("topic/embeddings", "E1: trained embeddings alone learn the topic blocks (uniform attention, W_V = I, W_dec = I)",
@@ -262,8 +267,7 @@ def reproduce_embeddings(ctx: ReproduceContext) -> dict:
 
 
 def stage1_config(seed: int = 0, quick: bool = False) -> dict:
-    return lda_config(E2, steps=300 if quick else 3000, seeds=[seed] if quick else [seed, seed + 1, seed + 2],
-                      quick=quick)
+    return _stage_config(E2, seed, quick)
 
 
 @register("topic/stage1", "E2: W_V alone learns the topic blocks (one-hot, attention frozen uniform, the authors' demo)",
@@ -314,8 +318,7 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
 
 
 def stage2_config(seed: int = 0, quick: bool = False, mask_correct_prob: float = 0.1) -> dict:
-    return lda_config(E3, data={"mask_correct_prob": mask_correct_prob}, steps=300 if quick else 3000,
-                      seeds=[seed] if quick else [seed, seed + 1, seed + 2], quick=quick)
+    return _stage_config(E3, seed, quick, data={"mask_correct_prob": mask_correct_prob})
 
 
 def _attention_rows(dirs: list[Path], label: str) -> list[dict]:

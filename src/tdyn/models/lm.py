@@ -10,7 +10,8 @@ Every parameter has a leading ensemble axis S. Per member (the tutorial's ``Tran
     logits = X Decᵀ + b_dec                              (untied decoder)
 
 ``forward`` returns the logits and the head-averaged attention of every layer, [S, B, T, T] each
-(``need_weights=True``, before attention dropout). Dropout masks come from ``self.dropout_gen``.
+(``need_weights=True``, before attention dropout). Member i's dropout masks come from
+``self.dropout_gens[i]`` alone, so a member trains as it would on its own.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class CausalLM(nn.Module):
             m.W1, m.b1, m.W2, m.b2 = P(h, d), P(h), P(d, h), P(d)
             self.layers.append(m)
         self.register_buffer("pe", positional_encoding(cfg.max_len, d).float(), persistent=False)
-        self.dropout_gen: torch.Generator | None = None
+        self.dropout_gens: list[torch.Generator] | None = None
 
     @torch.no_grad()
     def reset_parameters(self, gens: list[torch.Generator], scales: list[float] | None = None) -> None:
@@ -100,9 +101,9 @@ class CausalLM(nn.Module):
         p = self.cfg.dropout
         if not self.training or p == 0:
             return x
-        if self.dropout_gen is None or self.dropout_gen.device != x.device:
-            self.dropout_gen = torch.Generator(x.device).manual_seed(0)
-        keep = torch.rand(x.shape, generator=self.dropout_gen, device=x.device) >= p
+        if self.dropout_gens is None or self.dropout_gens[0].device != x.device:
+            self.dropout_gens = [torch.Generator(x.device).manual_seed(i) for i in range(self.S)]
+        keep = torch.stack([torch.rand(x.shape[1:], generator=g, device=x.device) for g in self.dropout_gens]) >= p
         return x * keep / (1 - p)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -53,8 +53,3 @@ def get_probes(names: list[str]) -> dict[str, Callable]:
     if bad:
         raise ConfigError(f"probes.names: unknown probe {bad[0]!r}; allowed: {', '.join(sorted(_PROBES))}")
     return {n: _PROBES[n] for n in names}
-
-
-def all_probes() -> list[str]:
-    _load_all()
-    return sorted(_PROBES)

@@ -134,11 +134,6 @@ def classify(model: DecisionListModel, task: DecisionListTask, types: Types, chu
     return Classification(wrong / npairs, acc, torch.stack(mins, -1).amin(-1))
 
 
-def sample_accuracy(model: DecisionListModel, task: DecisionListTask, s: torch.Tensor) -> torch.Tensor:
-    """Acc_N: fraction of correct positions on fixed samples s (spec §7), (S,)."""
-    return (position_margins(model, task, s) > 0).double().mean((1, 2))
-
-
 # ----------------------------------------------------------------------------- closed-form margins at V = cP
 def support_margins(list_scores: torch.Tensor, other_scores: torch.Tensor, L: int, n: int,
                     sampler: Sampler) -> torch.Tensor:

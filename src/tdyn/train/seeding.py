@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 
-import numpy as np
 import torch
 
 
@@ -19,8 +18,3 @@ def generator(seed: int, stream: str, device: str | torch.device = "cpu") -> tor
     g = torch.Generator(device=device)
     g.manual_seed(derive_seed(seed, stream))
     return g
-
-
-def np_generator(seed: int, stream: str) -> np.random.Generator:
-    """A numpy ``Generator`` for ``stream`` of ``seed``."""
-    return np.random.default_rng(derive_seed(seed, stream))

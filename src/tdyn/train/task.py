@@ -10,7 +10,9 @@ members, and exposes:
 * ``loss(batch)``: the per-member training loss, shape [S], where ``batch`` is the per-stream batches
   stacked on a leading axis of size S (``None`` for population losses);
 * ``probe_batch(gen)``: a fixed batch the probes evaluate on (default: one ``sample``);
-* ``facts``: the distribution's facts the probes need (e.g. P(l|n), the distinct-token sets).
+* ``facts``: the distribution's facts the probes need (e.g. P(l|n), the distinct-token sets);
+* ``member_generators()``: any further random streams (e.g. dropout), one generator per member,
+  which the trainer checkpoints and restores so that resume is exact.
 
 Tasks are registered by name with the pydantic classes of their ``data`` and ``model`` config
 sections, so that configs are validated before anything runs.
@@ -51,6 +53,9 @@ class Task:
 
     def probe_batch(self, gen: torch.Generator) -> Any:
         return self.sample(gen)
+
+    def member_generators(self) -> dict[str, list[torch.Generator]]:
+        return {}
 
 
 @dataclasses.dataclass

@@ -8,10 +8,7 @@ region waits for a descheduled thread and steps slow down up to 25× (Fig 6 quic
 
 from __future__ import annotations
 
-import contextlib
 import os
-
-import torch
 
 DEFAULT_THREADS = 1
 
@@ -19,13 +16,3 @@ DEFAULT_THREADS = 1
 def cli_threads() -> int:
     return int(os.environ.get("TDYN_THREADS", DEFAULT_THREADS))
 
-
-@contextlib.contextmanager
-def torch_threads(n: int):
-    """Run the block with ``n`` intra-op threads."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)

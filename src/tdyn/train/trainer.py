@@ -203,6 +203,7 @@ class Job:
         t = {f"param/{n}": p.detach()[i] for n, p in self.params.items()}
         t |= {f"optim/{k}": v[i] for k, v in self.opt.state.items()}
         t["rng/data"] = self.gens[int(self.stream_of[i])].get_state()
+        t |= {f"rng/{k}": gens[i].get_state() for k, gens in self.task.member_generators().items()}
         t |= {f"probe/{k}": v[i] for k, v in probes.items()}
         return t
 
@@ -213,6 +214,8 @@ class Job:
             for k, v in self.opt.state.items():
                 v[i].copy_(ckpt[f"optim/{k}"])
         self.gens[int(self.stream_of[i])].set_state(ckpt["rng/data"])
+        for k, gens in self.task.member_generators().items():
+            gens[i].set_state(ckpt[f"rng/{k}"])
 
     def _save(self, step: int | str, probes: dict[str, torch.Tensor]) -> None:
         for i, d in enumerate(self.dirs):
