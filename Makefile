@@ -16,8 +16,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	@$(BIN)/tdyn reproduce --all --quick --out runs/demo --force; status=$$?; \
-	  echo "report: $(CURDIR)/runs/demo/index.html"; exit $$status
+	$(BIN)/tdyn reproduce --all --quick --out runs/demo --force
 
 # The browser test (tests/test_report_browser.py) needs Chromium and its driver: installed here when missing.
 browser:

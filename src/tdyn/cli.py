@@ -63,7 +63,7 @@ def _cmd_reproduce(args) -> int:
                                             device=args.device, progress=not args.quiet, force=args.force)
         if failed:
             print(f"{len(failed)} reproduction(s) failed: {', '.join(failed)}", file=sys.stderr)
-        print(f"report: {page}")
+        print(f"report: {page.resolve()}")
         return 1 if failed else 0
     exp = get(args.name)
     out = Path(args.out)
