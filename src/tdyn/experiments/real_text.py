@@ -356,7 +356,8 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
         ax.errorbar(etas, mean, yerr=std, marker="o", capsize=3)
         ax.set_xlabel("learning rate η")
         ax.set_ylabel("final validation attention entropy (nats)")
-        ax.set_title(f"{corpus}: entropy vs η ({len(finals) // len(etas)} seeds)")
+        n_seeds = len(finals) // len(etas)
+        ax.set_title(f"{corpus}: entropy vs η ({n_seeds} seed{'s' * (n_seeds != 1)})")
         ax = axes[r, 1]
         for k, e in enumerate(etas):
             pts = [c for c in curve_rows if c["corpus"] == corpus and c["eta"] == e]
