@@ -26,7 +26,6 @@ from tdyn.errors import ConfigError, UserError
 
 PAD, MASK, START, END = 0, 1, 2, 3
 NUM_SPECIAL = 4
-SPECIAL_NAMES = ("PAD", "MASK", "START", "END")
 IGNORE = -100
 
 
@@ -188,11 +187,9 @@ class LdaDataset:
         rng = np.random.default_rng(np.random.SeedSequence([cfg.data_seed, 0x1DA]))
         gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
         self.splits: dict[str, torch.Tensor] = {}
-        self.words: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.masked: dict[str, MlmBatch] = {}
         for split, n in (("train", cfg.num_train), ("dev", cfg.num_dev), ("test", cfg.num_test)):
             w, lengths = generate_documents(cfg, n, rng)
-            self.words[split] = (w, lengths)
             self.splits[split] = to_sequences(w, lengths, cfg.seq_len)
             self.masked[split] = corrupt(self.splits[split], cfg, gen, cfg.vocab_size)   # static masks
 

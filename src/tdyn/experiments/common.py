@@ -57,3 +57,10 @@ def write_results(out: Path, results: dict[str, Any]) -> Path:
 def configure(base: dict, overrides: list[str]):
     """Validate a reproduction's run config after the user's ``--set`` overrides."""
     return validate_config(apply_overrides(base, overrides))
+
+
+def train_into(ctx, name: str, cfg) -> list[Path]:
+    """Train ``cfg`` into the reproduction's ``runs/<name>`` (replacing an earlier attempt there)."""
+    from tdyn.train.trainer import train
+
+    return train(cfg, ctx.out / "runs" / name, force=True, progress=ctx.progress)

@@ -140,7 +140,7 @@ from pydantic import Field  # noqa: E402
 
 from tdyn import runs  # noqa: E402
 from tdyn.config import Strict  # noqa: E402
-from tdyn.experiments.common import configure  # noqa: E402
+from tdyn.experiments.common import configure, train_into  # noqa: E402
 from tdyn.models.lm import CausalLM, LMConfig, attention_entropy  # noqa: E402
 from tdyn.probes import ProbeContext, probe  # noqa: E402
 from tdyn.train.seeding import derive_seed, generator  # noqa: E402
@@ -263,12 +263,6 @@ def lm_config(ctx: ReproduceContext, *, corpus: str, n_layers: int, dropout: flo
     }
 
 
-def _train(ctx, cfg: dict, name: str) -> list:
-    from tdyn.train.trainer import train
-
-    return train(configure(cfg, ctx.overrides), ctx.out / "runs" / name, force=True, progress=ctx.progress)
-
-
 def fig7_config(ctx: ReproduceContext, n_layers: int) -> dict:
     steps = 240 if ctx.quick else 1500
     return lm_config(ctx, corpus="wiki", n_layers=n_layers, dropout=0.3, steps=steps, seeds=[ctx.seed],
@@ -286,7 +280,7 @@ def attention_maps(ctx: ReproduceContext) -> dict:
     rows = []
     for r, L in enumerate((1, 3)):
         cfg = fig7_config(ctx, L)
-        (d,) = _train(ctx, cfg, f"layers{L}")
+        (d,) = train_into(ctx, f"layers{L}", configure(cfg, ctx.overrides))
         T = cfg["optim"]["steps"]
         shown = cfg["checkpoint"]["steps"][:4]
         for c, s in enumerate(shown):
@@ -343,7 +337,7 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
     for r, corpus in enumerate(CORPORA):
         eta_cfg, ratio_cfg = fig10_configs(ctx, corpus)
         finals = []
-        for d in _train(ctx, eta_cfg, f"{corpus}_eta"):
+        for d in train_into(ctx, f"{corpus}_eta", configure(eta_cfg, ctx.overrides)):
             f, curve = _final_entropy(d)
             finals.append(f | {"corpus": corpus})
             curve_rows += [c | {"corpus": corpus, "eta": f["all"], "seed": f["seed"]} for c in curve]
@@ -372,7 +366,7 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
                                    f"final attention entropy decreases monotonically from η = 1 to 5 ({corpus})",
                                    monotone, eta=etas, mean=mean, std=std))
         rfin = []
-        for d in _train(ctx, ratio_cfg, f"{corpus}_ratio"):
+        for d in train_into(ctx, f"{corpus}_ratio", configure(ratio_cfg, ctx.overrides)):
             f, _ = _final_entropy(d)
             rfin.append(f | {"corpus": corpus, "ratio": f["Y"] / f["Z"]})
         ratio_rows += rfin

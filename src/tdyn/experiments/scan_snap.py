@@ -17,7 +17,7 @@ from scipy.stats import spearmanr
 from tdyn import runs
 from tdyn.config import Strict
 from tdyn.data import scan_snap as data
-from tdyn.experiments.common import claim, configure, write_csv
+from tdyn.experiments.common import claim, configure, train_into, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.probes.scan_snap import c_n, distinct_entropy
 from tdyn.models.yz import YZConfig, YZModel
@@ -90,10 +90,9 @@ def fig4_config(seed: int = 0) -> dict:
           default_config=fig4_config)
 def fig4(ctx: ReproduceContext) -> dict:
     from tdyn.report import style
-    from tdyn.train.trainer import train
 
     cfg = configure(fig4_config(ctx.seed), ctx.overrides)
-    dirs = train(cfg, ctx.out / "runs" / "fig4", force=True, progress=ctx.progress)
+    dirs = train_into(ctx, "fig4", cfg)
     dist = data.build(data.ScanSnapDataConfig.model_validate(cfg.data))
     M, ln_m = dist.M, math.log(dist.M)
 

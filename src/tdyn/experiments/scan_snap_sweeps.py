@@ -21,7 +21,7 @@ import torch
 from tdyn import runs
 from tdyn.bench import register_bench
 from tdyn.data import scan_snap as data
-from tdyn.experiments.common import claim, configure, write_csv
+from tdyn.experiments.common import claim, configure, train_into, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.experiments.scan_snap import yz_config
 from tdyn.probes import scan_snap as pr
@@ -49,12 +49,6 @@ def _options(ctx: ReproduceContext) -> tuple[dict[str, str], list[str]]:
     key = lambda o: o.split("=", 1)[0]  # noqa: E731
     return ({key(o): o.split("=", 1)[1] for o in ctx.overrides if key(o) in OPTIONS},
             [o for o in ctx.overrides if key(o) not in OPTIONS])
-
-
-def _train(cfg, out: Path, ctx: ReproduceContext) -> list[Path]:
-    from tdyn.train.trainer import train
-
-    return train(cfg, out, force=True, progress=ctx.progress)
 
 
 # ---------------------------------------------------------------- Fig 6 sweep (shared with Figs 11–12)
@@ -280,7 +274,7 @@ def fig5(ctx: ReproduceContext) -> dict:
     if ctx.quick:
         cfg.optim.steps = 50
     dist = _facts(cfg)
-    dirs = _train(cfg, ctx.out / "runs" / "fig5", ctx)
+    dirs = train_into(ctx, "fig5", cfg)
     keys = FIG4_ROWS + ["final"]
     per, rows = {}, []
     for d in dirs:
@@ -349,7 +343,7 @@ def thm3(ctx: ReproduceContext) -> dict:
     for name, raw in thm3_configs(ctx.seed, ctx.quick).items():
         cfg = configure(raw, _options(ctx)[1])
         dist = _facts(cfg)
-        for d in _train(cfg, ctx.out / "runs" / name, ctx):
+        for d in train_into(ctx, name, cfg):
             seed = runs.read_meta(d)["seed"]
             steps = [s for s in runs.checkpoint_steps(d) if s > 0] + ["final"]
             Z = torch.stack([runs.params_of(runs.load_checkpoint(d, s))["Z"].double() for s in steps])
@@ -465,7 +459,7 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
         f0 = pr.f_n(torch.zeros(1, dist.M, dist.M, dtype=torch.float64), dist.table, dist.query)[0]
         G = f0 @ f0.T
         rho = float(G[~torch.eye(dist.K, dtype=torch.bool)].mean())
-        for d in _train(cfg, ctx.out / "runs" / f"last{nl}", ctx):
+        for d in train_into(ctx, f"last{nl}", cfg):
             eta_y, eta_z = _lrs(d)
             rec = runs.read_metrics(d)
             z = np.array([r["scan_snap.attention/top_logit"] for r in rec])

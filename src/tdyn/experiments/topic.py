@@ -30,10 +30,10 @@ import torch
 from tdyn import runs
 from tdyn.bench import register_bench
 from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig, LdaDataset
-from tdyn.experiments.common import claim, configure, write_csv
+from tdyn.experiments.common import claim, configure, train_into, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.models.topic import TopicModelConfig, TopicTransformer
-from tdyn.probes.topic import attention_classes, block_contrast
+from tdyn.probes.topic import attention_classes, block_contrast, embedding_gram
 from tdyn.theory.topic import bag_of_words, fit_softmax_regression, softmax_regression_loss
 from tdyn.train.seeding import generator
 from tdyn.train.task import Member, Task, register_task
@@ -205,14 +205,8 @@ def _heatmaps(path: Path, mats: dict[str, torch.Tensor], v: int, suptitle: str) 
 
 
 def _train(ctx: ReproduceContext, name: str, base: dict) -> tuple[Any, list[Path]]:
-    from tdyn.train.trainer import train
-
     cfg = configure(base, ctx.overrides)
-    return cfg, train(cfg, ctx.out / "runs" / name, force=True, progress=ctx.progress)
-
-
-def _seeds(ctx: ReproduceContext, quick_n: int = 1, full_n: int = 3) -> list[int]:
-    return [ctx.seed + i for i in range(quick_n if ctx.quick else full_n)]
+    return cfg, train_into(ctx, name, cfg)
 
 
 def _final(m: dict[str, np.ndarray], key: str) -> float:
@@ -240,15 +234,11 @@ def reproduce_embeddings(ctx: ReproduceContext) -> dict:
     rows, per_topic = [], []
     for d in dirs:
         model, _ = member_model(d)
-        E = model.embed_table()[0].detach()
-        bc = block_contrast((E @ E.T)[None], v, NUM_SPECIAL)
-        En = E / E.norm(dim=1, keepdim=True).clamp(min=1e-12)
-        bcos = block_contrast((En @ En.T)[None], v, NUM_SPECIAL)
-        per_topic.append(bc["per_topic"][0])
-        rows.append({"run": d.name, "seed": runs.read_meta(d)["seed"], "dot_same": float(bc["same"]),
-                     "dot_diff": float(bc["diff"]), "dot_contrast": float(bc["contrast"]),
-                     "cos_same": float(bcos["same"]), "cos_diff": float(bcos["diff"]),
-                     "min_topic_contrast": float(bc["per_topic"].min()),
+        g = embedding_gram(model.embed_table()[:1].detach(), v, NUM_SPECIAL)
+        per_topic.append(g["dot_per_topic"][0])
+        rows.append({"run": d.name, "seed": runs.read_meta(d)["seed"]}
+                    | {k: float(g[k]) for k in ("dot_same", "dot_diff", "dot_contrast", "cos_same", "cos_diff")}
+                    | {"min_topic_contrast": float(g["dot_per_topic"].min()),
                      "train_loss": _final(metrics_table(d), "loss")})
     write_csv(ctx.out / "embeddings.csv", rows, list(rows[0]))
     model, _ = member_model(dirs[0])

@@ -46,7 +46,3 @@ class DecisionListModel(nn.Module):
         return -logp.gather(2, idx).squeeze(2).mean(-1)
 
     forward = seq_loss
-
-    def loss(self, s: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Mean of Eqn 2 over the batch, per member: (S,)."""
-        return self.seq_loss(s, y).mean(-1)

@@ -162,6 +162,7 @@ class Job:
         with _default_dtype(self.dtype):
             self.task = spec.build(cfg, members)
         self.model = self.task.model.to(self.device)
+        self.task.facts = self._to_device(self.task.facts)  # probes compare facts with parameters
         self.params = dict(self.model.named_parameters())
         S = len(members)
         for n, p in self.params.items():
