@@ -154,6 +154,19 @@ class _InlineExecutor:
         return f
 
 
+def test_cli_report_on_a_folder_of_runs_skips_foreign_meta_json(tmp_path, capsys):
+    """`tdyn report` on a folder holding runs (and other tools' meta.json) lists the runs only."""
+    from tdyn.cli import main
+    from tdyn.train.trainer import train
+
+    (d,) = train(_yz_config() | {"seeds": [0]}, tmp_path / "runs" / "a", progress=False)
+    (tmp_path / "runs" / "cache").mkdir()
+    (tmp_path / "runs" / "cache" / "meta.json").write_text("{}")
+    assert main(["report", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert f"{d}: finished" in out and "cache" not in out.replace(str(tmp_path), "")
+
+
 def test_sweep_summary_table(tmp_path):
     from tdyn.sweep import run_sweep
 

@@ -92,16 +92,18 @@ def _cmd_report(args) -> int:
     for rd, results in found:
         print(f"{results.get('experiment', rd.name)}:" + (f" FAILED: {results['error']}" if "error" in results else ""))
         _print_claims(results)
-    if not found:
-        run_dirs = [d] if runs.is_run_dir(d) else sorted(p.parent for p in d.rglob("meta.json"))
-        if not run_dirs:
-            raise UserError(f"{str(d)!r} holds no results.json and no run directory")
-        for rd in run_dirs:
-            meta, metrics = runs.read_meta(rd), runs.read_metrics(rd)
-            last = metrics[-1] if metrics else {}
-            print(f"{rd}: {meta['status']}, {len(metrics)} evaluations, last step {last.get('step')}, "
-                  f"loss {last.get('loss')}")
-    print(f"report: {html.build(d)}")
+    if found:
+        print(f"report: {html.build_index(d)}")
+        return 0
+    _, run_dirs = html.collect_runs(d)
+    if not run_dirs:
+        raise UserError(f"{str(d)!r} holds no results.json and no run directory")
+    for rd in run_dirs:
+        meta, metrics = runs.read_meta(rd), runs.read_metrics(rd)
+        last = metrics[-1] if metrics else {}
+        print(f"{rd}: {meta['status']}, {len(metrics)} evaluations, last step {last.get('step')}, "
+              f"loss {last.get('loss')}")
+    print(f"report: {html.build_run_report(d)}")
     return 0
 
 

@@ -8,9 +8,12 @@ optimizer state and the data RNG state; ``final.safetensors`` holds the state af
 
 from __future__ import annotations
 
+import datetime as _dt
+import functools
 import json
 import os
 import re
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -103,3 +106,19 @@ def params_of(ckpt: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def is_run_dir(path: Path) -> bool:
     return (Path(path) / "config.json").exists() and (Path(path) / "meta.json").exists()
+
+
+def now() -> str:
+    """UTC time stamp written into run and reproduction metadata."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> str | None:
+    """The commit of the tdyn checkout in use, or None outside a git checkout."""
+    try:
+        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent,
+                           capture_output=True, text=True, timeout=5)
+        return r.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import shutil
 import time
 import traceback
@@ -15,10 +14,6 @@ from tdyn.errors import UserError
 from tdyn.experiments.common import write_results
 from tdyn.experiments.registry import Experiment, ReproduceContext, all_experiments
 from tdyn.report.html import MANIFEST, build_index, metadata, slug
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def prepare_dir(out: Path, force: bool) -> None:
@@ -51,7 +46,7 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
     exps = [e for e in all_experiments().values() if names is None or e.name in names]
     prepare_dir(out, force)
     manifest = {"seed": seed, "quick": quick, "overrides": list(overrides or []), "device": device,
-                "started": _now(), "ended": None, "metadata": metadata(), "reproductions": []}
+                "started": runs.now(), "ended": None, "metadata": metadata(), "reproductions": []}
     for i, exp in enumerate(exps):
         sub = out / slug(exp.name)
         if sub.exists():  # only with force: no stale figures or tables of an earlier run in the page
@@ -82,6 +77,6 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
                                 "traceback": traceback.format_exc()})
             print(f"    FAILED: {type(e).__name__}: {e}", flush=True)
         entry["wall_seconds"] = round(time.time() - t0, 2)
-    manifest["ended"] = _now()
+    manifest["ended"] = runs.now()
     runs.write_json(out / MANIFEST, manifest)
     return build_index(out), [e["name"] for e in manifest["reproductions"] if e["status"] == "failed"]

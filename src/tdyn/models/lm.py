@@ -71,7 +71,8 @@ class CausalLM(nn.Module):
             m.W1, m.b1, m.W2, m.b2 = P(h, d), P(h), P(d, h), P(d)
             self.layers.append(m)
         self.register_buffer("pe", positional_encoding(cfg.max_len, d).float(), persistent=False)
-        self.dropout_gens: list[torch.Generator] | None = None
+        # one dropout stream per member; a task replaces these with seeded (and checkpointed) ones
+        self.dropout_gens = [torch.Generator().manual_seed(i) for i in range(S)]
 
     @torch.no_grad()
     def reset_parameters(self, gens: list[torch.Generator], scales: list[float] | None = None) -> None:
@@ -101,8 +102,6 @@ class CausalLM(nn.Module):
         p = self.cfg.dropout
         if not self.training or p == 0:
             return x
-        if self.dropout_gens is None or self.dropout_gens[0].device != x.device:
-            self.dropout_gens = [torch.Generator(x.device).manual_seed(i) for i in range(self.S)]
         keep = torch.stack([torch.rand(x.shape[1:], generator=g, device=x.device) for g in self.dropout_gens]) >= p
         return x * keep / (1 - p)
 

@@ -17,7 +17,6 @@ page works from the file system and when the folder is copied elsewhere.
 from __future__ import annotations
 
 import csv
-import datetime as _dt
 import html
 import json
 import math
@@ -69,15 +68,11 @@ def metadata() -> dict[str, Any]:
     """Versions, machine and date of this process (shown on every page)."""
     import platform
 
-    import torch
-
     import tdyn
     from tdyn.bench import machine_info
-    from tdyn.train.trainer import _git_commit
 
-    return {"tdyn": tdyn.__version__, "torch": torch.__version__, "python": platform.python_version(),
-            "git_commit": _git_commit(), "host": platform.node(), **machine_info(),
-            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    return {"tdyn": tdyn.__version__, "python": platform.python_version(), "git_commit": runs.git_commit(),
+            "host": platform.node(), **machine_info(), "date": runs.now()}
 
 
 def _e(x: Any) -> str:
@@ -330,7 +325,7 @@ def build_index(out_dir: str | Path, title: str | None = None) -> Path:
 
 # ---------------------------------------------------------------- runs, ensembles, sweeps
 
-def _collect_runs(d: Path) -> tuple[str, list[Path]]:
+def collect_runs(d: Path) -> tuple[str, list[Path]]:
     """(kind, run directories) of a run, ensemble, sweep or any directory holding runs."""
     if (d / "sweep.json").exists():
         sweep = runs.read_json(d / "sweep.json")
@@ -476,7 +471,7 @@ def _runs_table(run_dirs: list[Path], base: Path) -> str:
 def build_run_report(run_dir: str | Path) -> Path:
     """Write ``DIR/index.html`` for a run, ensemble or sweep directory (or any directory of runs)."""
     d = Path(run_dir)
-    kind, run_dirs = _collect_runs(d)
+    kind, run_dirs = collect_runs(d)
     if not run_dirs:
         raise UserError(f"{str(d)!r} holds no run directory (config.json + meta.json), ensemble.json or sweep.json")
     assets = d / ASSETS
@@ -510,13 +505,3 @@ def build_run_report(run_dir: str | Path) -> Path:
     path = d / "index.html"
     runs.atomic_write_text(path, _page(f"tdyn {kind}: {d.resolve().name}", "\n".join(parts)))
     return path
-
-
-def build(d: str | Path) -> Path:
-    """The page for any directory: reproductions (``results.json`` here or in subdirectories) or runs."""
-    d = Path(d)
-    if not d.is_dir():
-        raise UserError(f"{str(d)!r} is not a directory")
-    if reproductions(d):
-        return build_index(d)
-    return build_run_report(d)

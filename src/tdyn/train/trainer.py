@@ -11,12 +11,9 @@ straight into ``out``; with several, ``out/ensemble.json`` lists the member dire
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
-import functools
 import math
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -77,20 +74,6 @@ def member_config(cfg: RunConfig, m: Member) -> dict:
 
 def member_dirs(out: Path, members: list[Member]) -> list[Path]:
     return [out] if len(members) == 1 else [out / m.name for m in members]
-
-
-@functools.lru_cache(maxsize=1)
-def _git_commit() -> str | None:
-    try:
-        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(tdyn.__file__).parent,
-                           capture_output=True, text=True, timeout=5)
-        return r.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 # ---------------------------------------------------------------- helpers
@@ -233,7 +216,7 @@ class Job:
         meta["status"] = status
         meta["message"] = message
         if status != "running":
-            meta["ended"] = _now()
+            meta["ended"] = runs.now()
         runs.write_json(self.dirs[i] / "meta.json", meta)
 
     # ---- measurements
@@ -386,9 +369,9 @@ def train(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] | None = N
         d.mkdir(parents=True, exist_ok=True)
         runs.write_json(d / "config.json", member_config(cfg, m))
         runs.write_json(d / "meta.json", {
-            "tdyn_version": tdyn.__version__, "torch_version": torch.__version__, "git_commit": _git_commit(),
+            "tdyn_version": tdyn.__version__, "torch_version": torch.__version__, "git_commit": runs.git_commit(),
             "seed": m.seed, "member": m.name, "lrs": m.lrs, "init_scale": m.init_scale,
-            "started": _now(), "ended": None, "status": "running", "message": None})
+            "started": runs.now(), "ended": None, "status": "running", "message": None})
     _run_guarded(job, 0)
     return dirs
 
@@ -436,7 +419,7 @@ def resume(out: str | Path, *, progress: bool = True) -> list[Path]:
             job._load_member_state(i, runs.load_checkpoint(d, step))
             job.records[i] = [r for r in runs.read_metrics(d) if r["step"] < step]
             meta = runs.read_meta(d)
-            meta.setdefault("resumed", []).append({"at": _now(), "from_step": step})
+            meta.setdefault("resumed", []).append({"at": runs.now(), "from_step": step})
             meta["status"], meta["message"] = "running", None
             runs.write_json(d / "meta.json", meta)
         else:
