@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-core
 
-.PHONY: demo test install browser clean
+.PHONY: demo test install browser clean verdicts
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,3 +31,7 @@ test: $(STAMP) browser
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
+
+# The README's verdict table, from the full-setting results.json files in docs/results/.
+verdicts: $(STAMP)
+	$(BIN)/tdyn report docs/results --readme README.md

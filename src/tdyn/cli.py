@@ -78,7 +78,9 @@ def _cmd_reproduce(args) -> int:
 
 def _print_claims(results: dict) -> None:
     for c in results.get("claims", []):
-        print(f"  [{c['verdict']:>5}] {c['claim']}")
+        tag = c["verdict"] + (", quick" if c.get("quick") else "")
+        why = f" ({c['reason']})" if c.get("verdict") == "inconclusive" and c.get("reason") else ""
+        print(f"  [{tag}] {c['claim']}{why}")
 
 
 def _cmd_report(args) -> int:
@@ -88,6 +90,11 @@ def _cmd_report(args) -> int:
     d = Path(args.dir)
     if not d.is_dir():
         raise UserError(f"{str(d)!r} is not a directory")
+    if args.readme:
+        from tdyn.report import verdicts
+
+        print(f"wrote the verdict table of {d} into {verdicts.write_readme(d, Path(args.readme))}")
+        return 0
     found = html.reproductions(d)
     for rd, results in found:
         print(f"{results.get('experiment', rd.name)}:" + (f" FAILED: {results['error']}" if "error" in results else ""))
@@ -199,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Summarise a run, ensemble, sweep, reproduction or `reproduce --all` directory "
                        "and write the static page DIR/index.html (figures in DIR/report_files/).")
     s.add_argument("dir")
+    s.add_argument("--readme", metavar="FILE",
+                   help="instead: write the verdict table of every results.json below DIR into FILE's "
+                   "<!-- verdicts:begin/end --> block (how the README's table is made)")
     s.set_defaults(fn=_cmd_report)
     return p
 

@@ -23,18 +23,76 @@ def write_csv(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) 
     return Path(path)
 
 
-def claim(id: str, statement: str, held: bool | None, *, measured: str | None = None, expected: str | None = None,
-          undecided: str = "depends on definition", **numbers: Any) -> dict[str, Any]:
-    """One checked claim: ``held`` is True/False, or None when undecided (``undecided`` says why:
-    "depends on definition" by default, or e.g. "inconclusive" when the run was too short).
+VERDICTS = ("holds", "fails", "inconclusive")
 
-    ``measured`` (what was measured) and ``expected`` (the expected direction or value), when given,
-    fill those columns of the report's claims table.
+
+def decide(diff: float, noise: float, *, k: float = 2.0) -> bool | None:
+    """A comparison with a margin above noise: ``diff`` is (measured − reference) oriented so that a
+    positive value supports the claim, ``noise`` its measured spread (e.g. the seed-to-seed standard
+    error of the difference, or a stated tolerance).
+
+    True when ``diff > k·noise``, False when ``diff < −k·noise``, None (inconclusive) inside the band.
+    A non-finite ``diff`` is inconclusive.
     """
-    return {"id": id, "claim": statement,
-            "verdict": "holds" if held is True else "fails" if held is False else undecided,
-            "held": held, "numbers": _jsonable(numbers)} | \
-        {k: v for k, v in (("measured", measured), ("expected", expected)) if v is not None}
+    if diff is None or not math.isfinite(float(diff)):
+        return None
+    band = k * max(float(noise), 0.0)
+    if diff > band:
+        return True
+    if diff < -band:
+        return False
+    return None
+
+
+def margin(diff: float, noise: float, *, k: float = 2.0, noise_source: str = "") -> dict[str, Any]:
+    """The numbers behind :func:`decide`, for results.json: the difference, the noise, the band k·noise."""
+    return {"diff": diff, "noise": noise, "k": k, "band": k * noise} | ({"noise_source": noise_source} if noise_source else {})
+
+
+def reading(definition: str, held: bool | None, *, reason: str | None = None, **numbers: Any) -> dict[str, Any]:
+    """One reading of a claim whose paper leaves a definition open: its definition, its own verdict
+    and numbers. A claim with several readings reports them side by side (see :func:`claim`)."""
+    return {"definition": definition, "verdict": _verdict_word(held), "held": held,
+            "numbers": _jsonable(numbers)} | ({"reason": reason} if held is None and reason else {})
+
+
+def _verdict_word(held: bool | None) -> str:
+    return "holds" if held is True else "fails" if held is False else "inconclusive"
+
+
+def claim(id: str, statement: str, held: bool | None = None, *, paper: str | None = None,
+          definition: str | None = None, measured: str | None = None, expected: str | None = None,
+          reason: str | None = None, readings: list[dict[str, Any]] | None = None,
+          **numbers: Any) -> dict[str, Any]:
+    """One checked claim, with one of three verdicts: ``holds`` (``held`` True), ``fails`` (False) or
+    ``inconclusive`` (None; ``reason`` says why: run too short, the quantity never moved above noise,
+    the configuration is outside the theorem's hypotheses, the readings of an open definition disagree…).
+
+    ``paper`` names the statement tested (section / figure / theorem); ``definition`` the definition of
+    the measured quantity tdyn uses; ``measured`` and ``expected`` fill the report's columns.
+
+    ``readings`` (from :func:`reading`): where the paper leaves a definition open, each reasonable
+    reading measured side by side. Unless ``held`` is given explicitly, the claim holds (fails) when every
+    reading holds (fails) and is inconclusive otherwise, naming the readings that disagree.
+    """
+    if readings:
+        if held is None and reason is None:
+            words = {r["verdict"] for r in readings}
+            if len(words) == 1 and words != {"inconclusive"}:
+                held = readings[0]["held"]
+            else:
+                reason = "readings disagree: " + "; ".join(f"{r['verdict']} under {r['definition']}" for r in readings)
+    if held is None and not reason:
+        reason = "not decided"
+    out = {"id": id, "claim": statement, "verdict": _verdict_word(held), "held": held}
+    for k, v in (("reason", reason if held is None else None), ("paper", paper), ("definition", definition),
+                 ("measured", measured), ("expected", expected)):
+        if v is not None:
+            out[k] = v
+    if readings:
+        out["readings"] = readings
+    out["numbers"] = _jsonable(numbers)
+    return out
 
 
 def _jsonable(x: Any) -> Any:

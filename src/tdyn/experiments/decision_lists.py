@@ -343,7 +343,7 @@ def claim2(ctx: ReproduceContext) -> dict:
               "Sampler B, perfect = Err_sup = 0 on every set (exact enumeration), exploratory regime (outside the "
               "theorem's hypotheses: admissible set empty): GD from W=0, V0=cP+E, η=f/λ_max(0) encounters a "
               "perfect iterate within ε/(2η) steps (runs shorter than the window that find none: inconclusive)", held2,
-              undecided="inconclusive",
+              reason="run shorter than the ε/(2η) window and no perfect iterate found",
               measured="k* (first GD step with Err_sup = 0) per run",
               expected="perfect iterate found in every run",
               runs=len(rows), found=len(found), within_eps_over_2eta=len(inside_window),

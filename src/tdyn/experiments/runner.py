@@ -29,6 +29,8 @@ def run_reproduction(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
     results = exp.reproduce(ctx)
     results.setdefault("experiment", exp.name)
     results["quick"] = ctx.quick
+    for c in results.get("claims", []):  # every verdict carries its setting: quick ones are labelled as such
+        c["quick"] = ctx.quick
     results["wall_seconds"] = round(time.time() - t0, 2)
     write_results(ctx.out, results)
     return results

@@ -167,6 +167,7 @@ table{border-collapse:collapse;margin:.5em 0;font-size:.88em}
 th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
 th{background:#f2f2f2}table.data td{font-variant-numeric:tabular-nums}
 .verdict{font-weight:bold;white-space:nowrap}
+.quick{color:#8a6d00;font-size:.85em;white-space:nowrap}.reason{font-size:.8em;color:#555}
 .holds{color:#0072B2}.fails{color:#D55E00}.depends{color:#6b6b6b}.error{color:#D55E00}
 table.claims tr:has(.fails) td{background:#fdf1eb}table.claims tr:has(.depends) td{background:#f6f6f6}
 figure{display:inline-block;margin:.5em;vertical-align:top;max-width:100%}
@@ -216,7 +217,9 @@ def _descriptions() -> dict[str, str]:
 def _verdict(c: dict) -> str:
     v = c.get("verdict", "—")
     cls = "holds" if v == "holds" else "fails" if v == "fails" else "depends"
-    return f'<span class="verdict {cls}">{_e(v)}</span>'
+    quick = ' <span class="quick">(quick)</span>' if c.get("quick") else ""
+    why = f'<div class="reason">{_e(c["reason"])}</div>' if v == "inconclusive" and c.get("reason") else ""
+    return f'<span class="verdict {cls}">{_e(v)}</span>{quick}{why}'
 
 
 def _seeds(res: dict, cli_seed: int | None) -> str:

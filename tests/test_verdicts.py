@@ -1,0 +1,69 @@
+"""The verdict vocabulary (three outcomes, margins, readings side by side) and the generated README table."""
+
+import json
+
+import pytest
+
+from tdyn.errors import UserError
+from tdyn.experiments.common import claim, decide, reading
+from tdyn.report import verdicts
+
+
+def test_decide_needs_a_margin_above_noise():
+    assert decide(0.5, 0.1) is True           # 0.5 > 2·0.1
+    assert decide(-0.5, 0.1) is False
+    assert decide(0.15, 0.1) is None          # inside the ±2·noise band: inconclusive, not a failure
+    assert decide(0.0, 0.0) is None           # a quantity that never moved
+    assert decide(float("nan"), 0.1) is None
+    assert decide(0.25, 0.1, k=3) is None
+
+
+def test_three_outcomes_and_reasons():
+    assert claim("a", "x", True)["verdict"] == "holds"
+    assert claim("b", "x", False)["verdict"] == "fails"
+    c = claim("c", "x", None, reason="run too short")
+    assert c["verdict"] == "inconclusive" and c["reason"] == "run too short"
+    assert claim("d", "x", None)["reason"]      # an undecided claim always says why
+    assert "reason" not in claim("e", "x", True, reason="ignored when decided")
+    c = claim("f", "x", True, paper="Thm 4", definition="first step with …")
+    assert c["paper"] == "Thm 4" and c["definition"].startswith("first step")
+
+
+def test_readings_side_by_side():
+    agree = claim("g", "x", readings=[reading("A", True, v=1), reading("B", True, v=2)])
+    assert agree["verdict"] == "holds" and [r["numbers"]["v"] for r in agree["readings"]] == [1, 2]
+    assert claim("h", "x", readings=[reading("A", False), reading("B", False)])["verdict"] == "fails"
+    mixed = claim("i", "x", readings=[reading("A", True), reading("B", False)])
+    assert mixed["verdict"] == "inconclusive"
+    assert "holds under A" in mixed["reason"] and "fails under B" in mixed["reason"]
+    und = claim("j", "x", readings=[reading("A", None, reason="flat"), reading("B", None)])
+    assert und["verdict"] == "inconclusive"
+
+
+def _write(d, name, claims, quick=False):
+    d.mkdir(parents=True)
+    (d / "results.json").write_text(json.dumps({"experiment": name, "quick": quick, "wall_seconds": 90,
+                                                "claims": claims}))
+
+
+def test_readme_table_is_generated(tmp_path):
+    res = tmp_path / "results"
+    _write(res / "a", "paper/a", [claim("x", "x holds", True), claim("y", "y | pipes", False, paper="Fig 2")])
+    _write(res / "b", "paper/b", [claim("z", "z", None, reason="never moved")], quick=True)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{verdicts.BEGIN}\nold table\n{verdicts.END}\noutro\n")
+    verdicts.write_readme(res, readme)
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith("\noutro\n") and "old table" not in text
+    assert "| `paper/a` | full | 90 s | 1 | 1 | 0 |" in text
+    assert "| `paper/b` | quick | 90 s | 0 | 0 | 1 |" in text
+    assert "y \\| pipes" in text and "[Fig 2]" in text and "never moved" in text
+    verdicts.write_readme(res, readme)       # idempotent
+    assert readme.read_text() == text
+
+
+def test_readme_without_markers_is_an_error(tmp_path):
+    _write(tmp_path / "r" / "a", "p/a", [])
+    (tmp_path / "README.md").write_text("no markers\n")
+    with pytest.raises(UserError, match="verdicts:begin"):
+        verdicts.write_readme(tmp_path / "r", tmp_path / "README.md")
