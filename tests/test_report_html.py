@@ -108,7 +108,7 @@ def test_reproduce_all_goes_on_past_failures(tmp_path, fake_experiments, capsys)
     p = check_links(page)
     assert len(p.claim_rows) == 1 + 3                               # the failure, then one row per claim
     assert "reproduction failed" in p.claim_rows[0] and "boom" in p.claim_rows[0]
-    assert [v in r for r, v in zip(p.claim_rows[1:], ("holds", "fails", "depends on definition"))] == [True] * 3
+    assert [v in r for r, v in zip(p.claim_rows[1:], ("holds", "fails", "inconclusive"))] == [True] * 3
     assert "final training loss" in p.claim_rows[2]                 # claim(..., measured=, expected=)
     text = page.read_text()
     assert 'src="test__fake/curve.png"' in text and "RuntimeError: boom" in text

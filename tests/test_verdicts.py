@@ -52,13 +52,14 @@ def test_readme_table_is_generated(tmp_path):
     _write(res / "b", "paper/b", [claim("z", "z", None, reason="never moved")], quick=True)
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{verdicts.BEGIN}\nold table\n{verdicts.END}\noutro\n")
-    verdicts.write_readme(res, readme)
+    verdicts.write_readme(res, readme, names=["paper/a", "paper/b", "paper/c"])
     text = readme.read_text()
+    assert "| `paper/c` | not run at full settings |" in text
     assert text.startswith("intro\n") and text.endswith("\noutro\n") and "old table" not in text
     assert "| `paper/a` | full | 90 s | 1 | 1 | 0 |" in text
     assert "| `paper/b` | quick | 90 s | 0 | 0 | 1 |" in text
     assert "y \\| pipes" in text and "[Fig 2]" in text and "never moved" in text
-    verdicts.write_readme(res, readme)       # idempotent
+    verdicts.write_readme(res, readme, names=["paper/a", "paper/b", "paper/c"])       # idempotent
     assert readme.read_text() == text
 
 
@@ -67,3 +68,24 @@ def test_readme_without_markers_is_an_error(tmp_path):
     (tmp_path / "README.md").write_text("no markers\n")
     with pytest.raises(UserError, match="verdicts:begin"):
         verdicts.write_readme(tmp_path / "r", tmp_path / "README.md")
+
+
+def test_permutation_null_separates_topic_structure_from_noise():
+    """Embeddings that are their topic's direction plus small noise: the same- minus different-topic
+    cosine is far above the shuffled-topic null; embeddings with no topic structure stay inside it."""
+    import torch
+
+    from tdyn.probes.topic_similarity import embedding_topic_stats, permutation_null
+
+    g = torch.Generator().manual_seed(0)
+    K, per, d = 4, 10, 32
+    T = torch.zeros(K * per, K, dtype=torch.bool)
+    T[torch.arange(K * per), torch.arange(K * per) // per] = True
+    centres = torch.randn(K, d, generator=g, dtype=torch.float64)
+    for E, expect in ((centres[torch.arange(K * per) // per] + 0.3 * torch.randn(K * per, d, generator=g,
+                                                                               dtype=torch.float64), True),
+                      (torch.randn(K * per, d, generator=g, dtype=torch.float64), None)):
+        st = embedding_topic_stats(E, T)["cosine"]
+        null = permutation_null(E, T, "cosine", n_perm=100)
+        diff = st["same_topic"]["mean"] - st["different_topic"]["mean"] - null["mean"]
+        assert decide(diff, null["std"]) is expect

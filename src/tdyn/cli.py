@@ -91,9 +91,11 @@ def _cmd_report(args) -> int:
     if not d.is_dir():
         raise UserError(f"{str(d)!r} is not a directory")
     if args.readme:
+        from tdyn.experiments.registry import all_experiments
         from tdyn.report import verdicts
 
-        print(f"wrote the verdict table of {d} into {verdicts.write_readme(d, Path(args.readme))}")
+        names = [n for n in all_experiments() if not n.startswith("test/")]
+        print(f"wrote the verdict table of {d} into {verdicts.write_readme(d, Path(args.readme), names)}")
         return 0
     found = html.reproductions(d)
     for rd, results in found:

@@ -66,7 +66,7 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
             verdicts = [c.get("verdict") for c in results.get("claims", [])]
             entry["status"] = "finished"
             print(f"    {len(verdicts)} claim{'s' * (len(verdicts) != 1)}: " + ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
-                  + f" ({results['wall_seconds']:.1f}s)", flush=True)
+                  + (" — quick settings" if quick else "") + f" ({results['wall_seconds']:.1f}s)", flush=True)
         except KeyboardInterrupt:  # the page still shows what finished
             entry["status"] = "interrupted"
             runs.write_json(out / MANIFEST, manifest)

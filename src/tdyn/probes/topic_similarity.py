@@ -47,3 +47,19 @@ def attention_topic_stats(A: torch.Tensor, topics: torch.Tensor, T: torch.Tensor
     share = (Tp @ Tp.T) > 0
     masks = {"same_token": same_word, "same_topic": share & ~same_word, "different_topic": ~share}
     return {k: ((A * m).sum((-1, -2)), m.sum().expand(A.shape[:2])) for k, m in masks.items()}
+
+
+def permutation_null(E: torch.Tensor, T: torch.Tensor, kind: str = "cosine", n_perm: int = 200,
+                     seed: int = 0) -> dict[str, float]:
+    """Null distribution of (same-topic mean − different-topic mean) of ``kind`` similarity when the
+    words' topic rows ``T`` are shuffled among the words (topic sizes kept): its mean and standard
+    deviation, the noise against which the observed difference is judged."""
+    M = E / E.norm(dim=1, keepdim=True) if kind == "cosine" else E
+    G = M @ M.T
+    g = torch.Generator().manual_seed(seed)
+    diffs = []
+    for _ in range(n_perm):
+        same, diff = pair_classes(T[torch.randperm(T.shape[0], generator=g)])
+        diffs.append(float(G[same].mean() - G[diff].mean()))
+    d = torch.tensor(diffs, dtype=torch.float64)
+    return {"mean": float(d.mean()), "std": float(d.std()), "n_perm": n_perm}
