@@ -92,9 +92,39 @@ def test_thm3_invariant_constant_on_theory_solution():
     x = inv[1, 0][distinct[0]].numpy()
     assert cv[1, 0] == pytest.approx(x.std() / abs(x.mean()), rel=1e-10)
     assert cv[1, 1] < 1e-10
-    # Z0 is subtracted
+    # a uniform Z0 = 1: the invariant is e^{−2}·(the zero-start invariant of Z)
     assert torch.allclose(pr.thm3_invariant(Z + 1.0, table, query, distinct, Z0=torch.ones(1, 34, 34, dtype=Z.dtype)),
-                          inv, equal_nan=True)
+                          math.exp(-2) * inv, equal_nan=True)
+
+
+def _old_invariant(Z, table, query, distinct, Z0):
+    """The formula before the e^{−2z(0)} factor: (1 − e^{−2(z − z(0))})/P²."""
+    z = Z[..., query, :] - Z0[..., query, :]
+    inv = -torch.expm1(-2 * z) / table ** 2
+    return torch.where(distinct, inv, torch.full_like(inv, float("nan")))
+
+
+def test_thm3_invariant_from_non_uniform_z0():
+    """The theory's solution from a non-uniform Z(0): e^{−2z_l(t)} = e^{−2z_l(0)} − c·P(l|n)² (ż_l ∝ P²e^{2z_l}
+    with a factor common to the class). The invariant e^{−2z(0)}(1 − e^{−2(z − z(0))})/P² equals c on every
+    distinct token; the formula without e^{−2z(0)} equals c·e^{2z(0)}, which is not constant."""
+    f = syn_small_facts()
+    table, query, distinct = f["table"], f["query"], f["distinct"]
+    g = torch.Generator().manual_seed(0)
+    Z0 = (torch.rand(1, 34, 34, generator=g, dtype=torch.float64) - 0.5)         # non-uniform, in [−½, ½]
+    c = 60.0
+    Z = Z0.clone()
+    for k in range(2):
+        P, z0 = table[k, distinct[k]], Z0[0, query[k], distinct[k]]
+        assert (torch.exp(-2 * z0) - c * P ** 2 > 0).all()
+        Z[0, query[k], distinct[k]] = -0.5 * torch.log(torch.exp(-2 * z0) - c * P ** 2)
+    inv = pr.thm3_invariant(Z, table, query, distinct, Z0=Z0)
+    np.testing.assert_allclose(inv[0][distinct].numpy(), c, rtol=1e-10)
+    assert pr.thm3_cv(Z, table, query, distinct, Z0=Z0).max() < 1e-10
+    old = _old_invariant(Z, table, query, distinct, Z0)
+    assert not np.allclose(old[0][distinct].numpy(), c, rtol=1e-2)               # the old formula fails here
+    x = old[0, 0][distinct[0]].numpy()
+    assert x.std() / abs(x.mean()) > 0.1                                           # its CV is far from 0
 
 
 def test_logit_signs_and_top_logit():

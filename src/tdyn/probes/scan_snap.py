@@ -66,12 +66,16 @@ def recall(Z: torch.Tensor, query: torch.Tensor, distinct: torch.Tensor, thresho
 
 def thm3_invariant(Z: torch.Tensor, table: torch.Tensor, query: torch.Tensor, distinct: torch.Tensor,
                    Z0: torch.Tensor | None = None) -> torch.Tensor:
-    """(1 − e^{−2(z_{ml} − z_{ml}(0))})/P(l|n)² on class n's distinct tokens (Thm 3, Eqn 108–111;
-    spec §6.2), NaN elsewhere; shape [S, K, M]. Equal across a class's distinct tokens in theory."""
+    """e^{−2z_{ml}(0)}(1 − e^{−2(z_{ml} − z_{ml}(0))})/P(l|n)² = (e^{−2z_{ml}(0)} − e^{−2z_{ml}})/P(l|n)²
+    on class n's distinct tokens (Thm 3, Eqn 108–111; spec §6.2), NaN elsewhere; shape [S, K, M].
+
+    Equal across a class's distinct tokens in theory: ż_l = η_Z f_{nl}² ξ_n with f_{nl}² ∝ P(l|n)²e^{2z_l}
+    and a factor common to the class, so d(e^{−2z_l})/dt = −2P(l|n)²·(the same factor) and
+    e^{−2z_l(0)} − e^{−2z_l(t)} ∝ P(l|n)². From Z(0) = 0 this is (1 − e^{−2z})/P²; from a non-zero
+    Z(0) the factor e^{−2z(0)} is needed (without it the quantity is e^{2z(0)} times the invariant)."""
     z = Z[..., query, :]
-    if Z0 is not None:
-        z = z - Z0[..., query, :]
-    inv = -torch.expm1(-2 * z) / table.to(z.dtype) ** 2
+    z0 = torch.zeros_like(z) if Z0 is None else Z0[..., query, :].to(z.dtype).expand_as(z)
+    inv = torch.exp(-2 * z0) * -torch.expm1(-2 * (z - z0)) / table.to(z.dtype) ** 2
     return torch.where(distinct, inv, torch.full_like(inv, float("nan")))
 
 
