@@ -184,3 +184,31 @@ def test_registered_probes_in_training(tmp_path):
     assert rec[0]["scan_snap.decoder/p_correct_limit"] == pytest.approx(1 / 34)
     assert rec[-1]["scan_snap.attention/entropy"] != rec[0]["scan_snap.attention/entropy"]
     assert runs.load_checkpoint(d, 0)["probe/scan_snap.attention/z_rows"].shape == (2, 34)
+
+
+def test_descent_rate_on_known_curves():
+    """A straight recall line with slope −40 has descent rate 40 under both fits; a sparser map's curve
+    (few tokens near the threshold axis) descends more slowly than a dense map's."""
+    thr = np.linspace(0.028, 0.038, 11)
+    line = np.stack([0.9 - 40 * (thr - 0.028), 0.7 - 10 * (thr - 0.028)])
+    np.testing.assert_allclose(pr.descent_rate(thr, line, "lsq"), [40.0, 10.0], rtol=1e-12)
+    np.testing.assert_allclose(pr.descent_rate(thr, line, "secant"), [40.0, 10.0], rtol=1e-12)
+    # a curved (concave) curve: secant and least squares differ, each as computed by hand
+    curve = 1 - ((thr - 0.028) / 0.01) ** 2
+    assert pr.descent_rate(thr, curve, "secant") == pytest.approx(100.0)
+    assert pr.descent_rate(thr, curve, "lsq") == pytest.approx(-np.polyfit(thr, curve, 1)[0], rel=1e-10)
+    with pytest.raises(ValueError):
+        pr.descent_rate(thr, curve, "spline")
+    # recall of hand-made attention: one query, 20 distinct tokens (2 classes of 10), M = 33.
+    M = 33
+    distinct = torch.zeros(2, M, dtype=torch.bool)
+    distinct[0, 10:20] = True
+    distinct[1, 20:30] = True
+    query = torch.tensor([30, 30])
+    Z = torch.zeros(2, M, M, dtype=torch.float64)
+    spread = torch.linspace(-0.3, 0.3, 20, dtype=torch.float64)
+    Z[0, 30, 10:30] = spread                   # dense: every distinct token's attention near 1/M
+    Z[1, 30, 10:30] = 8 * spread               # sparse: the same order, attention far from 1/M
+    r = pr.recall(Z, query, distinct, torch.tensor(thr)).numpy()
+    rate = pr.descent_rate(thr, r, "lsq")
+    assert rate[1] < rate[0]

@@ -87,3 +87,17 @@ def test_trained_reproductions_quick(tmp_path, name):
     assert res["claims"] and all(c["held"] in (True, False) for c in res["claims"])
     for f in res["files"]:
         assert (tmp_path / f).stat().st_size > 0
+
+
+def test_verdict_helpers():
+    assert sw.paired([3.0, 4.0, 5.0], [1.0, 2.0, 3.0]) == (2.0, 0.0)
+    d, se = sw.paired([1.0, 2.0], [0.0, 0.0])
+    assert d == 1.5 and se == pytest.approx(0.5)
+    assert sw.every_cell({"a": True, "b": True}) == (True, None)
+    assert sw.every_cell({"a": True, "b": False})[0] is False
+    held, why = sw.every_cell({"a": True, "b": None})
+    assert held is None and "b" in why
+    assert sw.within(1.1, 0.02, 0.25) is True            # |0.1| + 0.04 ≤ 0.25
+    assert sw.within(2.0, 0.1, 0.25) is False            # |1.0| − 0.2 > 0.25
+    assert sw.within(1.2, 0.1, 0.25) is None             # the band straddles the tolerance
+    assert sw.within(float("nan"), 0.1, 0.25) is None

@@ -64,6 +64,26 @@ def recall(Z: torch.Tensor, query: torch.Tensor, distinct: torch.Tensor, thresho
     return (num / den).mean(-1)
 
 
+def descent_rate(thresholds, recall, how: str = "lsq"):
+    """Descent rate of a recall–threshold curve, −d(recall)/d(threshold) (App G; Figs 11/12 read
+    sparsity from it: sparser attention, slower descent). ``recall`` [..., T] at ``thresholds`` [T];
+    returns [...] (numpy).
+
+    ``how="lsq"``: minus the least-squares slope of recall on threshold over all T points;
+    ``how="secant"``: (recall at the first threshold − recall at the last)/(last − first threshold).
+    """
+    import numpy as np
+
+    x = np.asarray(thresholds, dtype=np.float64)
+    y = np.asarray(recall, dtype=np.float64)
+    if how == "lsq":
+        xc = x - x.mean()
+        return -((y - y.mean(-1, keepdims=True)) * xc).sum(-1) / (xc ** 2).sum()
+    if how == "secant":
+        return (y[..., 0] - y[..., -1]) / (x[-1] - x[0])
+    raise ValueError(f"unknown descent-rate fit {how!r}")
+
+
 def thm3_invariant(Z: torch.Tensor, table: torch.Tensor, query: torch.Tensor, distinct: torch.Tensor,
                    Z0: torch.Tensor | None = None) -> torch.Tensor:
     """e^{−2z_{ml}(0)}(1 − e^{−2(z_{ml} − z_{ml}(0))})/P(l|n)² = (e^{−2z_{ml}(0)} − e^{−2z_{ml}})/P(l|n)²
