@@ -139,6 +139,7 @@ def test_logit_signs_and_top_logit():
     assert s["common_negative"][0] == 1.0 and s["distinct_positive"][0] == pytest.approx(19 / 20)
     assert s["min_distinct"][0] == pytest.approx(-0.2) and s["max_common"][0] == -1.0
     assert s["common_negative"][1] == 0.0 and s["max_common"][1] == 0.5
+    assert s["mean_common"][0] == -1.0 and s["mean_common"][1] == pytest.approx(0.5 / 20)
     top = pr.top_distinct_logit(Z, f["table"], f["query"], f["distinct"])
     np.testing.assert_allclose(top[0].numpy(), [1.0, 1.0])
 

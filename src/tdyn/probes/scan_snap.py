@@ -117,7 +117,8 @@ def logit_signs(Z: torch.Tensor, table: torch.Tensor, query: torch.Tensor, disti
 
     ``common_negative`` / ``distinct_positive``: fractions of (class, token) pairs with
     z < 0 on the class's common tokens / z > 0 on its distinct tokens; ``max_common`` and
-    ``min_distinct``: the extreme logits.
+    ``min_distinct``: the extreme logits; ``mean_common``: the mean common logit over (class, common
+    token) pairs (−B_n(t) in §6.3's setting, where e^{−4z_common} = 1 + 4Γ/C0 and B_n = −z_common).
     """
     z = Z[..., query, :]                                                    # [S, K, M]
     com = common & (table > 0)                                              # [K, M]
@@ -126,6 +127,7 @@ def logit_signs(Z: torch.Tensor, table: torch.Tensor, query: torch.Tensor, disti
         "common_negative": ((z < 0) & com).flatten(-2).sum(-1) / com.sum(),
         "distinct_positive": ((z > 0) & distinct).flatten(-2).sum(-1) / distinct.sum(),
         "max_common": torch.where(com, z, -inf).flatten(-2).amax(-1),
+        "mean_common": torch.where(com, z, torch.zeros_like(z)).flatten(-2).sum(-1) / com.sum(),
         "min_distinct": torch.where(distinct, z, inf).flatten(-2).amin(-1),
     }
 
