@@ -101,3 +101,53 @@ def test_verdict_helpers():
     assert sw.within(2.0, 0.1, 0.25) is False            # |1.0| − 0.2 > 0.25
     assert sw.within(1.2, 0.1, 0.25) is None             # the band straddles the tolerance
     assert sw.within(float("nan"), 0.1, 0.25) is None
+
+
+def _B_from_G(G):
+    return 0.25 * np.log1p(G)
+
+
+def test_scan_departure_on_known_trajectory():
+    """G = e^{4B} − 1 = a t² up to t_d = 40, then a t_d²(t/t_d)^0.2: the centred √2-window slope is
+    1.1 − 1.8 ln(t/t_d)/ln 2 across the kink, so it crosses 1.1 at t_d and 1.5 at t_d·2^{−0.4/1.8}."""
+    t = np.arange(200, dtype=float)
+    td, a = 40.0, 1e-4
+    G = np.where(t <= td, a * t ** 2, a * td ** 2 * (t / td) ** 0.2)
+    B = _B_from_G(G)
+    assert sw.scan_departure(B, 1.1) == pytest.approx(td, abs=0.5)
+    assert sw.scan_departure(B, 1.5) == pytest.approx(td * 2 ** (-0.4 / 1.8), abs=0.5)
+    # SGD-like noise in the first steps (where B is tiny) does not move the departure
+    noisy = B.copy()
+    noisy[2:6] += np.array([3e-4, -2e-4, 2e-4, -1e-4])
+    assert sw.scan_departure(noisy, 1.5) == pytest.approx(td * 2 ** (-0.4 / 1.8), abs=0.5)
+    # a pure scan law never departs; a curve that never reaches the level is not mistaken for a departure
+    assert np.isnan(sw.scan_departure(_B_from_G(a * t ** 2), 1.5))
+    assert np.isnan(sw.scan_departure(_B_from_G(a * t ** 0.5), 1.5))
+
+
+def test_scan_departure_of_theory_follows_its_constant():
+    """On §6.3's exact B_n the departure is a fixed multiple of K/η_Y at fixed M, independent of η_Z and C0
+    (C0 cancels in G/G), and lies between t'₀/2 and t₀ for the Fig 3-like M."""
+    from tdyn.theory import scan_snap as th
+
+    K, M = 2, 24
+    out = []
+    for ey, ez, C0 in ((0.1, 0.02, 1.0), (0.2, 0.02, 1.0), (0.2, 0.05, 30.0)):
+        B = sw.theory_B(int(4 * th.t0(K, M, ey)), K, M, ey, ez, C0)
+        dep = sw.scan_departure(B, 1.0)
+        assert th.t0_prime(K, M, ey) / 2 < dep < th.t0(K, M, ey)
+        out.append(dep * ey)
+    assert np.ptp(out) < 0.05 * np.mean(out)
+
+
+def test_crossing_time_and_lemma6_switch():
+    from tdyn.theory import scan_snap as th
+
+    assert sw.crossing_time(np.array([0.1, 0.3, 0.7, 0.9]), 0.5) == pytest.approx(1.5)
+    assert sw.crossing_time(np.array([0.6, 0.9]), 0.5) == 0.0
+    assert np.isnan(sw.crossing_time(np.array([0.1, 0.2]), 0.5))
+    # Lemma 6's h at the predicted switch gives p(correct) = ½ (Lemma 5)
+    for K, M, ey in ((2, 24, 0.2), (6, 79, 1.0)):
+        s = th.switch_time(K, M, ey) / K
+        assert th.p_correct(th.h_continuous(s, M, ey), M) == pytest.approx(0.5, abs=1e-9)
+        assert th.switch_time(K, M, ey) > th.t0_prime(K, M, ey)
