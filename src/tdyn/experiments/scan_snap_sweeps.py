@@ -560,23 +560,49 @@ def thm3(ctx: ReproduceContext) -> dict:
     lg = {k: v for k, v in final.items() if k.startswith("long")}
     pp = {k: v for k, v in final.items() if k.startswith("paper")}
     sl = {k: v for k, v in signs.items() if k.startswith("long")}
+    se = lambda v: float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")  # noqa: E731
+    # CV ≤ 0.1 (spec §13 test 8's stated tolerance): the worst class per seed, mean and SE over seeds
+    worst = [max(v) for v in lg.values()]
+    cv_diff, cv_se = 0.1 - float(np.mean(worst)), se(worst)
+    # signs: the extreme logits per seed (min distinct > 0, max common < 0), mean and SE over seeds
+    mind = [v["min_distinct"] for v in sl.values()]
+    maxc = [v["max_common"] for v in sl.values()]
+    rho_ok = all(min(v["spearman"]) > 0.999 for v in sl.values())
+    sign_v = [decide(float(np.mean(mind)), se(mind)), decide(-float(np.mean(maxc)), se(maxc))]
+    sign_held = False if (False in sign_v or not rho_ok) else (True if all(sign_v) else None)
+    # spread: mean CV per seed in each setting
+    cv_long = [float(np.mean(v)) for v in lg.values()]
+    cv_paper = [float(np.mean(v)) for v in pp.values()]
+    sp_diff = float(np.mean(cv_paper) - np.mean(cv_long))
+    sp_se = math.sqrt(se(cv_paper) ** 2 + se(cv_long) ** 2)
     claims = [
         claim("invariant-cv", "Long sequences, plain SGD: per class, the invariant's coefficient of variation over "
-              "the 10 distinct tokens is ≤ 0.1 at the end (spec §13 test 8)",
-              all(c <= 0.1 for v in lg.values() for c in v),
+              "the 10 distinct tokens is ≤ 0.1 at the end (spec §13 test 8)", decide(cv_diff, cv_se),
+              reason="the worst-class CV is within 2 SE of 0.1",
+              paper="Thm 3 (Eqn 108–111; spec §6.2 derivation: (1 − e^{−2z})/P(l|n)² equal across distinct tokens)",
+              definition="per class, std/|mean| (population std) of e^{−2z(0)}(1 − e^{−2(z − z(0))})/P(l|n)² over its "
+                         "distinct tokens (z(0) = 0 here: zero init); worst class per seed; 0.1 − its seed mean, "
+                         "decided with a margin of 2 SE over seeds",
               measured="final CV of the Thm 3 invariant per class (long L, plain SGD)",
-              expected="CV ≤ 0.1 for every class and seed", final_cv=lg),
+              expected="CV ≤ 0.1 for every class, beyond 2 SE", final_cv=lg,
+              **margin(cv_diff, cv_se, noise_source="SE over seeds of the worst-class CV")),
         claim("thm2-signs-long", "Long sequences, plain SGD: every common logit < 0, every distinct logit > 0 and "
-              "ordered by P(l|n) (Thm 2; Spearman = 1)",
-              all(v["common_negative"] == 1 and v["distinct_positive"] == 1 and min(v["spearman"]) > 0.999
-                  for v in sl.values()),
-              measured="final-Z logit signs and Spearman(z, P(l|n)) per class (long L)",
-              expected="all common < 0, all distinct > 0, Spearman > 0.999", signs=sl),
-        claim("short-momentum-spreads", "At L = 128 with momentum the invariant spreads more (spec §6.5): larger final "
-              "CV than the long-sequence runs", min(c for v in pp.values() for c in v) > max(c for v in lg.values() for c in v),
+              "ordered by P(l|n) (Spearman = 1)", sign_held, reason="an extreme logit is within 2 SE of 0",
+              paper="Thm 2 (a), (b) / Cor 2; Thm 3 (scan order by P(l|n))",
+              definition="final query-row logits: min distinct logit and −max common logit (mean over seeds, 2-SE "
+                         "margin above 0); Spearman(z, P(l|n)) over each class's distinct tokens > 0.999 in every seed",
+              measured="final-Z extreme logits and Spearman(z, P(l|n)) per class (long L)",
+              expected="min distinct > 0 and max common < 0 beyond 2 SE; Spearman > 0.999", signs=sl,
+              min_distinct=margin(float(np.mean(mind)), se(mind)), neg_max_common=margin(-float(np.mean(maxc)), se(maxc))),
+        claim("short-momentum-spreads", "At L = 128 with momentum the invariant spreads more: larger final CV "
+              "than the long-sequence runs", decide(sp_diff, sp_se), reason="the CV difference is within 2 SE",
+              paper="spec §6.5 (Lemma 2's long-sequence limit fails when P(l|n)·T ≈ 1)",
+              definition="per seed, the mean over classes of the final CV; difference of the seed means (L = 128 "
+                         "momentum − long L SGD), noise = the two SEs combined, 2-SE margin",
               measured="final Thm 3 invariant CV: L = 128 momentum vs long-L plain SGD",
-              expected="min CV (L = 128, momentum) > max CV (long L, SGD)",
-              final_cv=pp, signs={k: v for k, v in signs.items() if k.startswith("paper")}),
+              expected="mean CV (L = 128, momentum) > mean CV (long L, SGD) beyond 2 SE",
+              final_cv=pp, signs={k: v for k, v in signs.items() if k.startswith("paper")},
+              **margin(sp_diff, sp_se, noise_source="SE over seeds, both settings combined")),
     ]
     return {"experiment": "scan-snap/thm3", "claims": claims, "files": ["thm3_cv.csv", "thm3.png"]}
 
