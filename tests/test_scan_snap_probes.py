@@ -92,9 +92,39 @@ def test_thm3_invariant_constant_on_theory_solution():
     x = inv[1, 0][distinct[0]].numpy()
     assert cv[1, 0] == pytest.approx(x.std() / abs(x.mean()), rel=1e-10)
     assert cv[1, 1] < 1e-10
-    # Z0 is subtracted
+    # a uniform Z0 = 1: the invariant is e^{−2}·(the zero-start invariant of Z)
     assert torch.allclose(pr.thm3_invariant(Z + 1.0, table, query, distinct, Z0=torch.ones(1, 34, 34, dtype=Z.dtype)),
-                          inv, equal_nan=True)
+                          math.exp(-2) * inv, equal_nan=True)
+
+
+def _old_invariant(Z, table, query, distinct, Z0):
+    """The formula before the e^{−2z(0)} factor: (1 − e^{−2(z − z(0))})/P²."""
+    z = Z[..., query, :] - Z0[..., query, :]
+    inv = -torch.expm1(-2 * z) / table ** 2
+    return torch.where(distinct, inv, torch.full_like(inv, float("nan")))
+
+
+def test_thm3_invariant_from_non_uniform_z0():
+    """The theory's solution from a non-uniform Z(0): e^{−2z_l(t)} = e^{−2z_l(0)} − c·P(l|n)² (ż_l ∝ P²e^{2z_l}
+    with a factor common to the class). The invariant e^{−2z(0)}(1 − e^{−2(z − z(0))})/P² equals c on every
+    distinct token; the formula without e^{−2z(0)} equals c·e^{2z(0)}, which is not constant."""
+    f = syn_small_facts()
+    table, query, distinct = f["table"], f["query"], f["distinct"]
+    g = torch.Generator().manual_seed(0)
+    Z0 = (torch.rand(1, 34, 34, generator=g, dtype=torch.float64) - 0.5)         # non-uniform, in [−½, ½]
+    c = 60.0
+    Z = Z0.clone()
+    for k in range(2):
+        P, z0 = table[k, distinct[k]], Z0[0, query[k], distinct[k]]
+        assert (torch.exp(-2 * z0) - c * P ** 2 > 0).all()
+        Z[0, query[k], distinct[k]] = -0.5 * torch.log(torch.exp(-2 * z0) - c * P ** 2)
+    inv = pr.thm3_invariant(Z, table, query, distinct, Z0=Z0)
+    np.testing.assert_allclose(inv[0][distinct].numpy(), c, rtol=1e-10)
+    assert pr.thm3_cv(Z, table, query, distinct, Z0=Z0).max() < 1e-10
+    old = _old_invariant(Z, table, query, distinct, Z0)
+    assert not np.allclose(old[0][distinct].numpy(), c, rtol=1e-2)               # the old formula fails here
+    x = old[0, 0][distinct[0]].numpy()
+    assert x.std() / abs(x.mean()) > 0.1                                           # its CV is far from 0
 
 
 def test_logit_signs_and_top_logit():
@@ -109,6 +139,7 @@ def test_logit_signs_and_top_logit():
     assert s["common_negative"][0] == 1.0 and s["distinct_positive"][0] == pytest.approx(19 / 20)
     assert s["min_distinct"][0] == pytest.approx(-0.2) and s["max_common"][0] == -1.0
     assert s["common_negative"][1] == 0.0 and s["max_common"][1] == 0.5
+    assert s["mean_common"][0] == -1.0 and s["mean_common"][1] == pytest.approx(0.5 / 20)
     top = pr.top_distinct_logit(Z, f["table"], f["query"], f["distinct"])
     np.testing.assert_allclose(top[0].numpy(), [1.0, 1.0])
 
@@ -154,3 +185,31 @@ def test_registered_probes_in_training(tmp_path):
     assert rec[0]["scan_snap.decoder/p_correct_limit"] == pytest.approx(1 / 34)
     assert rec[-1]["scan_snap.attention/entropy"] != rec[0]["scan_snap.attention/entropy"]
     assert runs.load_checkpoint(d, 0)["probe/scan_snap.attention/z_rows"].shape == (2, 34)
+
+
+def test_descent_rate_on_known_curves():
+    """A straight recall line with slope −40 has descent rate 40 under both fits; a sparser map's curve
+    (few tokens near the threshold axis) descends more slowly than a dense map's."""
+    thr = np.linspace(0.028, 0.038, 11)
+    line = np.stack([0.9 - 40 * (thr - 0.028), 0.7 - 10 * (thr - 0.028)])
+    np.testing.assert_allclose(pr.descent_rate(thr, line, "lsq"), [40.0, 10.0], rtol=1e-12)
+    np.testing.assert_allclose(pr.descent_rate(thr, line, "secant"), [40.0, 10.0], rtol=1e-12)
+    # a curved (concave) curve: secant and least squares differ, each as computed by hand
+    curve = 1 - ((thr - 0.028) / 0.01) ** 2
+    assert pr.descent_rate(thr, curve, "secant") == pytest.approx(100.0)
+    assert pr.descent_rate(thr, curve, "lsq") == pytest.approx(-np.polyfit(thr, curve, 1)[0], rel=1e-10)
+    with pytest.raises(ValueError):
+        pr.descent_rate(thr, curve, "spline")
+    # recall of hand-made attention: one query, 20 distinct tokens (2 classes of 10), M = 33.
+    M = 33
+    distinct = torch.zeros(2, M, dtype=torch.bool)
+    distinct[0, 10:20] = True
+    distinct[1, 20:30] = True
+    query = torch.tensor([30, 30])
+    Z = torch.zeros(2, M, M, dtype=torch.float64)
+    spread = torch.linspace(-0.3, 0.3, 20, dtype=torch.float64)
+    Z[0, 30, 10:30] = spread                   # dense: every distinct token's attention near 1/M
+    Z[1, 30, 10:30] = 8 * spread               # sparse: the same order, attention far from 1/M
+    r = pr.recall(Z, query, distinct, torch.tensor(thr)).numpy()
+    rate = pr.descent_rate(thr, r, "lsq")
+    assert rate[1] < rate[0]

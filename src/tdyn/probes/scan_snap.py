@@ -64,14 +64,38 @@ def recall(Z: torch.Tensor, query: torch.Tensor, distinct: torch.Tensor, thresho
     return (num / den).mean(-1)
 
 
+def descent_rate(thresholds, recall, how: str = "lsq"):
+    """Descent rate of a recall–threshold curve, −d(recall)/d(threshold) (App G; Figs 11/12 read
+    sparsity from it: sparser attention, slower descent). ``recall`` [..., T] at ``thresholds`` [T];
+    returns [...] (numpy).
+
+    ``how="lsq"``: minus the least-squares slope of recall on threshold over all T points;
+    ``how="secant"``: (recall at the first threshold − recall at the last)/(last − first threshold).
+    """
+    import numpy as np
+
+    x = np.asarray(thresholds, dtype=np.float64)
+    y = np.asarray(recall, dtype=np.float64)
+    if how == "lsq":
+        xc = x - x.mean()
+        return -((y - y.mean(-1, keepdims=True)) * xc).sum(-1) / (xc ** 2).sum()
+    if how == "secant":
+        return (y[..., 0] - y[..., -1]) / (x[-1] - x[0])
+    raise ValueError(f"unknown descent-rate fit {how!r}")
+
+
 def thm3_invariant(Z: torch.Tensor, table: torch.Tensor, query: torch.Tensor, distinct: torch.Tensor,
                    Z0: torch.Tensor | None = None) -> torch.Tensor:
-    """(1 − e^{−2(z_{ml} − z_{ml}(0))})/P(l|n)² on class n's distinct tokens (Thm 3, Eqn 108–111;
-    spec §6.2), NaN elsewhere; shape [S, K, M]. Equal across a class's distinct tokens in theory."""
+    """e^{−2z_{ml}(0)}(1 − e^{−2(z_{ml} − z_{ml}(0))})/P(l|n)² = (e^{−2z_{ml}(0)} − e^{−2z_{ml}})/P(l|n)²
+    on class n's distinct tokens (Thm 3, Eqn 108–111; spec §6.2), NaN elsewhere; shape [S, K, M].
+
+    Equal across a class's distinct tokens in theory: ż_l = η_Z f_{nl}² ξ_n with f_{nl}² ∝ P(l|n)²e^{2z_l}
+    and a factor common to the class, so d(e^{−2z_l})/dt = −2P(l|n)²·(the same factor) and
+    e^{−2z_l(0)} − e^{−2z_l(t)} ∝ P(l|n)². From Z(0) = 0 this is (1 − e^{−2z})/P²; from a non-zero
+    Z(0) the factor e^{−2z(0)} is needed (without it the quantity is e^{2z(0)} times the invariant)."""
     z = Z[..., query, :]
-    if Z0 is not None:
-        z = z - Z0[..., query, :]
-    inv = -torch.expm1(-2 * z) / table.to(z.dtype) ** 2
+    z0 = torch.zeros_like(z) if Z0 is None else Z0[..., query, :].to(z.dtype).expand_as(z)
+    inv = torch.exp(-2 * z0) * -torch.expm1(-2 * (z - z0)) / table.to(z.dtype) ** 2
     return torch.where(distinct, inv, torch.full_like(inv, float("nan")))
 
 
@@ -93,7 +117,8 @@ def logit_signs(Z: torch.Tensor, table: torch.Tensor, query: torch.Tensor, disti
 
     ``common_negative`` / ``distinct_positive``: fractions of (class, token) pairs with
     z < 0 on the class's common tokens / z > 0 on its distinct tokens; ``max_common`` and
-    ``min_distinct``: the extreme logits.
+    ``min_distinct``: the extreme logits; ``mean_common``: the mean common logit over (class, common
+    token) pairs (−B_n(t) in §6.3's setting, where e^{−4z_common} = 1 + 4Γ/C0 and B_n = −z_common).
     """
     z = Z[..., query, :]                                                    # [S, K, M]
     com = common & (table > 0)                                              # [K, M]
@@ -102,6 +127,7 @@ def logit_signs(Z: torch.Tensor, table: torch.Tensor, query: torch.Tensor, disti
         "common_negative": ((z < 0) & com).flatten(-2).sum(-1) / com.sum(),
         "distinct_positive": ((z > 0) & distinct).flatten(-2).sum(-1) / distinct.sum(),
         "max_common": torch.where(com, z, -inf).flatten(-2).amax(-1),
+        "mean_common": torch.where(com, z, torch.zeros_like(z)).flatten(-2).sum(-1) / com.sum(),
         "min_distinct": torch.where(distinct, z, inf).flatten(-2).amin(-1),
     }
 

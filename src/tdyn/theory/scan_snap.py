@@ -125,6 +125,13 @@ def t0(K: int, M: int, eta_y: float) -> float:
     return 2 * K * np.log(M) / eta_y
 
 
+def switch_time(K: int, M: int, eta_y: float) -> float:
+    """The decoder's exact p(correct) = ½ time from Lemmas 5–6: α_nn = ½ ⇔ e^{Mh} = M − 1, and Lemma 6's
+    e^{Mh} + (M−1)Mh = Mη_Y s + 1 then gives s = ((M−1)(1 + ln(M−1)) − 1)/(Mη_Y) per class, t = K s.
+    Equals t'₀ = K ln M/η_Y up to the O(1) term dropped by Lemma 9: t/t'₀ → 1 + 1/ln M for large M."""
+    return K * ((M - 1) * (1 + np.log(M - 1)) - 1) / (M * eta_y)
+
+
 def stage_switch_bounds(K: int, M: int, eta_y: float, rho: float) -> tuple[float, float]:
     """Spec §6.5 hypothesis for p(correct) = ½: between K ln M/η_Y and K ln M/((1−ρ)η_Y)
     (Remark 1: correlated classes, f_nᵀf_n' = ρ, train at the effective rate (1−ρ)η_Y)."""
