@@ -71,17 +71,28 @@ def test_sigkill_then_resume_equals_uninterrupted(cli, tmp_path):
 
 @pytest.mark.slow
 def test_repeated_kills_leave_no_half_written_file(tmp_path):
-    """Kill at many moments of a run that checkpoints every step; every visible file stays readable."""
+    """Kill at many moments of a run that checkpoints every step; every visible file stays readable.
+
+    Each start (the first run, then each --resume) is killed only after it has written a checkpoint
+    beyond the previous one, plus a varying delay, so every kill lands mid-training with files on disk:
+    the checks below always run (a kill before the directory exists would check nothing)."""
     out = tmp_path / "r"
-    args = ["configs/syn_small.yaml", "--set", "optim.steps=400", "--set", "checkpoint.every=1", "--quiet"]
-    for i, delay in enumerate([0.9, 1.1, 1.3, 1.6]):
+    args = ["configs/syn_small.yaml", "--set", "optim.steps=5000", "--set", "checkpoint.every=1", "--quiet"]
+    last = -1
+    for i, delay in enumerate([0.0, 0.03, 0.11, 0.27, 0.5]):
         cmd = [sys.executable, "-m", "tdyn", "run", *(["--resume", str(out), "--quiet"] if i else [*args, "--out", str(out)])]
-        p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        _wait_for_checkpoint(p, out, last + 1)
         time.sleep(delay)
+        assert p.poll() is None, "the run ended before it was killed"
         p.send_signal(signal.SIGKILL)
         p.wait()
-        if out.exists():
-            _all_files_complete(out)
+        _all_files_complete(out)
+        assert runs.read_meta(out)["status"] == "running"
+        steps = runs.checkpoint_steps(out)
+        assert steps and max(steps) > last
+        assert len(runs.read_metrics(out)) >= max(steps) - 1   # metrics kept up with the checkpoints
+        last = max(steps)
 
 
 def test_ctrl_c_leaves_resumable_run(cli, tmp_path):

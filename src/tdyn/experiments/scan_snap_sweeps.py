@@ -21,7 +21,8 @@ import torch
 from tdyn import runs
 from tdyn.bench import register_bench
 from tdyn.data import scan_snap as data
-from tdyn.experiments.common import claim, configure, decide, margin, reading, train_into, write_csv
+from tdyn.experiments.common import (claim, configure, decide, every_cell, margin, paired, reading, train_into,
+                                    within, write_csv)
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.experiments.scan_snap import yz_config
 from tdyn.probes import scan_snap as pr
@@ -219,42 +220,6 @@ def fig6(ctx: ReproduceContext) -> dict:
 
 
 # ---------------------------------------------------------------- verdict helpers (shared by the claims below)
-
-
-def paired(a, b) -> tuple[float, float]:
-    """Mean over seeds of the per-seed difference a − b and its standard error (sample std/√n). Runs
-    with the same seed share their initialisation and data stream, so the difference is paired."""
-    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
-    se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else float("nan")
-    return float(d.mean()), se
-
-
-def every_cell(verdicts: dict[str, bool | None]) -> tuple[bool | None, str | None]:
-    """A claim about every cell: holds when every cell holds (margin above noise), fails when any cell
-    fails (a reversal beyond the noise band), inconclusive otherwise (cells inside the band)."""
-    if not verdicts:
-        return None, "no cells to compare at these settings"
-    if any(v is False for v in verdicts.values()):
-        return False, None
-    if all(v is True for v in verdicts.values()):
-        return True, None
-    band = [k for k, v in verdicts.items() if v is None]
-    return None, f"{len(band)} of {len(verdicts)} cells inside the 2·SE noise band: {', '.join(band)}"
-
-
-def within(ratio: float, noise: float, tol: float, *, k: float = 2.0) -> bool | None:
-    """An equality claim measured/predicted = 1 with a stated tolerance ``tol`` (relative) and the
-    measured seed noise: holds when |ratio − 1| + k·noise ≤ tol, fails when |ratio − 1| − k·noise > tol,
-    inconclusive in between. A non-finite ratio is inconclusive."""
-    if ratio is None or not math.isfinite(ratio):
-        return None
-    noise = noise if math.isfinite(noise) else float("inf")
-    dev = abs(ratio - 1.0)
-    if dev + k * noise <= tol:
-        return True
-    if dev - k * noise > tol:
-        return False
-    return None
 
 
 # ---------------------------------------------------------------- Figs 11–12
