@@ -186,12 +186,15 @@ def test_margin_test_vs_enumeration(sampler, L, n, M):
     assert agree == 60 and 0 < perfect < 60
 
 
-def test_hessian_power_iteration_vs_dense():
-    L, n = 3, 2
+@pytest.mark.parametrize("L,n,scale,c", [(3, 2, 0.5, 0.0), (5, 3, 0.7, 0.0), (5, 4, 0.3, 40.0)])
+def test_lambda_max_lanczos_vs_autograd_dense_hessian(L, n, scale, c):
+    """λ_max (Lanczos on HVPs) equals the top eigenvalue of the autograd dense Hessian to 1e-10 relative."""
     task = dl.make_task(L, 2, seed=0)
     types = th.enumerate_types(task, n, "B")
-    model = _model(L, scale=0.5)
-    lam = th.top_hessian_eigenvalue(model, task, types, iters=500, tol=1e-13, gen=torch.Generator().manual_seed(0))
+    model = _model(L, scale=scale)
+    with torch.no_grad():
+        model.V += c * task.P
+    lam = th.top_hessian_eigenvalue(model, task, types, gen=torch.Generator().manual_seed(0))
 
     y = dl.labels(task, types.seqs)
 
@@ -202,7 +205,11 @@ def test_hessian_power_iteration_vs_dense():
     flat = torch.cat([model.W.detach().flatten(), model.V.detach().flatten()])
     H = torch.autograd.functional.hessian(F, flat)
     ev = torch.linalg.eigvalsh(H)
-    assert lam == pytest.approx(float(ev[-1]), rel=1e-6)
+    assert lam == pytest.approx(float(ev[-1]), rel=1e-10, abs=1e-14)
+    assert torch.allclose(th.dense_hessian(model, task, types), H, atol=1e-10 * float(H.abs().max()), rtol=0)
+    # warm start from the eigenvector gives the same value
+    lam2, vec = th.top_hessian_eigenvalue(model, task, types, return_vector=True)
+    assert th.top_hessian_eigenvalue(model, task, types, v0=vec) == pytest.approx(lam2, rel=1e-10)
 
 
 @pytest.mark.parametrize("sampler", ["A", "B"])
