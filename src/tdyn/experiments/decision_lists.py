@@ -689,8 +689,10 @@ def _eta_claim(rows: list[dict]) -> dict:
         not bad, paper=PAPER2 + " — the hypothesis η ≤ 1/λ_max, read along the path",
         definition=f"λ_max(t) = largest Hessian eigenvalue over (W, V) at step t (Lanczos to 1e-12); tolerance {ETA_TOL:g}",
         measured="max over steps 0..k* of η·λ_max(t), per run", expected=f"≤ 1 + {ETA_TOL:g} in every run",
-        max_eta_lambda=max(vals) if vals else None, violations=bad,
-        runs=len(rows))
+        max_eta_lambda=max(vals) if vals else None, violations=bad, runs=len(rows),
+        max_eta_lambda_by_regime={g: max((r["max_eta_lambda_to_kstar"] for r in rows if r["regime"] == g
+                                          and r["max_eta_lambda_to_kstar"] is not None), default=None)
+                                  for g in ("inside", "exploratory")})
 
 
 def _claim2_figure(ctx, curves, free_curves) -> None:
