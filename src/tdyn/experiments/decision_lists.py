@@ -743,7 +743,7 @@ def _claim2_figure(ctx, curves, free_curves) -> None:
 
 
 # ---------------------------------------------------------------- claim (c)
-UA_COLUMNS = ["mode", "sigma", "seed", "step", "loss", "cos_c", "perm_recovery", "acc_pop", "err_sup", "norm_V"]
+UA_COLUMNS = ["mode", "optimizer", "sigma", "seed", "step", "loss", "cos_c", "perm_recovery", "acc_pop", "err_sup", "norm_V"]
 GRAD_COLUMNS = ["sampler", "L", "n", "M", "cos_c_first_grad", "perm_recovery_first_grad"]
 
 
@@ -760,9 +760,18 @@ def first_gradient(L: int, n: int, M: int, sampler: str, seed: int) -> dict:
 def ua_settings(quick: bool) -> dict:
     if quick:
         return {"grad_L": [8, 16], "grad_nM": [(3, 2)], "L": 8, "n": 3, "M": 2, "sigmas": [1e-2],
-                "seeds": [0, 1], "steps": 300, "lr": 1e-2}
+                "seeds": [0, 1], "steps": 300, "lr": 1e-2, "gd_eta": 1.0}
     return {"grad_L": [8, 16, 24, 32], "grad_nM": [(3, 2), (3, 3), (4, 2), (4, 3)], "L": 16, "n": 4, "M": 3,
-            "sigmas": [1e-3, 1e-2, 1e-1], "seeds": [0, 1, 2, 3, 4], "steps": 2000, "lr": 1e-2}
+            "sigmas": [1e-3, 1e-2, 1e-1], "seeds": [0, 1, 2, 3, 4], "steps": 2000, "lr": 1e-2, "gd_eta": 1.0}
+
+
+UA_OPTIMIZERS = ("adam", "gd_1_over_lambda", "gd_fixed")
+PAPERC = "abstract §II: uniform attention (W = 0) is sufficient to push V in the direction of P"
+
+
+def _ua_opt_label(opt: str, st: dict) -> str:
+    return {"adam": f"Adam lr {st['lr']}", "gd_1_over_lambda": "GD, η = 1/λ_max(0) per seed",
+            "gd_fixed": f"GD, η = {st['gd_eta']:g}"}[opt]
 
 
 @register("decision-list/uniform-attention",
@@ -777,79 +786,117 @@ def uniform_attention(ctx: ReproduceContext) -> dict:
     task = dl.make_task(L, M, seed=ctx.seed)
     types = th.enumerate_types(task, n, "B")
     S = len(st["seeds"])
-    rows = []
+    rows, etas = [], {}
     log_steps = sorted({0, st["steps"]} | {int(x) for x in np.geomspace(1, st["steps"], 40)})
-    for mode in ("joint", "frozen_W"):
-        for sigma in st["sigmas"]:
-            model = DecisionListModel(DecisionListModelConfig(L), S=S)
-            with torch.no_grad():   # member i = seed i: the ensemble axis S carries the seeds
-                for i, sd in enumerate(st["seeds"]):
-                    g = generator(sd, "init")
-                    model.W[i] = 0.0 if mode == "frozen_W" else sigma * torch.randn(L, L, generator=g, dtype=torch.float64)
-                    model.V[i] = sigma * torch.randn(L, L, generator=g, dtype=torch.float64)
-            params = [model.V] if mode == "frozen_W" else [model.W, model.V]
-            opt = torch.optim.Adam(params, lr=st["lr"])
-            for k in range(st["steps"] + 1):
-                opt.zero_grad()
-                loss = th.population_loss(model, task, types, backward=True)
-                if k in log_steps:
-                    cl = th.classify(model, task, types)
-                    V = model.V.detach()
-                    cos, rec = centred_cosine(V, task.P), perm_recovery(V, task.perm)
-                    for i, sd in enumerate(st["seeds"]):
-                        rows.append({"mode": mode, "sigma": sigma, "seed": sd, "step": k, "loss": float(loss[i]),
-                                     "cos_c": float(cos[i]), "perm_recovery": float(rec[i]),
-                                     "acc_pop": float(cl.acc_pop[i]), "err_sup": float(cl.err_sup[i]),
-                                     "norm_V": float(V[i].norm())})
-                opt.step()
+    for sigma in st["sigmas"]:
+        # the same (W₀, V₀) draw per seed in both modes; frozen_W then sets W₀ = 0 (V₀ unchanged)
+        W0 = torch.zeros(S, L, L, dtype=torch.float64)
+        V0 = torch.zeros(S, L, L, dtype=torch.float64)
+        for i, sd in enumerate(st["seeds"]):
+            g = generator(sd, "init")
+            W0[i] = sigma * torch.randn(L, L, generator=g, dtype=torch.float64)
+            V0[i] = sigma * torch.randn(L, L, generator=g, dtype=torch.float64)
+        lam0 = []
+        for i in range(S):   # λ_max(0) of the joint (W, V) Hessian per seed, used by both modes
+            one = DecisionListModel(DecisionListModelConfig(L))
+            with torch.no_grad():
+                one.W[0], one.V[0] = W0[i], V0[i]
+            lam0.append(th.top_hessian_eigenvalue(one, task, types))
+        etas[sigma] = [1.0 / x for x in lam0]
+        for mode in ("joint", "frozen_W"):
+            for opt in UA_OPTIMIZERS:
+                model = DecisionListModel(DecisionListModelConfig(L), S=S)
+                with torch.no_grad():   # member i = seed i: the ensemble axis S carries the seeds
+                    model.W.copy_(0.0 if mode == "frozen_W" else W0)
+                    model.V.copy_(V0)
+                params = [model.V] if mode == "frozen_W" else [model.W, model.V]
+                adam = torch.optim.Adam(params, lr=st["lr"]) if opt == "adam" else None
+                eta = (torch.tensor(etas[sigma], dtype=torch.float64) if opt == "gd_1_over_lambda"
+                       else torch.full((S,), st["gd_eta"], dtype=torch.float64))[:, None, None]
+                for k in range(st["steps"] + 1):
+                    for p in params:
+                        p.grad = None
+                    loss = th.population_loss(model, task, types, backward=True)
+                    if k in log_steps:
+                        cl = th.classify(model, task, types)
+                        V = model.V.detach()
+                        cos, rec = centred_cosine(V, task.P), perm_recovery(V, task.perm)
+                        for i, sd in enumerate(st["seeds"]):
+                            rows.append({"mode": mode, "optimizer": opt, "sigma": sigma, "seed": sd, "step": k,
+                                         "loss": float(loss[i]), "cos_c": float(cos[i]),
+                                         "perm_recovery": float(rec[i]), "acc_pop": float(cl.acc_pop[i]),
+                                         "err_sup": float(cl.err_sup[i]), "norm_V": float(V[i].norm())})
+                    if adam is not None:
+                        adam.step()
+                    else:
+                        with torch.no_grad():
+                            for p in params:
+                                p -= eta * p.grad
     write_csv(ctx.out / "uniform_attention.csv", rows, UA_COLUMNS)
     _ua_figures(ctx, rows, grows, st)
 
     big = [r for r in grows if r["L"] == max(st["grad_L"])]
     final = [r for r in rows if r["step"] == st["steps"]]
-    frozen = [r for r in final if r["mode"] == "frozen_W"]
-    early = {}
-    for mode in ("joint", "frozen_W"):
-        ks = sorted({r["step"] for r in rows})
-        for k in ks:
-            v = [r["cos_c"] for r in rows if r["mode"] == mode and r["step"] == k]
-            if min(v) >= 0.5:
-                early[mode] = k
-                break
     by_L = {s: [r["cos_c_first_grad"] for r in grows if r["sampler"] == s and (r["n"], r["M"]) == st["grad_nM"][0]]
             for s in dl.SAMPLERS}
+
+    def early(mode, opt):
+        for k in sorted({r["step"] for r in rows}):
+            v = [r["cos_c"] for r in rows if r["mode"] == mode and r["optimizer"] == opt and r["step"] == k]
+            if min(v) >= 0.5:
+                return k
+        return None
+
+    frozen_rd = [reading(_ua_opt_label(o, st), all(r["perm_recovery"] == 1.0 for r in final
+                                                   if r["mode"] == "frozen_W" and r["optimizer"] == o),
+                         cos_c_final=[r["cos_c"] for r in final if r["mode"] == "frozen_W" and r["optimizer"] == o],
+                         first_step_all_cos_ge_0_5=early("frozen_W", o)) for o in UA_OPTIMIZERS]
+    joint_rd = [reading(_ua_opt_label(o, st), all(r["err_sup"] == 0 for r in final
+                                                  if r["mode"] == "joint" and r["optimizer"] == o),
+                        err_sup=[r["err_sup"] for r in final if r["mode"] == "joint" and r["optimizer"] == o],
+                        first_step_all_cos_ge_0_5=early("joint", o)) for o in UA_OPTIMIZERS]
+    setting = f"sampler B, L={L}, n={n}, M={M}, σ ∈ {st['sigmas']}, seeds {st['seeds']}, {st['steps']} steps"
     claims = [
         claim("first_gradient_recovers_P",
               f"At (W,V)=(0,0) the column argmax of −∇_V F recovers π at L = {max(st['grad_L'])} "
               "for every (sampler, n, M) (exact enumeration)",
               all(r["perm_recovery_first_grad"] == 1.0 for r in big),
+              paper=PAPERC + " (the first step from W = V = 0, spec §8.3 derivation)",
+              definition="−∇_V F(0, 0) on the exact population loss; recovery = mean_t 1[argmax_r G[r,t] = π(t)]",
               measured="argmax recovery of π from −∇_V F(0,0) at the largest L",
               expected="= 1 for every (sampler, n, M)",
               cos_c=[(r["sampler"], r["n"], r["M"], r["cos_c_first_grad"]) for r in big]),
         claim("first_gradient_cosine_rises_with_L",
               "Hypothesis (spec §8.3): the centred cosine of −∇_V F(0,0) with P rises with L at fixed (n, M) "
               f"= {st['grad_nM'][0]}", all(np.all(np.diff(v) > 0) for v in by_L.values()),
+              paper="spec §8.3 hypothesis on the abstract §II claim",
+              definition="cos_c = cosine of column-centred −∇_V F(0,0) and column-centred P",
               measured="centred cosine of −∇_V F(0,0) with P, vs L, per sampler",
               expected="strictly increasing in L for each sampler", cos_by_L=by_L,
               L=st["grad_L"]),
         claim("frozen_W_recovers_P",
-              f"Sampler B, L={L}, n={n}, M={M}, W frozen at 0, Adam lr {st['lr']}: argmax recovery of π = 1 for "
-              f"every seed and σ after {st['steps']} steps",
-              all(r["perm_recovery"] == 1.0 for r in frozen),
-              measured="argmax recovery of π from final V (W frozen at 0)",
-              expected="= 1 for every seed and σ",
-              cos_c_final=[r["cos_c"] for r in frozen], first_step_all_cos_ge_0_5=early),
+              f"W frozen at 0 (uniform attention), V trained from the same V_0 as the joint runs ({setting}): "
+              "argmax recovery of π = 1 for every seed and σ at the end, for each optimizer",
+              paper=PAPERC,
+              definition="recovery = mean_t 1[argmax_r V[r,t] = π(t)] (spec §8.3); the optimizer is not given by the "
+                         "paper: each is a reading",
+              measured="argmax recovery of π from the final V (W frozen at 0)",
+              expected="= 1 for every seed, σ and optimizer", readings=frozen_rd),
         claim("joint_training_perfect",
-              f"Sampler B, joint training from small init: perfect classification (Err_sup = 0) after {st['steps']} steps",
-              all(r["err_sup"] == 0 for r in final if r["mode"] == "joint"),
+              f"Joint training of (W, V) from small init ({setting}): perfect classification (Err_sup = 0) at the "
+              "end, for each optimizer",
+              paper="spec §8.3 hypothesis (joint training from small init; the abstract's §II outlook)",
+              definition="Err_sup = fraction of misclassified (set, query) pairs, strict argmax (spec §7)",
               measured="Err_sup after the final step of joint training",
-              expected="= 0 for every seed and σ",
-              err_sup=[r["err_sup"] for r in final if r["mode"] == "joint"]),
+              expected="= 0 for every seed, σ and optimizer", readings=joint_rd),
     ]
     return {"experiment": "decision-list/uniform-attention", "claims": claims, "settings": st,
+            "eta_1_over_lambda": {str(k): v for k, v in etas.items()},
             "definitions": {"cos_c": "cosine between column-centred V and column-centred P",
                             "sampler_training": "B (n distinct tokens), uniform, equal lists",
-                            "optimizer": f"Adam lr {st['lr']} on the exact population loss"}}
+                            "init": "per seed one draw W₀, V₀ ~ σ·N(0,1); frozen_W uses the same V₀ with W = 0",
+                            "optimizers": {o: _ua_opt_label(o, st) for o in UA_OPTIMIZERS},
+                            "lambda_max": "largest Hessian eigenvalue over (W, V) at the seed's (W₀, V₀), Lanczos"}}
 
 
 def _ua_figures(ctx, rows, grows, st) -> None:
@@ -858,28 +905,44 @@ def _ua_figures(ctx, rows, grows, st) -> None:
     from tdyn.report import style
 
     style.apply()
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
-    for j, mode in enumerate(("joint", "frozen_W")):
-        for i, sigma in enumerate(st["sigmas"]):
-            sel = [r for r in rows if r["mode"] == mode and r["sigma"] == sigma]
-            steps = sorted({r["step"] for r in sel})
-            for ax, key in ((axes[0], "cos_c"), (axes[1], "perm_recovery")):
-                v = np.array([[r[key] for r in sel if r["step"] == k] for k in steps])
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8), gridspec_kw={"hspace": 0.4, "wspace": 0.3})
+    sigma = st["sigmas"][len(st["sigmas"]) // 2]
+    for col_i, opt in enumerate(UA_OPTIMIZERS):
+        for j, mode in enumerate(("joint", "frozen_W")):
+            for i, sg in enumerate(st["sigmas"]):
+                sel = [r for r in rows if r["mode"] == mode and r["sigma"] == sg and r["optimizer"] == opt]
+                steps = sorted({r["step"] for r in sel})
+                v = np.array([[r["cos_c"] for r in sel if r["step"] == k] for k in steps])
                 col = style.PALETTE[(2 * i + j) % 8]
+                ax = axes[0, col_i]
                 ax.plot(np.array(steps) + 1, v.mean(1), color=col, ls="-" if mode == "joint" else "--",
-                        label=f"{mode}, σ={sigma}")
+                        label=f"{mode}, σ={sg}")
                 ax.fill_between(np.array(steps) + 1, v.min(1), v.max(1), color=col, alpha=0.2)
-    axes[0].set(xscale="log", xlabel="step + 1", ylabel="centred cos(V, P)", title="C1: V → P (band: seeds)")
-    axes[1].set(xscale="log", xlabel="step + 1", ylabel="argmax recovery of π")
-    axes[0].legend(fontsize=7)
+            sel = [r for r in rows if r["mode"] == mode and r["sigma"] == sigma and r["optimizer"] == opt]
+            steps = sorted({r["step"] for r in sel})
+            rec = np.array([[r["perm_recovery"] for r in sel if r["step"] == k] for k in steps])
+            axes[1, col_i].plot(np.array(steps) + 1, rec.mean(1), ls="-" if mode == "joint" else "--",
+                                label=f"{mode}: argmax recovery")
+            if mode == "joint":
+                err = np.array([[r["err_sup"] for r in sel if r["step"] == k] for k in steps])
+                axes[1, col_i].plot(np.array(steps) + 1, err.mean(1), ls=":", label="joint: Err_sup")
+        axes[0, col_i].set(xscale="log", xlabel="step + 1", ylabel="centred cos(V, P)",
+                           title=f"C1: V → P, {_ua_opt_label(opt, st)} (band: seeds)")
+        axes[0, col_i].legend(fontsize=6)
+        axes[1, col_i].set(xscale="log", xlabel="step + 1", ylim=(-0.05, 1.05),
+                           title=f"{_ua_opt_label(opt, st)}, σ={sigma} (seed mean)")
+        axes[1, col_i].legend(fontsize=6)
+    style.save(fig, ctx.out / "uniform_attention.png")
+
+    fig, ax = plt.subplots(figsize=(6, 4))
     for i, s in enumerate(dl.SAMPLERS):
         for j, (n, M) in enumerate(st["grad_nM"]):
             pts = [(r["L"], r["cos_c_first_grad"]) for r in grows if r["sampler"] == s and (r["n"], r["M"]) == (n, M)]
             x, y = zip(*pts)
-            axes[2].plot(x, y, "o-" if s == "B" else "s--", color=style.PALETTE[j % 8], label=f"{s}, n={n}, M={M}")
-    axes[2].set(xlabel="L", ylabel="centred cos(−∇_V F(0,0), P)", title="C3: first gradient")
-    axes[2].legend(fontsize=7)
-    style.save(fig, ctx.out / "uniform_attention.png")
+            ax.plot(x, y, "o-" if s == "B" else "s--", color=style.PALETTE[j % 8], label=f"{s}, n={n}, M={M}")
+    ax.set(xlabel="L", ylabel="centred cos(−∇_V F(0,0), P)", title="C3: first gradient")
+    ax.legend(fontsize=7)
+    style.save(fig, ctx.out / "first_gradient.png")
 
 
 # ---------------------------------------------------------------- benchmarks
