@@ -87,7 +87,9 @@ def subsets(L: int, n: int) -> torch.Tensor:
     comp = combinations(L, L - n)
     keep = torch.ones(len(comp), L, dtype=torch.bool)
     keep[torch.arange(len(comp))[:, None], comp] = False
-    return torch.arange(L).expand(len(comp), L)[keep].reshape(len(comp), n)
+    rows = torch.arange(L).expand(len(comp), L)[keep].reshape(len(comp), n)
+    order = np.lexsort(rows.numpy().T[::-1])      # lexicographic, as the direct enumeration
+    return rows[torch.from_numpy(order)]
 
 
 def all_sequences(task: DecisionListTask, n: int, sampler: Sampler) -> Types:
