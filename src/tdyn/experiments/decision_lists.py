@@ -1,10 +1,13 @@
 """Decision lists (spec decision_lists.md): the trainer task and the three reproductions.
 
 * ``decision-list/claim1``: result (1), W-only gradient flow from W₀ = 0, V = cP, c = 4n log L/δ, by the
-  exact reduced (m+1)-dim ODE (spec §6.3, §8.1).
+  exact reduced (m+1)-dim ODE (spec §6.3, §8.1): T_sup, T_sup(κ), T_pop, T_N against 4M/(γ log L) under four
+  readings of γ (1, δ, δ/L, the rarest multiplicity pattern); M = 1 is degenerate (no decision list).
 * ``decision-list/claim2``: result (2), joint GD on the exact population loss from V₀ = cP + E, η = f/λ_max
-  (spec §8.2, exploratory regime (i): sampler B, small L, outside the theorem's hypotheses).
-* ``decision-list/uniform-attention``: claim (c), uniform attention pushes V towards P (spec §8.3).
+  (spec §8.2): inside the hypotheses (sampler B, L = n + M − 1, ε = ε*), the exploratory regime (small L,
+  outside them), and a free-c run where V moves. λ_max by Lanczos, checked at every step up to k*.
+* ``decision-list/uniform-attention``: claim (c), uniform attention pushes V towards P (spec §8.3), with
+  Adam and gradient descent (η = 1/λ_max(0), fixed η), joint and frozen-W modes from the same V₀.
 Samplers, δ/γ and "perfect" are tdyn's choices (spec §5, §7); every output names the ones it uses.
 Time units: the paper's Eqn 2 normalisation ((1/n)Σ_j per sequence, averaged over sequences).
 """
