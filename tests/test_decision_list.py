@@ -338,3 +338,18 @@ def test_T_sup_kappa_definition():
     # hand-made: with c tiny a margin of 1 needs α differences > 1/c ≥ 1: never reached
     r2 = th.solve_reduced_flow(10, 3, 2, "B", 0.5, t_max=50.0, kappas=(1.0,))
     assert r2.T_kappa[1.0] is None and float(np.max(r2.margin)) < 0.5
+
+
+def test_eta_hypothesis_is_judged_inside_the_hypotheses_only():
+    """Exploratory runs above η·λ_max = 1 are reported, not a failure; an inside run above it fails;
+    no inside run with a perfect iterate is inconclusive."""
+    from tdyn.experiments.decision_lists import _eta_claim
+
+    def row(regime, v):
+        return {"regime": regime, "L": 4, "n": 3, "M": 2, "eps": 1.0, "eta_factor": 1.0, "seed": 0, "k_star": 3,
+                "max_eta_lambda_to_kstar": v}
+
+    c = _eta_claim([row("inside", 1.0), row("exploratory", 1.3)])
+    assert c["verdict"] == "holds" and c["numbers"]["max_eta_lambda_by_regime"]["exploratory"] == 1.3
+    assert _eta_claim([row("inside", 1.2), row("exploratory", 0.5)])["verdict"] == "fails"
+    assert _eta_claim([row("exploratory", 1.3)])["verdict"] == "inconclusive"

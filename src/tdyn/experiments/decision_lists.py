@@ -683,19 +683,27 @@ def _inside_claim(inside: list[dict], st: dict) -> dict:
 
 
 def _eta_claim(rows: list[dict]) -> dict:
-    vals = [r["max_eta_lambda_to_kstar"] for r in rows if r["max_eta_lambda_to_kstar"] is not None]
+    """The step-size hypothesis η ≤ 1/λ_max read along the path, judged on the runs inside result (2)'s
+    hypotheses only: exploratory runs are outside them by construction, so their η·λ_max(t) (which may
+    exceed 1) is reported as a number, not counted as a failure of the paper's statement."""
+    def worst(g):
+        return max((r["max_eta_lambda_to_kstar"] for r in rows if r["regime"] == g
+                    and r["max_eta_lambda_to_kstar"] is not None), default=None)
+
+    inside = [r for r in rows if r["regime"] == "inside" and r["max_eta_lambda_to_kstar"] is not None]
     bad = [{k: r[k] for k in ("regime", "L", "n", "M", "eps", "eta_factor", "seed", "k_star", "max_eta_lambda_to_kstar")}
            for r in rows if r["max_eta_lambda_to_kstar"] is not None and r["max_eta_lambda_to_kstar"] > 1 + ETA_TOL]
     return claim(
         "result2_eta_below_1_over_lambda_along_path",
-        "η = f/λ_max(0) stays <= 1/λ_max(t) at every step up to the first perfect iterate k* (η·λ_max(t) <= 1)",
-        not bad, paper=PAPER2 + " — the hypothesis η ≤ 1/λ_max, read along the path",
+        "Inside result (2)'s hypotheses, η = f/λ_max(0) stays <= 1/λ_max(t) at every step up to the first perfect "
+        "iterate k* (η·λ_max(t) <= 1); exploratory runs are reported beside it, not judged",
+        (all(r["max_eta_lambda_to_kstar"] <= 1 + ETA_TOL for r in inside) if inside else None),
+        reason="no run inside the hypotheses reached a perfect iterate",
+        paper=PAPER2 + " — the hypothesis η ≤ 1/λ_max, read along the path",
         definition=f"λ_max(t) = largest Hessian eigenvalue over (W, V) at step t (Lanczos to 1e-12); tolerance {ETA_TOL:g}",
-        measured="max over steps 0..k* of η·λ_max(t), per run", expected=f"≤ 1 + {ETA_TOL:g} in every run",
-        max_eta_lambda=max(vals) if vals else None, violations=bad, runs=len(rows),
-        max_eta_lambda_by_regime={g: max((r["max_eta_lambda_to_kstar"] for r in rows if r["regime"] == g
-                                          and r["max_eta_lambda_to_kstar"] is not None), default=None)
-                                  for g in ("inside", "exploratory")})
+        measured="max over steps 0..k* of η·λ_max(t), per run", expected=f"≤ 1 + {ETA_TOL:g} in every run inside the hypotheses",
+        max_eta_lambda_by_regime={g: worst(g) for g in ("inside", "exploratory")},
+        runs_inside=len(inside), runs=len(rows), exceeding_runs=bad)
 
 
 def _claim2_figure(ctx, curves, free_curves) -> None:
