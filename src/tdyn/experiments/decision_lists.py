@@ -113,6 +113,7 @@ GAMMAS = {  # the readings of result (1)'s γ (footnote 1 leaves it open; spec �
                "(list-token counts and the out-of-list multiplicity pattern; presence pattern under B) of "
                "P(pattern)·c_q/n",
 }
+GAMMA_NAMES = {"1": "γ = 1", "delta": "γ = δ", "joint": "γ = δ/L", "pattern": "γ = rarest-pattern mass"}
 T_CAP = 1e100   # integration horizon cap (bounds above it cannot be decided)
 CLAIM1_COLUMNS = (["sampler", "L", "n", "M", "degenerate", "c", "delta", "gamma_pattern", "T_sup"]
                   + [f"T_sup_kappa_{k:g}" for k in KAPPAS]
@@ -167,7 +168,7 @@ def _bound_reading(rows: list[dict], tkey: str, g: str) -> dict:
     ratio = lambda r: math.inf if r[tkey] is None else r[tkey] / r[bkey]  # noqa: E731  (T = 0 is ratio 0)
     worst = max(rows, key=ratio) if rows else None
     verdict = False if fails else (None if undecided else True)
-    return reading(GAMMAS[g], verdict,
+    return reading(GAMMAS[g], verdict, name=GAMMA_NAMES[g],
                    reason=f"{len(undecided)} configs not reached by t_max < bound" if verdict is None else None,
                    configs=len(rows), held_in=held, failed_in=len(fails),
                    undecided=[{k: r[k] for k in ("L", "n", "M", "t_max", bkey)} for r in undecided],
@@ -653,20 +654,22 @@ def _inside_claim(inside: list[dict], st: dict) -> dict:
           and r["max_eta_lambda_to_kstar"] <= 1 + ETA_TOL]
     outside = len(inside) - len(ok)
 
-    def rd(defn, bound_key):
+    def rd(defn, bound_key, name):
         if not ok:
-            return reading(defn, None, reason="no run inside the hypotheses")
+            return reading(defn, None, reason="no run inside the hypotheses", name=name)
         held = [r["k_star"] is not None and r[bound_key] is not None and r["k_star"] <= r[bound_key] for r in ok]
         miss = [r for r in ok if r["k_star"] is None]
         # no perfect iterate within a run shorter than the bound: undecided
         undecided = [r for r in miss if r["steps"] < (r[bound_key] or 0)]
         verdict = True if all(held) else (None if len(undecided) == held.count(False) else False)
-        return reading(defn, verdict, reason="run shorter than the bound and no perfect iterate",
+        return reading(defn, verdict, reason=f"{len(undecided)} of {len(ok)} runs shorter than the bound found no "
+                       "perfect iterate", name=name,
                        runs=len(ok), held_in=sum(held),
                        k_star=[r["k_star"] for r in ok], bound=[r[bound_key] for r in ok])
 
-    rds = [rd("some T in the window: k* ≤ ε/(2η) (the window's upper end)", "step_range_hi"),
-           rd("every T in the window: k* ≤ 2mℒ₀/(A²η) for every admissible A (tightest: A → ℒ₀ − 6ε/n)", "k_bound")]
+    rds = [rd("some T in the window: k* ≤ ε/(2η) (the window's upper end)", "step_range_hi", "k* ≤ ε/(2η)"),
+           rd("every T in the window: k* ≤ 2mℒ₀/(A²η) for every admissible A (tightest: A → ℒ₀ − 6ε/n)", "k_bound",
+              "k* ≤ 2mℒ₀/(A²η)")]
     return claim(
         "result2_inside_hypotheses",
         f"Sampler B inside result (2)'s hypotheses ((L, n, M) ∈ {st['inside']}, L = n + M − 1, n·ℒ₀² > 162m, "
