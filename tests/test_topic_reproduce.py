@@ -33,7 +33,7 @@ def test_two_stage_quick(tmp_path):
     res = _reproduce("topic/two-stage", tmp_path)
     assert {"grid", "init_scale_effect", "adam_init_scale_note", "claims", "runs"} <= set(res)
     assert {(c["optimizer"], c["lr"], c["eps"]) for c in res["grid"]} == {
-        (o, lr, e) for o, lrs in (("adam", (0.001, 0.01)), ("sgd", (0.1, 1.0))) for lr in lrs for e in (0.001, 0.01)}
+        (o, lr, e) for o, lrs in (("adam", (0.001, 0.01)), ("sgd", (1.0, 10.0))) for lr in lrs for e in (0.001, 0.01)}
     for c in res["claims"]:                                     # 200 steps: W_V has no stage-1 plateau yet
         assert c["verdict"] == "inconclusive" and c["paper"] and c["definition"]
         assert [r["definition"].split()[-1] for r in c["readings"]] == ["κ", "gap"]
@@ -55,4 +55,4 @@ def test_stage2_and_ablation_quick(tmp_path):
     res = _reproduce("topic/stage2", tmp_path / "e3")
     assert {c["id"]: c["verdict"] for c in res["claims"]} == {"e3-attention": "holds", "e3-kq-blocks": "holds"}
     res = _reproduce("topic/no-unchanged-mask", tmp_path / "pc0")
-    assert res["claims"][0]["verdict"] in {"holds", "inconclusive"}
+    assert res["claims"][0]["verdict"] == "holds"

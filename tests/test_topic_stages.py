@@ -118,22 +118,51 @@ def test_constant_kq_is_inconclusive_and_ordering():
     assert ts.onset_time(steps, big, np.full_like(steps, 0.3), ts.KAPPA_ONSET) is None   # ... but inside noise
 
 
+def test_half_way_time_to_a_fixed_reference():
+    steps = np.arange(0, 1001, 50.0)
+    x = np.minimum(steps / 100, 4.0)                             # rises to 4 then creeps nowhere
+    assert ts.half_way_time(steps, x, 2.0) == 100.0              # half of the way to the reference 2 → 1 at 100
+    assert ts.half_way_time(steps[:5], x[:5], 2.0) == 100.0      # a shorter run: the same time
+    L = 4.6 - np.minimum(steps / 500, 1.0)                       # a falling loss, reference 3.6
+    assert ts.half_way_time(steps, L, 3.6) == 250.0
+    assert ts.half_way_time(steps, np.zeros_like(steps), 1.0) is None   # never moved: undefined
+
+
 def test_stage_times_from_metrics():
     from tdyn.experiments.topic import stage_times
 
     steps = np.arange(0, 5001, 50.0)
-    cv = 2 * (1 - np.exp(-steps / 100))                          # half of the plateau first at 100 (≥ 64.45)
+    cv = 2 * (1 - np.exp(-steps / 100))
     kappa = np.where(steps >= 700, 0.3, 0.0)
-    m = {"step": steps, "topic.blocks/V_contrast": cv, "topic.stages/kappa": kappa,
-         "topic.stages/kappa_se": np.full_like(steps, 0.01), "topic.stages/gap_doc": np.where(steps >= 650, 0.2, 0.0),
-         "topic.stages/gap_se": np.full_like(steps, 0.01),
+    m = {"step": steps, "topic.blocks/V_contrast": cv, "topic.dev_loss/dev_loss": 4.6 - (1 - np.exp(-steps / 400)),
+         "topic.stages/kappa": kappa, "topic.stages/kappa_se": np.full_like(steps, 0.01),
+         "topic.stages/gap_doc": np.where(steps >= 650, 0.2, 0.0), "topic.stages/gap_se": np.full_like(steps, 0.01),
          "topic.norms/dV": np.minimum(steps, 400.0), "topic.norms/KQ": 1e-3 + np.where(steps >= 600, (steps - 600) ** 2, 0.0)}
-    t = stage_times(m)
-    assert (t["t_v"], t["t_kq_kappa"], t["t_kq_gap"]) == (100.0, 700.0, 650.0)
-    assert t["two_stage_kappa"] and t["two_stage_gap"] and t["delay_kappa"] == 7.0
+    ref = {"contrast": 5.0, "probe_loss": 3.6}                   # contrast half-way (2.5) never: the fit is sharper
+    t = stage_times(m, ref)
+    assert (t["t_v_structure"], t["t_v_loss"], t["t_kq_kappa"], t["t_kq_gap"]) == (None, 300.0, 700.0, 650.0)
+    assert t["two_stage_loss_kappa"] and t["two_stage_loss_gap"] and t["delay_loss_kappa"] == 700 / 300
+    assert t["two_stage_structure_kappa"] is None and "half-way" in t["reason_structure_kappa"]
+    assert t["t_v_plateau"] == 100.0                             # plateau reading (reported only)
+    t = stage_times(m, {"contrast": 1.0, "probe_loss": 3.6})
+    assert t["t_v_structure"] == 50.0 and t["two_stage_structure_gap"] is True
     m["topic.stages/kappa"] = np.zeros_like(steps)               # K/Q never move: inconclusive, not "fails"
-    t = stage_times(m)
-    assert t["two_stage_kappa"] is None and "never moved" in t["reason_kappa"]
+    t = stage_times(m, ref)
+    assert t["two_stage_loss_kappa"] is None and "never moved" in t["reason_loss_kappa"]
+
+
+def test_stage1_reference_least_squares_is_the_minimum():
+    from tdyn.experiments.topic import fit_least_squares, squared_regression_loss
+
+    g = torch.Generator().manual_seed(5)
+    h = torch.rand(40, 6, generator=g, dtype=torch.float64)
+    h = h / h.sum(1, keepdim=True)
+    C = torch.randint(0, 3, (40, 6), generator=g).double()
+    W, b = fit_least_squares(h, C)
+    L = squared_regression_loss(W, b, h, C)
+    for _ in range(5):                                           # any perturbation is worse
+        dW = 1e-3 * torch.randn(W.shape, generator=g, dtype=torch.float64)
+        assert squared_regression_loss(W + dW, b, h, C) >= L - 1e-12
 
 
 def test_e1_embeddings_are_not_the_logit_matrix():

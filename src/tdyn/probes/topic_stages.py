@@ -19,15 +19,18 @@ Definitions (pure functions first, tested on hand-made cases; then the ``topic.s
 * **Attention gap** (corrected classes, spec §7.2): per probe document the same-topic minus
   different-topic attention (relative to uniform); ``gap_doc`` its mean over documents, ``gap_se`` the
   standard error over documents.
-* **W_V half-way** t_V: the W_V block contrast c_V reaches half of its stage-1 plateau, where the
-  plateau is c_V at the first logged step t_p after which it grows by at most ``rel`` = 5% of its value
-  over a doubling of the step count (c_V(2t_p) − c_V(t_p) ≤ 0.05·c_V(t_p)). A fixed point of the
-  trajectory, not its last value: a longer run does not move it. No such step in the first half of the
-  run → no plateau → t_V undefined (inconclusive).
+* **W_V half-way** t_V, against a fixed reference, the fitted stage-1 optimum (the convex optimum of the
+  uniform-attention model class on the same static masks, spec §4.3), in two readings:
+  *structure*: the W_V block-contrast change reaches half of the optimum's block contrast;
+  *loss*: the probe dev loss has covered half of the way from its initial value to the optimum's loss on
+  the same documents. Neither moves with the run length (‖ΔW_V‖ "half of final" did).
+  Also reported, not used in the verdict: the *plateau* reading, half of the contrast's own stage-1
+  plateau, the value at the first logged step t_p after which it grows by at most 5% over a doubling
+  of the step count (undefined, None, when it never does: a creeping contrast has no plateau).
 * **Stage-2 onset** t_KQ: the first logged step where the topic-block score κ ≥ ln 1.05 (a same-topic
   key gets ≥ 5% more attention) *and* κ > 2·kappa_se; the gap reading: gap_doc ≥ 0.05 (5% more than
   uniform) and > 2·gap_se. Never reached → K/Q never moved above noise → inconclusive.
-* **Two stages** (per run, per reading): t_V < t_KQ; delay factor t_KQ / t_V.
+* **Two stages** (per run, per reading of t_V × reading of t_KQ): t_V < t_KQ; delay factor t_KQ / t_V.
 """
 
 from __future__ import annotations
@@ -125,6 +128,17 @@ def fraction_of_plateau_time(steps: np.ndarray, x: np.ndarray, frac: float = 0.5
     return {"t": float(steps[hit[0]]), "t_plateau": p[0], "plateau": p[1]}
 
 
+def half_way_time(steps: np.ndarray, x: np.ndarray, ref: float, frac: float = 0.5) -> float | None:
+    """First logged step where x has covered ``frac`` of the way from x[0] to the fixed reference ``ref``
+    (either direction: a rising contrast or a falling loss); None if never."""
+    x = np.asarray(x, float)
+    span = ref - x[0]
+    if not math.isfinite(span) or span == 0:
+        return None
+    hit = np.nonzero((x - x[0]) / span >= frac)[0]
+    return float(np.asarray(steps, float)[hit[0]]) if len(hit) else None
+
+
 def onset_time(steps: np.ndarray, x: np.ndarray, se: np.ndarray, threshold: float,
                k: float = NOISE_K) -> float | None:
     """First logged step with x ≥ ``threshold`` and x > k·se (an effect of a stated size, above noise);
@@ -137,7 +151,7 @@ def onset_time(steps: np.ndarray, x: np.ndarray, se: np.ndarray, threshold: floa
 def ordering(t_v: float | None, t_kq: float | None) -> dict:
     """Two stages for one run and one reading: held True (t_V < t_KQ), False, or None with a reason."""
     if t_v is None:
-        return {"held": None, "reason": "W_V block contrast has no stage-1 plateau within the run", "delay": None}
+        return {"held": None, "reason": "W_V never got half-way to the stage-1 reference within the run", "delay": None}
     if t_kq is None:
         return {"held": None, "reason": "K/Q never moved above noise (stage-2 onset never reached)", "delay": None}
     return {"held": t_v < t_kq, "reason": None, "delay": t_kq / t_v if t_v > 0 else math.inf}
