@@ -56,3 +56,12 @@ def test_stage2_and_ablation_quick(tmp_path):
     assert {c["id"]: c["verdict"] for c in res["claims"]} == {"e3-attention": "holds", "e3-kq-blocks": "holds"}
     res = _reproduce("topic/no-unchanged-mask", tmp_path / "pc0")
     assert res["claims"][0]["verdict"] == "holds"
+
+
+@pytest.mark.slow
+def test_squared_loss_quick_attention_and_stage_claims(tmp_path):
+    res = _reproduce("topic/squared-loss", tmp_path)
+    v = {c["id"]: c["verdict"] for c in res["claims"] if not c["id"].endswith("value-blocks")}
+    assert v == {"e6-E4 ce-attention": "holds", "e6-E4 ce-two-stage": "inconclusive",
+                 "e6-E4 squared-attention": "holds", "e6-E4 squared-two-stage": "inconclusive"}
+    assert all(c["paper"] and c["definition"] for c in res["claims"] if c["id"] in v)
