@@ -326,7 +326,7 @@ def embeddings_config(seed: int = 0, quick: bool = False) -> dict:
 
 
 @register("topic/embeddings", "E1: trained embeddings alone learn the topic blocks (uniform attention, W_V = I, "
-          f"d = {E1_D} < |V| with a trained, untied decoder)", default_config=embeddings_config)
+          f"d = {E1_D} below the vocabulary size with a trained, untied decoder)", default_config=embeddings_config)
 def reproduce_embeddings(ctx: ReproduceContext) -> dict:
     cfg, dirs = _train(ctx, "e1", embeddings_config(ctx.seed, ctx.quick))
     v = cfg.typed_data().words_per_topic
