@@ -185,17 +185,3 @@ def test_ensemble_member_matches_solo_run(tmp_path):
     b = runs.params_of(runs.load_checkpoint(solo, "final"))
     for n in a:
         torch.testing.assert_close(a[n], b[n], rtol=1e-5, atol=1e-6)
-
-
-def test_stage_times_definitions():
-    from tdyn.experiments.topic import stage_times
-
-    steps = np.arange(0, 1001, 50.0)
-    m = {"step": steps, "topic.norms/dV": np.minimum(steps, 400.0),            # half of 400 at step 200
-         "topic.norms/KQ": 1e-3 + np.where(steps >= 600, (steps - 600) ** 2, 0.0),  # 5% of 400² first at 700
-         "topic.attention/gap": np.where(steps >= 650, 1.0, 0.0)}
-    t = stage_times(m)
-    assert (t["t_value_half"], t["t_kq_5pct"], t["t_attn_gap_5pct"]) == (200.0, 700.0, 650.0)
-    assert t["ratio"] == 3.5 and t["two_stage"] and t["stage2_happened"]
-    m["topic.attention/gap"] = np.zeros_like(steps)                            # guard: no stage 2
-    assert not stage_times(m)["two_stage"]

@@ -1,16 +1,20 @@
 """Topic structure (Li, Li & Risteski, ICML 2023), synthetic part: the ``lda_mlm`` task and the
 reproductions E1–E6 of spec topic_structure.md §3.4 plus the p_c = 0 ablation.
 
-Stage times (spec §6), from the ``topic.norms`` probe logged every ``probes.every`` steps, with T
-the last logged step:
+Stage times (issue 12 item 6; definitions and tests in ``tdyn.probes.topic_stages``), from the probes
+logged every ``probes.every`` steps:
 
-* ``t_value_half`` = first logged step t with ‖W_V(t) − W_V(0)‖_F ≥ 0.5·‖W_V(T) − W_V(0)‖_F;
-* ``t_kq_5pct``    = first logged step t with ‖W_Kᵀ W_Q(t)‖_F ≥ 0.05·‖W_Kᵀ W_Q(T)‖_F;
-* ``t_attn_gap_5pct`` = first logged step where the corrected same- minus different-topic attention
-  gap reaches 5% of its final value (a functional, not parameter-norm, view of stage 2; reported only);
-* ``ratio`` = t_kq_5pct / t_value_half. Two stages means t_value_half < t_kq_5pct, counted only
-  when stage 2 happened (corrected same- minus different-topic attention at T > 0) and
-  ‖W_Kᵀ W_Q(T)‖ ≥ 100·‖W_Kᵀ W_Q(0)‖ (the guards of spec §6).
+* ``t_v_structure`` / ``t_v_loss`` = first logged step where W_V is half-way to the fitted stage-1
+  optimum (the convex optimum of the uniform-attention model class, spec §4.3): by block contrast / by
+  probe loss. A fixed reference that does not move with the run length (‖ΔW_V‖ grows without bound
+  under cross-entropy, so "half of its final value" did);
+* ``t_kq_kappa`` = stage-2 onset: first logged step where the topic-block score κ of the key-centred
+  effective scores reaches ln 1.05 (a same-topic key gets 5% more attention) above 2× its noise;
+  ``t_kq_gap`` the same with the corrected same- minus different-topic attention gap ≥ 0.05. Query-only
+  and START/END components of W_Kᵀ W_Q, which dominate ‖W_Kᵀ W_Q‖, do not count;
+* two stages iff t_v < t_kq (four readings: structure|loss × κ|gap); delay factor t_kq / t_v;
+  inconclusive when W_V never got half-way or K/Q never moved above noise. The old norm-based times are reported as ``t_value_half_norm`` and
+  ``t_kq_5pct_norm``.
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ import torch
 from tdyn import runs
 from tdyn.bench import register_bench
 from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig, LdaDataset
-from tdyn.experiments.common import claim, configure, train_into, write_csv
+from tdyn.experiments.common import claim, configure, decide, every_cell, reading, train_into, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.models.topic import TopicModelConfig, TopicTransformer
+from tdyn.probes import topic_stages as ts
 from tdyn.probes.topic import attention_classes, block_contrast, embedding_gram
+from tdyn.probes.topic_stages import model_scores, topic_block_score
 from tdyn.theory.topic import bag_of_words, fit_softmax_regression, softmax_regression_loss
 from tdyn.train.seeding import generator
 from tdyn.train.task import Member, Task, register_task
@@ -101,8 +107,12 @@ def lda_config(model: dict, *, data: dict | None = None, steps: int = 3000, opti
             "probes": {"names": PROBES, "every": every}, "checkpoint": {"schedule": "log", "num": 8}}
 
 
+# E1 with embeddings that are not the logit map (issue 12 item 7): with W_V = I, an identity decoder
+# and d = |V|, W_E is the logit matrix of the input word, so E1 would be E2 transposed. Here d = 32 < |V|
+# and the decoder is trained (untied): logits = W_dec W_Eᵀ h + b, and W_E W_Eᵀ is a separate object.
+E1_D = 32
 E1 = {"embedding": "trained", "emb_init": "small_uniform", "init_eps": 0.01, "attention": "uniform",
-      "value": "identity", "decoder": "identity"}
+      "value": "identity", "decoder": "trained", "d": E1_D}
 E2 = {"attention": "uniform", "value": "trained", "decoder": "identity"}
 E3 = {"attention": "trained", "value": "block", "decoder": "identity"}
 E4 = {"attention": "trained", "value": "trained", "decoder": "identity", "init": "small_uniform", "init_eps": 1e-3}
@@ -154,19 +164,108 @@ def metrics_table(run_dir: Path) -> dict[str, np.ndarray]:
             for k in keys}
 
 
-def stage_times(m: dict[str, np.ndarray]) -> dict[str, Any]:
-    """t_value_half, t_kq_5pct, ratio and the guards (module docstring) from ``metrics_table``."""
-    steps, dV, KQ = m["step"], m["topic.norms/dV"], m["topic.norms/KQ"]
-    t_v = float(steps[np.argmax(dV >= 0.5 * dV[-1])])
-    t_kq = float(steps[np.argmax(KQ >= 0.05 * KQ[-1])])
-    gaps = m["topic.attention/gap"]
-    gap = float(gaps[-1])
-    t_attn = float(steps[np.argmax(gaps >= 0.05 * gap)]) if gap > 0 else None
-    growth = float(KQ[-1] / max(KQ[0], 1e-30))
-    return {"t_value_half": t_v, "t_kq_5pct": t_kq, "ratio": t_kq / t_v if t_v > 0 else math.inf,
-            "t_attn_gap_5pct": t_attn,
-            "final_attention_gap": gap, "kq_growth": growth, "stage2_happened": gap > 0 and growth >= 100,
-            "two_stage": t_v < t_kq and gap > 0 and growth >= 100}
+TV_READINGS = ("structure", "loss")     # W_V half-way: block contrast / probe loss against the fitted stage-1 optimum
+KQ_READINGS = ("kappa", "gap")          # stage-2 onset: topic-block score κ / attention gap
+READINGS = [(tv, kq) for tv in TV_READINGS for kq in KQ_READINGS]
+READING_NAMES = {"structure": "W_V block contrast half-way to the fitted stage-1 optimum's",
+                 "loss": "probe loss half-way to the fitted stage-1 optimum's",
+                 "kappa": "stage-2 onset by the topic-block score κ", "gap": "stage-2 onset by the attention gap"}
+
+
+@functools.lru_cache(maxsize=4)
+def _stage1_reference(data_json: str, loss: str, max_iter: int = 300) -> dict[str, float]:
+    dc = LdaDataConfig.model_validate_json(data_json)
+    ds, V = dataset(dc), dc.vocab_size
+    m = ds.masked["train"]
+    h, C = bag_of_words(m.tokens, m.keys, m.labels, V)
+    pb = ds.probe_batch()
+    hp, Cp = bag_of_words(pb["tokens"], pb["keys"], pb["labels"], V)
+    if loss == "ce":
+        W, b, train_loss = fit_softmax_regression(h, C, max_iter=max_iter)
+        probe_loss = float(softmax_regression_loss(W, b, hp, Cp))
+    else:
+        W, b = fit_least_squares(h, C)
+        train_loss, probe_loss = squared_regression_loss(W, b, h, C), squared_regression_loss(W, b, hp, Cp)
+    bc = block_contrast(W[None].float(), dc.words_per_topic, NUM_SPECIAL)
+    return {"contrast": float(bc["contrast"]), "probe_loss": probe_loss, "train_loss": float(train_loss),
+            "loss": loss, "max_iter": max_iter}
+
+
+def stage1_reference(data: dict, loss: str = "ce") -> dict[str, float]:
+    """The fitted stage-1 optimum (spec §4.3: the uniform-attention model class is a convex regression
+    on the visible bag of words), fitted on train with the static masks: its W block contrast and its
+    loss on the probe documents. Cross-entropy: unregularised L-BFGS (300 iterations; the contrast of the
+    unregularised fit creeps up slowly with more iterations, its loss does not); squared loss: least squares."""
+    return _stage1_reference(LdaDataConfig.model_validate(data).model_dump_json(), loss)
+
+
+def fit_least_squares(h: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """argmin_{W,b} Σ_d Σ_y C[d,y]‖W h_d + b − e_y‖²: weighted least squares of the label frequencies."""
+    n = C.sum(1)
+    X = torch.cat([h, torch.ones(h.shape[0], 1, dtype=h.dtype)], 1) * n.sqrt()[:, None]
+    Y = C / n.clamp(min=1)[:, None] * n.sqrt()[:, None]
+    beta = torch.linalg.lstsq(X, Y, driver="gelsd").solution
+    return beta[:-1].T.contiguous(), beta[-1]
+
+
+def squared_regression_loss(W: torch.Tensor, b: torch.Tensor, h: torch.Tensor, C: torch.Tensor) -> float:
+    """Mean over labelled positions of ‖W h + b − e_y‖²/|V| (the model's squared loss, spec §2.6)."""
+    z = h @ W.T + b
+    V = z.shape[1]
+    per = (z ** 2).sum(1, keepdim=True) - 2 * z + 1                     # ‖z − e_y‖² for every y
+    return float((C * per).sum() / C.sum() / V)
+
+
+def stage_times(m: dict[str, np.ndarray], ref: dict[str, float] | None = None) -> dict[str, Any]:
+    """Stage times of one run from ``metrics_table`` (issue 12 item 6; definitions in
+    ``tdyn.probes.topic_stages``); ``ref`` = ``stage1_reference`` of the run's data and loss.
+
+    * ``t_v_structure`` / ``t_v_loss``: W_V half-way to the fitted stage-1 optimum, by block contrast / by
+      probe loss (fixed references: a longer run does not move them); ``t_v_plateau``: half of the
+      contrast's own plateau (reported only; None when the contrast creeps on without a plateau);
+    * ``t_kq_kappa`` / ``t_kq_gap``: stage-2 onset, the topic-block score κ ≥ ln 1.05 / the attention gap
+      ≥ 0.05, each above 2× its noise; None when K/Q never moved above noise;
+    * ``two_stage_<tv>_<kq>``: t_v < t_kq (True/False), None with ``reason_<tv>_<kq>`` when undefined;
+      ``delay_<tv>_<kq>`` = t_kq / t_v.
+
+    The old norm-based times (spec §6: ‖ΔW_V‖ half of its final value, ‖W_Kᵀ W_Q‖ 5% of its final value)
+    are kept for comparison as ``t_value_half_norm`` and ``t_kq_5pct_norm``.
+    """
+    steps = m["step"]
+    out: dict[str, Any] = {}
+    cv = m["topic.blocks/V_contrast"]
+    ref = ref or {}
+    out["t_v_structure"] = ts.half_way_time(steps, cv, ref["contrast"]) if "contrast" in ref else None
+    out["t_v_loss"] = (ts.half_way_time(steps, m["topic.dev_loss/dev_loss"], ref["probe_loss"])
+                       if "probe_loss" in ref and "topic.dev_loss/dev_loss" in m else None)
+    f = ts.fraction_of_plateau_time(steps, cv - cv[0], 0.5)
+    out |= {"t_v_plateau": f and f["t"], "v_plateau": f and f["plateau"]}
+    onsets = {"gap": ts.onset_time(steps, m["topic.stages/gap_doc"], m["topic.stages/gap_se"], ts.GAP_ONSET)}
+    if "topic.stages/kappa" in m:
+        onsets["kappa"] = ts.onset_time(steps, m["topic.stages/kappa"], m["topic.stages/kappa_se"], ts.KAPPA_ONSET)
+    out |= {"t_kq_kappa": onsets.get("kappa"), "t_kq_gap": onsets["gap"]}
+    for tv, kq in READINGS:
+        o = ts.ordering(out[f"t_v_{tv}"], onsets[kq]) if kq in onsets else {"held": None, "reason": "no K/Q", "delay": None}
+        out |= {f"two_stage_{tv}_{kq}": o["held"], f"reason_{tv}_{kq}": o["reason"], f"delay_{tv}_{kq}": o["delay"]}
+    for key, col, se in (("kappa", "topic.stages/kappa", "topic.stages/kappa_se"),
+                         ("gap", "topic.stages/gap_doc", "topic.stages/gap_se")):
+        have = col in m
+        out[f"final_{key}"] = float(m[col][-1]) if have else None
+        out[f"final_{key}_se"] = float(m[se][-1]) if have else None
+        for tv in TV_READINGS:
+            t = out[f"t_v_{tv}"]
+            out[f"{key}_at_t_v_{tv}"] = float(m[col][int(np.searchsorted(steps, t))]) if have and t is not None else None
+    if "topic.norms/KQ" in m:
+        dV, KQ = m["topic.norms/dV"], m["topic.norms/KQ"]
+        out["t_value_half_norm"] = float(steps[np.argmax(dV >= 0.5 * dV[-1])])
+        out["t_kq_5pct_norm"] = float(steps[np.argmax(KQ >= 0.05 * KQ[-1])])
+    return out
+
+
+def run_reference(d: Path) -> dict[str, float]:
+    """``stage1_reference`` for the data and loss of run ``d``."""
+    rc = runs.read_config(d)
+    return stage1_reference(rc["data"], rc["model"].get("loss", "ce"))
 
 
 def project_aIbB(W: torch.Tensor, v: int) -> float:
@@ -223,33 +322,81 @@ def embeddings_config(seed: int = 0, quick: bool = False) -> dict:
     return _stage_config(E1, seed, quick)
 
 
-@register("topic/embeddings", "E1: trained embeddings alone learn the topic blocks (uniform attention, W_V = I, W_dec = I)",
-          default_config=embeddings_config)
+@register("topic/embeddings", "E1: trained embeddings alone learn the topic blocks (uniform attention, W_V = I, "
+          f"d = {E1_D} below the vocabulary size with a trained, untied decoder)", default_config=embeddings_config)
 def reproduce_embeddings(ctx: ReproduceContext) -> dict:
     cfg, dirs = _train(ctx, "e1", embeddings_config(ctx.seed, ctx.quick))
     v = cfg.typed_data().words_per_topic
     rows, per_topic = [], []
     for d in dirs:
         model, _ = member_model(d)
-        g = embedding_gram(model.embed_table()[:1].detach(), v, NUM_SPECIAL)
-        per_topic.append(g["dot_per_topic"][0])
-        rows.append({"run": d.name, "seed": runs.read_meta(d)["seed"]}
-                    | {k: float(g[k]) for k in ("dot_same", "dot_diff", "dot_contrast", "cos_same", "cos_diff")}
-                    | {"min_topic_contrast": float(g["dot_per_topic"].min()),
-                     "train_loss": _final(metrics_table(d), "loss")})
-    write_csv(ctx.out / "embeddings.csv", rows, list(rows[0]))
+        rows.append({"run": d.name, "seed": runs.read_meta(d)["seed"]} | e1_measures(model, v)
+                    | {"train_loss": _final(metrics_table(d), "loss")})
+        per_topic.append(rows[-1].pop("dot_per_topic"))
+    cols = list(rows[0])
+    write_csv(ctx.out / "embeddings.csv", rows, cols)
     model, _ = member_model(dirs[0])
     E = model.embed_table()[0].detach()
-    _heatmaps(ctx.out / "embeddings.png", {"W_E W_Eᵀ": E @ E.T, "W_E": E}, v, f"E1 after {cfg.optim.steps} steps")
-    held = all(r["min_topic_contrast"] > 0 for r in rows)
-    return {"experiment": "topic/embeddings", "config": cfg.model_dump(mode="json"), "runs": rows,
-            "per_topic_contrast": [p.tolist() for p in per_topic],
-            "claims": [claim("e1-blocks", "Same-topic W_E W_Eᵀ off-diagonal mean exceeds the different-topic "
-                             "mean for every topic, every seed (spec §9b)", held,
-                             measured="min per-topic W_E W_Eᵀ block contrast, per seed",
-                             expected="> 0 for every topic and seed",
-                             min_topic_contrast=[r["min_topic_contrast"] for r in rows])],
+    _heatmaps(ctx.out / "embeddings.png", {"W_E W_Eᵀ": E @ E.T, "logit map W_dec W_Eᵀ": _logit_map(model)}, v,
+              f"E1 (d = {model.d}, trained decoder) after {cfg.optim.steps} steps")
+
+    def seeds_verdict(key: str, se_key: str) -> tuple[bool | None, str | None]:
+        votes = [decide(r[key], r[se_key]) if r[f"min_{key}"] > 0 else False for r in rows]
+        return _all_seeds(votes)
+
+    readings = []
+    for kind, what in (("dot", "inner product"), ("cos", "cosine")):
+        held, why = seeds_verdict(f"{kind}_contrast", f"{kind}_se")
+        readings.append(reading(f"{what}: same-topic off-diagonal mean of the embedding Gram minus different-topic "
+                                "mean > 2× its standard error over the 10 topics, and > 0 for every topic, every seed",
+                                held, reason=why, contrast=[r[f"{kind}_contrast"] for r in rows],
+                                se=[r[f"{kind}_se"] for r in rows],
+                                min_topic_contrast=[r[f"min_{kind}_contrast"] for r in rows]))
+    setting = (f"d = {model.d} < |V| = {model.V}, trained untied decoder W_dec [|V|×d], W_V = I_d, uniform attention, "
+               "W_E from ε·U[0,1) with ε = 0.01: the embedding Gram W_E W_Eᵀ is not the logit map W_dec W_Eᵀ")
+    return {"experiment": "topic/embeddings", "setting": setting, "config": cfg.model_dump(mode="json"), "runs": rows,
+            "per_topic_contrast": per_topic,
+            "claims": [claim("e1-blocks", "Same-topic embeddings have a larger inner product (and cosine) than "
+                             "different-topic ones, for every topic and seed (spec §9b), with embeddings separate "
+                             "from the output map", paper="Abstract and §4 (embedding layer encodes topic structure: "
+                             "higher average inner product of embeddings between same-topic words); spec §5.2, §9b",
+                             definition="block contrast of W_E W_Eᵀ (dot) and of the cosine Gram on the word ids "
+                             "(same-topic off-diagonal mean − different-topic mean; per topic: the rows of that "
+                             "topic), noise = std over topics/√T; " + setting,
+                             measured="Gram block contrast ± SE over topics, min per-topic contrast, per seed",
+                             expected="> 2·SE and every topic > 0, every seed", readings=readings,
+                             gram_vs_logit_rel_diff=[r["gram_vs_logit_rel_diff"] for r in rows])],
             "files": ["embeddings.csv", "embeddings.png"]}
+
+
+def _logit_map(model: TopicTransformer) -> torch.Tensor:
+    """M [V, V]: column w = the logits produced by a context of the single word w (W_dec W_V ẽ_w, no bias)."""
+    E = model.embed_table()[0].detach()
+    return model.W_dec[0].detach() @ model.W_V[0].detach() @ E.T
+
+
+def e1_measures(model: TopicTransformer, v: int) -> dict[str, Any]:
+    """E1's numbers for member 0 of ``model``: Gram block contrasts (dot, cosine) with SE over topics, and
+    the distance between the embedding Gram and the logit map (0 iff E1 were E2 transposed)."""
+    E = model.embed_table()[:1].detach()
+    g = embedding_gram(E, v, NUM_SPECIAL)
+    T = g["dot_per_topic"].shape[-1]
+    G, M = (E[0] @ E[0].T), _logit_map(model)
+    out = {"d": model.d, "decoder": model.cfg.decoder}
+    for k in ("dot", "cos"):
+        out |= {f"{k}_same": float(g[f"{k}_same"]), f"{k}_diff": float(g[f"{k}_diff"]),
+                f"{k}_contrast": float(g[f"{k}_contrast"]),
+                f"{k}_se": float(g[f"{k}_per_topic"].std() / math.sqrt(T)),
+                f"min_{k}_contrast": float(g[f"{k}_per_topic"].min())}
+    out["gram_vs_logit_rel_diff"] = float((G - M).norm() / M.norm().clamp(min=1e-30))
+    out["dot_per_topic"] = g["dot_per_topic"][0].tolist()
+    return out
+
+
+def _all_seeds(votes: list[bool | None]) -> tuple[bool | None, str | None]:
+    """A per-seed claim (``every_cell`` over seeds): holds if every seed holds, fails if some seed fails
+    beyond its noise, else inconclusive."""
+    return every_cell({f"seed {i}": v for i, v in enumerate(votes)})
 
 
 # ---------------------------------------------------------------- E2: stage 1
@@ -478,8 +625,15 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
 # ---------------------------------------------------------------- E3 / ablation: stage 2
 
 
+def with_stage_probe(cfg: dict) -> dict:
+    """Add the ``topic.stages`` probe (topic-block score κ of the effective scores, attention gap with
+    its standard error over documents; ``tdyn.probes.topic_stages``) to a run config."""
+    cfg["probes"] = dict(cfg["probes"], names=list(cfg["probes"]["names"]) + ["topic.stages"])
+    return cfg
+
+
 def stage2_config(seed: int = 0, quick: bool = False, mask_correct_prob: float = 0.1) -> dict:
-    return _stage_config(E3, seed, quick, data={"mask_correct_prob": mask_correct_prob})
+    return with_stage_probe(_stage_config(E3, seed, quick, data={"mask_correct_prob": mask_correct_prob}))
 
 
 def _attention_rows(dirs: list[Path], label: str) -> list[dict]:
@@ -491,13 +645,23 @@ def _attention_rows(dirs: list[Path], label: str) -> list[dict]:
                      "same_topic": _final(m, "topic.attention/same_topic"),
                      "diff_topic": _final(m, "topic.attention/diff_topic"),
                      "gap": _final(m, "topic.attention/gap"), "gap_doc": _final(m, "topic.attention/gap_doc"),
+                     "gap_se": _final(m, "topic.stages/gap_se"),
+                     "kappa": _final(m, "topic.stages/kappa"), "kappa_se": _final(m, "topic.stages/kappa_se"),
                      "kq_contrast": _final(m, "topic.blocks/KtQ_contrast"),
                      "dev_loss_probe": _final(m, "topic.dev_loss/dev_loss")})
     return rows
 
 
-ATTN_COLS = ["variant", "run", "seed", "same_token", "same_topic", "diff_topic", "gap", "gap_doc", "kq_contrast",
-             "dev_loss_probe"]
+ATTN_COLS = ["variant", "run", "seed", "same_token", "same_topic", "diff_topic", "gap", "gap_doc", "gap_se",
+             "kappa", "kappa_se", "kq_contrast", "dev_loss_probe"]
+
+GAP_DEF = ("corrected attention classes (spec §7.2, word pairs only, specials excluded): per probe document the "
+           "mean same-topic (different ids) minus different-topic attention, relative to uniform; mean over "
+           "documents, noise = its standard error over documents")
+KAPPA_DEF = ("topic-block score κ of the effective scores S[a,b] = (W_Q e_a + b_Q)·(W_K e_b + b_K)/√d (query a, "
+             "key b, biases included): word ids only, each query row centred over word keys, same-topic "
+             "off-diagonal mean − different-topic mean (0 for query-only, key-only and START/END-only "
+             "changes); noise = std of the per-topic values/√T")
 
 
 def _attention_figure(path: Path, runs_by_label: dict[str, Path], v: int, title: str) -> None:
@@ -541,19 +705,28 @@ def reproduce_stage2(ctx: ReproduceContext) -> dict:
     per_topic = []
     for d in dirs:
         model, _ = member_model(d)
-        per_topic.append(block_contrast((model.W_K[0].T @ model.W_Q[0])[None].detach(), v, NUM_SPECIAL)["per_topic"][0].tolist())
+        with torch.no_grad():
+            per_topic.append(topic_block_score(model_scores(model), v, NUM_SPECIAL)["kappa_per_topic"][0].tolist())
+    gap_held, gap_why = _all_seeds([decide(r["gap_doc"], r["gap_se"]) for r in rows])
+    kq_held, kq_why = _all_seeds([decide(r["kappa"], r["kappa_se"]) for r in rows])
     claims = [
         claim("e3-attention", "Corrected same-topic attention exceeds different-topic attention, every seed "
-              "(spec §9c)", all(r["gap"] > 0 for r in rows),
-              measured="final attention gap (same- minus different-topic), per seed",
-              expected="> 0 for every seed", gap=[r["gap"] for r in rows],
+              "(spec §9c)", gap_held, reason=gap_why,
+              paper="Abstract and §5 (self-attention encodes topic structure: higher average pairwise attention "
+              "between same-topic words), with W_V fixed to the block solution; spec §5.4, §9c",
+              definition=GAP_DEF, measured="final attention gap ± SE over probe documents, per seed",
+              expected="gap > 2·SE for every seed", gap=[r["gap_doc"] for r in rows], se=[r["gap_se"] for r in rows],
               same_topic=[r["same_topic"] for r in rows], diff_topic=[r["diff_topic"] for r in rows]),
-        claim("e3-kq-blocks", "W_Kᵀ W_Q block contrast > 0 for all topics, every seed (spec §5.4)",
-              all(min(p) > 0 for p in per_topic), measured="min per-topic W_Kᵀ W_Q block contrast, per seed",
-              expected="> 0 for every topic and seed", min_topic_contrast=[min(p) for p in per_topic]),
+        claim("e3-kq-blocks", "The scores W_K, W_Q learn have a topic block: same-topic keys score higher "
+              "than different-topic keys, every seed (spec §5.4)", kq_held, reason=kq_why,
+              paper="§5 (stage 2: with W_V block-structured, key/query learn same-topic attention); spec §5.4",
+              definition=KAPPA_DEF, measured="final topic-block score κ ± SE over topics, per seed",
+              expected="κ > 2·SE for every seed", kappa=[r["kappa"] for r in rows], se=[r["kappa_se"] for r in rows],
+              min_topic_kappa=[min(p) for p in per_topic],
+              kq_weight_contrast=[r["kq_contrast"] for r in rows]),
     ]
     return {"experiment": "topic/stage2", "config": cfg.model_dump(mode="json"), "runs": rows,
-            "attention_gap": float(np.mean([r["gap"] for r in rows])), "kq_block_contrast_per_topic": per_topic,
+            "attention_gap": float(np.mean([r["gap"] for r in rows])), "kappa_per_topic": per_topic,
             "claims": claims, "files": ["stage2.csv", "stage2.png"]}
 
 
@@ -566,110 +739,143 @@ def reproduce_no_unchanged(ctx: ReproduceContext) -> dict:
     write_csv(ctx.out / "no_unchanged_mask.csv", rows, ATTN_COLS)
     _attention_figure(ctx.out / "no_unchanged_mask.png", {"p_c=0.1": dirs_a[0], "p_c=0": dirs_b[0]}, v,
                       f"E3 with and without unchanged selected tokens, {cfg_a.optim.steps} steps")
-    g1 = float(np.mean([r["gap"] for r in rows if r["variant"] == "p_c=0.1"]))
-    g0 = float(np.mean([r["gap"] for r in rows if r["variant"] == "p_c=0"]))
+    r1 = [r for r in rows if r["variant"] == "p_c=0.1"]
+    r0 = [r for r in rows if r["variant"] == "p_c=0"]
+    g1, g0 = (float(np.mean([r["gap_doc"] for r in rs])) for rs in (r1, r0))
+    se1, se0 = (float(np.sqrt(np.sum([r["gap_se"] ** 2 for r in rs])) / len(rs)) for rs in (r1, r0))
+    effect = decide(g1, se1)
+    if effect is not True:
+        held, why = None, "no same-topic attention effect above noise at p_c = 0.1, so nothing to vanish"
+    else:
+        held, why = abs(g0) <= 0.25 * g1, None
     return {"experiment": "topic/no-unchanged-mask", "gap_pc_0.1": g1, "gap_pc_0": g0, "runs": rows,
             "claims": [claim("pc0-vanishes", "At p_c = 0 the same- minus different-topic attention gap shrinks "
-                             "toward 0: |gap(p_c=0)| ≤ 0.25·gap(p_c=0.1) (spec §5.4, §9c)",
-                             g1 > 0 and abs(g0) <= 0.25 * g1,
-                             measured="seed-mean final attention gap at p_c = 0 and p_c = 0.1",
-                             expected="gap(0.1) > 0 and |gap(0)| ≤ 0.25·gap(0.1)", gap_pc_01=g1, gap_pc_0=g0)],
+                             "toward 0: |gap(p_c=0)| ≤ 0.25·gap(p_c=0.1) (spec §5.4, §9c)", held, reason=why,
+                             paper="spec §5.4 derivation (the paper's masking: only unchanged selected queries "
+                             "carry topic information to the loss), checked against the §5 attention result",
+                             definition=GAP_DEF + "; seed-mean at each p_c",
+                             measured="seed-mean final attention gap ± SE at p_c = 0 and p_c = 0.1",
+                             expected="gap(0.1) > 2·SE and |gap(0)| ≤ 0.25·gap(0.1)", gap_pc_01=g1, gap_pc_0=g0,
+                             se_pc_01=se1, se_pc_0=se0)],
             "files": ["no_unchanged_mask.csv", "no_unchanged_mask.png"]}
 
 
 # ---------------------------------------------------------------- E4: two stages
 
 
+E4_GRID = {"adam": {"lrs": [0.001, 0.01], "init_scales": [1.0, 10.0]},
+           "sgd": {"lrs": [1.0, 10.0], "init_scales": [1.0, 10.0]}}
+
+
 def two_stage_configs(seed: int = 0, quick: bool = False, model: dict | None = None) -> dict[str, dict]:
-    """E4 jobs (spec §6): Adam lr 0.01 with ε ∈ {1e-3, 1e-2} (ε·U[0,1), ensemble over init scales),
-    and SGD lr ∈ {0.1, 1.0} with ε = 1e-3 (ensemble over learning rates)."""
-    steps, every = (200, 20) if quick else (10_000, 50)
-    seeds = [seed] if quick else [seed, seed + 1, seed + 2]
+    """E4 jobs (spec §6, issue 12 item 6): the grid optimizer × init scale × learning rate. Each
+    optimizer is one ensemble over its learning rates and init scales ε ∈ {1e-3, 1e-2} (ε·U[0,1)):
+    3000 steps, one seed (the 16-member 10k-step grid did not fit the CPU budget; quick: 200 steps)."""
+    steps, every = (200, 20) if quick else (3000, 50)
+    seeds = [seed]
     m = E4 | (model or {})
-    adam = lda_config(m, steps=steps, every=every, seeds=seeds, quick=quick)
-    adam["ensemble"] = {"init_scales": [1.0, 10.0]}
-    sgd = lda_config(m, steps=steps, every=every, seeds=seeds[:1], optimizer="sgd", lr=1.0, quick=quick)
-    sgd["ensemble"] = {"lrs": [{"all": 0.1}, {"all": 1.0}]}
-    for c in (adam, sgd):
+    out = {}
+    for opt, g in E4_GRID.items():
+        c = with_stage_probe(lda_config(m, steps=steps, every=every, seeds=seeds, optimizer=opt, lr=g["lrs"][-1],
+                                        quick=quick))
+        c["ensemble"] = {"lrs": [{"all": lr} for lr in g["lrs"]], "init_scales": g["init_scales"]}
         c["checkpoint"] = {"schedule": "log", "num": 12}
-    return {"adam": adam, "sgd": sgd}
+        out[opt] = c
+    return out
 
 
 def _variant_label(job: str, d: Path) -> tuple[str, dict]:
     meta = runs.read_meta(d)
     eps = runs.read_config(d)["model"]["init_eps"] * meta["init_scale"]
     lr = meta["lrs"]["all"]
-    return f"{job} lr={lr:g} eps={eps:g}", {"optimizer": job, "lr": lr, "eps": eps, "seed": meta["seed"]}
+    return f"{job} lr={lr:g} ε={eps:g}", {"optimizer": job, "lr": lr, "eps": eps, "seed": meta["seed"]}
 
 
-def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times: dict[str, dict], title: str) -> None:
+def _band(ax, s, y, se, color, label):
+    ax.plot(s, y, color=color, label=label)
+    ax.fill_between(s, y - 2 * se, y + 2 * se, color=color, alpha=0.2, lw=0)
+
+
+def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times: dict[str, dict],
+                      ref: dict[str, float], title: str) -> None:
+    """Per grid cell: the W_V block contrast and the probe loss with their half-way lines to the fitted
+    stage-1 optimum (t_V); the topic-block score κ and the attention gap (± 2·noise) with their onset
+    thresholds (t_KQ); stage markers on every panel."""
     import matplotlib.pyplot as plt
 
     from tdyn.report import style
 
     style.apply()
     n = len(table)
-    fig, axes = plt.subplots(2, n, figsize=(4.2 * n, 7), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(4, n, figsize=(3.3 * n, 11), squeeze=False, layout="constrained", sharex="col")
+    marks = (("t_v_structure", "--", "C0", "t_V (structure)"), ("t_v_loss", "--", "C3", "t_V (loss)"),
+             ("t_kq_kappa", "-.", "C1", "t_KQ (κ)"), ("t_kq_gap", "-.", "C2", "t_KQ (gap)"))
     for j, (label, m) in enumerate(table.items()):
-        ax = axes[0][j]
-        s = np.maximum(m["step"], 1)
-        for key, name in (("dV", "‖W_V − W_V(0)‖"), ("K", "‖W_K‖"), ("Q", "‖W_Q‖"), ("KQ", "‖W_Kᵀ W_Q‖")):
-            ax.plot(s, m[f"topic.norms/{key}"], label=name)
         t = times[label]
-        ax.axvline(max(t["t_value_half"], 1), color="k", ls="--", lw=0.8, label="t_value_half")
-        ax.axvline(max(t["t_kq_5pct"], 1), color="k", ls=":", lw=0.8, label="t_kq_5pct")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title(label, fontsize=9)
-        ax.set_xlabel("step")
+        s = np.maximum(m["step"], 1)
+        cv, L = m["topic.blocks/V_contrast"], m["topic.dev_loss/dev_loss"]
+        axes[0][j].plot(s, cv, color="C0", label="W_V block contrast")
+        axes[0][j].axhline(cv[0] + 0.5 * (ref["contrast"] - cv[0]), color="C0", ls=":", lw=0.8,
+                           label="half-way to the fitted optimum's")
+        axes[1][j].plot(s, L, color="C3", label="probe dev loss")
+        axes[1][j].axhline(L[0] + 0.5 * (ref["probe_loss"] - L[0]), color="C3", ls=":", lw=0.8,
+                           label="half-way to the fitted optimum's")
+        _band(axes[2][j], s, m["topic.stages/kappa"], m["topic.stages/kappa_se"], "C1", "topic-block score κ")
+        axes[2][j].axhline(ts.KAPPA_ONSET, color="C1", ls=":", lw=0.8, label="onset: ln 1.05")
+        _band(axes[3][j], s, m["topic.stages/gap_doc"], m["topic.stages/gap_se"], "C2", "attention gap")
+        axes[3][j].axhline(ts.GAP_ONSET, color="C2", ls=":", lw=0.8, label="onset: 0.05")
+        for ax in axes[:, j]:
+            for key, ls, col, name in marks:
+                if t[key] is not None:
+                    ax.axvline(max(t[key], 1), color=col, ls=ls, lw=0.9, label=name)
+            ax.set_xscale("log")
+        word = {True: "2 stages", False: "not", None: "?"}
+        axes[0][j].set_title(label + "\n" + ", ".join(f"{tv[0]}/{kq[0]}: {word[t[f'two_stage_{tv}_{kq}']]}"
+                                                     for tv, kq in READINGS), fontsize=7)
+        axes[3][j].set_xlabel("step")
         if j == 0:
-            ax.set_ylabel("Frobenius norm")
-            ax.legend(fontsize=7)
-        ax = axes[1][j]
-        for key in ("same_token", "same_topic", "diff_topic"):
-            ax.plot(s, m[f"topic.attention/{key}"], label=key.replace("_", " "))
-        ax.set_xscale("log")
-        ax.set_xlabel("step")
-        if j == 0:
-            ax.set_ylabel("attention / uniform")
-            ax.legend(fontsize=7)
+            for ax, name in zip(axes[:, j], ("W_V block contrast", "probe dev loss", "κ (logits)",
+                                             "same − diff topic attention / uniform")):
+                ax.set_ylabel(name)
+                ax.legend(fontsize=6)
     fig.suptitle(title)
     style.save(fig, path)
 
 
-def _stage_heatmaps(path: Path, job_dir: Path, v: int, seed: int) -> None:
-    """W_V − W_V(0) and W_Kᵀ W_Q of the default member (Adam, ε = 1e-3) at the checkpoints nearest
-    to t_value_half, t_kq_5pct and the end (spec §6 plots)."""
+def _stage_heatmaps(path: Path, d: Path, v: int) -> None:
+    """W_V − W_V(0) and the key-centred word scores of one run at the checkpoints nearest to t_V,
+    t_KQ (κ) and the end (spec §6 plots)."""
     import matplotlib.pyplot as plt
 
     from tdyn.report import style
 
-    d = next(p for p in sorted(job_dir.iterdir()) if p.is_dir() and runs.is_run_dir(p)
-             and runs.read_meta(p)["seed"] == seed and runs.read_meta(p)["init_scale"] == 1.0)
-    t = stage_times(metrics_table(d))
+    t = stage_times(metrics_table(d), run_reference(d))
     avail = runs.checkpoint_steps(d)
-    picks = {name: min(avail, key=lambda s: abs(s - t[key])) for name, key in
-             (("t_kq_5pct", "t_kq_5pct"), ("t_value_half", "t_value_half"))}
+    picks = [(f"≈{name} (step {min(avail, key=lambda s: abs(s - t[key]))})", min(avail, key=lambda s: abs(s - t[key])))
+             for name, key in (("t_V", "t_v_loss"), ("t_KQ", "t_kq_kappa")) if t[key] is not None]
+    cols = sorted(picks, key=lambda x: x[1]) + [("end", "final")]
     W0 = runs.params_of(runs.load_checkpoint(d, 0))["W_V"]
     style.apply()
-    fig, axes = plt.subplots(2, 3, figsize=(13, 8), layout="constrained")
-    cols = [(f"≈{n} (step {s})", s) for n, s in sorted(picks.items(), key=lambda x: x[1])] + [("end", "final")]
+    fig, axes = plt.subplots(2, len(cols), figsize=(4.4 * len(cols), 8), squeeze=False, layout="constrained")
     for j, (title, step) in enumerate(cols):
-        p = runs.params_of(runs.load_checkpoint(d, step))
-        for i, (name, M) in enumerate((("W_V − W_V(0)", p["W_V"] - W0), ("W_Kᵀ W_Q", p["W_K"].T @ p["W_Q"]))):
+        model, _ = member_model(d, step)
+        with torch.no_grad():
+            mats = (("W_V − W_V(0)", model.W_V[0] - W0),
+                    ("key-centred scores (words; rows: query)", ts.key_centred_words(model_scores(model), NUM_SPECIAL)[0]))
+        for i, (name, M) in enumerate(mats):
             ax = axes[i][j]
-            M = M.double().numpy()
+            M = M.detach().double().numpy()
             lim = np.abs(M).max() or 1.0
             im = ax.imshow(M, cmap="RdBu_r", vmin=-lim, vmax=lim)
-            ax.set_title(f"{name}, {title}", fontsize=9)
+            ax.set_title(f"{name}, {title}", fontsize=8)
             fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
-    fig.suptitle(f"E4 (Adam, ε = 1e-3, seed {seed}): each panel on its own colour scale")
+    fig.suptitle(f"E4 {d.parent.name}/{d.name}: each panel on its own colour scale")
     style.save(fig, path)
 
 
 def run_two_stage(ctx: ReproduceContext, name: str, configs: dict[str, dict]) -> dict:
-    """Train the E4 jobs, compute stage times per member, draw the figure; shared by E4 and E6."""
-    table, times, rows = {}, {}, []
+    """Train the E4 jobs, compute stage times per member; the table of the members of seed ``ctx.seed``."""
+    table, times, rows, dirs_of = {}, {}, [], {}
     v = None
     for job, base in configs.items():
         cfg, dirs = _train(ctx, f"{name}-{job}", base)
@@ -677,64 +883,134 @@ def run_two_stage(ctx: ReproduceContext, name: str, configs: dict[str, dict]) ->
         for d in dirs:
             label, info = _variant_label(job, d)
             m = metrics_table(d)
-            t = stage_times(m)
+            t = stage_times(m, run_reference(d))
             rows.append(info | {"run": f"{name}-{job}/{d.name}"} | t
-                        | {"final_loss": _final(m, "loss"), "wv_contrast": _final(m, "topic.blocks/V_contrast"),
-                           "kq_contrast": _final(m, "topic.blocks/KtQ_contrast")})
+                        | {"final_loss": _final(m, "loss"), "wv_contrast": _final(m, "topic.blocks/V_contrast")})
             if info["seed"] == ctx.seed:
-                table[label], times[label] = m, t
-    return {"rows": rows, "table": table, "times": times, "v": v}
+                table[label], times[label], dirs_of[label] = m, t, d
+    return {"rows": rows, "table": table, "times": times, "v": v, "dirs": dirs_of, "ref": run_reference(d)}
 
 
-def _summaries(rows: list[dict]) -> tuple[dict, list[dict]]:
-    """The default variant (Adam, ε = 1e-3) pooled over seeds, and the other variants."""
-    keys = ["t_value_half", "t_kq_5pct", "ratio", "final_attention_gap", "kq_growth"]
+_PER_READING = [f"{k}_{tv}_{kq}" for tv, kq in READINGS for k in ("two_stage", "delay")]
+RUN_COLS = ["run", "optimizer", "lr", "eps", "seed", "t_v_structure", "t_v_loss", "t_v_plateau", "t_kq_kappa",
+            "t_kq_gap", *_PER_READING, "kappa_at_t_v_loss", "gap_at_t_v_loss", "final_kappa", "final_kappa_se",
+            "final_gap", "final_gap_se", "t_value_half_norm", "t_kq_5pct_norm", "final_loss", "wv_contrast"]
+GRID_COLS = ["optimizer", "lr", "eps", "seeds", "t_v_structure", "t_v_loss", "t_kq_kappa", "t_kq_gap",
+             *[f"{k}_{tv}_{kq}" for tv, kq in READINGS for k in ("delay", "ordering", "verdict")],
+             "kappa_at_t_v_loss", "gap_at_t_v_loss", "final_kappa", "final_gap", "t_v_plateau",
+             "t_value_half_norm", "t_kq_5pct_norm"]
+
+
+def _median(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return float(np.median(xs)) if xs else None
+
+
+def _cell_verdict(rs: list[dict], name: str) -> tuple[bool | None, str | None]:
+    held, why = _all_seeds([r[f"two_stage_{name}"] for r in rs])
+    if held is None:
+        why = "; ".join(sorted({r[f"reason_{name}"] for r in rs if r[f"reason_{name}"]})) or why
+    return held, why
+
+
+def _summaries(rows: list[dict]) -> list[dict]:
+    """One row per grid cell (optimizer, lr, ε): medians over seeds, the ordering counts and verdicts
+    per reading."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         groups.setdefault((r["optimizer"], r["lr"], r["eps"]), []).append(r)
     out = []
-    for (opt, lr, eps), rs in groups.items():
-        s = {"optimizer": opt, "lr": lr, "eps": eps, "seeds": [r["seed"] for r in rs]}
-        s |= {k: float(np.median([r[k] for r in rs])) for k in keys}
-        s |= {"two_stage_all_seeds": all(r["two_stage"] for r in rs),
-              "stage2_happened_all_seeds": all(r["stage2_happened"] for r in rs)}
-        out.append(s)
-    default = next(s for s in out if s["optimizer"] == "adam" and math.isclose(s["eps"], 1e-3))
-    return default, [s for s in out if s is not default]
+    for (opt, lr, eps), rs in sorted(groups.items()):
+        c = {"optimizer": opt, "lr": lr, "eps": eps, "seeds": [r["seed"] for r in rs]}
+        for k in ("t_v_structure", "t_v_loss", "t_v_plateau", "t_kq_kappa", "t_kq_gap", "kappa_at_t_v_loss",
+                  "gap_at_t_v_loss", "final_kappa", "final_gap", "t_value_half_norm", "t_kq_5pct_norm",
+                  *[f"delay_{tv}_{kq}" for tv, kq in READINGS]):
+            c[k] = _median([r.get(k) for r in rs])
+        for tv, kq in READINGS:
+            name = f"{tv}_{kq}"
+            held, why = _cell_verdict(rs, name)
+            c[f"ordering_{name}"] = (f"{sum(r[f'two_stage_{name}'] is True for r in rs)} two-stage, "
+                                     f"{sum(r[f'two_stage_{name}'] is False for r in rs)} not, "
+                                     f"{sum(r[f'two_stage_{name}'] is None for r in rs)} undefined")
+            c[f"verdict_{name}"] = {True: "holds", False: "fails", None: "inconclusive"}[held]
+            c[f"held_{name}"], c[f"reason_{name}"] = held, why
+        out.append(c)
+    return out
 
 
-@register("topic/two-stage", "E4: from small init, W_V moves first and W_K, W_Q catch up much later (Adam and SGD)")
+def init_scale_effect(cells: list[dict]) -> list[dict]:
+    """Per optimizer and lr: stage-2 onset (κ) and W_V half-way (loss) at ε = 1e-3 over ε = 1e-2. Under
+    SGD the K/Q gradient is O(ε·‖W_V‖), so a smaller ε delays K/Q; Adam normalises each coordinate's step
+    (≈ lr whatever the gradient's size), so it does not (spec §5.6 note)."""
+    out = []
+    for c in cells:
+        big = next((x for x in cells if x["optimizer"] == c["optimizer"] and x["lr"] == c["lr"]
+                    and x["eps"] > c["eps"] * 1.5), None)
+        if big is None:
+            continue
+        ratio = lambda k: (c[k] / big[k]) if c[k] and big[k] else None  # noqa: E731
+        out.append({"optimizer": c["optimizer"], "lr": c["lr"], "eps_small": c["eps"], "eps_large": big["eps"],
+                    "t_kq_kappa_small": c["t_kq_kappa"], "t_kq_kappa_large": big["t_kq_kappa"],
+                    "t_kq_ratio_small_over_large": ratio("t_kq_kappa"),
+                    "t_v_loss_small": c["t_v_loss"], "t_v_loss_large": big["t_v_loss"],
+                    "final_kappa_small": c["final_kappa"], "final_kappa_large": big["final_kappa"]})
+    return out
+
+
+ADAM_NOTE = ("Under Adam the init scale does not slow W_K, W_Q: Adam normalises each coordinate's step (≈ lr whatever "
+             "the gradient's size), so the O(ε·‖W_V‖) smallness of the key/query gradient at a small init, which "
+             "delays K/Q under SGD, is divided out. The two-stage separation under Adam therefore rests only on "
+             "the key/query gradient having no consistent topic-block direction until W_V is structured. "
+             "See init_scale_effect (t_KQ at ε = 1e-3 over ε = 1e-2, per optimizer and lr).")
+
+TWO_STAGE_DEF = ("t_V = first logged step where W_V is half-way to the fitted stage-1 optimum (the convex "
+                 "optimum of the uniform-attention model class on the same static masks, a fixed reference that "
+                 "does not move with the run length): its block contrast has covered half of the way to the "
+                 "optimum's (structure reading) or the probe dev loss half of the way to the optimum's loss (loss "
+                 "reading); stage-2 onset t_KQ = first logged step where the topic-block score κ of the "
+                 "key-centred effective scores ≥ ln 1.05 (κ reading) or the corrected same- minus "
+                 "different-topic attention gap ≥ 0.05 (gap reading), each > 2× its noise (SE over topics / over "
+                 "probe documents); two stages iff t_V < t_KQ; delay factor t_KQ/t_V; undefined (inconclusive) "
+                 "when W_V never got half-way or K/Q never moved above noise. Logged every 50 steps, so a time of "
+                 "50 means 'by the first log'")
+
+
+def _stage_readings(r: dict) -> list[dict]:
+    """The four readings (t_V: structure | loss) × (t_KQ: κ | gap) of a run or a grid cell."""
+    return [reading(f"{READING_NAMES[tv]}; {READING_NAMES[kq]}", r[f"held_{tv}_{kq}"] if f"held_{tv}_{kq}" in r
+                    else r[f"two_stage_{tv}_{kq}"], reason=r[f"reason_{tv}_{kq}"], t_v=r[f"t_v_{tv}"],
+                    t_kq=r[f"t_kq_{kq}"], delay=r[f"delay_{tv}_{kq}"]) for tv, kq in READINGS]
+
+
+@register("topic/two-stage", "E4: from small init, W_V moves first and W_K, W_Q catch up much later "
+          "(Adam and SGD over init scales and learning rates)")
 def reproduce_two_stage(ctx: ReproduceContext) -> dict:
     res = run_two_stage(ctx, "e4", two_stage_configs(ctx.seed, ctx.quick))
-    cols = ["run", "optimizer", "lr", "eps", "seed", "t_value_half", "t_kq_5pct", "ratio", "t_attn_gap_5pct",
-            "final_attention_gap",
-            "kq_growth", "stage2_happened", "two_stage", "final_loss", "wv_contrast", "kq_contrast"]
-    write_csv(ctx.out / "two_stage.csv", res["rows"], cols)
-    _two_stage_figure(ctx.out / "two_stage.png", res["table"], res["times"],
-                      "E4: stage norms (log-log) with t_value_half (--) and t_kq_5pct (:); attention by class")
-    default, variants = _summaries(res["rows"])
-    _stage_heatmaps(ctx.out / "two_stage_matrices.png", ctx.out / "runs" / "e4-adam", res["v"], ctx.seed)
-    claims = [
-        claim("e4-two-stage-adam-1e-3", "Adam, ε = 1e-3: t_value_half < t_kq_5pct with stage 2 completed "
-              "(guards of spec §6), every seed (spec §9d)", default["two_stage_all_seeds"],
-              measured="t_value_half, t_kq_5pct, attention gap, KQ growth, per seed",
-              expected="t_value_half < t_kq_5pct, gap > 0, KQ growth ≥ 100",
-              t_value_half=default["t_value_half"], t_kq_5pct=default["t_kq_5pct"], ratio=default["ratio"],
-              final_attention_gap=default["final_attention_gap"], kq_growth=default["kq_growth"]),
-    ] + [claim(f"e4-two-stage-{s['optimizer']}-lr{s['lr']:g}-eps{s['eps']:g}",
-               f"{s['optimizer']} lr {s['lr']:g}, ε = {s['eps']:g}: two stages (t_value_half < t_kq_5pct, guards)",
-               s["two_stage_all_seeds"],
-               measured=f"t_value_half, t_kq_5pct, gap, KQ growth per seed ({s['optimizer']} lr {s['lr']:g})",
-               expected="t_value_half < t_kq_5pct, gap > 0, KQ growth ≥ 100",
-               t_value_half=s["t_value_half"], t_kq_5pct=s["t_kq_5pct"], ratio=s["ratio"],
-               final_attention_gap=s["final_attention_gap"], kq_growth=s["kq_growth"]) for s in variants]
-    t_attn = [r["t_attn_gap_5pct"] for r in res["rows"] if r["optimizer"] == "adam" and math.isclose(r["eps"], 1e-3)]
-    return {"experiment": "topic/two-stage", "t_value_half": default["t_value_half"],
-            "t_attn_gap_5pct": t_attn,
-            "t_kq_5pct": default["t_kq_5pct"], "ratio": default["ratio"],
-            "final_attention_gap": default["final_attention_gap"], "kq_growth": default["kq_growth"],
-            "variants": variants, "runs": res["rows"], "claims": claims,
-            "files": ["two_stage.csv", "two_stage.png", "two_stage_matrices.png"]}
+    write_csv(ctx.out / "two_stage.csv", res["rows"], RUN_COLS)
+    cells = _summaries(res["rows"])
+    write_csv(ctx.out / "two_stage_grid.csv", cells, GRID_COLS)
+    _two_stage_figure(ctx.out / "two_stage.png", res["table"], res["times"], res["ref"],
+                      "E4: stage 1 (W_V block contrast, probe loss; half-way lines to the fitted stage-1 optimum) and "
+                      "stage 2 (topic-block score κ, attention gap; onset lines); seed " + str(ctx.seed))
+    default = next(lbl for lbl in res["dirs"] if lbl.startswith("adam lr=0.01 ε=0.001"))
+    _stage_heatmaps(ctx.out / "two_stage_matrices.png", res["dirs"][default], res["v"])
+    claims = []
+    for c in cells:
+        rd = _stage_readings(c)
+        claims.append(claim(
+            f"e4-two-stage-{c['optimizer']}-lr{c['lr']:g}-eps{c['eps']:g}",
+            f"{c['optimizer']} lr {c['lr']:g}, ε = {c['eps']:g}: W_V is half-way to the stage-1 optimum before "
+            "W_K, W_Q start to give same-topic attention (two stages), every seed",
+            paper="Introduction / project page: 'in stage 1, only the value matrix changes significantly; in stage 2, "
+                  "the key and query matrices catch up much later', from small init, SGD or Adam; spec §5.6, §6, §9d",
+            definition=TWO_STAGE_DEF, measured="t_V (structure, loss), t_KQ (κ, gap), delay factor t_KQ/t_V, per seed",
+            expected="t_V < t_KQ for every seed under every reading", readings=rd,
+            t_v_structure=c["t_v_structure"], t_v_loss=c["t_v_loss"], t_kq_kappa=c["t_kq_kappa"],
+            t_kq_gap=c["t_kq_gap"], kappa_at_t_v_loss=c["kappa_at_t_v_loss"], gap_at_t_v_loss=c["gap_at_t_v_loss"]))
+    return {"experiment": "topic/two-stage", "stage1_reference": res["ref"], "grid": cells,
+            "init_scale_effect": init_scale_effect(cells), "adam_init_scale_note": ADAM_NOTE,
+            "definition": TWO_STAGE_DEF, "runs": res["rows"], "claims": claims,
+            "files": ["two_stage.csv", "two_stage_grid.csv", "two_stage.png", "two_stage_matrices.png"]}
 
 
 # ---------------------------------------------------------------- E5 / E6: does each claim still hold?
@@ -749,16 +1025,27 @@ def summarise_run(d: Path) -> dict[str, Any]:
     out = {"final_loss": _final(m, "loss"), "dev_loss_probe": _final(m, "topic.dev_loss/dev_loss"),
            "attention_gap": _final(m, "topic.attention/gap")}
     out |= _value_columns(W_V, dc.words_per_topic)
-    if "topic.norms/KQ" in m:
-        t = stage_times(m)
-        out |= {k: t[k] for k in ("t_value_half", "t_kq_5pct", "ratio", "kq_growth", "two_stage")}
-    else:
-        out |= {"t_value_half": None, "t_kq_5pct": None, "ratio": None, "kq_growth": None, "two_stage": None}
+    out |= stage_summary(m, run_reference(d) if "topic.stages/kappa" in m else None)
+    return out
+
+
+STAGE_KEYS = ["attention_gap_doc", "attention_gap_se", "t_v_structure", "t_v_loss", "t_kq_kappa", "t_kq_gap",
+              *_PER_READING, *[f"reason_{tv}_{kq}" for tv, kq in READINGS]]
+
+
+def stage_summary(m: dict[str, np.ndarray], ref: dict[str, float] | None = None) -> dict[str, Any]:
+    """The attention gap with its noise and, when W_K, W_Q are trained, the stage times of ``stage_times``."""
+    out = dict.fromkeys(STAGE_KEYS) | {"kq_trained": "topic.stages/kappa" in m}
+    if "topic.stages/gap_doc" in m:
+        out |= {"attention_gap_doc": _final(m, "topic.stages/gap_doc"), "attention_gap_se": _final(m, "topic.stages/gap_se")}
+    if out["kq_trained"]:
+        t = stage_times(m, ref)
+        out |= {k: t[k] for k in STAGE_KEYS[2:]}
     return out
 
 
 SUMMARY_COLS = ["variant", "seed", "final_loss", "dev_loss_probe", "wv_min_topic_contrast", "attention_gap",
-                "t_value_half", "t_kq_5pct", "ratio", "kq_growth", "two_stage"]
+                *STAGE_KEYS[:-len(READINGS)]]
 SUMMARY_COLS += ["wv_contrast_noise", "wv_r2_aI_bB_c11"]     # value structure (issue 12 item 5)
 
 
@@ -804,6 +1091,8 @@ def robustness_variants(seed: int = 0, quick: bool = False) -> dict[str, dict]:
 def _claim_table(ctx: ReproduceContext, variants: dict[str, dict]) -> list[dict]:
     rows = []
     for i, (label, base) in enumerate(variants.items()):
+        if base["model"].get("attention", "trained") == "trained":
+            base = with_stage_probe(copy.deepcopy(base))
         _, dirs = _train(ctx, f"v{i}", base)
         rows += [{"variant": label, "seed": runs.read_meta(d)["seed"]} | summarise_run(d) for d in dirs]
     return rows
@@ -822,16 +1111,24 @@ def _table_claims(rows: list[dict], prefix: str) -> list[dict]:
                          measured="min per-topic W_V block contrast (layer 0), final, and its relabelling noise",
                          expected="> 2 × noise for every topic", min_topic_contrast=r["wv_min_topic_contrast"],
                          contrast_noise=r["wv_contrast_noise"], r2_aI_bB_c11_unjudged=r["wv_r2_aI_bB_c11"]))
-        if r["t_value_half"] is not None:
+        if r["kq_trained"]:
+            gap_held = decide(r["attention_gap_doc"], r["attention_gap_se"])
             out.append(claim(f"{prefix}-{r['variant']}-attention", f"{r['variant']}: same-topic attention > different-topic",
-                             r["attention_gap"] > 0,
-                             measured="final attention gap (same- minus different-topic)", expected="> 0",
-                             gap=r["attention_gap"]))
-            out.append(claim(f"{prefix}-{r['variant']}-two-stage", f"{r['variant']}: two stages (t_value_half < "
-                             "t_kq_5pct with the guards of spec §6)", bool(r["two_stage"]),
-                             measured="t_value_half, t_kq_5pct, final attention gap, KQ growth",
-                             expected="t_value_half < t_kq_5pct, gap > 0, KQ growth ≥ 100",
-                             t_value_half=r["t_value_half"], t_kq_5pct=r["t_kq_5pct"], kq_growth=r["kq_growth"]))
+                             gap_held, reason=None if gap_held is not None else "attention gap inside its noise band "
+                             "(K/Q did not move enough to show)",
+                             paper="Abstract and §5 (self-attention encodes topic structure), robustness discussion; "
+                             "spec §3.4 E5/E6", definition=GAP_DEF,
+                             measured="final attention gap ± SE over probe documents", expected="gap > 2·SE",
+                             gap=r["attention_gap_doc"], se=r["attention_gap_se"]))
+            rd = _stage_readings(r)
+            out.append(claim(f"{prefix}-{r['variant']}-two-stage", f"{r['variant']}: two stages (W_V half-way to its "
+                             "stage-1 optimum before W_K, W_Q give same-topic attention)",
+                             paper="Introduction / project page: two stages for 'a wide variety of optimizers and "
+                             "hyperparameters'; spec §5.6, §6", definition=TWO_STAGE_DEF,
+                             measured="t_V (structure, loss), t_KQ (κ, gap), delay factor t_KQ/t_V",
+                             expected="t_V < t_KQ under every reading", readings=rd,
+                             t_v_structure=r["t_v_structure"], t_v_loss=r["t_v_loss"], t_kq_kappa=r["t_kq_kappa"],
+                             t_kq_gap=r["t_kq_gap"]))
     return out
 
 

@@ -62,9 +62,9 @@ class TopicTransformer(nn.Module):
         V = vocab_size
         d = cfg.d or V
         self.V, self.d, self.S = V, d, S
-        fixed_dims = cfg.embedding == "one_hot" or cfg.decoder == "identity" or cfg.value != "trained"
+        fixed_dims = cfg.embedding == "one_hot" or cfg.decoder == "identity" or cfg.value == "block"
         if fixed_dims and d != V:
-            raise ConfigError(f"model.d = {cfg.d}: one-hot embeddings, identity/block W_V and identity "
+            raise ConfigError(f"model.d = {cfg.d}: one-hot embeddings, block W_V and identity "
                               f"decoder need d = |V| = {V} (or d = 0)")
         if d % cfg.n_heads:
             raise ConfigError(f"model.n_heads = {cfg.n_heads}: must divide d = {d}")
@@ -87,7 +87,7 @@ class TopicTransformer(nn.Module):
                 self.b_V = z(*lay, d)
         else:
             self.register_buffer("W_V", self.block_matrix(V, words_per_topic, num_special).expand(S, V, V).clone()
-                                 if cfg.value == "block" else torch.eye(V).expand(S, V, V).clone(), persistent=False)
+                                 if cfg.value == "block" else torch.eye(d).expand(S, d, d).clone(), persistent=False)
         if cfg.block == "bert":
             self.W_O, self.b_O = z(*lay, d, d), z(*lay, d)
             self.W_1, self.b_1, self.W_2, self.b_2 = z(*lay, d, d), z(*lay, d), z(*lay, d, d), z(*lay, d)
