@@ -4,21 +4,16 @@ one-line error messages naming the key, the bad value and what is allowed."""
 from __future__ import annotations
 
 import json
-import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
+from pydantic import BaseModel, Field, PositiveFloat, ValidationError, model_validator
 
 from tdyn.errors import ConfigError
-
-
-class Strict(BaseModel):
-    """Base for every config section: unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+from tdyn.schema import Strict, _resolve, format_validation_error  # noqa: F401  (Strict: re-exported)
+from tdyn.tasks import TASKS, get_task
 
 
 class GroupConfig(Strict):
@@ -88,8 +83,6 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _typed_sections(self):
-        from tdyn.train.task import get_task
-
         spec = get_task(self.task)
         # Re-validate data/model with the task's classes; keep the full resolved dicts.
         object.__setattr__(self, "data", _sub(spec.data_config, self.data, "data").model_dump(mode="json"))
@@ -102,13 +95,9 @@ class RunConfig(Strict):
         return self
 
     def typed_data(self):
-        from tdyn.train.task import get_task
-
         return get_task(self.task).data_config.model_validate(self.data)
 
     def typed_model(self):
-        from tdyn.train.task import get_task
-
         return get_task(self.task).model_config.model_validate(self.model)
 
 
@@ -117,59 +106,6 @@ def _sub(cls: type[BaseModel], value: dict, prefix: str) -> BaseModel:
         return cls.model_validate(value)
     except ValidationError as e:
         raise ConfigError(format_validation_error(e, cls, prefix)) from None
-
-
-# ---------------------------------------------------------------- errors
-
-
-def _allowed(cls: type[BaseModel] | None, loc: tuple) -> str:
-    """Describe what is allowed at ``loc`` inside ``cls`` (field names for unknown keys)."""
-    if cls is None:
-        return ""
-    parent = _resolve(cls, loc[:-1])
-    if isinstance(parent, type) and issubclass(parent, BaseModel):
-        return "allowed keys: " + ", ".join(parent.model_fields)
-    return ""
-
-
-def format_validation_error(e: ValidationError, cls: type[BaseModel] | None = None, prefix: str = "") -> str:
-    err = e.errors()[0]
-    loc = tuple(err["loc"])
-    key = ".".join(str(p) for p in ((prefix,) if prefix else ()) + loc) or "<root>"
-    value = err.get("input")
-    if err["type"] == "extra_forbidden":
-        return f"config error: unknown key {key!r}; {_allowed(cls, loc)}"
-    if err["type"] == "missing":
-        return f"config error: missing required key {key!r}"
-    msg = err["msg"]
-    shown = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
-    return f"config error: {key} = {shown}: {msg}"
-
-
-def _resolve(cls: Any, path: tuple) -> Any:
-    """The annotation found by walking ``path`` through pydantic models, dicts and lists."""
-    t = cls
-    for p in path:
-        t = _strip_optional(t)
-        if isinstance(t, type) and issubclass(t, BaseModel):
-            if p not in t.model_fields:
-                return None
-            t = t.model_fields[p].annotation
-        elif typing.get_origin(t) is dict:
-            t = typing.get_args(t)[1]
-        elif typing.get_origin(t) in (list, tuple):
-            t = typing.get_args(t)[0]
-        else:
-            return None
-    return _strip_optional(t)
-
-
-def _strip_optional(t: Any) -> Any:
-    if typing.get_origin(t) in (Union, types.UnionType):
-        args = [a for a in typing.get_args(t) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return t
 
 
 # ---------------------------------------------------------------- loading and overrides
@@ -198,10 +134,8 @@ def _parse_scalar(text: str) -> Any:
 
 def _section_class(raw: dict, head: str) -> type[BaseModel] | None:
     if head in ("data", "model") and isinstance(raw.get("task"), str):
-        from tdyn.train.task import all_tasks
-
-        spec = all_tasks().get(raw["task"])
-        if spec is not None:
+        if raw["task"] in TASKS:
+            spec = TASKS.get(raw["task"])
             return spec.data_config if head == "data" else spec.model_config
     return None
 

@@ -4,12 +4,16 @@ dynamics of a small causal LM on text (Tian et al. Figs 7, 10), on the offline c
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import torch
 
+from tdyn import runs
+from tdyn.bench import register_bench
 from tdyn.data import corpora
 from tdyn.data.real_topics import fit_lda, top_words, word_topics
-from tdyn.experiments.common import claim, decide, every_cell, margin, write_csv
+from tdyn.experiments.common import claim, configure, decide, every_cell, margin, train_into, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.probes.topic_similarity import attention_topic_stats, embedding_topic_stats, permutation_null
 from tdyn.report import style
@@ -158,101 +162,6 @@ def topic_embeddings(ctx: ReproduceContext) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Causal LM on real text (Scan and Snap §8, App G; scan_snap.md §3.4, §7.4, §9)
 # ---------------------------------------------------------------------------------------------
-
-from typing import Literal  # noqa: E402
-
-from pydantic import Field  # noqa: E402
-
-from tdyn import runs  # noqa: E402
-from tdyn.config import Strict  # noqa: E402
-from tdyn.experiments.common import configure, train_into  # noqa: E402
-from tdyn.models.lm import CausalLM, LMConfig, attention_entropy  # noqa: E402
-from tdyn.probes import ProbeContext, probe  # noqa: E402
-from tdyn.train.seeding import derive_seed, generator  # noqa: E402
-from tdyn.train.task import Member, Task, register_task  # noqa: E402
-from tdyn.bench import register_bench  # noqa: E402
-
-
-class CorpusLMData(Strict):
-    corpus: Literal["wiki", "bbc", "fixture"] = "wiki"
-    vocab_size: int | None = Field(None, ge=2)   # None = every training-split word
-    min_freq: int = Field(1, ge=1)
-    split_seed: int = 0
-    bptt: int = Field(35, ge=2)
-    batch_size: int = Field(20, ge=1)
-    probe_windows: int = Field(20, ge=1)         # fixed validation windows for probes
-
-
-class CorpusLMModel(Strict):
-    d: int = Field(200, ge=1)
-    d_hid: int = Field(200, ge=1)
-    n_layers: int = Field(1, ge=1)
-    n_heads: int = Field(1, ge=1)
-    dropout: float = Field(0.2, ge=0, lt=1)
-
-
-class CorpusLMTask(Task):
-    """Next-token prediction on bptt windows of a corpus's token stream.
-
-    ``sample`` draws ``batch_size`` windows at uniform random offsets of the training stream (the
-    tutorial walks 20 fixed columns in order; random windows keep members' streams independent).
-    ``probe_batch`` is ``probe_windows`` evenly spaced windows of the validation stream.
-    """
-
-    def __init__(self, cfg, members: list[Member]):
-        self.dc = CorpusLMData.model_validate(cfg.data)
-        tok = corpora.load_tokens(self.dc.corpus, seed=self.dc.split_seed,
-                                  vocab=corpora.VocabSettings(self.dc.vocab_size, self.dc.min_freq))
-        self.train_tokens = torch.from_numpy(np.asarray(tok.train, dtype=np.int64))
-        self.val_tokens = torch.from_numpy(np.asarray(tok.val, dtype=np.int64))
-        mc = CorpusLMModel.model_validate(cfg.model)
-        self.model = CausalLM(LMConfig(V=len(tok.vocab), max_len=self.dc.bptt, **mc.model_dump()), S=len(members))
-        self.model.reset_parameters([generator(m.seed, "init") for m in members], [m.init_scale for m in members])
-        self.model.dropout_gens = [torch.Generator(cfg.device).manual_seed(derive_seed(m.seed, "dropout"))
-                                   for m in members]
-        self.facts = {"vocab_size": len(tok.vocab), "provenance": tok.meta}
-
-    def _windows(self, stream: torch.Tensor, starts: torch.Tensor):
-        idx = starts[:, None] + torch.arange(self.dc.bptt + 1)
-        w = stream[idx]
-        return w[:, :-1], w[:, 1:]
-
-    def sample(self, gen):
-        n = len(self.train_tokens) - self.dc.bptt - 1
-        return self._windows(self.train_tokens, torch.randint(0, n, (self.dc.batch_size,), generator=gen))
-
-    def probe_batch(self, gen):
-        n = len(self.val_tokens) - self.dc.bptt - 1
-        return self._windows(self.val_tokens, torch.linspace(0, n, self.dc.probe_windows).long())
-
-    def loss(self, batch):
-        x, y = batch
-        return self.model.loss(x, y)
-
-    def member_generators(self):
-        return {"dropout": self.model.dropout_gens}
-
-
-@register_task("corpus_lm", CorpusLMData, CorpusLMModel, "tutorial causal LM on an offline real-text corpus")
-def _build_lm(cfg, members):
-    return CorpusLMTask(cfg, members)
-
-
-@probe("corpus_lm.attention")
-def _lm_probe(ctx: ProbeContext) -> dict[str, torch.Tensor]:
-    """Validation loss, attention entropy per layer (§7.4), and every layer's map of probe window 0."""
-    x, y = ctx.batch
-    model = ctx.model
-    was = model.training
-    model.eval()
-    logits, attns = model(x)
-    model.train(was)
-    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 2), y.flatten(), reduction="none")
-    out = {"val_loss": ce.view(x.shape[0], -1).mean(1)}
-    out |= {f"entropy_layer{i}": attention_entropy(A) for i, A in enumerate(attns)}
-    out["maps"] = torch.stack([A[:, 0] for A in attns], 1)   # [S, L, T, T]
-    return out
-
 
 LM_PARAMS_ATTN = ("in_W", "in_b", "out_W", "out_b")
 LM_PARAMS_FFN = ("W1", "b1", "W2", "b2")

@@ -1,77 +1,23 @@
-"""Scan and Snap (Tian et al. 2023): the Y/Z task and the Syn-Small reproduction (Fig 4).
+"""Scan and Snap (Tian et al. 2023): the Syn-Small reproduction (Fig 4).
 
-The task wires the sequence-class distribution (``tdyn.data.scan_snap``) to the Y/Z model
-(``tdyn.models.yz``) with two parameter groups, Y (decoder, η_Y) and Z (attention logits, η_Z).
+The Y/Z task (data + model wiring, ``yz_config``) lives in :mod:`tdyn.tasks.scan_snap`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import Field
 from scipy.stats import spearmanr
 
 from tdyn import runs
-from tdyn.config import Strict
 from tdyn.data import scan_snap as data
-from tdyn.experiments.common import claim, configure, train_into, write_csv
+from tdyn.experiments.common import claim, configure, decide, margin, train_into, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.probes.scan_snap import c_n, distinct_entropy
-from tdyn.models.yz import YZConfig, YZModel
-from tdyn.train.seeding import generator
-from tdyn.train.task import Member, Task, register_task
-
-
-class YZModelConfig(Strict):
-    parameterization: Literal["yz", "embedding"] = "yz"
-    d: int = Field(128, ge=1)
-    residual: bool = False
-    include_query_key: bool = False
-    normalize: bool = True
-    init: Literal["zero", "torch_default"] = "zero"
-
-
-class ScanSnapTask(Task):
-    def __init__(self, cfg, members: list[Member]):
-        self.data_cfg = data.ScanSnapDataConfig.model_validate(cfg.data)
-        self.dist = data.build(self.data_cfg)
-        mc = YZModelConfig.model_validate(cfg.model)
-        self.model = YZModel(YZConfig(M=self.dist.M, **mc.model_dump()), S=len(members))
-        self.model.reset_parameters([generator(m.seed, "init") for m in members], [m.init_scale for m in members])
-        d = self.dist
-        self.facts = {"table": d.table, "query": d.query, "next_token": d.next_token,
-                      "distinct": d.distinct, "common": d.common}
-
-    def sample(self, gen):
-        return self.dist.sample(self.data_cfg.batch_size, self.data_cfg.seq_len, gen)
-
-    def loss(self, batch):
-        x, y = batch
-        return self.model.loss(x, y)
-
-
-@register_task("scan_snap", data.ScanSnapDataConfig, YZModelConfig,
-               "Scan and Snap next-token prediction with the Y/Z model")
-def _build(cfg, members):
-    return ScanSnapTask(cfg, members)
-
-
-def yz_config(data_overrides: dict, *, steps: int = 100, lr_y: float = 1.0, lr_z: float = 1.0,
-              optimizer: str = "sgd", momentum: float = 0.9, init: str = "zero", seeds=(0,)) -> dict:
-    """A Y/Z run config: two optimizers (Y at η_Y, Z at η_Z), the authors' batch 128, length 128."""
-    group = {"optimizer": optimizer} | ({"momentum": momentum} if optimizer == "sgd" else {})
-    return {
-        "task": "scan_snap",
-        "data": dict(data_overrides),
-        "model": {"init": init},
-        "seeds": list(seeds),
-        "optim": {"steps": steps, "groups": {"Y": {"params": ["Y"], "lr": lr_y} | group,
-                                              "Z": {"params": ["Z"], "lr": lr_z} | group}},
-        "checkpoint": {"schedule": "none", "steps": []},
-    }
+from tdyn.report import style
+from tdyn.tasks.scan_snap import yz_config  # noqa: F401  (re-exported for the other scan-snap modules)
 
 
 # ---------------------------------------------------------------- Fig 4
@@ -91,8 +37,6 @@ def fig4_config(seed: int = 0) -> dict:
 @register("scan-snap/fig4", "Syn-Small c_n maps: attention scans onto the top distinct token; η_Y=10 gives a denser map",
           default_config=fig4_config)
 def fig4(ctx: ReproduceContext) -> dict:
-    from tdyn.report import style
-
     cfg = configure(fig4_config(ctx.seed), ctx.overrides)
     dirs = train_into(ctx, "fig4", cfg)
     dist = data.build(data.ScanSnapDataConfig.model_validate(cfg.data))
@@ -147,8 +91,6 @@ def fig4(ctx: ReproduceContext) -> dict:
     style.save(fig, ctx.out / "fig4.png")
 
     # ---- claims: over all seeds; each comparison against the seed-to-seed noise (2 SE of the paired difference)
-    from tdyn.experiments.common import decide, margin
-
     def se(v):
         return float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")
 
