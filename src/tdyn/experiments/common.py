@@ -146,8 +146,8 @@ def _jsonable(x: Any) -> Any:
 
 
 def write_results(out: Path, results: dict[str, Any]) -> Path:
-    runs.write_json(Path(out) / "results.json", _jsonable(results))
-    return Path(out) / "results.json"
+    runs.write_json(Path(out) / runs.RESULTS, _jsonable(results))
+    return Path(out) / runs.RESULTS
 
 
 def configure(base: dict, overrides: list[str]):

@@ -218,12 +218,12 @@ def attention_maps(ctx: ReproduceContext) -> dict:
         T = cfg["optim"]["steps"]
         shown = cfg["checkpoint"]["steps"][:4]
         for c, s in enumerate(shown):
-            A = runs.load_checkpoint(d, "final" if s == T else s)["probe/corpus_lm.attention/maps"][0]
+            A = runs.Run(d).probe("corpus_lm.attention/maps", "final" if s == T else s)[0]
             axes[r, c].imshow(A.numpy(), cmap="viridis", vmin=0, vmax=1)
             axes[r, c].set_title(f"{L} layer{'s' if L > 1 else ''}, iteration {s}")
             axes[r, c].set_xlabel("key position")
             axes[r, c].set_ylabel("query position")
-        m = [x for x in runs.read_metrics(d) if "corpus_lm.attention/entropy_layer0" in x]
+        m = [x for x in runs.Run(d).metrics if "corpus_lm.attention/entropy_layer0" in x]
         rows += [{"n_layers": L, "step": x["step"], "val_loss": x["corpus_lm.attention/val_loss"],
                   "entropy_layer0": x["corpus_lm.attention/entropy_layer0"]} for x in m]
         e = {x["step"]: x["corpus_lm.attention/entropy_layer0"] for x in m}
@@ -262,9 +262,10 @@ def fig10_configs(ctx: ReproduceContext, corpus: str) -> tuple[dict, dict]:
 
 
 def _final_entropy(d) -> tuple[dict, list[dict]]:
-    rc = runs.read_config(d)
-    m = [x for x in runs.read_metrics(d) if "corpus_lm.attention/entropy_layer0" in x]
-    lrs = {g: v["lr"] for g, v in rc["optim"]["groups"].items()}
+    run = runs.Run(d)
+    rc = run.config
+    m = [x for x in run.metrics if "corpus_lm.attention/entropy_layer0" in x]
+    lrs = run.lrs
     curve = [{"step": x["step"], "entropy": x["corpus_lm.attention/entropy_layer0"],
               "val_loss": x["corpus_lm.attention/val_loss"]} for x in m]
     return {"seed": rc["seeds"][0], **lrs, "entropy": curve[-1]["entropy"], "val_loss": curve[-1]["val_loss"]}, curve

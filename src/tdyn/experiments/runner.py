@@ -13,14 +13,8 @@ from tdyn import runs
 from tdyn.errors import UserError
 from tdyn.experiments.common import write_results
 from tdyn.experiments.registry import Experiment, ReproduceContext, all_experiments
-from tdyn.report.html import MANIFEST, build_index, metadata, slug
-
-
-def prepare_dir(out: Path, force: bool) -> None:
-    """Create ``out``; a non-empty one is an error unless ``force`` (then its files get overwritten)."""
-    if out.exists() and any(out.iterdir()) and not force:
-        raise UserError(f"output directory {str(out)!r} already exists and is not empty; use --force to overwrite")
-    out.mkdir(parents=True, exist_ok=True)
+from tdyn.report.html import build_index, metadata, slug
+from tdyn.runs import REPRODUCE as MANIFEST, prepare_dir  # noqa: F401  (prepare_dir: used by the CLI)
 
 
 def run_reproduction(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:

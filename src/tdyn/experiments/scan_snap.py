@@ -44,12 +44,12 @@ def fig4(ctx: ReproduceContext) -> dict:
 
     all_runs = []
     for d in dirs:
-        rc = runs.read_config(d)
-        eta_y, eta_z = rc["optim"]["groups"]["Y"]["lr"], rc["optim"]["groups"]["Z"]["lr"]
-        seed = runs.read_meta(d)["seed"]
-        metrics = [r for r in runs.read_metrics(d) if r["step"] < cfg.optim.steps]
-        snaps = {s: runs.params_of(runs.load_checkpoint(d, s))["Z"] for s in FIG4_ROWS}
-        snaps["final"] = runs.params_of(runs.load_checkpoint(d, "final"))["Z"]
+        run = runs.Run(d)
+        eta_y, eta_z = run.lrs["Y"], run.lrs["Z"]
+        seed = run.seed
+        metrics = [r for r in run.metrics if r["step"] < cfg.optim.steps]
+        snaps = {s: run.params(s)["Z"] for s in FIG4_ROWS}
+        snaps["final"] = run.params("final")["Z"]
         c = {k: c_n(z.double(), dist.table, dist.query) for k, z in snaps.items()}
         run = {"dir": d, "eta_y": eta_y, "eta_z": eta_z, "seed": seed, "loss": [r["loss"] for r in metrics],
                "c": c, "Z": snaps["final"].double(), "Z0": snaps[0].double()}

@@ -34,12 +34,12 @@ def _facts(cfg) -> data.SequenceClasses:
 
 
 def _final(run_dir: Path, name: str = "Z") -> torch.Tensor:
-    return runs.params_of(runs.load_checkpoint(run_dir, "final"))[name].double()
+    return runs.Run(run_dir).params("final")[name].double()
 
 
 def _lrs(run_dir: Path) -> tuple[float, float]:
-    g = runs.read_config(run_dir)["optim"]["groups"]
-    return g["Y"]["lr"], g["Z"]["lr"]
+    lrs = runs.Run(run_dir).lrs
+    return lrs["Y"], lrs["Z"]
 
 
 OPTIONS = ("sweep_dir",)
@@ -89,18 +89,18 @@ def fig6_sweep(ctx: ReproduceContext) -> tuple[dict, list[dict]]:
     mine, overrides = _options(ctx)
     grid = FIG6_QUICK if ctx.quick else FIG6
     base = Path(mine.get("sweep_dir", ctx.out / "runs"))
-    if (base / "results.json").exists() and (base / "runs").is_dir():     # an earlier fig6 --out
+    if (base / runs.RESULTS).exists() and (base / "runs").is_dir():     # an earlier fig6 --out
         base = base / "runs"
     spec = fig6_spec(grid, overrides)
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     root = base / f"fig6{'-quick' if ctx.quick else ''}-{digest}"     # one directory per distinct sweep
     run_sweep(spec, root, progress=ctx.progress)
     records, facts = [], {}
-    for r in runs.read_json(root / "sweep.json")["runs"]:
+    for r in runs.read_json(root / runs.SWEEP)["runs"]:
         d = root / r["name"]
         nl = r["axes"]["data.num_last"]
         if nl not in facts:
-            facts[nl] = _facts(configure(runs.read_config(d), []))
+            facts[nl] = _facts(configure(runs.Run(d).config, []))
         eta_y, eta_z = _lrs(d)
         records.append({"num_last": nl, "dist": facts[nl], "eta_z": eta_z, "ratio": round(eta_y / eta_z, 6),
                         "seed": r["seed"], "Z": _final(d), "dir": d})
@@ -414,8 +414,9 @@ def fig5(ctx: ReproduceContext) -> dict:
     per, rows, allq = {}, [], {}
     for d in dirs:
         eta = _lrs(d)[1]
-        seed = runs.read_meta(d)["seed"]
-        Zs = torch.stack([runs.params_of(runs.load_checkpoint(d, k))["Z"].double() for k in keys])
+        run = runs.Run(d)
+        seed = run.seed
+        Zs = torch.stack([run.params(k)["Z"].double() for k in keys])
         c = pr.c_n(Zs, dist.table, dist.query)                                   # [rows, K, M]
         q = pr.distinct_distribution(Zs[-1:], dist.table, dist.query, dist.distinct)[0]
         picked = [sorted(int(i) for i in torch.nonzero(q[n] >= 0.1).flatten()) for n in range(dist.K)]
@@ -511,9 +512,10 @@ def thm3(ctx: ReproduceContext) -> dict:
         cfg = configure(raw, _options(ctx)[1])
         dist = _facts(cfg)
         for d in train_into(ctx, name, cfg):
-            seed = runs.read_meta(d)["seed"]
-            steps = [s for s in runs.checkpoint_steps(d) if s > 0] + ["final"]
-            Z = torch.stack([runs.params_of(runs.load_checkpoint(d, s))["Z"].double() for s in steps])
+            run = runs.Run(d)
+            seed = run.seed
+            steps = [s for s in run.steps() if s > 0] + ["final"]
+            Z = torch.stack([run.params(s)["Z"].double() for s in steps])
             cv = pr.thm3_cv(Z, dist.table, dist.query, dist.distinct)                    # [steps, K]
             rows += [{"setting": name, "seed": seed, "step": cfg.optim.steps if s == "final" else s, "class": n + 1,
                       "cv": float(cv[i, n])} for i, s in enumerate(steps) for n in range(dist.K)]
@@ -792,12 +794,12 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
             rho[setting, dist.K] = float(G0[~torch.eye(dist.K, dtype=torch.bool)].mean())
             for d in train_into(ctx, f"{setting}_{name}", cfg):
                 eta_y, eta_z = _lrs(d)
-                rec = runs.read_metrics(d)
+                rec = runs.Run(d).metrics
                 z = np.array([r["scan_snap.attention/top_logit"] for r in rec])
                 B = -np.array([r["scan_snap.attention/mean_common"] for r in rec])
                 Bth = theory_B(len(rec) - 1, dist.K, dist.M, eta_y, eta_z)
                 ztheory = np.concatenate([[0.0], np.cumsum(th.gamma(np.arange(len(rec) - 1.0), dist.K, dist.M, eta_y))])
-                seed = runs.read_meta(d)["seed"]
+                seed = runs.Run(d).seed
                 lo, hi = th.stage_switch_bounds(dist.K, dist.M, eta_y, rho[setting, dist.K])
                 row = {"setting": setting, "K": dist.K, "M": dist.M, "eta_y": eta_y, "eta_z": eta_z, "seed": seed,
                        "rho": rho[setting, dist.K],

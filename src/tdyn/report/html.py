@@ -27,8 +27,8 @@ from tdyn import runs
 from tdyn.errors import UserError
 
 ASSETS = "report_files"
-RESULTS = "results.json"
-MANIFEST = "reproduce.json"  # a reproduce-all directory's options, metadata and each reproduction's status
+RESULTS = runs.RESULTS
+MANIFEST = runs.REPRODUCE  # a reproduce-all directory's options, metadata and each reproduction's status
 MAX_TABLE_ROWS = 25
 MAX_RUN_CURVES = 24
 MAX_LEGEND = 12
@@ -330,15 +330,12 @@ def build_index(out_dir: str | Path, title: str | None = None) -> Path:
 
 def collect_runs(d: Path) -> tuple[str, list[Path]]:
     """(kind, run directories) of a run, ensemble, sweep or any directory holding runs."""
-    if (d / "sweep.json").exists():
-        sweep = runs.read_json(d / "sweep.json")
-        return "sweep", [d / r["name"] for r in sweep["runs"] if runs.is_run_dir(d / r["name"])]
-    if (d / "ensemble.json").exists():
-        ens = runs.read_json(d / "ensemble.json")
-        return "ensemble", [d / p for p in ens["dirs"] if runs.is_run_dir(d / p)]
+    for kind, name in (("sweep", runs.SWEEP), ("ensemble", runs.ENSEMBLE)):
+        if (d / name).exists():
+            return kind, runs.job_dirs(d)
     if runs.is_run_dir(d):
         return "run", [d]
-    return "runs", sorted(p.parent for p in d.rglob("meta.json") if runs.is_run_dir(p.parent))
+    return "runs", sorted(p.parent for p in d.rglob(runs.META) if runs.is_run_dir(p.parent))
 
 
 def _metric_groups(keys: list[str]) -> dict[str, list[str]]:
@@ -464,7 +461,7 @@ def _runs_table(run_dirs: list[Path], base: Path) -> str:
         meta = runs.read_meta(d)
         m = runs.read_metrics(d)
         last = m[-1] if m else {}
-        rows.append([f'<a href="{_rel(d / "config.json", base)}">{_e(_relpath(d, base) or ".")}</a>', _e(meta.get("status")),
+        rows.append([f'<a href="{_rel(d / runs.CONFIG, base)}">{_e(_relpath(d, base) or ".")}</a>', _e(meta.get("status")),
                      _e(meta.get("seed")), _e(last.get("step", "—")), _e(fmt(last.get("loss"))),
                      _e(meta.get("message") or "")])
     note = f'<p class="note">first 200 of {len(run_dirs)} runs</p>' if len(run_dirs) > 200 else ""
@@ -484,12 +481,12 @@ def build_run_report(run_dir: str | Path) -> Path:
     if kind == "sweep":
         from tdyn import sweep
 
-        summary = d / "summary.csv"
+        summary = d / runs.SUMMARY
         if not summary.exists():
             sweep.summarize(d)
         parts.append('<section id="summary"><h2>Sweep summary</h2>' + csv_table(summary, d, max_rows=60) + "</section>")
         srows = [[r["name"], r.get("axes"), r.get("seed"), r.get("status"), r.get("error", "")]
-                 for r in runs.read_json(d / "sweep.json")["runs"]]
+                 for r in runs.read_json(d / runs.SWEEP)["runs"]]
         parts.append(_details(f"runs and their status ({len(srows)})", table(["run", "axes", "seed", "status", "error"], srows)))
     parts.append('<section id="runs"><h2>Runs</h2>' + _runs_table(run_dirs, d) + "</section>")
     curves = _curves(run_dirs, labels, assets)
@@ -499,7 +496,7 @@ def build_run_report(run_dir: str | Path) -> Path:
     maps = _heatmaps(run_dirs[0], assets)
     parts.append(f'<section id="heatmaps"><h2>Parameters at the checkpoints ({_e(labels[0])})</h2>' +
                  ("".join(_figure(p, d, c) for p, c in maps) or "<p>no saved checkpoints with 2-D tensors</p>") + "</section>")
-    cfg_src = d / "ensemble.json" if kind == "ensemble" else run_dirs[0] / "config.json"
+    cfg_src = d / runs.ENSEMBLE if kind == "ensemble" else run_dirs[0] / runs.CONFIG
     parts.append('<section id="config"><h2>Config</h2>' +
                  _details(_relpath(cfg_src, d), _json_block(runs.read_json(cfg_src)), open_=False) + "</section>")
     meta0 = runs.read_meta(run_dirs[0])

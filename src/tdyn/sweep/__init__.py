@@ -36,7 +36,7 @@ def run_job(job_dir: str, config: dict, run_dirs: list[str]) -> dict[str, str]:
     if all(s in ("finished", "diverged") for s in st.values()):
         return st
     try:
-        if (job_dir / trainer.MANIFEST).exists() and all(runs.is_run_dir(d) for d in dirs):
+        if (job_dir / runs.ENSEMBLE).exists() and all(runs.is_run_dir(d) for d in dirs):
             try:
                 trainer.resume(job_dir, progress=False)
             except UserError:  # killed before its first checkpoint: start again
@@ -50,7 +50,7 @@ def run_job(job_dir: str, config: dict, run_dirs: list[str]) -> dict[str, str]:
 
 
 def _record(out: Path, spec: SweepSpec, jobs: list[JobPlan], status: dict[str, str], errors: dict[str, str]) -> None:
-    runs.write_json(out / "sweep.json", {
+    runs.write_json(out / runs.SWEEP, {
         "spec": spec.model_dump(mode="json"),
         "runs": [{"name": r.name, "axes": r.axes, "seed": r.seed, "job": j.id, "status": status.get(r.name, "pending"),
                   **({"error": errors[j.id]} if j.id in errors else {})} for j in jobs for r in j.runs],
@@ -64,8 +64,8 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
     spec = spec_source if isinstance(spec_source, SweepSpec) else load_spec(spec_source)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    if (out / "sweep.json").exists():
-        old = runs.read_json(out / "sweep.json")["spec"]
+    if (out / runs.SWEEP).exists():
+        old = runs.read_json(out / runs.SWEEP)["spec"]
         if old != spec.model_dump(mode="json"):
             raise UserError(f"{str(out)!r} holds a different sweep; choose another --out")
     jobs = plan(spec)
@@ -124,7 +124,7 @@ def summarize(out: str | Path) -> Path:
     from tdyn.experiments.common import write_csv
 
     out = Path(out)
-    sweep = runs.read_json(out / "sweep.json")
+    sweep = runs.read_json(out / runs.SWEEP)
     cells: dict[str, dict] = {}
     for r in sweep["runs"]:
         key = repr(sorted(r["axes"].items()))
@@ -145,7 +145,7 @@ def summarize(out: str | Path) -> Path:
             row[f"{k}_std"] = float(v.std(ddof=1)) if len(v) > 1 else math.nan
         rows.append(row)
     cols = axis_cols + ["count"] + [f"{k}_{s}" for k in metric_cols for s in ("mean", "std")]
-    return write_csv(out / "summary.csv", rows, cols)
+    return write_csv(out / runs.SUMMARY, rows, cols)
 
 
 def plot_metric(summary_csv: str | Path, metric: str, x: str, curve: str, path: str | Path, panel: str | None = None):

@@ -28,7 +28,7 @@ from tdyn.errors import ConfigError, UserError
 from tdyn.probes import ProbeContext, get_probes
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.train.seeding import generator
-from tdyn.train.task import Member, get_task
+from tdyn.tasks import Member, get_task
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _FLUSH_SECONDS = 10.0
@@ -217,7 +217,7 @@ class Job:
         meta["message"] = message
         if status != "running":
             meta["ended"] = runs.now()
-        runs.write_json(self.dirs[i] / "meta.json", meta)
+        runs.write_json(self.dirs[i] / runs.META, meta)
 
     # ---- measurements
 
@@ -328,17 +328,10 @@ class Job:
 
 
 def _prepare_out(out: Path, force: bool) -> None:
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise UserError(f"output directory {str(out)!r} already exists and is not empty; "
-                            f"use --force to overwrite or --resume to continue it")
-        import shutil
-
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    runs.prepare_dir(out, force, clear=True, hint=" or --resume to continue it")
 
 
-MANIFEST = "ensemble.json"
+MANIFEST = runs.ENSEMBLE  # kept for callers of trainer.MANIFEST
 
 
 def train(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] | None = None, force: bool = False,
@@ -367,8 +360,8 @@ def train(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] | None = N
                                          "dirs": [os.path.relpath(d, out) for d in dirs]})
     for m, d in zip(members, dirs):
         d.mkdir(parents=True, exist_ok=True)
-        runs.write_json(d / "config.json", member_config(cfg, m))
-        runs.write_json(d / "meta.json", {
+        runs.write_json(d / runs.CONFIG, member_config(cfg, m))
+        runs.write_json(d / runs.META, {
             "tdyn_version": tdyn.__version__, "torch_version": torch.__version__, "git_commit": runs.git_commit(),
             "seed": m.seed, "member": m.name, "lrs": m.lrs, "init_scale": m.init_scale,
             "started": runs.now(), "ended": None, "status": "running", "message": None})
@@ -421,7 +414,7 @@ def resume(out: str | Path, *, progress: bool = True) -> list[Path]:
             meta = runs.read_meta(d)
             meta.setdefault("resumed", []).append({"at": runs.now(), "from_step": step})
             meta["status"], meta["message"] = "running", None
-            runs.write_json(d / "meta.json", meta)
+            runs.write_json(d / runs.META, meta)
         else:
             job.active[i] = False
             job.records[i] = runs.read_metrics(d)
