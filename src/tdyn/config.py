@@ -179,17 +179,23 @@ def validate_config(raw: dict) -> RunConfig:
         raise ConfigError(format_validation_error(e, RunConfig)) from None
 
 
+def read_source(source: str | Path | dict, *, what: str = "config") -> dict:
+    """The one config-source resolver (``tdyn run SOURCE``, a sweep's ``base``): a dict as is, a
+    YAML/JSON file, or a registered experiment's default run config (by name)."""
+    if isinstance(source, dict):
+        return source
+    if Path(source).suffix in (".yaml", ".yml", ".json") or Path(source).exists():
+        return read_config_file(source)
+    # The one late-bound import of the package: experiments sit above config (they build configs);
+    # naming one here is the plug-in point that makes `tdyn run scan-snap/fig4` work.
+    from tdyn.experiments.registry import get
+
+    exp = get(str(source))
+    if exp.default_config is None:
+        raise ConfigError(f"{what}: experiment {str(source)!r} has no run config; use `tdyn reproduce {source}`")
+    return exp.default_config()
+
+
 def load_config(source: str | Path | dict, overrides: list[str] | None = None) -> RunConfig:
     """Load from a dict, a YAML/JSON file, or a registered experiment's default config."""
-    if isinstance(source, dict):
-        raw = source
-    elif Path(source).suffix in (".yaml", ".yml", ".json") or Path(source).exists():
-        raw = read_config_file(source)
-    else:
-        from tdyn.experiments.registry import get
-
-        exp = get(str(source))
-        if exp.default_config is None:
-            raise ConfigError(f"experiment {str(source)!r} has no run config; use `tdyn reproduce {source}`")
-        raw = exp.default_config()
-    return validate_config(apply_overrides(raw, overrides or []))
+    return validate_config(apply_overrides(read_source(source), overrides or []))
