@@ -44,7 +44,8 @@ def test_fig6_then_fig11_12_reuse_the_runs(tmp_path, monkeypatch):
     manifest = root / ".jobs" / "job0000" / "ensemble.json"
     stamp = manifest.stat().st_mtime_ns
     # fig11-12 pointed at fig6's output directory reads its runs
-    ctx2 = ReproduceContext(out=tmp_path / "f11", quick=True, progress=False, overrides=[f"sweep_dir={ctx.out}"])
+    ctx2 = ReproduceContext(out=tmp_path / "f11", quick=True, progress=False,
+                           options=sw.SweepOptions(sweep_dir=ctx.out))
     ctx2.out.mkdir()
     res2 = sw.fig11_12(ctx2)
     assert manifest.stat().st_mtime_ns == stamp            # not trained again
@@ -59,7 +60,7 @@ def test_fig6_then_fig11_12_reuse_the_runs(tmp_path, monkeypatch):
     assert all(c.get("paper") and c.get("definition") for c in res2["claims"])
     # a different config is not mistaken for the finished sweep
     ctx3 = ReproduceContext(out=tmp_path / "f6b", quick=True, progress=False,
-                            overrides=[f"sweep_dir={ctx.out / 'runs'}", "optim.steps=4"])
+                            overrides=["optim.steps=4"], options=sw.SweepOptions(sweep_dir=ctx.out / "runs"))
     ctx3.out.mkdir()
     sw.fig6(ctx3)
     assert manifest.stat().st_mtime_ns == stamp

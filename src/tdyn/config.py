@@ -172,6 +172,28 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     return raw
 
 
+def override_key(item: str) -> str:
+    return item.split("=", 1)[0].strip()
+
+
+def check_shadowed(raw: dict, overrides: list[str]) -> None:
+    """An override that the config's own settings would shadow is an error, never silently dropped:
+    ``optim.groups.G.lr`` while ``ensemble.lrs`` gives every member its own rate for G (and
+    ``optim.groups.G.lr`` is then unused). ``raw`` is the config after the overrides."""
+    lrs = (raw.get("ensemble") or {}).get("lrs") or []
+    for item in overrides:
+        parts = override_key(item).split(".")
+        if len(parts) == 4 and parts[0] == "optim" and parts[1] == "groups" and parts[3] == "lr":
+            g = parts[2]
+            per_member = [m[g] for m in lrs if isinstance(m, dict) and g in m]
+            if per_member:
+                example = json.dumps([m | {g: "…"} if g in m else m for m in lrs], ensure_ascii=False)
+                raise ConfigError(
+                    f"override {item!r} is shadowed by ensemble.lrs, which gives each member its own {g} rate "
+                    f"({', '.join(f'{v:g}' for v in per_member)}); set the members' rates instead: "
+                    f"--set 'ensemble.lrs={example}'".replace('"', ""))
+
+
 def validate_config(raw: dict) -> RunConfig:
     try:
         return RunConfig.model_validate(raw)
@@ -198,4 +220,6 @@ def read_source(source: str | Path | dict, *, what: str = "config") -> dict:
 
 def load_config(source: str | Path | dict, overrides: list[str] | None = None) -> RunConfig:
     """Load from a dict, a YAML/JSON file, or a registered experiment's default config."""
-    return validate_config(apply_overrides(read_source(source), overrides or []))
+    raw = apply_overrides(read_source(source), overrides or [])
+    check_shadowed(raw, overrides or [])
+    return validate_config(raw)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tdyn import runs
-from tdyn.config import apply_overrides, validate_config
+from tdyn.config import apply_overrides, check_shadowed, validate_config
 
 
 def write_csv(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) -> Path:
@@ -151,8 +151,15 @@ def write_results(out: Path, results: dict[str, Any]) -> Path:
 
 
 def configure(base: dict, overrides: list[str]):
-    """Validate a reproduction's run config after the user's ``--set`` overrides."""
-    return validate_config(apply_overrides(base, overrides))
+    """Validate a reproduction's run config after the user's ``--set`` overrides (``ctx.overrides``).
+
+    Marks the overrides consumed (the runner rejects overrides no config consumed); an override the
+    config's own settings would shadow (``optim.groups.Y.lr`` under ``ensemble.lrs``) is an error."""
+    raw = apply_overrides(base, overrides)
+    check_shadowed(raw, overrides)
+    if hasattr(overrides, "consumed"):
+        overrides.consumed = True
+    return validate_config(raw)
 
 
 def train_into(ctx, name: str, cfg) -> list[Path]:

@@ -89,7 +89,8 @@ def _gram_figure(E: torch.Tensor, T: torch.Tensor, path, title: str) -> None:
 
 
 @register("real/topic-embeddings",
-          "Li et al. real-data check: same-topic vs different-topic similarity of MiniLM embeddings and attention")
+          "Li et al. real-data check: same-topic vs different-topic similarity of MiniLM embeddings and attention",
+          takes_set=False)
 def topic_embeddings(ctx: ReproduceContext) -> dict:
     from tdyn.models.minilm import MiniLM
 
@@ -204,7 +205,8 @@ def fig7_config(ctx: ReproduceContext, n_layers: int) -> dict:
                      ckpt_steps=list(range(0, steps + 1, steps // 3)), every=max(steps // 30, 1))
 
 
-@register("real/attention-maps", "Tian et al. Fig 7 analogue: attention of a 1- and 3-layer LM sparsifies on real text")
+@register("real/attention-maps", "Tian et al. Fig 7 analogue: attention of a 1- and 3-layer LM sparsifies on real text",
+          configs=lambda ctx: {f"layers{L}": fig7_config(ctx, L) for L in (1, 3)})
 def attention_maps(ctx: ReproduceContext) -> dict:
     import matplotlib.pyplot as plt
 
@@ -283,7 +285,15 @@ def _noise(group: list[tuple[float, list[float]]]) -> float:
     return float(np.std(tail, ddof=1)) if len(tail) > 1 else 0.0
 
 
-@register("real/entropy-vs-lr", "Tian et al. Fig 10 analogue: final attention entropy falls with the learning rate")
+def fig10_all(ctx: ReproduceContext) -> dict[str, dict]:
+    out = {}
+    for corpus in CORPORA:
+        out[f"{corpus}_eta"], out[f"{corpus}_ratio"] = fig10_configs(ctx, corpus)
+    return out
+
+
+@register("real/entropy-vs-lr", "Tian et al. Fig 10 analogue: final attention entropy falls with the learning rate",
+          configs=fig10_all)
 def entropy_vs_lr(ctx: ReproduceContext) -> dict:
     import matplotlib.pyplot as plt
 

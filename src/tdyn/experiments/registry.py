@@ -12,7 +12,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
+from pydantic import ValidationError
+
+from tdyn.errors import ConfigError, UserError
 from tdyn.registry import Registry
+from tdyn.schema import format_validation_error
 
 _SS = "tdyn.experiments.scan_snap"
 MODULES = {
@@ -41,9 +45,18 @@ MODULES = {
 }
 
 
+class Overrides(list):
+    """The user's ``--set`` overrides, remembering whether a run config consumed them
+    (:func:`tdyn.experiments.common.configure` marks them). The runner rejects overrides that no
+    config of the reproduction consumed (exit 2), so a knob is never silently dropped."""
+
+    consumed: bool = False
+
+
 @dataclasses.dataclass
 class ReproduceContext:
-    """What a reproduction receives: where to write, and the user's options."""
+    """What a reproduction receives: where to write, the user's ``--set`` overrides (applied to every
+    run config it trains, through ``configure``) and its typed ``options`` (``Experiment.options``)."""
 
     out: Path
     seed: int = 0
@@ -51,28 +64,60 @@ class ReproduceContext:
     overrides: list[str] = dataclasses.field(default_factory=list)
     device: str = "cpu"
     progress: bool = True
+    options: Any = None
+
+    def __post_init__(self):
+        if not isinstance(self.overrides, Overrides):
+            self.overrides = Overrides(self.overrides)
 
 
 @dataclasses.dataclass
 class Experiment:
+    """A registered reproduction.
+
+    * ``default_config()``: a run config so that ``tdyn run NAME`` works;
+    * ``configs(ctx)``: every run config (raw dicts, before ``--set``) the reproduction trains, by name.
+      Given, ``--set`` is checked against each before anything runs and ``tdyn config NAME`` prints them;
+    * ``takes_set``: False for a reproduction that trains nothing (``--set`` is then an error);
+      None (not declared) means the runner checks after the run that some config consumed the overrides;
+    * ``options``: a pydantic model of the reproduction's own typed options (``tdyn reproduce NAME --help``).
+    """
+
     name: str
     description: str
     reproduce: Callable[[ReproduceContext], dict[str, Any]]
     default_config: Callable[[], dict[str, Any]] | None = None
+    configs: Callable[[ReproduceContext], dict[str, dict]] | None = None
+    takes_set: bool | None = None
+    options: type | None = None
+
+    def __post_init__(self):
+        if self.configs is not None:
+            self.takes_set = True
+
+    def make_options(self, values: dict[str, Any] | None = None):
+        """The typed options from ``values`` (defaults for the rest); a bad value is a ConfigError."""
+        if self.options is None:
+            if values:
+                raise UserError(f"{self.name} takes no options (given: {', '.join(values)})")
+            return None
+        try:
+            return self.options.model_validate(values or {})
+        except ValidationError as e:
+            raise ConfigError(format_validation_error(e, self.options, "option")) from None
 
 
 EXPERIMENTS: Registry[Experiment] = Registry("experiment", table=MODULES)
 _REGISTRY = EXPERIMENTS._items  # the registered entries (tests add temporary ones with monkeypatch.setitem)
 
 
-def register(name: str, description: str, default_config: Callable[[], dict] | None = None):
-    """Decorator registering ``reproduce(ctx) -> results`` under ``name``.
-
-    ``default_config`` (optional) returns a run config dict so that ``tdyn run NAME`` works.
-    """
+def register(name: str, description: str, default_config: Callable[[], dict] | None = None, *,
+             configs: Callable[[ReproduceContext], dict[str, dict]] | None = None,
+             takes_set: bool | None = None, options: type | None = None):
+    """Decorator registering ``reproduce(ctx) -> results`` under ``name`` (see :class:`Experiment`)."""
 
     def deco(fn):
-        EXPERIMENTS.register(name, Experiment(name, description, fn, default_config))
+        EXPERIMENTS.register(name, Experiment(name, description, fn, default_config, configs, takes_set, options))
         return fn
 
     return deco

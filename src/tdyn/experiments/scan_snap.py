@@ -35,7 +35,7 @@ def fig4_config(seed: int = 0) -> dict:
 
 
 @register("scan-snap/fig4", "Syn-Small c_n maps: attention scans onto the top distinct token; η_Y=10 gives a denser map",
-          default_config=fig4_config)
+          default_config=fig4_config, configs=lambda ctx: {"fig4": fig4_config(ctx.seed)})
 def fig4(ctx: ReproduceContext) -> dict:
     cfg = configure(fig4_config(ctx.seed), ctx.overrides)
     dirs = train_into(ctx, "fig4", cfg)

@@ -18,7 +18,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pydantic import Field
+
 from tdyn import runs
+from tdyn.config import override_key
+from tdyn.errors import UserError
+from tdyn.schema import Strict
 from tdyn.bench import register_bench
 from tdyn.data import scan_snap as data
 from tdyn.experiments.common import (claim, configure, decide, every_cell, margin, paired, reading, train_into,
@@ -42,14 +47,12 @@ def _lrs(run_dir: Path) -> tuple[float, float]:
     return lrs["Y"], lrs["Z"]
 
 
-OPTIONS = ("sweep_dir",)
+class SweepOptions(Strict):
+    """Options of scan-snap/fig6 and fig11-12 (``--sweep-dir DIR``)."""
 
-
-def _options(ctx: ReproduceContext) -> tuple[dict[str, str], list[str]]:
-    """This module's ``--set`` option (``sweep_dir=DIR``) and the run-config overrides."""
-    key = lambda o: o.split("=", 1)[0]  # noqa: E731
-    return ({key(o): o.split("=", 1)[1] for o in ctx.overrides if key(o) in OPTIONS},
-            [o for o in ctx.overrides if key(o) not in OPTIONS])
+    sweep_dir: Path | None = Field(None, description="where the Fig 6 sweep's runs live (default OUT/runs); "
+                                   "an earlier scan-snap/fig6 --out also works. Figs 6 and 11-12 given the same "
+                                   "directory train once")
 
 
 # ---------------------------------------------------------------- Fig 6 sweep (shared with Figs 11–12)
@@ -79,19 +82,21 @@ def fig6_sweep(ctx: ReproduceContext) -> tuple[dict, list[dict]]:
     """Run (or continue) the sweep with ``tdyn sweep``; return (grid, one record per run with its
     final Z and facts).
 
-    Option ``--set sweep_dir=DIR`` places the sweep (default ``<out>/runs``); DIR may also be an
+    Option ``--sweep-dir DIR`` places the sweep (default ``<out>/runs``); DIR may also be an
     earlier ``scan-snap/fig6`` output directory. Finished runs are never retrained, so Figs 6 and
     11–12 given the same ``sweep_dir`` train once. The sweep uses the paper's seeds 1..10
     (``--seed`` is not used).
     """
     from tdyn.sweep import run_sweep
 
-    mine, overrides = _options(ctx)
+    overrides = ctx.overrides
     grid = FIG6_QUICK if ctx.quick else FIG6
-    base = Path(mine.get("sweep_dir", ctx.out / "runs"))
+    configure(fig6_configs(ctx)["fig6-sweep-base"], overrides)  # validates (and consumes) the overrides
+    opts = ctx.options or SweepOptions()
+    base = Path(opts.sweep_dir or ctx.out / "runs")
     if (base / runs.RESULTS).exists() and (base / "runs").is_dir():     # an earlier fig6 --out
         base = base / "runs"
-    spec = fig6_spec(grid, overrides)
+    spec = fig6_spec(grid, list(overrides))
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     root = base / f"fig6{'-quick' if ctx.quick else ''}-{digest}"     # one directory per distinct sweep
     run_sweep(spec, root, progress=ctx.progress)
@@ -118,8 +123,20 @@ def _stack_Z(rs: list[dict]) -> torch.Tensor:
     return torch.stack([r["Z"] for r in rs])
 
 
+def fig6_configs(ctx: ReproduceContext) -> dict[str, dict]:
+    """The sweep's base run config (the sweep sets data.num_last, η_Z and η_Y per run: overriding one of
+    those axes is an error, as the sweep would shadow it)."""
+    spec = fig6_spec(FIG6_QUICK if ctx.quick else FIG6)
+    axes = {k for kind in ("grid", "zip") for k in spec["axes"][kind]}
+    swept = [o for o in ctx.overrides if override_key(o) in axes]
+    if swept:
+        raise UserError(f"--set {swept[0]}: {override_key(swept[0])} is an axis of the Fig 6 sweep "
+                        f"({', '.join(sorted(axes))}); the sweep would shadow the override")
+    return {"fig6-sweep-base": spec["config"]}
+
+
 @register("scan-snap/fig6", "Syn-Medium sweep (640 runs): distinct-token entropy vs η_Y/η_Z per η_Z — "
-          "larger η_Z sparser; rises past ratio ≈ 2")
+          "larger η_Z sparser; rises past ratio ≈ 2", configs=fig6_configs, options=SweepOptions)
 def fig6(ctx: ReproduceContext) -> dict:
     """Entropy of the final attention's renormalised distinct-token distribution (spec §7.2),
     mean ± sample std over 10 seeds, per (#query/#next, η_Z, ratio)."""
@@ -239,7 +256,8 @@ DESCENT_READINGS = (
 
 
 @register("scan-snap/fig11-12", "Recall of distinct tokens vs attention threshold from the Fig 6 sweep's final "
-          "weights: smaller ratio or larger η_Z → sparser, read from the descent rate")
+          "weights: smaller ratio or larger η_Z → sparser, read from the descent rate",
+          configs=fig6_configs, options=SweepOptions)
 def fig11_12(ctx: ReproduceContext) -> dict:
     """Recall (spec §7.3: softmax over all M tokens per query, tag ≥ threshold, share of the query's
     distinct tokens tagged), mean over seeds; Fig 11 curves per ratio, Fig 12 curves per η_Z.
@@ -396,8 +414,15 @@ def fig5_config(seed: int = 0) -> dict:
     return cfg
 
 
+def fig5_configs(ctx: ReproduceContext) -> dict[str, dict]:
+    cfg = fig5_config(ctx.seed)
+    if ctx.quick:
+        cfg["optim"]["steps"] = 50
+    return {"fig5": cfg}
+
+
 @register("scan-snap/fig5", "Syn-Small with Adam, η ∈ {0.1, 0.5, 1}: different rates pick different distinct tokens",
-          default_config=fig5_config)
+          default_config=fig5_config, configs=fig5_configs)
 def fig5(ctx: ReproduceContext) -> dict:
     """c_n maps of class n = 1 (tokens 0–19; rows = iterations 0..10 and Final) per learning rate.
 
@@ -405,9 +430,7 @@ def fig5(ctx: ReproduceContext) -> dict:
     renormalised distinct-token attention c_n at the end (uniform share: 1/10)."""
     from tdyn.experiments.scan_snap import FIG4_ROWS
     from tdyn.report import style
-    cfg = configure(fig5_config(ctx.seed), _options(ctx)[1])
-    if ctx.quick:
-        cfg.optim.steps = 50
+    cfg = configure(fig5_configs(ctx)["fig5"], ctx.overrides)
     dist = _facts(cfg)
     dirs = train_into(ctx, "fig5", cfg)
     keys = FIG4_ROWS + ["final"]
@@ -499,7 +522,7 @@ def thm3_configs(seed: int, quick: bool) -> dict[str, dict]:
 
 
 @register("scan-snap/thm3", "Thm 3 invariant (1 − e^{−2z})/P(l|n)² equal across a class's distinct tokens "
-          "(long sequences, plain SGD)")
+          "(long sequences, plain SGD)", configs=lambda ctx: thm3_configs(ctx.seed, ctx.quick))
 def thm3(ctx: ReproduceContext) -> dict:
     """Coefficient of variation of the invariant over each class's 10 distinct tokens, over
     training, in the long-sequence regime and in the paper's L = 128 momentum setting."""
@@ -509,7 +532,7 @@ def thm3(ctx: ReproduceContext) -> dict:
 
     rows, final, signs, inv_final = [], {}, {}, {}
     for name, raw in thm3_configs(ctx.seed, ctx.quick).items():
-        cfg = configure(raw, _options(ctx)[1])
+        cfg = configure(raw, ctx.overrides)
         dist = _facts(cfg)
         for d in train_into(ctx, name, cfg):
             run = runs.Run(d)
@@ -737,8 +760,20 @@ def _ratio(rows: list[dict], key: str, pred: str) -> tuple[float, float]:
     return float(np.mean(m)), float(np.std(m, ddof=1) / math.sqrt(len(m))) if len(m) > 1 else float("nan")
 
 
+def snap_settings(ctx: ReproduceContext) -> dict:
+    """setting -> (grid, grid -> [(name, raw run config)])."""
+    quick = ctx.quick
+    return {
+        "theorem": (SNAP_THM_QUICK if quick else SNAP_THM,
+                    lambda g: [(f"thm_K{K}", snap_theorem_config(K, ctx.seed, g)) for K in g["K"]]),
+        "paper": (SNAP_QUICK if quick else SNAP,
+                  lambda g: [(f"last{nl}", snap_config(nl, ctx.seed, g)) for nl in g["num_last"]]),
+    }
+
+
 @register("scan-snap/snap-time", "Decoder switch vs t'₀ = K ln M/η_Y and attention snap (B_n leaving its scan law) "
-          "vs t₀ = 2K ln M/η_Y, in Thm 4's setting and on the paper's Syn-Medium data")
+          "vs t₀ = 2K ln M/η_Y, in Thm 4's setting and on the paper's Syn-Medium data", configs=lambda ctx: {
+              f"{setting}_{name}": raw for setting, (grid, make) in snap_settings(ctx).items() for name, raw in make(grid)})
 def snap_time_reproduction(ctx: ReproduceContext) -> dict:
     """The two times of Thm 4 measured separately in training (optimiser steps; spec §5.3: to first order
     batch-independent), each against its prediction, with the constant tested and not only the 1/η_Y scaling.
@@ -778,16 +813,11 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
     from tdyn.report import style
 
     quick = ctx.quick
-    settings = {
-        "theorem": (SNAP_THM_QUICK if quick else SNAP_THM,
-                    lambda g: [(f"thm_K{K}", snap_theorem_config(K, ctx.seed, g)) for K in g["K"]]),
-        "paper": (SNAP_QUICK if quick else SNAP,
-                  lambda g: [(f"last{nl}", snap_config(nl, ctx.seed, g)) for nl in g["num_last"]]),
-    }
+    settings = snap_settings(ctx)
     rows, curves, rho = [], {}, {}
     for setting, (grid, make) in settings.items():
         for name, raw in make(grid):
-            cfg = configure(raw, _options(ctx)[1])
+            cfg = configure(raw, ctx.overrides)
             dist = _facts(cfg)
             f0 = pr.f_n(torch.zeros(1, dist.M, dist.M, dtype=torch.float64), dist.table, dist.query)[0]
             G0 = f0 @ f0.T

@@ -17,7 +17,7 @@ from tdyn.theory import scan_snap as th
 FIG3 = {"K": 10, "M": 1000, "eta_z": 0.5, "etas_y": [0.5, 1.0, 2.0, 5.0], "t_max": 700.0, "C0s": [0.01, 0.1, 1.0]}
 
 
-@register("scan-snap/fig3", "χ_l(t) (Thm 4): smaller η_Y → later snap time t₀ and larger final χ")
+@register("scan-snap/fig3", "χ_l(t) (Thm 4): smaller η_Y → later snap time t₀ and larger final χ", takes_set=False)
 def fig3(ctx: ReproduceContext) -> dict:
     """χ_{l₀}(t) ≤ e^{2B_n(t)} = sqrt(1 + 4Γ(t)/C0) for K = 10, M = 1000, η_Z = 0.5.
 
@@ -110,7 +110,8 @@ FIG8 = [{"M": 50, "etas_y": [0.1, 0.2, 0.5, 1.0, 2.0], "s_max": 3000},
         {"M": 1000, "etas_y": [0.2, 0.5, 1.0, 2.0, 4.0], "s_max": 3000}]
 
 
-@register("scan-snap/fig8", "h*(s) (Lemma 5 recursion) vs h(s) (Lemma 6 ODE): 0 ≤ h* − h ≤ 2η_Y/M, gap → 0")
+@register("scan-snap/fig8", "h*(s) (Lemma 5 recursion) vs h(s) (Lemma 6 ODE): 0 ≤ h* − h ≤ 2η_Y/M, gap → 0",
+          takes_set=False)
 def fig8(ctx: ReproduceContext) -> dict:
     """Lemma 7 on the Fig 8 configurations (the η_Z values in the paper's titles do not enter h)."""
     from tdyn.report import style
@@ -184,7 +185,8 @@ FIG9 = [{"nu": 10.0, "M": 100, "etas_z": [0.5, 1.0, 2.0, 4.0, 8.0], "t_max": 5.0
 FIG9_K, FIG9_C0 = 1, 1.0
 
 
-@register("scan-snap/fig9", "B_n(t) at fixed ν = η_Y/η_Z (Thm 4): B_n(t₀) is the same for every η_Z")
+@register("scan-snap/fig9", "B_n(t) at fixed ν = η_Y/η_Z (Thm 4): B_n(t₀) is the same for every η_Z",
+          takes_set=False)
 def fig9(ctx: ReproduceContext) -> dict:
     """B_n(t) = ¼ ln(1 + 4Γ/C0) at fixed ν, dots at t₀ = 2K ln M/η_Y.
 
