@@ -27,7 +27,7 @@ from tdyn.train.trainer import train
 BENCHES: Registry[Callable[[bool], dict]] = Registry("bench", table={
     "scan_snap_single": "tdyn.bench",
     "scan_snap_ensemble32": "tdyn.bench",
-    "fig6_sweep": "tdyn.experiments.scan_snap_sweeps",
+    "fig6_sweep": "tdyn.experiments.scan_snap_fig6",
     "real_lm_tokens_per_s": "tdyn.experiments.real_text",
     "topic": "tdyn.experiments.topic",
     "decision_list_popgrad_L32_n4": "tdyn.experiments.decision_lists",

@@ -4,17 +4,20 @@ dynamics of a small causal LM on text (Tian et al. Figs 7, 10), on the offline c
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
 from tdyn import runs
-from tdyn.bench import register_bench
+from tdyn.bench import register_bench, timed_train
 from tdyn.data import corpora
 from tdyn.data.real_topics import fit_lda, top_words, word_topics
 from tdyn.experiments.common import claim, configure, decide, every_cell, margin, train_into, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
+from tdyn.models.minilm import MiniLM
 from tdyn.probes.topic_similarity import attention_topic_stats, embedding_topic_stats, permutation_null
 from tdyn.report import style
 
@@ -68,7 +71,6 @@ def _attention_stats(model, docs, wt: dict[str, list[int]], K: int, max_len: int
 
 
 def _gram_figure(E: torch.Tensor, T: torch.Tensor, path, title: str) -> None:
-    import matplotlib.pyplot as plt
 
     style.apply()
     M = E / E.norm(dim=1, keepdim=True)
@@ -92,7 +94,6 @@ def _gram_figure(E: torch.Tensor, T: torch.Tensor, path, title: str) -> None:
           "Li et al. real-data check: same-topic vs different-topic similarity of MiniLM embeddings and attention",
           takes_set=False)
 def topic_embeddings(ctx: ReproduceContext) -> dict:
-    from tdyn.models.minilm import MiniLM
 
     K, n_top = 12, 30
     n_lda_docs, lda_iter = (600, 5) if ctx.quick else (None, 10)
@@ -208,7 +209,6 @@ def fig7_config(ctx: ReproduceContext, n_layers: int) -> dict:
 @register("real/attention-maps", "Tian et al. Fig 7 analogue: attention of a 1- and 3-layer LM sparsifies on real text",
           configs=lambda ctx: {f"layers{L}": fig7_config(ctx, L) for L in (1, 3)})
 def attention_maps(ctx: ReproduceContext) -> dict:
-    import matplotlib.pyplot as plt
 
     style.apply()
     res = {"experiment": "real/attention-maps", "claims": [], "entropy": {}}
@@ -295,7 +295,6 @@ def fig10_all(ctx: ReproduceContext) -> dict[str, dict]:
 @register("real/entropy-vs-lr", "Tian et al. Fig 10 analogue: final attention entropy falls with the learning rate",
           configs=fig10_all)
 def entropy_vs_lr(ctx: ReproduceContext) -> dict:
-    import matplotlib.pyplot as plt
 
     style.apply()
     res = {"experiment": "real/entropy-vs-lr", "claims": [], "entropy_vs_eta": {}, "ratio": {}}
@@ -399,9 +398,7 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
 @register_bench("real_lm_tokens_per_s")
 def _bench_lm(quick: bool) -> dict:
     """Training tokens/s of the tutorial LM (d = 200, 1 layer, vocab 20k; quick: vocab 2k) on wiki, S = 1 and 5."""
-    from pathlib import Path
 
-    from tdyn.bench import timed_train
 
     ctx = ReproduceContext(out=Path("."), device="cuda" if torch.cuda.is_available() else "cpu")
     steps = 20 if quick else 100

@@ -6,10 +6,12 @@ B_n = ¼ ln(1 + 4Γ/C0) from §6.3, χ's upper bound e^{2B_n}.
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from tdyn.experiments.common import claim, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
+from tdyn.report import style
 from tdyn.theory import scan_snap as th
 
 # ---------------------------------------------------------------- Fig 3
@@ -24,7 +26,6 @@ def fig3(ctx: ReproduceContext) -> dict:
     C0 is not stated in the paper (its y-range of about 600 depends on it); the spec's default
     sweeps C0 ∈ {0.01, 0.1, 1} and checks only the ordering and t₀.
     """
-    from tdyn.report import style
 
     c = FIG3
     K, M, eta_z = c["K"], c["M"], c["eta_z"]
@@ -47,7 +48,6 @@ def fig3(ctx: ReproduceContext) -> dict:
                          "snap_rel_err_at_20t0": float(th.B_n_snap(tl, K, M, ey, eta_z, C0) / th.B_n(tl, K, M, ey, eta_z, C0) - 1)}
     write_csv(ctx.out / "fig3.csv", rows, ["C0", "eta_y", "t", "B_n", "chi"])
 
-    import matplotlib.pyplot as plt
 
     style.apply()
     fig, axes = plt.subplots(1, len(c["C0s"]), figsize=(4.2 * len(c["C0s"]), 3.6))
@@ -114,7 +114,6 @@ FIG8 = [{"M": 50, "etas_y": [0.1, 0.2, 0.5, 1.0, 2.0], "s_max": 3000},
           takes_set=False)
 def fig8(ctx: ReproduceContext) -> dict:
     """Lemma 7 on the Fig 8 configurations (the η_Z values in the paper's titles do not enter h)."""
-    from tdyn.report import style
 
     rows, stats = [], {}
     for p in FIG8:
@@ -129,7 +128,6 @@ def fig8(ctx: ReproduceContext) -> dict:
                                             "bound": 2 * ey / M, "final_gap": float(gap[-1])}
     write_csv(ctx.out / "fig8.csv", rows, ["M", "eta_y", "s", "h_star", "h", "gap"])
 
-    import matplotlib.pyplot as plt
 
     style.apply()
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), constrained_layout=True)
@@ -194,7 +192,6 @@ def fig9(ctx: ReproduceContext) -> dict:
     η_Y = 0.5's t₀ = 73.7 outside [0, 50]), and C0 = 1. B_n(t₀) = ¼ ln(1 + 2K(M−1)²h̄²/(νC0)) with
     h̄ the root of e^{Mh} + (M−1)Mh = 2M ln M + 1, so any K, C0 give the same independence.
     """
-    from tdyn.report import style
 
     K, C0 = FIG9_K, FIG9_C0
     rows, at_t0, at_end = [], {}, {}
@@ -209,7 +206,6 @@ def fig9(ctx: ReproduceContext) -> dict:
             at_end.setdefault(f"nu={nu:g}", []).append(float(B[-1]))
     write_csv(ctx.out / "fig9.csv", rows, ["nu", "M", "eta_z", "eta_y", "t", "B_n"])
 
-    import matplotlib.pyplot as plt
 
     style.apply()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
