@@ -6,18 +6,14 @@ Each paper area registers entries with :func:`register_bench`; an entry returns 
 
 from __future__ import annotations
 
-import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
-import torch
-
 from tdyn import runs
-from tdyn.registry import Registry
 from tdyn.data.scan_snap import SYN_SMALL
+from tdyn.registry import Registry
 from tdyn.tasks.scan_snap import yz_config
 from tdyn.train.trainer import train
 
@@ -73,10 +69,7 @@ def _ensemble(quick: bool) -> dict:
             "ensemble_over_one_member": ens / (sum(one) / len(one)), "speedup": seq / ens}
 
 
-def machine_info() -> dict:
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "cuda": torch.cuda.is_available()}
+machine_info = runs.machine_info  # shim: kept for callers of tdyn.bench.machine_info
 
 
 def run(out: str | Path, quick: bool = False, only: list[str] | None = None) -> dict:

@@ -147,7 +147,9 @@ def _cmd_report(args) -> int:
         print(f"{results.get('experiment', rd.name)}:" + (f" FAILED: {results['error']}" if "error" in results else ""))
         _print_claims(results)
     if found:
-        print(f"report: {html.build_index(d)}")
+        from tdyn.experiments.runner import descriptions
+
+        print(f"report: {html.build_index(d, descriptions=descriptions())}")
         return 0
     _, run_dirs = html.collect_runs(d)
     if not run_dirs:

@@ -8,16 +8,19 @@ optimizer state and the data RNG state; ``final.safetensors`` holds the state af
 
 from __future__ import annotations
 
-import datetime as _dt
+import csv
 import functools
+import io
 import json
 import os
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import datetime as _dt
+import platform
+import subprocess
 import torch
 from safetensors.torch import load_file, save
 
@@ -63,6 +66,17 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def write_csv(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) -> Path:
+    """Write ``rows`` with exactly ``columns`` (atomically)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="raise", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: r[c] for c in columns})
+    atomic_write_text(Path(path), buf.getvalue())
+    return Path(path)
 
 
 def read_json(path: Path) -> Any:
@@ -128,6 +142,13 @@ def is_run_dir(path: Path) -> bool:
 def now() -> str:
     """UTC time stamp written into run and reproduction metadata."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def machine_info() -> dict:
+    """The machine and torch settings of this process (bench.json, report pages)."""
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+            "cuda": torch.cuda.is_available()}
 
 
 @functools.lru_cache(maxsize=1)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from pathlib import Path
 from typing import Any
@@ -12,17 +10,8 @@ import numpy as np
 
 from tdyn import runs
 from tdyn.config import apply_overrides, check_shadowed, validate_config
-
-
-def write_csv(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) -> Path:
-    """Write ``rows`` with exactly ``columns`` (atomically)."""
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="raise", lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({c: r[c] for c in columns})
-    runs.atomic_write_text(Path(path), buf.getvalue())
-    return Path(path)
+from tdyn.runs import write_csv  # noqa: F401  (re-exported: the reproductions' CSV tables)
+from tdyn.train.trainer import train
 
 
 VERDICTS = ("holds", "fails", "inconclusive")
@@ -164,6 +153,4 @@ def configure(base: dict, overrides: list[str]):
 
 def train_into(ctx, name: str, cfg) -> list[Path]:
     """Train ``cfg`` into the reproduction's ``runs/<name>`` (replacing an earlier attempt there)."""
-    from tdyn.train.trainer import train
-
     return train(cfg, ctx.out / "runs" / name, force=True, progress=ctx.progress)

@@ -19,6 +19,11 @@ from tdyn.report.html import build_index, metadata, slug
 from tdyn.runs import REPRODUCE as MANIFEST, prepare_dir  # noqa: F401  (prepare_dir: used by the CLI)
 
 
+def descriptions() -> dict[str, str]:
+    """Every registered reproduction's one-line description (for the report pages)."""
+    return {n: e.description for n, e in all_experiments().items()}
+
+
 def accepts(exp: Experiment) -> str:
     """What ``exp`` accepts, for error messages."""
     opts = ", ".join(f"--{f.replace('_', '-')}" for f in exp.options.model_fields) if exp.options else ""
@@ -125,7 +130,7 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
         except KeyboardInterrupt:  # the page still shows what finished
             entry["status"] = "interrupted"
             runs.write_json(out / MANIFEST, manifest)
-            print(f"report so far: {build_index(out)}", flush=True)
+            print(f"report so far: {build_index(out, descriptions=descriptions())}", flush=True)
             raise
         except Exception as e:  # recorded in the page; the other reproductions still run
             entry["status"] = "failed"
@@ -136,4 +141,4 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
         entry["wall_seconds"] = round(time.time() - t0, 2)
     manifest["ended"] = runs.now()
     runs.write_json(out / MANIFEST, manifest)
-    return build_index(out), [e["name"] for e in manifest["reproductions"] if e["status"] == "failed"]
+    return build_index(out, descriptions=descriptions()), [e["name"] for e in manifest["reproductions"] if e["status"] == "failed"]

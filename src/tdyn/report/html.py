@@ -17,14 +17,20 @@ page works from the file system and when the folder is copied elsewhere.
 from __future__ import annotations
 
 import csv
-import html
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-from tdyn import runs
+import html
+import matplotlib.pyplot as plt
+import numpy as np
+import platform
+
+import tdyn
+from tdyn import runs, sweep
 from tdyn.errors import UserError
+from tdyn.report import style
 
 ASSETS = "report_files"
 RESULTS = runs.RESULTS
@@ -66,13 +72,8 @@ def paper_of(name: str, full: bool = False) -> str:
 
 def metadata() -> dict[str, Any]:
     """Versions, machine and date of this process (shown on every page)."""
-    import platform
-
-    import tdyn
-    from tdyn.bench import machine_info
-
     return {"tdyn": tdyn.__version__, "python": platform.python_version(), "git_commit": runs.git_commit(),
-            "host": platform.node(), **machine_info(), "date": runs.now()}
+            "host": platform.node(), **runs.machine_info(), "date": runs.now()}
 
 
 def _e(x: Any) -> str:
@@ -208,10 +209,6 @@ def reproductions(out: Path) -> list[tuple[Path, dict[str, Any]]]:
     return found
 
 
-def _descriptions() -> dict[str, str]:
-    from tdyn.experiments.registry import all_experiments
-
-    return {n: e.description for n, e in all_experiments().items()}
 
 
 def _verdict(c: dict) -> str:
@@ -291,14 +288,17 @@ def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cl
     return "\n".join(parts)
 
 
-def build_index(out_dir: str | Path, title: str | None = None) -> Path:
-    """Write ``out_dir/index.html`` for a reproduce-all directory or one reproduction directory."""
+def build_index(out_dir: str | Path, title: str | None = None, descriptions: dict[str, str] | None = None) -> Path:
+    """Write ``out_dir/index.html`` for a reproduce-all directory or one reproduction directory.
+
+    ``descriptions`` (experiment name -> one line) come from the caller (the CLI and the runner know the
+    registered experiments; the report does not import them); else a results.json's ``description``."""
     out = Path(out_dir)
     results = reproductions(out)
     if not results:
         raise UserError(f"{str(out)!r} holds no {RESULTS} (neither itself nor its subdirectories)")
     manifest = runs.read_json(out / MANIFEST) if (out / MANIFEST).exists() else {}
-    descriptions = _descriptions()
+    descriptions = descriptions or {}
 
     claim_rows = [r for d, res in results for r in _claims_rows(res, out, d)]
     verdicts = [c.get("verdict") for _, res in results for c in res.get("claims", [])]
@@ -349,9 +349,6 @@ def _metric_groups(keys: list[str]) -> dict[str, list[str]]:
 
 
 def _curves(run_dirs: list[Path], labels: list[str], assets: Path) -> list[tuple[Path, str]]:
-    import matplotlib.pyplot as plt
-
-    from tdyn.report import style
 
     style.apply()
     metrics = [runs.read_metrics(d) for d in run_dirs[:MAX_RUN_CURVES]]
@@ -419,10 +416,6 @@ def _strip_steps(run_dir: Path) -> list[int | str]:
 
 def _heatmaps(run_dir: Path, assets: Path) -> list[tuple[Path, str]]:
     """One strip per 2-D parameter / array probe: its value at each saved checkpoint."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from tdyn.report import style
 
     style.apply()
     steps = _strip_steps(run_dir)
@@ -479,7 +472,6 @@ def build_run_report(run_dir: str | Path) -> Path:
     labels = [_relpath(r, d) or "." for r in run_dirs]
     parts = [f"<p>{_e(kind)} directory with {len(run_dirs)} run(s).</p>"]
     if kind == "sweep":
-        from tdyn import sweep
 
         summary = d / runs.SUMMARY
         if not summary.exists():

@@ -7,17 +7,19 @@ run ``DIR/<run name>/``, job manifests ``DIR/.jobs/<job>/ensemble.json``, and ``
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import math
-import time
 from pathlib import Path
 from typing import Any
 
+import concurrent.futures as cf
 import numpy as np
 
 from tdyn import runs
 from tdyn.errors import UserError
+from tdyn.runs import write_csv
+from tdyn.sweep.executors import make_executor
 from tdyn.sweep.spec import JobPlan, SweepSpec, load_spec, plan
+from tdyn.train import trainer
 
 JOBS = ".jobs"
 
@@ -25,7 +27,6 @@ JOBS = ".jobs"
 def run_job(job_dir: str, config: dict, run_dirs: list[str]) -> dict[str, str]:
     """Train (or resume, or skip) one ensemble job; return each run's status. Safe to call again
     after any interruption: finished runs are kept, unfinished ones continue from checkpoints."""
-    from tdyn.train import trainer
 
     job_dir, dirs = Path(job_dir), [Path(d) for d in run_dirs]
 
@@ -69,7 +70,6 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
         if old != spec.model_dump(mode="json"):
             raise UserError(f"{str(out)!r} holds a different sweep; choose another --out")
     jobs = plan(spec)
-    from tdyn.sweep.executors import make_executor
 
     ex = executor_obj or make_executor(executor, workers=workers, address=address, folder=str(out / ".submitit"))
     status: dict[str, str] = {}
@@ -121,7 +121,6 @@ def final_metrics(run_dir: Path) -> dict[str, float]:
 
 def summarize(out: str | Path) -> Path:
     """``summary.csv``: one row per cell (axes, count, mean and sample std of each final metric)."""
-    from tdyn.experiments.common import write_csv
 
     out = Path(out)
     sweep = runs.read_json(out / runs.SWEEP)
