@@ -44,15 +44,17 @@ def _cmd_run(args) -> int:
     from tdyn import runs
 
     for d in dirs:
-        meta = runs.read_meta(d)
-        last = (runs.read_metrics(d) or [{}])[-1]
+        run = runs.Run(d)
+        meta = run.meta
+        last = (run.metrics or [{}])[-1]
         loss = last.get("loss")
         print(f"{d}: {meta['status']}" + (f" (final loss {loss:.4f})" if isinstance(loss, float) else "")
               + (f" — {meta['message']}" if meta.get("message") else ""))
-    return 0 if all(runs.read_meta(d)["status"] == "finished" for d in dirs) else 1
+    return 0 if all(runs.Run(d).status == "finished" for d in dirs) else 1
 
 
 def _cmd_reproduce(args) -> int:
+    from tdyn import runs
     from tdyn.experiments import runner
     from tdyn.experiments.registry import ReproduceContext, get
 
@@ -74,7 +76,7 @@ def _cmd_reproduce(args) -> int:
     runner.prepare_dir(out, args.force)
     results = runner.run_reproduction(exp, ctx)
     _print_claims(results)
-    print(f"wrote {out / 'results.json'} ({results['wall_seconds']:.1f}s)")
+    print(f"wrote {out / runs.RESULTS} ({results['wall_seconds']:.1f}s)")
     return 0
 
 
@@ -155,7 +157,8 @@ def _cmd_report(args) -> int:
     if not run_dirs:
         raise UserError(f"{str(d)!r} holds no results.json and no run directory")
     for rd in run_dirs:
-        meta, metrics = runs.read_meta(rd), runs.read_metrics(rd)
+        run = runs.Run(rd)
+        meta, metrics = run.meta, run.metrics
         last = metrics[-1] if metrics else {}
         print(f"{rd}: {meta['status']}, {len(metrics)} evaluations, last step {last.get('step')}, "
               f"loss {last.get('loss')}")
