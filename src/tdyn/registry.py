@@ -52,7 +52,8 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         self._load(name)
         if name not in self._items:
-            raise self.error(f"{self.label}: unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}")
+            where = f"{self.label}: " if self.label != self.kind else ""
+            raise self.error(f"{where}unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}")
         return self._items[name]
 
     def __contains__(self, name: str) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from tdyn.config import (Strict, apply_overrides, format_validation_error, load_config, read_config_file, read_source,
                          validate_config)
@@ -72,8 +72,6 @@ class SweepSpec(Strict):
 
 
 def load_spec(source: str | Path | dict) -> SweepSpec:
-    from pydantic import ValidationError
-
     raw = source if isinstance(source, dict) else read_config_file(source)
     try:
         return SweepSpec.model_validate(raw)
