@@ -186,12 +186,15 @@ def test_margin_test_vs_enumeration(sampler, L, n, M):
     assert agree == 60 and 0 < perfect < 60
 
 
-def test_hessian_power_iteration_vs_dense():
-    L, n = 3, 2
+@pytest.mark.parametrize("L,n,scale,c", [(3, 2, 0.5, 0.0), (5, 3, 0.7, 0.0), (5, 4, 0.3, 40.0)])
+def test_lambda_max_lanczos_vs_autograd_dense_hessian(L, n, scale, c):
+    """λ_max (Lanczos on HVPs) equals the top eigenvalue of the autograd dense Hessian to 1e-10 relative."""
     task = dl.make_task(L, 2, seed=0)
     types = th.enumerate_types(task, n, "B")
-    model = _model(L, scale=0.5)
-    lam = th.top_hessian_eigenvalue(model, task, types, iters=500, tol=1e-13, gen=torch.Generator().manual_seed(0))
+    model = _model(L, scale=scale)
+    with torch.no_grad():
+        model.V += c * task.P
+    lam = th.top_hessian_eigenvalue(model, task, types, gen=torch.Generator().manual_seed(0))
 
     y = dl.labels(task, types.seqs)
 
@@ -202,7 +205,11 @@ def test_hessian_power_iteration_vs_dense():
     flat = torch.cat([model.W.detach().flatten(), model.V.detach().flatten()])
     H = torch.autograd.functional.hessian(F, flat)
     ev = torch.linalg.eigvalsh(H)
-    assert lam == pytest.approx(float(ev[-1]), rel=1e-6)
+    assert lam == pytest.approx(float(ev[-1]), rel=1e-10, abs=1e-14)
+    assert torch.allclose(th.dense_hessian(model, task, types), H, atol=1e-10 * float(H.abs().max()), rtol=0)
+    # warm start from the eigenvector gives the same value
+    lam2, vec = th.top_hessian_eigenvalue(model, task, types, return_vector=True)
+    assert th.top_hessian_eigenvalue(model, task, types, v0=vec) == pytest.approx(lam2, rel=1e-10)
 
 
 @pytest.mark.parametrize("sampler", ["A", "B"])
@@ -246,3 +253,103 @@ def test_monte_carlo_estimate_vs_exact(sampler):
     se = float(seq.std()) / math.sqrt(len(mc))
     assert abs(float(a) - float(b)) < 5 * se                      # 5 standard errors
     assert abs(float(ca.acc_pop) - float(cb.acc_pop)) < 5 * 0.5 / math.sqrt(len(mc))
+
+
+# ----------------------------------------------------------------------------- issue 12 definitions
+def test_subsets_by_complement_equal_direct_and_n29():
+    for L, n in [(7, 5), (8, 6), (6, 3), (5, 5), (9, 1)]:
+        direct = torch.combinations(torch.arange(L), n) if n > 1 else torch.arange(L)[:, None]
+        got = th.subsets(L, n)
+        assert torch.equal(got, direct), (L, n)   # same rows, same (lexicographic) order
+    s = th.subsets(30, 29)                        # torch.combinations overflows here
+    assert s.shape == (30, 29) and (s[:, 1:] > s[:, :-1]).all()
+    assert len({tuple(r) for r in s.tolist()}) == 30
+    task = dl.make_task(30, 2, seed=0)
+    types = th.enumerate_types(task, 29, "B")
+    assert float(types.prob.sum()) == pytest.approx(1.0, abs=1e-12)
+    c = 5000.0
+    model = _model(30, V=c * task.P)
+    F = th.population_loss(model, task, types)
+    assert F.item() == pytest.approx(math.log(29 + 1 * math.exp(-c / 29)), abs=1e-12)
+
+
+def test_gamma_pattern_hand_made():
+    # A, L=4, n=2, list (a1, q): patterns (q,q): 1/16·1; (a1,q): 2/16·1/2; (q,o) with 2 choices of o: 4/16·1/2
+    assert th.gamma_pattern(4, 2, 2, "A") == pytest.approx(1 / 16)
+    # B, L=4, n=2: {a1,q}: (1/4)·1/3; {q,o}: (1/4)·2/3
+    assert th.gamma_pattern(4, 2, 2, "B") == pytest.approx(1 / 12)
+    # B with M = 2 equals the joint γ = δ/L (the rarest presence pattern is the rarest determining event)
+    dg = dl.delta_gamma(50, 5, 2, "B")
+    assert th.gamma_pattern(50, 5, 2, "B") == pytest.approx(dg["gamma_joint"], rel=1e-12)
+
+
+def test_reduced_logit_margins_hand_made_and_vs_full_model():
+    # B, L=5, n=2, M=2: sets containing q are {a1,q} (target a1) and {q,o} (target q); c·(α_tgt − α_other)
+    c, w = 10.0, torch.tensor([0.3, 0.1, -0.2], dtype=torch.float64)   # (w_a1, w_q, w_out)
+    cf = th.reduced_configs(5, 2, 2, "B")
+    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    hand = min(c * (2 * sig(0.3 - 0.1) - 1), c * (2 * sig(0.1 + 0.2) - 1))
+    assert float(th.reduced_logit_margins(w, cf, c)[0]) == pytest.approx(hand, rel=1e-12)
+    # against the literal model's min position margin over the full support, both samplers
+    for sampler, L, n, M in [("A", 6, 4, 3), ("B", 8, 4, 3)]:
+        task = dl.make_task(L, M, seed=3)
+        types = th.enumerate_types(task, n, sampler)
+        cf = th.reduced_configs(L, n, M, sampler)
+        g = torch.Generator().manual_seed(1)
+        for _ in range(5):
+            w = 0.5 * torch.randn(M + 1, generator=g, dtype=torch.float64) + torch.linspace(1, 0, M + 1, dtype=torch.float64)
+            W = w[M].repeat(L, L)
+            W[task.lists, torch.arange(L)[:, None]] = w[:M]
+            model = _model(L, V=c * task.P)
+            with torch.no_grad():
+                model.W[0] = W
+            full = float(th.classify(model, task, types).min_margin[0])
+            red = float(th.reduced_logit_margins(w, cf, c)[0])
+            assert red == pytest.approx(full, abs=1e-10)
+            assert (red > 0) == (th.reduced_margin(w, cf) > 0)
+
+
+def test_grid_versions_equal_pointwise():
+    L, n, M = 12, 4, 3
+    task = dl.make_task(L, M, seed=0)
+    s = dl.sample(task, 300, n, "A", torch.Generator().manual_seed(0))
+    cf = th.reduced_configs(L, n, M, "A")
+    g = torch.Generator().manual_seed(2)
+    scale = torch.linspace(0, 4, 30, dtype=torch.float64)[:, None]
+    ws = 0.3 * torch.randn(30, M + 1, generator=g, dtype=torch.float64) + scale * torch.linspace(2, 0, M + 1, dtype=torch.float64)
+    tab = th.sample_table(task, s)
+    grid = th.sample_correct_grid(ws, tab)
+    acc = th.reduced_acc_pop_grid(ws, cf)
+    for i, w in enumerate(ws):
+        assert bool(grid[i]) == bool(th.reduced_sample_correct(w, task, s).all())
+        assert float(acc[i]) == pytest.approx(th.reduced_acc_pop(w, cf), abs=1e-14)
+    assert 0 < int(grid.sum()) < len(ws)
+
+
+def test_T_sup_kappa_definition():
+    L, n, M = 100, 3, 2
+    c = 4 * n * math.log(L) / dl.delta_gamma(L, n, M, "B")["delta"]
+    r = th.solve_reduced_flow(L, n, M, "B", c, t_max=1e4, kappas=(0.1, 1.0))
+    cf = th.reduced_configs(L, n, M, "B")
+    assert 0 < r.T_sup <= r.T_kappa[0.1] <= r.T_kappa[1.0]
+    # the run stops at the last κ event, where the min logit margin equals κ
+    assert r.t[-1] == pytest.approx(r.T_kappa[1.0], rel=1e-12)
+    assert float(th.reduced_logit_margins(torch.from_numpy(r.w[-1]), cf, c)[0]) == pytest.approx(1.0, rel=1e-5)
+    # hand-made: with c tiny a margin of 1 needs α differences > 1/c ≥ 1: never reached
+    r2 = th.solve_reduced_flow(10, 3, 2, "B", 0.5, t_max=50.0, kappas=(1.0,))
+    assert r2.T_kappa[1.0] is None and float(np.max(r2.margin)) < 0.5
+
+
+def test_eta_hypothesis_is_judged_inside_the_hypotheses_only():
+    """Exploratory runs above η·λ_max = 1 are reported, not a failure; an inside run above it fails;
+    no inside run with a perfect iterate is inconclusive."""
+    from tdyn.experiments.decision_lists import _eta_claim
+
+    def row(regime, v):
+        return {"regime": regime, "L": 4, "n": 3, "M": 2, "eps": 1.0, "eta_factor": 1.0, "seed": 0, "k_star": 3,
+                "max_eta_lambda_to_kstar": v}
+
+    c = _eta_claim([row("inside", 1.0), row("exploratory", 1.3)])
+    assert c["verdict"] == "holds" and c["numbers"]["max_eta_lambda_by_regime"]["exploratory"] == 1.3
+    assert _eta_claim([row("inside", 1.2), row("exploratory", 0.5)])["verdict"] == "fails"
+    assert _eta_claim([row("exploratory", 1.3)])["verdict"] == "inconclusive"

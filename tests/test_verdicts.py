@@ -58,7 +58,7 @@ def test_readme_table_is_generated(tmp_path):
     assert text.startswith("intro\n") and text.endswith("\noutro\n") and "old table" not in text
     assert "| `paper/a` | full | 90 s | 1 | 1 | 0 |" in text
     assert "| `paper/b` | quick | 90 s | 0 | 0 | 1 |" in text
-    assert "y \\| pipes" in text and "[Fig 2]" in text and "never moved" in text
+    assert "y \\| pipes" in text and "never moved" in text
     verdicts.write_readme(res, readme, names=["paper/a", "paper/b", "paper/c"])       # idempotent
     assert readme.read_text() == text
 

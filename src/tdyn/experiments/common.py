@@ -76,10 +76,12 @@ def within(ratio: float, noise: float, tol: float, *, k: float = 2.0) -> bool | 
     return None
 
 
-def reading(definition: str, held: bool | None, *, reason: str | None = None, **numbers: Any) -> dict[str, Any]:
-    """One reading of a claim whose paper leaves a definition open: its definition, its own verdict
-    and numbers. A claim with several readings reports them side by side (see :func:`claim`)."""
-    return {"definition": definition, "verdict": _verdict_word(held), "held": held,
+def reading(definition: str, held: bool | None, *, reason: str | None = None, name: str | None = None,
+            **numbers: Any) -> dict[str, Any]:
+    """One reading of a claim whose paper leaves a definition open: its definition (``name``: a short
+    label for summaries, default the definition), its own verdict and numbers. A claim with several
+    readings reports them side by side (see :func:`claim`)."""
+    return {"name": name or definition, "definition": definition, "verdict": _verdict_word(held), "held": held,
             "numbers": _jsonable(numbers)} | ({"reason": reason} if held is None and reason else {})
 
 
@@ -107,8 +109,11 @@ def claim(id: str, statement: str, held: bool | None = None, *, paper: str | Non
             words = {r["verdict"] for r in readings}
             if len(words) == 1 and words != {"inconclusive"}:
                 held = readings[0]["held"]
+            elif words == {"inconclusive"}:
+                reason = "every reading inconclusive: " + "; ".join(
+                    f"{r['name']}" + (f" ({r['reason']})" if r.get("reason") else "") for r in readings)
             else:
-                reason = "readings disagree: " + "; ".join(f"{r['verdict']} under {r['definition']}" for r in readings)
+                reason = "readings disagree: " + "; ".join(f"{r['verdict']} under {r['name']}" for r in readings)
     if held is None and not reason:
         reason = "not decided"
     out = {"id": id, "claim": statement, "verdict": _verdict_word(held), "held": held}

@@ -373,7 +373,8 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
             held, reason=why,
             paper="Tian et al. §6 prediction (b) and Fig 10: a larger η_Z gives sparser attention",
             definition="final layer-0 validation attention entropy, mean over seeds, largest vs smallest η_Z at "
-                       "each ratio; σ = standard error over seeds",
+                       "each ratio; σ = standard error over seeds (one seed: std of its entropy over the last "
+                       "quarter of training)",
             measured="final attention entropy (mean over seeds) vs η_Z and η_Y/η_Z",
             expected="largest η_Z < smallest η_Z by 2σ, at every ratio", table=tab, noise=sd))
         rises = [decide(v[-1] - v[0], float(np.hypot(sd[z][-1], sd[z][0]))) for z, v in tab.items()]

@@ -43,6 +43,10 @@ def _time(sec: Any) -> str:
     return f"{sec:.0f} s" if sec < 120 else f"{sec / 60:.0f} min" if sec < 7200 else f"{sec / 3600:.1f} h"
 
 
+def _short(text: str, n: int = 240) -> str:
+    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
+
+
 def table(d: Path, names: list[str] | None = None) -> str:
     """Markdown: one row per reproduction (settings, wall time, verdict counts) and, below, every claim
     that did not hold with its verdict, reason and the paper statement it tests. ``names`` (the
@@ -54,24 +58,24 @@ def table(d: Path, names: list[str] | None = None) -> str:
     missing = [n for n in names or [] if n not in have]
     rows = ["| reproduction | settings | time | holds | fails | inconclusive |", "|---|---|---|---|---|---|"]
     notes = []
+    lines = {n: f"| `{_md(n)}` | not run at full settings | — | — | — | — |" for n in missing}
     for rdir, res in found:
         name = res.get("experiment", rdir.name)
         claims = res.get("claims", [])
         counts = {v: sum(c.get("verdict") == v for c in claims) for v in ORDER}
         setting = "quick" if res.get("quick") else "full" + (f" ({res['settings_note']})" if res.get("settings_note") else "")
         err = " (error)" if "error" in res else ""
-        rows.append(f"| `{_md(name)}`{err} | {_md(setting)} | {_time(res.get('wall_seconds'))} | "
-                    + " | ".join(str(counts[v]) for v in ORDER) + " |")
+        lines[name] = (f"| `{_md(name)}`{err} | {_md(setting)} | {_time(res.get('wall_seconds'))} | "
+                       + " | ".join(str(counts[v]) for v in ORDER) + " |")
         for c in claims:
             if c.get("verdict") != "holds":
-                why = f" — {c['reason']}" if c.get("reason") else ""
-                ref = f" [{c['paper']}]" if c.get("paper") else ""
-                notes.append(f"- `{_md(name)}` · `{_md(c.get('id', ''))}` **{_md(c.get('verdict'))}**{ref}: "
-                             f"{_md(c.get('claim', ''))}{_md(why)}")
-    rows += [f"| `{_md(n)}` | not run at full settings | — | — | — | — |" for n in missing]
+                text = c["reason"] if c.get("verdict") == "inconclusive" and c.get("reason") else c.get("claim", "")
+                notes.append(f"- `{_md(name)}` `{_md(c.get('id', ''))}` **{_md(c.get('verdict'))}**: {_md(_short(text))}")
+    rows += [lines[n] for n in sorted(lines)]
     out = "\n".join(rows)
     if notes:
-        out += "\n\nClaims that did not hold (the numbers are in each `results.json`):\n\n" + "\n".join(notes)
+        out += ("\n\nClaims that did not hold (fails: the claim; inconclusive: why; the paper statement, definition "
+                "and numbers are in each `results.json`):\n\n" + "\n".join(notes))
     return out + "\n"
 
 

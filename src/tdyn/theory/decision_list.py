@@ -50,7 +50,10 @@ def enumerate_types(task: DecisionListTask, n: int, sampler: Sampler) -> Types:
     """All n-subsets (B) or n-multisets (A) of [L] with their probabilities under μ (spec §6.1)."""
     check_sampler(sampler)
     ar = torch.arange(task.L)
-    seqs = torch.combinations(ar, n, with_replacement=(sampler == "A")) if n > 1 else ar[:, None]
+    if sampler == "B":
+        seqs = subsets(task.L, n)
+    else:
+        seqs = torch.combinations(ar, n, with_replacement=True) if n > 1 else ar[:, None]
     mu = task.mu
     if sampler == "A":
         cnt = (seqs[:, :, None] == seqs[:, None, :]).sum(-1).double()       # count of each position's token
@@ -62,6 +65,31 @@ def enumerate_types(task: DecisionListTask, n: int, sampler: Sampler) -> Types:
         perms = torch.tensor(list(itertools.permutations(range(n))))
         logp = torch.logsumexp(sequence_log_prob(seqs[:, perms], mu, "B"), -1)
     return Types(seqs, logp.exp())
+
+
+def combinations(L: int, r: int) -> torch.Tensor:
+    """All r-subsets of [L] as sorted rows, in lexicographic order, (C(L, r), r) long. Built row by row
+    from itertools (``torch.combinations`` materialises an Lʳ intermediate and overflows near r ≈ 29)."""
+    if r == 0:
+        return torch.zeros((1, 0), dtype=torch.long)
+    flat = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(L), r)), dtype=np.int64,
+                       count=math.comb(L, r) * r)
+    return torch.from_numpy(flat.reshape(-1, r))
+
+
+def subsets(L: int, n: int) -> torch.Tensor:
+    """All n-subsets of [L] (sorted rows, (C(L, n), n)); enumerated through their complements, the
+    (L − n)-subsets, when that is the smaller side (e.g. L = 30, n = 29: 30 complements)."""
+    if not 0 <= n <= L:
+        raise ValueError(f"n = {n} is not allowed; allowed: 0 <= n <= L = {L}")
+    if L - n >= n:
+        return combinations(L, n)
+    comp = combinations(L, L - n)
+    keep = torch.ones(len(comp), L, dtype=torch.bool)
+    keep[torch.arange(len(comp))[:, None], comp] = False
+    rows = torch.arange(L).expand(len(comp), L)[keep].reshape(len(comp), n)
+    order = np.lexsort(rows.numpy().T[::-1])      # lexicographic, as the direct enumeration
+    return rows[torch.from_numpy(order)]
 
 
 def all_sequences(task: DecisionListTask, n: int, sampler: Sampler) -> Types:
@@ -289,6 +317,86 @@ def reduced_sample_correct(w: torch.Tensor, task: DecisionListTask, s: torch.Ten
     return (tgt > rest).all(-1)
 
 
+def gamma_pattern(L: int, n: int, m: int, sampler: Sampler) -> float:
+    """Mass of the rarest multiplicity pattern: min over the reduced configurations of one query (spec §6.3:
+    the counts of the list tokens and the multiplicity pattern of the out-of-list tokens under A; the
+    presence pattern of a_1..a_{m−1} under B) of P(pattern)·c_q/n. A candidate γ for result (1)."""
+    return float(reduced_configs(L, n, m, sampler).logw.min().exp())
+
+
+def reduced_logit_margins(ws: torch.Tensor, cf: ReducedConfigs, c: float, chunk: int = 64) -> torch.Tensor:
+    """Min over the full support of the logit margin z_y − max_{r≠y} z_r at V = cP, for each reduced state
+    in ``ws`` (T, m+1): (T,). Per configuration the margin is c·(α_{a*} − max(α of the other present
+    tokens, 0 when a label is absent)); strict perfection ⟺ > 0 (the same sign as ``support_margins``)."""
+    ws = torch.as_tensor(ws, dtype=torch.float64).reshape(-1, cf.m + 1)
+    present = cf.counts > 0
+    logc = torch.where(present, cf.counts.clamp_min(1e-300).log(), -torch.inf)
+    tgt_mask = torch.zeros_like(present)
+    tgt_mask[torch.arange(len(present)), cf.astar] = True
+    absent = torch.where(cf.k < cf.L, 0.0, -torch.inf).to(torch.float64)
+    out = []
+    for i in range(0, len(ws), chunk):
+        alpha = torch.softmax(logc + ws[i:i + chunk, cf.slot_index][:, None, :], -1)     # (t, K, slots)
+        tgt = (alpha * tgt_mask).sum(-1)
+        other = torch.where(tgt_mask | ~present, -torch.inf, alpha).amax(-1)
+        out.append((c * (tgt - torch.maximum(other, absent))).amin(-1))
+    return torch.cat(out)
+
+
+def reduced_acc_pop_grid(ws: torch.Tensor, cf: ReducedConfigs, chunk: int = 64) -> torch.Tensor:
+    """``reduced_acc_pop`` for every state of ``ws`` (T, m+1) at once: (T,)."""
+    ws = torch.as_tensor(ws, dtype=torch.float64).reshape(-1, cf.m + 1)
+    logc = torch.where(cf.counts > 0, cf.counts.clamp_min(1e-300).log(), -torch.inf)
+    tgt_mask = torch.zeros_like(logc, dtype=torch.bool)
+    tgt_mask[torch.arange(len(logc)), cf.astar] = True
+    wt = cf.logw.exp() * cf.L
+    out = []
+    for i in range(0, len(ws), chunk):
+        score = logc + ws[i:i + chunk, cf.slot_index][:, None, :]
+        tgt = torch.where(tgt_mask, score, -torch.inf).amax(-1)
+        rest = torch.where(tgt_mask, -torch.inf, score).amax(-1)
+        out.append((tgt > rest).double() @ wt)
+    return torch.cat(out)
+
+
+@dataclasses.dataclass
+class SampleTable:
+    """The w-independent part of ``reduced_sample_correct`` for a fixed sample, deduplicated: for every
+    distinct (query position) pattern, the target's slot and log count and, per slot, the largest log
+    count of a non-target key in that slot (−inf: none). A position is correct ⟺
+    tgt_logc + w[tgt_slot] > max_s (rest[s] + w[s])."""
+
+    tgt_slot: torch.Tensor   # (U,)
+    tgt_logc: torch.Tensor   # (U,)
+    rest: torch.Tensor       # (U, m+1)
+
+
+def sample_table(task: DecisionListTask, s: torch.Tensor) -> SampleTable:
+    m = task.M
+    lst = task.lists[s]                                              # (N, q, M)
+    hit = s[:, None, :, None] == lst[:, :, None, :]                  # (N, q, key, M)
+    slot = torch.where(hit.any(-1), hit.to(torch.int8).argmax(-1), torch.full_like(s[:, None, :], m))
+    cnt = (s[:, :, None] == s[:, None, :]).sum(-1).double()          # count of each key's token
+    logc = cnt.log()[:, None, :].expand_as(slot)
+    k = torch.where(hit.any(-2), torch.arange(m), m).amin(-1)        # first present list slot per query
+    is_tgt = slot == k[..., None]
+    tgt_logc = torch.where(is_tgt, logc, -torch.inf).amax(-1)
+    rest = torch.full((*slot.shape[:2], m + 1), -torch.inf, dtype=torch.float64)
+    rest = rest.scatter_reduce(-1, slot.long(), torch.where(is_tgt, -torch.inf, logc), "amax")
+    rows = torch.cat([k[..., None].double(), tgt_logc[..., None], rest], -1).reshape(-1, m + 3)
+    rows = torch.unique(torch.nan_to_num(rows, neginf=-1e300), dim=0)
+    rows = torch.where(rows <= -1e299, -torch.inf, rows)
+    return SampleTable(rows[:, 0].long(), rows[:, 1], rows[:, 2:])
+
+
+def sample_correct_grid(ws: torch.Tensor, tab: SampleTable) -> torch.Tensor:
+    """Whether every position of every sample is strictly correct, for each state of ``ws`` (T, m+1): (T,)."""
+    ws = torch.as_tensor(ws, dtype=torch.float64).reshape(-1, tab.rest.shape[1])
+    tgt = tab.tgt_logc + ws[:, tab.tgt_slot]                          # (T, U)
+    rest = (tab.rest[None] + ws[:, None, :]).amax(-1)                # (T, U)
+    return (tgt > rest).all(-1)
+
+
 @dataclasses.dataclass
 class FlowResult:
     T_sup: float | None           # first time Err_sup = 0 (None: not reached by t_max)
@@ -297,6 +405,9 @@ class FlowResult:
     t: np.ndarray                 # dense time grid
     w: np.ndarray                 # (len(t), m+1)
     t_max: float
+    T_kappa: dict[float, float | None] = dataclasses.field(default_factory=dict)  # first min logit margin >= κ
+    margin: np.ndarray | None = None      # min full-support logit margin on the grid t
+    w_scale_at_T_sup: float | None = None  # max |W| entry at T_sup (W₀ = 0: the size of the score differences)
 
 
 def _first_time(sol, ts: np.ndarray, ok: np.ndarray, pred, fallback: float | None) -> float | None:
@@ -316,56 +427,92 @@ def _first_time(sol, ts: np.ndarray, ok: np.ndarray, pred, fallback: float | Non
 
 def solve_reduced_flow(L: int, n: int, m: int, sampler: Sampler, c: float, t_max: float,
                        eps: tuple[float, ...] = (1e-3,), grid: int = 400,
-                       samples: tuple[DecisionListTask, torch.Tensor] | None = None) -> FlowResult:
-    """Gradient flow on W (V = cP, W₀ = 0) in the reduced coordinates; LSODA with a terminal event at
-    full-support perfection (spec §6.3–6.4). T_pop(ε) and T_N (on ``samples`` = (task, sequences)) by a
-    grid search on the dense solution + bisection; both are <= T_sup (perfect on the support)."""
+                       samples: tuple[DecisionListTask, torch.Tensor] | None = None,
+                       kappas: tuple[float, ...] = ()) -> FlowResult:
+    """Gradient flow on W (V = cP, W₀ = 0) in the reduced coordinates, float64; LSODA with events at
+    full-support perfection (spec §6.3–6.4) and at min logit margin >= κ for each κ in ``kappas``
+    (T_sup(κ), spec §7); the run stops at the last of these. T_pop(ε) and T_N (on ``samples`` =
+    (task, sequences)) by a grid search on the dense solution + bisection; both are <= T_sup."""
     cf = reduced_configs(L, n, m, sampler)
 
     def rhs(_, y):
         return -reduced_grad(torch.from_numpy(y), cf, c).numpy()
 
-    def event(_, y):
+    def strict(_, y):
         return reduced_margin(torch.from_numpy(y), cf)
 
-    event.terminal, event.direction = True, 1
+    strict.terminal, strict.direction = not kappas, 1
+    events = [strict]
+    for kappa in kappas:
+        def ev(_, y, kappa=kappa):
+            return float(reduced_logit_margins(torch.from_numpy(y), cf, c)[0]) - kappa
+        ev.terminal, ev.direction = kappa == max(kappas), 1
+        events.append(ev)
     sol = solve_ivp(rhs, (0.0, t_max), np.zeros(m + 1), method="LSODA", rtol=1e-8, atol=1e-10,
-                    events=event, dense_output=True)
+                    events=events, dense_output=True)
     T_sup = float(sol.t_events[0][0]) if len(sol.t_events[0]) else None
+    m0 = float(reduced_logit_margins(torch.zeros(m + 1, dtype=torch.float64), cf, c)[0])
+    T_kappa = {kappa: (0.0 if m0 >= kappa else float(sol.t_events[i + 1][0]) if len(sol.t_events[i + 1]) else None)
+               for i, kappa in enumerate(kappas)}
     t_end = float(sol.t[-1])
     ts = np.concatenate([[0.0], np.geomspace(max(t_end, 1e-12) * 1e-9, t_end, grid)]) if t_end > 0 else np.zeros(1)
     ws = sol.sol(ts).T if t_end > 0 else np.zeros((1, m + 1))
-    acc = np.array([reduced_acc_pop(torch.from_numpy(x), cf) for x in ws])
+    wt = torch.from_numpy(np.ascontiguousarray(ws))
+    acc = reduced_acc_pop_grid(wt, cf).numpy()
     T_pop = {e: _first_time(sol, ts, 1 - acc <= e, lambda w, e=e: 1 - reduced_acc_pop(w, cf) <= e, T_sup)
              for e in eps}
     T_N = None
     if samples is not None:
-        task, s = samples
-        pred = lambda w: bool(reduced_sample_correct(w, task, s).all())  # noqa: E731
-        T_N = _first_time(sol, ts, np.array([pred(torch.from_numpy(x)) for x in ws]), pred, T_sup)
-    return FlowResult(T_sup, T_pop, T_N, ts, ws, t_max)
+        tab = sample_table(*samples)
+        pred = lambda w: bool(sample_correct_grid(w, tab)[0])  # noqa: E731
+        T_N = _first_time(sol, ts, sample_correct_grid(wt, tab).numpy(), pred, T_sup)
+    w_scale = None if T_sup is None else float(np.abs(sol.sol(T_sup)).max())
+    return FlowResult(T_sup, T_pop, T_N, ts, ws, t_max, T_kappa, reduced_logit_margins(wt, cf, c).numpy(), w_scale)
 
 
 # ----------------------------------------------------------------------------- Hessian
-def top_hessian_eigenvalue(model: DecisionListModel, task: DecisionListTask, types: Types, *,
-                           iters: int = 100, tol: float = 1e-10, gen: torch.Generator | None = None) -> float:
-    """λ_max of ∇²F over (W, V) (one member) by Hessian-vector products and power iteration.
-
-    Power iteration converges to the eigenvalue of largest modulus; at the points used here it is the
-    top (positive) one, which the dense check in the tests confirms for tiny L."""
+def _hvp_operator(model: DecisionListModel, task: DecisionListTask, types: Types):
+    """(matvec, size): v ↦ ∇²F v over the flattened (W, V) of member 0, by double backprop."""
     params = [model.W, model.V]
     loss = population_loss(model, task, types).sum()
     grads = torch.autograd.grad(loss, params, create_graph=True)
-    v = [torch.randn(p.shape, generator=gen, dtype=p.dtype) for p in params]
-    lam = 0.0
-    for _ in range(iters):
-        nrm = torch.sqrt(sum((x * x).sum() for x in v))
-        v = [x / nrm for x in v]
-        hv = torch.autograd.grad(grads, params, v, retain_graph=True)
-        new = float(sum((a * b).sum() for a, b in zip(hv, v)))
-        v = [h.detach() for h in hv]
-        if abs(new - lam) <= tol * max(1.0, abs(new)):
-            lam = new
-            break
-        lam = new
-    return lam
+    shapes = [p.shape for p in params]
+    sizes = [p.numel() for p in params]
+
+    def matvec(v):
+        v = torch.as_tensor(np.asarray(v, dtype=np.float64).reshape(-1))
+        parts = [x.reshape(sh) for x, sh in zip(torch.split(v, sizes), shapes)]
+        hv = torch.autograd.grad(grads, params, parts, retain_graph=True)
+        return torch.cat([h.reshape(-1) for h in hv]).numpy()
+
+    return matvec, sum(sizes)
+
+
+def dense_hessian(model: DecisionListModel, task: DecisionListTask, types: Types) -> torch.Tensor:
+    """The full population Hessian over the flattened (W, V) (2L² × 2L²), one HVP per basis vector."""
+    matvec, N = _hvp_operator(model, task, types)
+    return torch.from_numpy(np.stack([matvec(np.eye(1, N, i)[0]) for i in range(N)], 1))
+
+
+def top_hessian_eigenvalue(model: DecisionListModel, task: DecisionListTask, types: Types, *,
+                           tol: float = 1e-12, v0: np.ndarray | None = None,
+                           return_vector: bool = False, gen: torch.Generator | None = None):
+    """λ_max of ∇²F over (W, V) (one member): the largest *algebraic* eigenvalue, by Lanczos (ARPACK
+    ``eigsh``, which='LA') on Hessian-vector products, run to convergence (relative ``tol``). ``v0``
+    warm-starts it (e.g. the previous step's eigenvector); with ``return_vector`` returns (λ, vector).
+    (100 power iterations, the earlier method, came out up to 1% low.)"""
+    from scipy.sparse.linalg import LinearOperator, eigsh
+
+    matvec, N = _hvp_operator(model, task, types)
+    if v0 is None:
+        g = gen if gen is not None else torch.Generator().manual_seed(0)
+        v0 = torch.randn(N, generator=g, dtype=torch.float64).numpy()
+    if N <= 3:
+        H = np.stack([matvec(np.eye(1, N, i)[0]) for i in range(N)], 1)
+        w, U = np.linalg.eigh(0.5 * (H + H.T))
+        lam, vec = float(w[-1]), U[:, -1]
+    else:
+        op = LinearOperator((N, N), matvec=matvec, dtype=np.float64)
+        w, U = eigsh(op, k=1, which="LA", tol=tol, v0=v0, ncv=min(N, 20), maxiter=100 * N)
+        lam, vec = float(w[0]), U[:, 0]
+    return (lam, vec) if return_vector else lam
