@@ -390,16 +390,16 @@ def resume(out: str | Path, *, progress: bool = True) -> list[Path]:
         members = expand_members(cfg)
         dirs = [out / d for d in ens["dirs"]]
     elif runs.is_run_dir(out):
-        cfg = load_config(runs.read_config(out))
+        cfg = load_config(runs.Run(out).config)
         members = expand_members(cfg)
         dirs = [out]
     else:
-        raise UserError(f"{str(out)!r} is not a run directory (no config.json/meta.json or ensemble.json)")
-    status = [runs.read_meta(d)["status"] for d in dirs]
-    todo = [i for i, s in enumerate(status) if s not in ("finished", "diverged")]
+        raise UserError(f"{str(out)!r} is not a run directory (no {runs.CONFIG}/{runs.META} or {runs.ENSEMBLE})")
+    member_runs = [runs.Run(d) for d in dirs]
+    todo = [i for i, r in enumerate(member_runs) if r.status not in ("finished", "diverged")]
     if not todo:
         return dirs
-    common = set.intersection(*(set(runs.checkpoint_steps(dirs[i])) for i in todo))
+    common = set.intersection(*(set(member_runs[i].steps()) for i in todo))
     if not common:
         raise UserError(f"{str(out)!r} has no checkpoint to resume from; start it again with --force")
     step = max(common)
@@ -407,16 +407,16 @@ def resume(out: str | Path, *, progress: bool = True) -> list[Path]:
         for tmp in d.rglob(".*.tmp"):
             tmp.unlink()
     job = Job(cfg, members, dirs, progress, out)
-    for i, d in enumerate(dirs):
+    for i, (d, run) in enumerate(zip(dirs, member_runs)):
         if i in todo:
-            job._load_member_state(i, runs.load_checkpoint(d, step))
-            job.records[i] = [r for r in runs.read_metrics(d) if r["step"] < step]
-            meta = runs.read_meta(d)
+            job._load_member_state(i, run.checkpoint(step))
+            job.records[i] = [r for r in run.metrics if r["step"] < step]
+            meta = run.meta
             meta.setdefault("resumed", []).append({"at": runs.now(), "from_step": step})
             meta["status"], meta["message"] = "running", None
             runs.write_json(d / runs.META, meta)
         else:
             job.active[i] = False
-            job.records[i] = runs.read_metrics(d)
+            job.records[i] = run.metrics
     _run_guarded(job, step)
     return dirs
