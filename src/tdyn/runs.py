@@ -14,11 +14,13 @@ import io
 import json
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import datetime as _dt
+import numpy as np
 import platform
 import subprocess
 import torch
@@ -172,8 +174,6 @@ def prepare_dir(out: Path, force: bool, *, clear: bool = False, hint: str = "") 
             raise UserError(f"output directory {str(out)!r} already exists and is not empty; "
                             f"use --force to overwrite{hint}")
         if clear:
-            import shutil
-
             shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     return out
@@ -225,8 +225,6 @@ class Run:
 
     def arrays(self, *keys: str) -> dict[str, "np.ndarray"]:
         """Metrics as arrays keyed by name (``step`` included); a record missing a key gives NaN."""
-        import numpy as np
-
         recs = self.metrics
         keys = keys or tuple(dict.fromkeys(k for r in recs for k in r))
         return {k: np.array([r.get(k, np.nan) for r in recs], dtype=np.float64) for k in keys}

@@ -26,6 +26,7 @@ import html
 import matplotlib.pyplot as plt
 import numpy as np
 import platform
+from urllib.parse import quote
 
 import tdyn
 from tdyn import runs, sweep
@@ -105,8 +106,6 @@ def _relpath(path: Path, base: Path) -> str:
 
 def _rel(path: Path, base: Path) -> str:
     """A relative URL from the directory ``base`` to ``path`` inside it."""
-    from urllib.parse import quote
-
     return quote(_relpath(path, base))
 
 

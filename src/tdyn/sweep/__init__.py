@@ -7,12 +7,15 @@ run ``DIR/<run name>/``, job manifests ``DIR/.jobs/<job>/ensemble.json``, and ``
 
 from __future__ import annotations
 
+import csv
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
 import concurrent.futures as cf
 import numpy as np
+from tqdm.auto import tqdm
 
 from tdyn import runs
 from tdyn.errors import UserError
@@ -76,8 +79,6 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
     errors: dict[str, str] = {}
     args = {j.id: (str(out / JOBS / j.id), j.config, [str(out / r.name) for r in j.runs]) for j in jobs}
     _record(out, spec, jobs, status, errors)
-    from tqdm.auto import tqdm
-    import sys
 
     bar = tqdm(total=len(jobs), desc="sweep jobs", disable=not (progress and sys.stderr.isatty()))
     pending = dict(args)
@@ -150,8 +151,6 @@ def summarize(out: str | Path) -> Path:
 def plot_metric(summary_csv: str | Path, metric: str, x: str, curve: str, path: str | Path, panel: str | None = None):
     """Plot ``metric`` (mean ± std) against axis ``x``, one curve per value of ``curve`` (and one
     panel per value of ``panel``), from a ``summary.csv``."""
-    import csv
-
     import matplotlib.pyplot as plt
 
     from tdyn.report import style

@@ -10,25 +10,26 @@ straight into ``out``; with several, ``out/ensemble.json`` lists the member dire
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import contextlib
+import signal
 import torch
+from tqdm.auto import tqdm
 
 import tdyn
 from tdyn import runs
 from tdyn.config import RunConfig, load_config
 from tdyn.errors import ConfigError, UserError
 from tdyn.probes import ProbeContext, get_probes
+from tdyn.tasks import Member, get_task
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.train.seeding import generator
-from tdyn.tasks import Member, get_task
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _FLUSH_SECONDS = 10.0
@@ -259,8 +260,6 @@ class Job:
             old_handler = signal.signal(signal.SIGINT, self._request_stop)
         except ValueError:  # not the main thread
             pass
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=T, initial=start, desc=self.cfg.task, unit="step", leave=False,
                    disable=not (self.progress and sys.stderr.isatty()))
         try:
