@@ -38,10 +38,10 @@ def test_cli_missing_file_and_unknown_experiment(cli, tmp_path):
 
 
 def test_overrides_are_typed():
-    cfg = load_config(CFG, ["seeds=1,2,3", "optim.groups.Y.lr=10", "data.seq_len=64",
+    cfg = load_config(CFG, ["seeds=1,2,3", "optim.groups.Z.lr=10", "data.seq_len=64",
                             "optim.freeze.Z.until=5", "ensemble.lrs=[{Y: 1}, {Y: 2}]"])
     assert cfg.seeds == [1, 2, 3]
-    assert cfg.optim.groups["Y"].lr == 10.0
+    assert cfg.optim.groups["Z"].lr == 10.0
     assert cfg.data["seq_len"] == 64
     assert cfg.optim.freeze["Z"].frozen(4) and not cfg.optim.freeze["Z"].frozen(5)
     assert cfg.ensemble.lrs == [{"Y": 1.0}, {"Y": 2.0}]
@@ -55,6 +55,12 @@ def test_resolved_config_is_saved(tmp_path):
     saved = json.loads((d / "config.json").read_text())
     assert saved["data"]["num_common"] == 10          # defaults are filled in
     assert load_config(saved) == cfg
+
+
+def test_override_shadowed_by_ensemble_lrs_is_an_error():
+    """A group's lr that ensemble.lrs sets per member would be unused: an error, never dropped."""
+    with pytest.raises(ConfigError, match="shadowed by ensemble.lrs"):
+        load_config(CFG, ["optim.groups.Y.lr=10", "ensemble.lrs=[{Y: 1}, {Y: 2}]"])
 
 
 def test_unknown_group_in_ensemble_lrs():

@@ -1,4 +1,4 @@
-"""The ``tdyn`` command: ``list | run | reproduce | report`` (``--help`` on each)."""
+"""The ``tdyn`` command: ``list | run | reproduce | config | sweep | bench | report`` (``--help`` on each)."""
 
 from __future__ import annotations
 
@@ -44,15 +44,17 @@ def _cmd_run(args) -> int:
     from tdyn import runs
 
     for d in dirs:
-        meta = runs.read_meta(d)
-        last = (runs.read_metrics(d) or [{}])[-1]
+        run = runs.Run(d)
+        meta = run.meta
+        last = (run.metrics or [{}])[-1]
         loss = last.get("loss")
         print(f"{d}: {meta['status']}" + (f" (final loss {loss:.4f})" if isinstance(loss, float) else "")
               + (f" — {meta['message']}" if meta.get("message") else ""))
-    return 0 if all(runs.read_meta(d)["status"] == "finished" for d in dirs) else 1
+    return 0 if all(runs.Run(d).status == "finished" for d in dirs) else 1
 
 
 def _cmd_reproduce(args) -> int:
+    from tdyn import runs
     from tdyn.experiments import runner
     from tdyn.experiments.registry import ReproduceContext, get
 
@@ -67,13 +69,58 @@ def _cmd_reproduce(args) -> int:
         return 1 if failed else 0
     exp = get(args.name)
     out = Path(args.out)
-    runner.prepare_dir(out, args.force)
     ctx = ReproduceContext(out=out, seed=args.seed, quick=args.quick, overrides=list(args.set or []),
-                           device=args.device, progress=not args.quiet)
+                           device=args.device, progress=not args.quiet,
+                           options=exp.make_options(_option_values(args, exp)))
+    runner.check_overrides(exp, ctx)  # before the directory is made
+    runner.prepare_dir(out, args.force)
     results = runner.run_reproduction(exp, ctx)
     _print_claims(results)
-    print(f"wrote {out / 'results.json'} ({results['wall_seconds']:.1f}s)")
+    print(f"wrote {out / runs.RESULTS} ({results['wall_seconds']:.1f}s)")
     return 0
+
+
+def _option_values(args, exp) -> dict:
+    if exp.options is None:
+        return {}
+    return {f: getattr(args, f"opt_{f}") for f in exp.options.model_fields if getattr(args, f"opt_{f}", None) is not None}
+
+
+def _cmd_config(args) -> int:
+    import yaml
+
+    from tdyn.experiments import runner
+    from tdyn.experiments.registry import ReproduceContext, get
+
+    exp = get(args.name)
+    ctx = ReproduceContext(out=Path("."), seed=args.seed, quick=args.quick, overrides=list(args.set or []),
+                           options=exp.make_options(_option_values(args, exp)))
+    runner.check_overrides(exp, ctx)
+    cfgs = runner.resolved_configs(exp, ctx)
+    print(yaml.safe_dump({n: c.model_dump(mode="json") for n, c in cfgs.items()}, sort_keys=False,
+                         allow_unicode=True), end="")
+    return 0
+
+
+def _add_options(p: argparse.ArgumentParser, argv: list[str], command: str) -> None:
+    """Add the typed options of the experiment named after ``command`` in ``argv`` (if any) to ``p``."""
+    if command not in argv:
+        return
+    rest = argv[argv.index(command) + 1:]
+    name = next((a for a in rest if not a.startswith("-")), None)
+    if name is None:
+        return
+    from tdyn.experiments.registry import EXPERIMENTS
+
+    if name not in EXPERIMENTS:
+        return
+    exp = EXPERIMENTS.get(name)
+    if exp.options is None:
+        return
+    g = p.add_argument_group(f"options of {name}")
+    for f, info in exp.options.model_fields.items():
+        g.add_argument(f"--{f.replace('_', '-')}", dest=f"opt_{f}", metavar=f.upper(),
+                       help=f"{info.description or ''} (default: {info.default})")
 
 
 def _print_claims(results: dict) -> None:
@@ -102,13 +149,16 @@ def _cmd_report(args) -> int:
         print(f"{results.get('experiment', rd.name)}:" + (f" FAILED: {results['error']}" if "error" in results else ""))
         _print_claims(results)
     if found:
-        print(f"report: {html.build_index(d)}")
+        from tdyn.experiments.runner import descriptions
+
+        print(f"report: {html.build_index(d, descriptions=descriptions())}")
         return 0
     _, run_dirs = html.collect_runs(d)
     if not run_dirs:
         raise UserError(f"{str(d)!r} holds no results.json and no run directory")
     for rd in run_dirs:
-        meta, metrics = runs.read_meta(rd), runs.read_metrics(rd)
+        run = runs.Run(rd)
+        meta, metrics = run.meta, run.metrics
         last = metrics[-1] if metrics else {}
         print(f"{rd}: {meta['status']}, {len(metrics)} evaluations, last step {last.get('step')}, "
               f"loss {last.get('loss')}")
@@ -145,7 +195,8 @@ def _cmd_bench(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog="tdyn", description="Training dynamics of one-layer transformers: "
                                 "the papers' data, models, theory checks and figures.")
     from tdyn.train.threads import cli_threads
@@ -182,6 +233,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true", help="overwrite a non-empty output directory")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=_cmd_reproduce)
+    _add_options(s, argv, "reproduce")
+
+    s = sub.add_parser("config", help="print the resolved run config(s) a reproduction would train, as YAML",
+                       description="Print, as YAML, every run config NAME would train after --set (validated; "
+                       "an override NAME would not use exits 2 listing what it accepts).")
+    s.add_argument("name", help="experiment name (see `tdyn list`)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--quick", action="store_true", help="the --quick settings")
+    s.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value (repeatable)")
+    s.set_defaults(fn=_cmd_config)
+    _add_options(s, argv, "config")
 
     s = sub.add_parser("sweep", help="run a sweep spec (grid/zip/random axes × seeds) as batched jobs",
                        description="Expand a sweep spec into runs, train runs that differ only in seed / learning "
@@ -216,7 +278,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser(argv)
+    except UserError as e:
+        print(f"tdyn: error: {e}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(max(1, args.threads))

@@ -4,21 +4,16 @@ one-line error messages naming the key, the bad value and what is allowed."""
 from __future__ import annotations
 
 import json
-import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
+from pydantic import BaseModel, Field, PositiveFloat, ValidationError, model_validator
 
 from tdyn.errors import ConfigError
-
-
-class Strict(BaseModel):
-    """Base for every config section: unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+from tdyn.schema import Strict, _resolve, format_validation_error  # noqa: F401  (Strict: re-exported)
+from tdyn.tasks import TASKS, get_task
 
 
 class GroupConfig(Strict):
@@ -88,8 +83,6 @@ class RunConfig(Strict):
 
     @model_validator(mode="after")
     def _typed_sections(self):
-        from tdyn.train.task import get_task
-
         spec = get_task(self.task)
         # Re-validate data/model with the task's classes; keep the full resolved dicts.
         object.__setattr__(self, "data", _sub(spec.data_config, self.data, "data").model_dump(mode="json"))
@@ -102,13 +95,9 @@ class RunConfig(Strict):
         return self
 
     def typed_data(self):
-        from tdyn.train.task import get_task
-
         return get_task(self.task).data_config.model_validate(self.data)
 
     def typed_model(self):
-        from tdyn.train.task import get_task
-
         return get_task(self.task).model_config.model_validate(self.model)
 
 
@@ -117,59 +106,6 @@ def _sub(cls: type[BaseModel], value: dict, prefix: str) -> BaseModel:
         return cls.model_validate(value)
     except ValidationError as e:
         raise ConfigError(format_validation_error(e, cls, prefix)) from None
-
-
-# ---------------------------------------------------------------- errors
-
-
-def _allowed(cls: type[BaseModel] | None, loc: tuple) -> str:
-    """Describe what is allowed at ``loc`` inside ``cls`` (field names for unknown keys)."""
-    if cls is None:
-        return ""
-    parent = _resolve(cls, loc[:-1])
-    if isinstance(parent, type) and issubclass(parent, BaseModel):
-        return "allowed keys: " + ", ".join(parent.model_fields)
-    return ""
-
-
-def format_validation_error(e: ValidationError, cls: type[BaseModel] | None = None, prefix: str = "") -> str:
-    err = e.errors()[0]
-    loc = tuple(err["loc"])
-    key = ".".join(str(p) for p in ((prefix,) if prefix else ()) + loc) or "<root>"
-    value = err.get("input")
-    if err["type"] == "extra_forbidden":
-        return f"config error: unknown key {key!r}; {_allowed(cls, loc)}"
-    if err["type"] == "missing":
-        return f"config error: missing required key {key!r}"
-    msg = err["msg"]
-    shown = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
-    return f"config error: {key} = {shown}: {msg}"
-
-
-def _resolve(cls: Any, path: tuple) -> Any:
-    """The annotation found by walking ``path`` through pydantic models, dicts and lists."""
-    t = cls
-    for p in path:
-        t = _strip_optional(t)
-        if isinstance(t, type) and issubclass(t, BaseModel):
-            if p not in t.model_fields:
-                return None
-            t = t.model_fields[p].annotation
-        elif typing.get_origin(t) is dict:
-            t = typing.get_args(t)[1]
-        elif typing.get_origin(t) in (list, tuple):
-            t = typing.get_args(t)[0]
-        else:
-            return None
-    return _strip_optional(t)
-
-
-def _strip_optional(t: Any) -> Any:
-    if typing.get_origin(t) in (Union, types.UnionType):
-        args = [a for a in typing.get_args(t) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return t
 
 
 # ---------------------------------------------------------------- loading and overrides
@@ -198,10 +134,8 @@ def _parse_scalar(text: str) -> Any:
 
 def _section_class(raw: dict, head: str) -> type[BaseModel] | None:
     if head in ("data", "model") and isinstance(raw.get("task"), str):
-        from tdyn.train.task import all_tasks
-
-        spec = all_tasks().get(raw["task"])
-        if spec is not None:
+        if raw["task"] in TASKS:
+            spec = TASKS.get(raw["task"])
             return spec.data_config if head == "data" else spec.model_config
     return None
 
@@ -238,6 +172,28 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     return raw
 
 
+def override_key(item: str) -> str:
+    return item.split("=", 1)[0].strip()
+
+
+def check_shadowed(raw: dict, overrides: list[str]) -> None:
+    """An override that the config's own settings would shadow is an error, never silently dropped:
+    ``optim.groups.G.lr`` while ``ensemble.lrs`` gives every member its own rate for G (and
+    ``optim.groups.G.lr`` is then unused). ``raw`` is the config after the overrides."""
+    lrs = (raw.get("ensemble") or {}).get("lrs") or []
+    for item in overrides:
+        parts = override_key(item).split(".")
+        if len(parts) == 4 and parts[0] == "optim" and parts[1] == "groups" and parts[3] == "lr":
+            g = parts[2]
+            per_member = [m[g] for m in lrs if isinstance(m, dict) and g in m]
+            if per_member:
+                example = json.dumps([m | {g: "…"} if g in m else m for m in lrs], ensure_ascii=False)
+                raise ConfigError(
+                    f"override {item!r} is shadowed by ensemble.lrs, which gives each member its own {g} rate "
+                    f"({', '.join(f'{v:g}' for v in per_member)}); set the members' rates instead: "
+                    f"--set 'ensemble.lrs={example}'".replace('"', ""))
+
+
 def validate_config(raw: dict) -> RunConfig:
     try:
         return RunConfig.model_validate(raw)
@@ -245,17 +201,25 @@ def validate_config(raw: dict) -> RunConfig:
         raise ConfigError(format_validation_error(e, RunConfig)) from None
 
 
+def read_source(source: str | Path | dict, *, what: str = "config") -> dict:
+    """The one config-source resolver (``tdyn run SOURCE``, a sweep's ``base``): a dict as is, a
+    YAML/JSON file, or a registered experiment's default run config (by name)."""
+    if isinstance(source, dict):
+        return source
+    if Path(source).suffix in (".yaml", ".yml", ".json") or Path(source).exists():
+        return read_config_file(source)
+    # The one late-bound import of the package: experiments sit above config (they build configs);
+    # naming one here is the plug-in point that makes `tdyn run scan-snap/fig4` work.
+    from tdyn.experiments.registry import get
+
+    exp = get(str(source))
+    if exp.default_config is None:
+        raise ConfigError(f"{what}: experiment {str(source)!r} has no run config; use `tdyn reproduce {source}`")
+    return exp.default_config()
+
+
 def load_config(source: str | Path | dict, overrides: list[str] | None = None) -> RunConfig:
     """Load from a dict, a YAML/JSON file, or a registered experiment's default config."""
-    if isinstance(source, dict):
-        raw = source
-    elif Path(source).suffix in (".yaml", ".yml", ".json") or Path(source).exists():
-        raw = read_config_file(source)
-    else:
-        from tdyn.experiments.registry import get
-
-        exp = get(str(source))
-        if exp.default_config is None:
-            raise ConfigError(f"experiment {str(source)!r} has no run config; use `tdyn reproduce {source}`")
-        raw = exp.default_config()
-    return validate_config(apply_overrides(raw, overrides or []))
+    raw = apply_overrides(read_source(source), overrides or [])
+    check_shadowed(raw, overrides or [])
+    return validate_config(raw)

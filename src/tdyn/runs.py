@@ -8,20 +8,41 @@ optimizer state and the data RNG state; ``final.safetensors`` holds the state af
 
 from __future__ import annotations
 
-import datetime as _dt
+import csv
 import functools
+import io
 import json
 import os
 import re
-import subprocess
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import datetime as _dt
+import numpy as np
+import platform
+import subprocess
 import torch
 from safetensors.torch import load_file, save
 
-CKPT_DIR = "checkpoints"
+from tdyn.config import validate_config
+from tdyn.errors import UserError
+from tdyn.tasks import Member, get_task
+
+# ---------------------------------------------------------------- file names (defined here only)
+
+CONFIG = "config.json"          # a run's resolved config (trains that member alone)
+META = "meta.json"              # versions, seed, times, status
+METRICS = "metrics.jsonl"       # one record per evaluation
+CKPT_DIR = "checkpoints"        # step-XXXXXXX.safetensors and final.safetensors
+FINAL = "final.safetensors"
+ENSEMBLE = "ensemble.json"      # a job's manifest: config, members, member directories
+SWEEP = "sweep.json"            # a sweep's spec and every run's status
+SUMMARY = "summary.csv"         # a sweep's per-cell summary
+RESULTS = "results.json"        # a reproduction's claims and numbers
+REPRODUCE = "reproduce.json"    # a `reproduce --all` directory's options, metadata, each reproduction's status
+
 _STEP_RE = re.compile(r"step-(\d+)\.safetensors$")
 
 
@@ -49,34 +70,48 @@ def write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
 
 
+def write_csv(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) -> Path:
+    """Write ``rows`` with exactly ``columns`` (atomically)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="raise", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: r[c] for c in columns})
+    atomic_write_text(Path(path), buf.getvalue())
+    return Path(path)
+
+
 def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
 
 
 def write_metrics(run_dir: Path, records: list[dict]) -> None:
-    atomic_write_text(Path(run_dir) / "metrics.jsonl",
+    atomic_write_text(Path(run_dir) / METRICS,
                       "".join(json.dumps(r, allow_nan=False) + "\n" for r in records))
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    p = Path(run_dir) / "metrics.jsonl"
+    p = Path(run_dir) / METRICS
     if not p.exists():
         return []
     return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
 
 
 def read_config(run_dir: Path) -> dict:
-    return read_json(Path(run_dir) / "config.json")
+    return read_json(Path(run_dir) / CONFIG)
 
 
 def read_meta(run_dir: Path) -> dict:
-    return read_json(Path(run_dir) / "meta.json")
+    return read_json(Path(run_dir) / META)
+
+
+def _ckpt_name(step: int | str) -> str:
+    return FINAL if step == "final" else f"step-{int(step):07d}.safetensors"
 
 
 def save_checkpoint(run_dir: Path, step: int | str, tensors: dict[str, torch.Tensor],
                     metadata: dict[str, str] | None = None) -> Path:
-    name = "final.safetensors" if step == "final" else f"step-{int(step):07d}.safetensors"
-    path = Path(run_dir) / CKPT_DIR / name
+    path = Path(run_dir) / CKPT_DIR / _ckpt_name(step)
     tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
     atomic_write_bytes(path, save(tensors, metadata=metadata))
     return path
@@ -90,11 +125,9 @@ def checkpoint_steps(run_dir: Path) -> list[int]:
 
 
 def load_checkpoint(run_dir: Path, step: int | str = "final") -> dict[str, torch.Tensor]:
-    name = "final.safetensors" if step == "final" else f"step-{int(step):07d}.safetensors"
+    name = _ckpt_name(step)
     path = Path(run_dir) / CKPT_DIR / name
     if not path.exists():
-        from tdyn.errors import UserError
-
         raise UserError(f"no checkpoint {name} in {run_dir}")
     return load_file(path)
 
@@ -105,12 +138,19 @@ def params_of(ckpt: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def is_run_dir(path: Path) -> bool:
-    return (Path(path) / "config.json").exists() and (Path(path) / "meta.json").exists()
+    return (Path(path) / CONFIG).exists() and (Path(path) / META).exists()
 
 
 def now() -> str:
     """UTC time stamp written into run and reproduction metadata."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def machine_info() -> dict:
+    """The machine and torch settings of this process (bench.json, report pages)."""
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+            "cuda": torch.cuda.is_available()}
 
 
 @functools.lru_cache(maxsize=1)
@@ -122,3 +162,119 @@ def git_commit() -> str | None:
         return r.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def prepare_dir(out: Path, force: bool, *, clear: bool = False, hint: str = "") -> Path:
+    """Create ``out`` for writing. A non-empty ``out`` is a UserError unless ``force``; then with
+    ``clear`` its contents are removed first (a run directory), else its files get overwritten (a
+    reproduction directory). ``hint`` is appended to the error (e.g. "or --resume to continue it")."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise UserError(f"output directory {str(out)!r} already exists and is not empty; "
+                            f"use --force to overwrite{hint}")
+        if clear:
+            shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+# ---------------------------------------------------------------- reading a run directory
+
+
+class Run:
+    """One run directory, read: ``config``, ``meta``, ``metrics`` (records, or ``arrays()`` /
+    ``frame()``), checkpoints by step, and the model rebuilt from a checkpoint.
+
+    Everything that reads run directories (trainer resume, sweep, report, analyses) goes through
+    this class or the functions above, so the format has one owner.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not is_run_dir(self.path):
+            raise UserError(f"{str(self.path)!r} is not a run directory (no {CONFIG}/{META})")
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r})"
+
+    @functools.cached_property
+    def config(self) -> dict:
+        return read_config(self.path)
+
+    @property
+    def meta(self) -> dict:  # not cached: the status changes while a run trains
+        return read_meta(self.path)
+
+    @property
+    def status(self) -> str:
+        return self.meta["status"]
+
+    @property
+    def seed(self) -> int:
+        return self.meta["seed"]
+
+    @property
+    def lrs(self) -> dict[str, float]:
+        """The learning rate of each parameter group."""
+        return {g: v["lr"] for g, v in self.config["optim"]["groups"].items()}
+
+    @property
+    def metrics(self) -> list[dict]:
+        return read_metrics(self.path)
+
+    def arrays(self, *keys: str) -> dict[str, "np.ndarray"]:
+        """Metrics as arrays keyed by name (``step`` included); a record missing a key gives NaN."""
+        recs = self.metrics
+        keys = keys or tuple(dict.fromkeys(k for r in recs for k in r))
+        return {k: np.array([r.get(k, np.nan) for r in recs], dtype=np.float64) for k in keys}
+
+    def frame(self):
+        """Metrics as a pandas DataFrame (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame.from_records(self.metrics)
+
+    def steps(self) -> list[int]:
+        """Steps with a checkpoint (the final state is ``checkpoint("final")``)."""
+        return checkpoint_steps(self.path)
+
+    def checkpoint(self, step: int | str = "final") -> dict[str, torch.Tensor]:
+        return load_checkpoint(self.path, step)
+
+    def params(self, step: int | str = "final") -> dict[str, torch.Tensor]:
+        """This member's model parameters at ``step`` (no ensemble axis)."""
+        return params_of(self.checkpoint(step))
+
+    def param(self, name: str, step: int | str = "final") -> torch.Tensor:
+        return self.params(step)[name]
+
+    def probe(self, key: str, step: int | str = "final") -> torch.Tensor:
+        """An array probe ``<probe>/<key>`` saved at ``step``."""
+        return self.checkpoint(step)[f"probe/{key}"]
+
+    def task(self):
+        """The run's task built from its config (one member; no weights loaded)."""
+        cfg = validate_config(self.config)
+        lrs = {g: gc.lr for g, gc in cfg.optim.groups.items()}
+        scale = (cfg.ensemble.init_scales or [1.0])[0]
+        return get_task(cfg.task).build(cfg, [Member(cfg.seeds[0], lrs, scale, self.path.name)])
+
+    def model(self, step: int | str = "final") -> torch.nn.Module:
+        """The model rebuilt from its config (ensemble axis of size 1) with the weights of ``step``."""
+        model = self.task().model
+        ps = self.params(step)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(ps[name].to(p.dtype).reshape(p.shape))  # the model's ensemble axis has size 1
+        return model
+
+
+def job_dirs(out: str | Path) -> list[Path]:
+    """The run directories of a job (``ensemble.json``), a sweep (``sweep.json``), or ``out`` itself."""
+    out = Path(out)
+    if (out / SWEEP).exists():
+        return [out / r["name"] for r in read_json(out / SWEEP)["runs"] if is_run_dir(out / r["name"])]
+    if (out / ENSEMBLE).exists():
+        return [out / p for p in read_json(out / ENSEMBLE)["dirs"] if is_run_dir(out / p)]
+    return [out] if is_run_dir(out) else []

@@ -13,7 +13,7 @@ import dataclasses
 import torch
 from pydantic import Field
 
-from tdyn.config import Strict
+from tdyn.schema import Strict
 
 
 class ScanSnapDataConfig(Strict):

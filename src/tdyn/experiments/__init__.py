@@ -1,11 +1,5 @@
-"""Reproductions of the papers' figures and tables, one module per paper area.
+"""Reproductions of the papers' figures and tables: they wire tasks, probes and theory, and judge.
 
-Importing this package imports every submodule so that their ``register`` calls run.
+Importing this package imports nothing else: ``registry.MODULES`` is the explicit table of which
+module registers which reproduction, imported on lookup.
 """
-
-import importlib
-import pkgutil
-
-for _m in pkgutil.iter_modules(__path__):
-    if _m.name != "registry":
-        importlib.import_module(f"{__name__}.{_m.name}")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from pathlib import Path
 from typing import Any
@@ -11,18 +9,9 @@ from typing import Any
 import numpy as np
 
 from tdyn import runs
-from tdyn.config import apply_overrides, validate_config
-
-
-def write_csv(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) -> Path:
-    """Write ``rows`` with exactly ``columns`` (atomically)."""
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="raise", lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({c: r[c] for c in columns})
-    runs.atomic_write_text(Path(path), buf.getvalue())
-    return Path(path)
+from tdyn.config import apply_overrides, check_shadowed, validate_config
+from tdyn.runs import write_csv  # noqa: F401  (re-exported: the reproductions' CSV tables)
+from tdyn.train.trainer import train
 
 
 VERDICTS = ("holds", "fails", "inconclusive")
@@ -151,17 +140,22 @@ def _jsonable(x: Any) -> Any:
 
 
 def write_results(out: Path, results: dict[str, Any]) -> Path:
-    runs.write_json(Path(out) / "results.json", _jsonable(results))
-    return Path(out) / "results.json"
+    runs.write_json(Path(out) / runs.RESULTS, _jsonable(results))
+    return Path(out) / runs.RESULTS
 
 
 def configure(base: dict, overrides: list[str]):
-    """Validate a reproduction's run config after the user's ``--set`` overrides."""
-    return validate_config(apply_overrides(base, overrides))
+    """Validate a reproduction's run config after the user's ``--set`` overrides (``ctx.overrides``).
+
+    Marks the overrides consumed (the runner rejects overrides no config consumed); an override the
+    config's own settings would shadow (``optim.groups.Y.lr`` under ``ensemble.lrs``) is an error."""
+    raw = apply_overrides(base, overrides)
+    check_shadowed(raw, overrides)
+    if hasattr(overrides, "consumed"):
+        overrides.consumed = True
+    return validate_config(raw)
 
 
 def train_into(ctx, name: str, cfg) -> list[Path]:
     """Train ``cfg`` into the reproduction's ``runs/<name>`` (replacing an earlier attempt there)."""
-    from tdyn.train.trainer import train
-
     return train(cfg, ctx.out / "runs" / name, force=True, progress=ctx.progress)

@@ -4,13 +4,20 @@ dynamics of a small causal LM on text (Tian et al. Figs 7, 10), on the offline c
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Literal
+
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+from tdyn import runs
+from tdyn.bench import register_bench, timed_train
 from tdyn.data import corpora
 from tdyn.data.real_topics import fit_lda, top_words, word_topics
-from tdyn.experiments.common import claim, decide, every_cell, margin, write_csv
+from tdyn.experiments.common import claim, configure, decide, every_cell, margin, train_into, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
+from tdyn.models.minilm import MiniLM
 from tdyn.probes.topic_similarity import attention_topic_stats, embedding_topic_stats, permutation_null
 from tdyn.report import style
 
@@ -64,7 +71,6 @@ def _attention_stats(model, docs, wt: dict[str, list[int]], K: int, max_len: int
 
 
 def _gram_figure(E: torch.Tensor, T: torch.Tensor, path, title: str) -> None:
-    import matplotlib.pyplot as plt
 
     style.apply()
     M = E / E.norm(dim=1, keepdim=True)
@@ -85,9 +91,9 @@ def _gram_figure(E: torch.Tensor, T: torch.Tensor, path, title: str) -> None:
 
 
 @register("real/topic-embeddings",
-          "Li et al. real-data check: same-topic vs different-topic similarity of MiniLM embeddings and attention")
+          "Li et al. real-data check: same-topic vs different-topic similarity of MiniLM embeddings and attention",
+          takes_set=False)
 def topic_embeddings(ctx: ReproduceContext) -> dict:
-    from tdyn.models.minilm import MiniLM
 
     K, n_top = 12, 30
     n_lda_docs, lda_iter = (600, 5) if ctx.quick else (None, 10)
@@ -159,101 +165,6 @@ def topic_embeddings(ctx: ReproduceContext) -> dict:
 # Causal LM on real text (Scan and Snap §8, App G; scan_snap.md §3.4, §7.4, §9)
 # ---------------------------------------------------------------------------------------------
 
-from typing import Literal  # noqa: E402
-
-from pydantic import Field  # noqa: E402
-
-from tdyn import runs  # noqa: E402
-from tdyn.config import Strict  # noqa: E402
-from tdyn.experiments.common import configure, train_into  # noqa: E402
-from tdyn.models.lm import CausalLM, LMConfig, attention_entropy  # noqa: E402
-from tdyn.probes import ProbeContext, probe  # noqa: E402
-from tdyn.train.seeding import derive_seed, generator  # noqa: E402
-from tdyn.train.task import Member, Task, register_task  # noqa: E402
-from tdyn.bench import register_bench  # noqa: E402
-
-
-class CorpusLMData(Strict):
-    corpus: Literal["wiki", "bbc", "fixture"] = "wiki"
-    vocab_size: int | None = Field(None, ge=2)   # None = every training-split word
-    min_freq: int = Field(1, ge=1)
-    split_seed: int = 0
-    bptt: int = Field(35, ge=2)
-    batch_size: int = Field(20, ge=1)
-    probe_windows: int = Field(20, ge=1)         # fixed validation windows for probes
-
-
-class CorpusLMModel(Strict):
-    d: int = Field(200, ge=1)
-    d_hid: int = Field(200, ge=1)
-    n_layers: int = Field(1, ge=1)
-    n_heads: int = Field(1, ge=1)
-    dropout: float = Field(0.2, ge=0, lt=1)
-
-
-class CorpusLMTask(Task):
-    """Next-token prediction on bptt windows of a corpus's token stream.
-
-    ``sample`` draws ``batch_size`` windows at uniform random offsets of the training stream (the
-    tutorial walks 20 fixed columns in order; random windows keep members' streams independent).
-    ``probe_batch`` is ``probe_windows`` evenly spaced windows of the validation stream.
-    """
-
-    def __init__(self, cfg, members: list[Member]):
-        self.dc = CorpusLMData.model_validate(cfg.data)
-        tok = corpora.load_tokens(self.dc.corpus, seed=self.dc.split_seed,
-                                  vocab=corpora.VocabSettings(self.dc.vocab_size, self.dc.min_freq))
-        self.train_tokens = torch.from_numpy(np.asarray(tok.train, dtype=np.int64))
-        self.val_tokens = torch.from_numpy(np.asarray(tok.val, dtype=np.int64))
-        mc = CorpusLMModel.model_validate(cfg.model)
-        self.model = CausalLM(LMConfig(V=len(tok.vocab), max_len=self.dc.bptt, **mc.model_dump()), S=len(members))
-        self.model.reset_parameters([generator(m.seed, "init") for m in members], [m.init_scale for m in members])
-        self.model.dropout_gens = [torch.Generator(cfg.device).manual_seed(derive_seed(m.seed, "dropout"))
-                                   for m in members]
-        self.facts = {"vocab_size": len(tok.vocab), "provenance": tok.meta}
-
-    def _windows(self, stream: torch.Tensor, starts: torch.Tensor):
-        idx = starts[:, None] + torch.arange(self.dc.bptt + 1)
-        w = stream[idx]
-        return w[:, :-1], w[:, 1:]
-
-    def sample(self, gen):
-        n = len(self.train_tokens) - self.dc.bptt - 1
-        return self._windows(self.train_tokens, torch.randint(0, n, (self.dc.batch_size,), generator=gen))
-
-    def probe_batch(self, gen):
-        n = len(self.val_tokens) - self.dc.bptt - 1
-        return self._windows(self.val_tokens, torch.linspace(0, n, self.dc.probe_windows).long())
-
-    def loss(self, batch):
-        x, y = batch
-        return self.model.loss(x, y)
-
-    def member_generators(self):
-        return {"dropout": self.model.dropout_gens}
-
-
-@register_task("corpus_lm", CorpusLMData, CorpusLMModel, "tutorial causal LM on an offline real-text corpus")
-def _build_lm(cfg, members):
-    return CorpusLMTask(cfg, members)
-
-
-@probe("corpus_lm.attention")
-def _lm_probe(ctx: ProbeContext) -> dict[str, torch.Tensor]:
-    """Validation loss, attention entropy per layer (§7.4), and every layer's map of probe window 0."""
-    x, y = ctx.batch
-    model = ctx.model
-    was = model.training
-    model.eval()
-    logits, attns = model(x)
-    model.train(was)
-    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 2), y.flatten(), reduction="none")
-    out = {"val_loss": ce.view(x.shape[0], -1).mean(1)}
-    out |= {f"entropy_layer{i}": attention_entropy(A) for i, A in enumerate(attns)}
-    out["maps"] = torch.stack([A[:, 0] for A in attns], 1)   # [S, L, T, T]
-    return out
-
-
 LM_PARAMS_ATTN = ("in_W", "in_b", "out_W", "out_b")
 LM_PARAMS_FFN = ("W1", "b1", "W2", "b2")
 
@@ -295,9 +206,9 @@ def fig7_config(ctx: ReproduceContext, n_layers: int) -> dict:
                      ckpt_steps=list(range(0, steps + 1, steps // 3)), every=max(steps // 30, 1))
 
 
-@register("real/attention-maps", "Tian et al. Fig 7 analogue: attention of a 1- and 3-layer LM sparsifies on real text")
+@register("real/attention-maps", "Tian et al. Fig 7 analogue: attention of a 1- and 3-layer LM sparsifies on real text",
+          configs=lambda ctx: {f"layers{L}": fig7_config(ctx, L) for L in (1, 3)})
 def attention_maps(ctx: ReproduceContext) -> dict:
-    import matplotlib.pyplot as plt
 
     style.apply()
     res = {"experiment": "real/attention-maps", "claims": [], "entropy": {}}
@@ -309,12 +220,12 @@ def attention_maps(ctx: ReproduceContext) -> dict:
         T = cfg["optim"]["steps"]
         shown = cfg["checkpoint"]["steps"][:4]
         for c, s in enumerate(shown):
-            A = runs.load_checkpoint(d, "final" if s == T else s)["probe/corpus_lm.attention/maps"][0]
+            A = runs.Run(d).probe("corpus_lm.attention/maps", "final" if s == T else s)[0]
             axes[r, c].imshow(A.numpy(), cmap="viridis", vmin=0, vmax=1)
             axes[r, c].set_title(f"{L} layer{'s' if L > 1 else ''}, iteration {s}")
             axes[r, c].set_xlabel("key position")
             axes[r, c].set_ylabel("query position")
-        m = [x for x in runs.read_metrics(d) if "corpus_lm.attention/entropy_layer0" in x]
+        m = [x for x in runs.Run(d).metrics if "corpus_lm.attention/entropy_layer0" in x]
         rows += [{"n_layers": L, "step": x["step"], "val_loss": x["corpus_lm.attention/val_loss"],
                   "entropy_layer0": x["corpus_lm.attention/entropy_layer0"]} for x in m]
         e = {x["step"]: x["corpus_lm.attention/entropy_layer0"] for x in m}
@@ -353,9 +264,10 @@ def fig10_configs(ctx: ReproduceContext, corpus: str) -> tuple[dict, dict]:
 
 
 def _final_entropy(d) -> tuple[dict, list[dict]]:
-    rc = runs.read_config(d)
-    m = [x for x in runs.read_metrics(d) if "corpus_lm.attention/entropy_layer0" in x]
-    lrs = {g: v["lr"] for g, v in rc["optim"]["groups"].items()}
+    run = runs.Run(d)
+    rc = run.config
+    m = [x for x in run.metrics if "corpus_lm.attention/entropy_layer0" in x]
+    lrs = run.lrs
     curve = [{"step": x["step"], "entropy": x["corpus_lm.attention/entropy_layer0"],
               "val_loss": x["corpus_lm.attention/val_loss"]} for x in m]
     return {"seed": rc["seeds"][0], **lrs, "entropy": curve[-1]["entropy"], "val_loss": curve[-1]["val_loss"]}, curve
@@ -373,9 +285,16 @@ def _noise(group: list[tuple[float, list[float]]]) -> float:
     return float(np.std(tail, ddof=1)) if len(tail) > 1 else 0.0
 
 
-@register("real/entropy-vs-lr", "Tian et al. Fig 10 analogue: final attention entropy falls with the learning rate")
+def fig10_all(ctx: ReproduceContext) -> dict[str, dict]:
+    out = {}
+    for corpus in CORPORA:
+        out[f"{corpus}_eta"], out[f"{corpus}_ratio"] = fig10_configs(ctx, corpus)
+    return out
+
+
+@register("real/entropy-vs-lr", "Tian et al. Fig 10 analogue: final attention entropy falls with the learning rate",
+          configs=fig10_all)
 def entropy_vs_lr(ctx: ReproduceContext) -> dict:
-    import matplotlib.pyplot as plt
 
     style.apply()
     res = {"experiment": "real/entropy-vs-lr", "claims": [], "entropy_vs_eta": {}, "ratio": {}}
@@ -480,9 +399,7 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
 @register_bench("real_lm_tokens_per_s")
 def _bench_lm(quick: bool) -> dict:
     """Training tokens/s of the tutorial LM (d = 200, 1 layer, vocab 20k; quick: vocab 2k) on wiki, S = 1 and 5."""
-    from pathlib import Path
 
-    from tdyn.bench import timed_train
 
     ctx = ReproduceContext(out=Path("."), device="cuda" if torch.cuda.is_available() else "cpu")
     steps = 20 if quick else 100

@@ -1,7 +1,9 @@
 """Registry of named experiments (`tdyn list`, `tdyn run NAME`, `tdyn reproduce NAME`).
 
-An experiment module registers itself with :func:`register`; ``tdyn.experiments`` imports every
-module of the package, so adding a file is enough to make its experiments known.
+An experiment module registers its reproductions with :func:`register`; the table ``MODULES`` below
+names the module of every built-in one (``tdyn reproduce NAME`` imports only NAME's module; ``tdyn
+list`` imports them all). A new reproduction adds one line to the table (a test checks the table and
+the registrations agree).
 """
 
 from __future__ import annotations
@@ -10,12 +12,51 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
-from tdyn.errors import UserError
+from pydantic import ValidationError
+
+from tdyn.errors import ConfigError, UserError
+from tdyn.registry import Registry
+from tdyn.schema import format_validation_error
+
+_SS = "tdyn.experiments.scan_snap"
+MODULES = {
+    "scan-snap/fig3": f"{_SS}_theory",
+    "scan-snap/fig8": f"{_SS}_theory",
+    "scan-snap/fig9": f"{_SS}_theory",
+    "scan-snap/fig4": _SS,
+    "scan-snap/fig5": _SS,
+    "scan-snap/fig6": f"{_SS}_fig6",
+    "scan-snap/fig11-12": f"{_SS}_fig6",
+    "scan-snap/thm3": f"{_SS}_thm3",
+    "scan-snap/snap-time": f"{_SS}_snap_time",
+    "real/topic-embeddings": "tdyn.experiments.real_text",
+    "real/attention-maps": "tdyn.experiments.real_text",
+    "real/entropy-vs-lr": "tdyn.experiments.real_text",
+    "topic/embeddings": "tdyn.experiments.topic",
+    "topic/stage1": "tdyn.experiments.topic",
+    "topic/stage2": "tdyn.experiments.topic",
+    "topic/no-unchanged-mask": "tdyn.experiments.topic",
+    "topic/two-stage": "tdyn.experiments.topic",
+    "topic/robustness": "tdyn.experiments.topic",
+    "topic/squared-loss": "tdyn.experiments.topic",
+    "decision-list/claim1": "tdyn.experiments.decision_lists",
+    "decision-list/claim2": "tdyn.experiments.decision_lists",
+    "decision-list/uniform-attention": "tdyn.experiments.decision_lists",
+}
+
+
+class Overrides(list):
+    """The user's ``--set`` overrides, remembering whether a run config consumed them
+    (:func:`tdyn.experiments.common.configure` marks them). The runner rejects overrides that no
+    config of the reproduction consumed (exit 2), so a knob is never silently dropped."""
+
+    consumed: bool = False
 
 
 @dataclasses.dataclass
 class ReproduceContext:
-    """What a reproduction receives: where to write, and the user's options."""
+    """What a reproduction receives: where to write, the user's ``--set`` overrides (applied to every
+    run config it trains, through ``configure``) and its typed ``options`` (``Experiment.options``)."""
 
     out: Path
     seed: int = 0
@@ -23,42 +64,68 @@ class ReproduceContext:
     overrides: list[str] = dataclasses.field(default_factory=list)
     device: str = "cpu"
     progress: bool = True
+    options: Any = None
+
+    def __post_init__(self):
+        if not isinstance(self.overrides, Overrides):
+            self.overrides = Overrides(self.overrides)
 
 
 @dataclasses.dataclass
 class Experiment:
+    """A registered reproduction.
+
+    * ``default_config()``: a run config so that ``tdyn run NAME`` works;
+    * ``configs(ctx)``: every run config (raw dicts, before ``--set``) the reproduction trains, by name.
+      Given, ``--set`` is checked against each before anything runs and ``tdyn config NAME`` prints them;
+    * ``takes_set``: False for a reproduction that trains nothing (``--set`` is then an error);
+      None (not declared) means the runner checks after the run that some config consumed the overrides;
+    * ``options``: a pydantic model of the reproduction's own typed options (``tdyn reproduce NAME --help``).
+    """
+
     name: str
     description: str
     reproduce: Callable[[ReproduceContext], dict[str, Any]]
     default_config: Callable[[], dict[str, Any]] | None = None
+    configs: Callable[[ReproduceContext], dict[str, dict]] | None = None
+    takes_set: bool | None = None
+    options: type | None = None
+
+    def __post_init__(self):
+        if self.configs is not None:
+            self.takes_set = True
+
+    def make_options(self, values: dict[str, Any] | None = None):
+        """The typed options from ``values`` (defaults for the rest); a bad value is a ConfigError."""
+        if self.options is None:
+            if values:
+                raise UserError(f"{self.name} takes no options (given: {', '.join(values)})")
+            return None
+        try:
+            return self.options.model_validate(values or {})
+        except ValidationError as e:
+            raise ConfigError(format_validation_error(e, self.options, "option")) from None
 
 
-_REGISTRY: dict[str, Experiment] = {}
+EXPERIMENTS: Registry[Experiment] = Registry("experiment", table=MODULES)
+_REGISTRY = EXPERIMENTS._items  # the registered entries (tests add temporary ones with monkeypatch.setitem)
 
 
-def register(name: str, description: str, default_config: Callable[[], dict] | None = None):
-    """Decorator registering ``reproduce(ctx) -> results`` under ``name``.
-
-    ``default_config`` (optional) returns a run config dict so that ``tdyn run NAME`` works.
-    """
+def register(name: str, description: str, default_config: Callable[[], dict] | None = None, *,
+             configs: Callable[[ReproduceContext], dict[str, dict]] | None = None,
+             takes_set: bool | None = None, options: type | None = None):
+    """Decorator registering ``reproduce(ctx) -> results`` under ``name`` (see :class:`Experiment`)."""
 
     def deco(fn):
-        if name in _REGISTRY:
-            raise RuntimeError(f"experiment {name!r} registered twice")
-        _REGISTRY[name] = Experiment(name, description, fn, default_config)
+        EXPERIMENTS.register(name, Experiment(name, description, fn, default_config, configs, takes_set, options))
         return fn
 
     return deco
 
 
 def all_experiments() -> dict[str, Experiment]:
-    import tdyn.experiments  # noqa: F401  (imports every experiment module)
-
-    return dict(sorted(_REGISTRY.items()))
+    return EXPERIMENTS.items()
 
 
 def get(name: str) -> Experiment:
-    exps = all_experiments()
-    if name not in exps:
-        raise UserError(f"unknown experiment {name!r}; known: {', '.join(exps)}")
-    return exps[name]
+    return EXPERIMENTS.get(name)

@@ -11,22 +11,81 @@ from typing import Any
 
 from tdyn import runs
 from tdyn.errors import UserError
-from tdyn.experiments.common import write_results
+from tdyn.config import override_key
+from tdyn.errors import ConfigError
+from tdyn.experiments.common import configure, write_results
 from tdyn.experiments.registry import Experiment, ReproduceContext, all_experiments
-from tdyn.report.html import MANIFEST, build_index, metadata, slug
+from tdyn.report.html import build_index, metadata, slug
+from tdyn.runs import REPRODUCE as MANIFEST, prepare_dir  # noqa: F401  (prepare_dir: used by the CLI)
 
 
-def prepare_dir(out: Path, force: bool) -> None:
-    """Create ``out``; a non-empty one is an error unless ``force`` (then its files get overwritten)."""
-    if out.exists() and any(out.iterdir()) and not force:
-        raise UserError(f"output directory {str(out)!r} already exists and is not empty; use --force to overwrite")
-    out.mkdir(parents=True, exist_ok=True)
+def descriptions() -> dict[str, str]:
+    """Every registered reproduction's one-line description (for the report pages)."""
+    return {n: e.description for n, e in all_experiments().items()}
+
+
+def accepts(exp: Experiment) -> str:
+    """What ``exp`` accepts, for error messages."""
+    opts = ", ".join(f"--{f.replace('_', '-')}" for f in exp.options.model_fields) if exp.options else ""
+    if exp.takes_set is False:
+        what = "no --set (it trains no run config)"
+    elif exp.configs is not None:
+        what = f"--set on the keys of its run configs (`tdyn config {exp.name}` prints them)"
+    else:
+        what = "--set on its run configs"
+    return f"{exp.name} accepts {what}" + (f"; options: {opts}" if opts else "; no options")
+
+
+def resolved_configs(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
+    """Every run config ``exp`` trains, after ``ctx.overrides``, validated (RunConfig by name); a bad or
+    shadowed override is a ConfigError naming the config."""
+    if exp.configs is None:
+        if exp.default_config is None:
+            raise UserError(f"{exp.name} declares no run config; {accepts(exp)}")
+        raws = {exp.name: exp.default_config()}
+    else:
+        raws = exp.configs(ctx)
+    out = {}
+    for name, raw in raws.items():
+        try:
+            out[name] = configure(raw, list(ctx.overrides))
+        except ConfigError as e:
+            raise ConfigError(f"{exp.name} [{name}]: {e}; {accepts(exp)}") from None
+    return out
+
+
+def check_overrides(exp: Experiment, ctx: ReproduceContext) -> None:
+    """Before anything runs: an override ``exp`` cannot use exits 2 with what it accepts."""
+    if not ctx.overrides:
+        return
+    fields = exp.options.model_fields if exp.options else {}
+    for o in ctx.overrides:
+        k = override_key(o)
+        if k in fields:
+            raise UserError(f"--set {o}: {k!r} is an option of {exp.name}, not a config key; "
+                            f"use --{k.replace('_', '-')} {o.split('=', 1)[-1]}")
+    if exp.takes_set is False:
+        raise UserError(f"--set {ctx.overrides[0]}: {accepts(exp)}")
+    if exp.configs is not None:
+        resolved_configs(exp, ctx)
 
 
 def run_reproduction(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
-    """Run one reproduction into ``ctx.out`` and write its ``results.json`` (with run time and options)."""
+    """Run one reproduction into ``ctx.out`` and write its ``results.json`` (with run time and options).
+
+    ``--set`` overrides are checked first (:func:`check_overrides`); overrides that no run config
+    consumed (a reproduction that does not declare its configs) are an error after the run."""
+    if ctx.options is None and exp.options is not None:
+        ctx.options = exp.make_options()
+    check_overrides(exp, ctx)
     t0 = time.time()
     results = exp.reproduce(ctx)
+    if ctx.overrides and not ctx.overrides.consumed:
+        raise UserError(f"{exp.name} used none of --set {' '.join(ctx.overrides)}; {accepts(exp)}")
+    if ctx.overrides:
+        results.setdefault("overrides", list(ctx.overrides))
+    if ctx.options is not None and ctx.options != exp.make_options():  # recorded when not the defaults
+        results.setdefault("options", ctx.options.model_dump(mode="json"))
     results.setdefault("experiment", exp.name)
     results["quick"] = ctx.quick
     for c in results.get("claims", []):  # every verdict carries its setting: quick ones are labelled as such
@@ -58,8 +117,9 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
         manifest["reproductions"].append(entry)
         runs.write_json(out / MANIFEST, manifest)
         print(f"[{i + 1}/{len(exps)}] {exp.name}", flush=True)
-        ctx = ReproduceContext(out=sub, seed=seed, quick=quick, overrides=list(overrides or []), device=device,
-                               progress=progress)
+        # --set applies to the reproductions that train; those that train nothing run without it
+        ctx = ReproduceContext(out=sub, seed=seed, quick=quick, device=device, progress=progress,
+                               overrides=[] if exp.takes_set is False else list(overrides or []))
         t0 = time.time()
         try:
             results = run_reproduction(exp, ctx)
@@ -70,7 +130,7 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
         except KeyboardInterrupt:  # the page still shows what finished
             entry["status"] = "interrupted"
             runs.write_json(out / MANIFEST, manifest)
-            print(f"report so far: {build_index(out)}", flush=True)
+            print(f"report so far: {build_index(out, descriptions=descriptions())}", flush=True)
             raise
         except Exception as e:  # recorded in the page; the other reproductions still run
             entry["status"] = "failed"
@@ -81,4 +141,4 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
         entry["wall_seconds"] = round(time.time() - t0, 2)
     manifest["ended"] = runs.now()
     runs.write_json(out / MANIFEST, manifest)
-    return build_index(out), [e["name"] for e in manifest["reproductions"] if e["status"] == "failed"]
+    return build_index(out, descriptions=descriptions()), [e["name"] for e in manifest["reproductions"] if e["status"] == "failed"]

@@ -1,77 +1,27 @@
-"""Scan and Snap (Tian et al. 2023): the Y/Z task and the Syn-Small reproduction (Fig 4).
+"""Scan and Snap (Tian et al. 2023): the Syn-Small c_n maps, Fig 4 (SGD, η_Y ∈ {1, 10}) and Fig 5
+(Adam, η ∈ {0.1, 0.5, 1}).
 
-The task wires the sequence-class distribution (``tdyn.data.scan_snap``) to the Y/Z model
-(``tdyn.models.yz``) with two parameter groups, Y (decoder, η_Y) and Z (attention logits, η_Z).
+The Y/Z task (data + model wiring, ``yz_config``) lives in :mod:`tdyn.tasks.scan_snap`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
 
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from pydantic import Field
 from scipy.stats import spearmanr
 
 from tdyn import runs
-from tdyn.config import Strict
 from tdyn.data import scan_snap as data
-from tdyn.experiments.common import claim, configure, train_into, write_csv
+from tdyn.experiments.common import claim, configure, decide, margin, reading, train_into, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
+from tdyn.experiments.scan_snap_common import _facts, _lrs
+from tdyn.probes import scan_snap as pr
 from tdyn.probes.scan_snap import c_n, distinct_entropy
-from tdyn.models.yz import YZConfig, YZModel
-from tdyn.train.seeding import generator
-from tdyn.train.task import Member, Task, register_task
-
-
-class YZModelConfig(Strict):
-    parameterization: Literal["yz", "embedding"] = "yz"
-    d: int = Field(128, ge=1)
-    residual: bool = False
-    include_query_key: bool = False
-    normalize: bool = True
-    init: Literal["zero", "torch_default"] = "zero"
-
-
-class ScanSnapTask(Task):
-    def __init__(self, cfg, members: list[Member]):
-        self.data_cfg = data.ScanSnapDataConfig.model_validate(cfg.data)
-        self.dist = data.build(self.data_cfg)
-        mc = YZModelConfig.model_validate(cfg.model)
-        self.model = YZModel(YZConfig(M=self.dist.M, **mc.model_dump()), S=len(members))
-        self.model.reset_parameters([generator(m.seed, "init") for m in members], [m.init_scale for m in members])
-        d = self.dist
-        self.facts = {"table": d.table, "query": d.query, "next_token": d.next_token,
-                      "distinct": d.distinct, "common": d.common}
-
-    def sample(self, gen):
-        return self.dist.sample(self.data_cfg.batch_size, self.data_cfg.seq_len, gen)
-
-    def loss(self, batch):
-        x, y = batch
-        return self.model.loss(x, y)
-
-
-@register_task("scan_snap", data.ScanSnapDataConfig, YZModelConfig,
-               "Scan and Snap next-token prediction with the Y/Z model")
-def _build(cfg, members):
-    return ScanSnapTask(cfg, members)
-
-
-def yz_config(data_overrides: dict, *, steps: int = 100, lr_y: float = 1.0, lr_z: float = 1.0,
-              optimizer: str = "sgd", momentum: float = 0.9, init: str = "zero", seeds=(0,)) -> dict:
-    """A Y/Z run config: two optimizers (Y at η_Y, Z at η_Z), the authors' batch 128, length 128."""
-    group = {"optimizer": optimizer} | ({"momentum": momentum} if optimizer == "sgd" else {})
-    return {
-        "task": "scan_snap",
-        "data": dict(data_overrides),
-        "model": {"init": init},
-        "seeds": list(seeds),
-        "optim": {"steps": steps, "groups": {"Y": {"params": ["Y"], "lr": lr_y} | group,
-                                              "Z": {"params": ["Z"], "lr": lr_z} | group}},
-        "checkpoint": {"schedule": "none", "steps": []},
-    }
+from tdyn.report import style
+from tdyn.tasks.scan_snap import yz_config  # noqa: F401  (re-exported for the other scan-snap modules)
 
 
 # ---------------------------------------------------------------- Fig 4
@@ -89,10 +39,8 @@ def fig4_config(seed: int = 0) -> dict:
 
 
 @register("scan-snap/fig4", "Syn-Small c_n maps: attention scans onto the top distinct token; η_Y=10 gives a denser map",
-          default_config=fig4_config)
+          default_config=fig4_config, configs=lambda ctx: {"fig4": fig4_config(ctx.seed)})
 def fig4(ctx: ReproduceContext) -> dict:
-    from tdyn.report import style
-
     cfg = configure(fig4_config(ctx.seed), ctx.overrides)
     dirs = train_into(ctx, "fig4", cfg)
     dist = data.build(data.ScanSnapDataConfig.model_validate(cfg.data))
@@ -100,12 +48,12 @@ def fig4(ctx: ReproduceContext) -> dict:
 
     all_runs = []
     for d in dirs:
-        rc = runs.read_config(d)
-        eta_y, eta_z = rc["optim"]["groups"]["Y"]["lr"], rc["optim"]["groups"]["Z"]["lr"]
-        seed = runs.read_meta(d)["seed"]
-        metrics = [r for r in runs.read_metrics(d) if r["step"] < cfg.optim.steps]
-        snaps = {s: runs.params_of(runs.load_checkpoint(d, s))["Z"] for s in FIG4_ROWS}
-        snaps["final"] = runs.params_of(runs.load_checkpoint(d, "final"))["Z"]
+        run = runs.Run(d)
+        eta_y, eta_z = run.lrs["Y"], run.lrs["Z"]
+        seed = run.seed
+        metrics = [r for r in run.metrics if r["step"] < cfg.optim.steps]
+        snaps = {s: run.params(s)["Z"] for s in FIG4_ROWS}
+        snaps["final"] = run.params("final")["Z"]
         c = {k: c_n(z.double(), dist.table, dist.query) for k, z in snaps.items()}
         run = {"dir": d, "eta_y": eta_y, "eta_z": eta_z, "seed": seed, "loss": [r["loss"] for r in metrics],
                "c": c, "Z": snaps["final"].double(), "Z0": snaps[0].double()}
@@ -117,7 +65,6 @@ def fig4(ctx: ReproduceContext) -> dict:
     write_csv(ctx.out / "loss.csv", rows, ["eta_y", "eta_z", "step", "loss"])
 
     # ---- figure: c_n maps (rows = iterations, columns = contextual tokens), loss curves
-    import matplotlib.pyplot as plt
 
     style.apply()
     ncols = dist.num_contextual
@@ -147,8 +94,6 @@ def fig4(ctx: ReproduceContext) -> dict:
     style.save(fig, ctx.out / "fig4.png")
 
     # ---- claims: over all seeds; each comparison against the seed-to-seed noise (2 SE of the paired difference)
-    from tdyn.experiments.common import decide, margin
-
     def se(v):
         return float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")
 
@@ -240,3 +185,107 @@ def fig4(ctx: ReproduceContext) -> dict:
             "config": cfg.model_dump(mode="json"),
             "final_distinct_entropy": {f"eta_y={e:g},seed={sd}": v for (e, sd), v in ent.items()}, "claims": claims,
             "files": ["loss.csv", "fig4.png"]}
+
+
+# ---------------------------------------------------------------- Fig 5
+
+FIG5_ETAS = [0.1, 0.5, 1.0]
+
+
+def fig5_config(seed: int = 0) -> dict:
+    """Fig 4's command with Adam (default betas), η_Y = η_Z ∈ {0.1, 0.5, 1} (spec §5.2), zero init; 3 seeds
+    (data streams) so that the rate-to-rate difference can be set against the seed-to-seed one."""
+    cfg = yz_config(data.SYN_SMALL, optimizer="adam", seeds=(seed, seed + 1, seed + 2))
+    cfg["ensemble"] = {"lrs": [{"Y": e, "Z": e} for e in FIG5_ETAS]}
+    cfg["checkpoint"] = {"schedule": "none", "steps": FIG4_ROWS}
+    return cfg
+
+
+def fig5_configs(ctx: ReproduceContext) -> dict[str, dict]:
+    cfg = fig5_config(ctx.seed)
+    if ctx.quick:
+        cfg["optim"]["steps"] = 50
+    return {"fig5": cfg}
+
+
+@register("scan-snap/fig5", "Syn-Small with Adam, η ∈ {0.1, 0.5, 1}: different rates pick different distinct tokens",
+          default_config=fig5_config, configs=fig5_configs)
+def fig5(ctx: ReproduceContext) -> dict:
+    """c_n maps of class n = 1 (tokens 0–19; rows = iterations 0..10 and Final) per learning rate.
+
+    The subset a run "picks" is the set of the class's distinct tokens holding at least 10% of its
+    renormalised distinct-token attention c_n at the end (uniform share: 1/10)."""
+    cfg = configure(fig5_configs(ctx)["fig5"], ctx.overrides)
+    dist = _facts(cfg)
+    dirs = train_into(ctx, "fig5", cfg)
+    keys = FIG4_ROWS + ["final"]
+    per, rows, allq = {}, [], {}
+    for d in dirs:
+        eta = _lrs(d)[1]
+        run = runs.Run(d)
+        seed = run.seed
+        Zs = torch.stack([run.params(k)["Z"].double() for k in keys])
+        c = pr.c_n(Zs, dist.table, dist.query)                                   # [rows, K, M]
+        q = pr.distinct_distribution(Zs[-1:], dist.table, dist.query, dist.distinct)[0]
+        picked = [sorted(int(i) for i in torch.nonzero(q[n] >= 0.1).flatten()) for n in range(dist.K)]
+        allq[eta, seed] = {"q": q, "picked": picked}
+        if seed != ctx.seed:
+            continue
+        per[eta] = {"c": c, "picked": picked, "argmax": [int(q[n].argmax()) for n in range(dist.K)],
+                    "entropy": float(pr.distinct_entropy(Zs[-1:], dist.table, dist.query, dist.distinct)[0])}
+        rows += [{"eta": eta, "iteration": str(k), "class": n + 1, "token": l, "c": float(c[i, n, l])}
+                 for i, k in enumerate(keys) for n in range(dist.K) for l in range(dist.num_contextual)]
+    write_csv(ctx.out / "c_n.csv", rows, ["eta", "iteration", "class", "token", "c"])
+
+
+    style.apply()
+    fig, axes = plt.subplots(1, len(per), figsize=(4.2 * len(per), 3.2), squeeze=False, constrained_layout=True)
+    for ax, (eta, r) in zip(axes[0], per.items()):
+        im = ax.imshow(r["c"][:, 0, :20].numpy(), aspect="auto", cmap=style.SEQUENTIAL, vmin=0)
+        ax.axvline(9.5, color="w", ls="--", lw=0.8)
+        ax.set_yticks(range(len(keys)), [str(k) for k in FIG4_ROWS] + ["Final"])
+        ax.set_title(f"Adam, η_Y = η_Z = {eta:g}: c_n, n = 1")
+        ax.set_xlabel("token (common | distinct seq1)")
+        fig.colorbar(im, ax=ax, fraction=0.05)
+    axes[0, 0].set_ylabel("iteration")
+    style.save(fig, ctx.out / "fig5.png")
+
+    subsets = {f"eta={e:g},seed={sd}": r["picked"] for (e, sd), r in allq.items()}
+    top = [int(torch.nonzero(dist.distinct[n]).max()) for n in range(dist.K)]
+    seeds = sorted({sd for _, sd in allq})
+    etas = sorted({e for e, _ in allq})
+    # reading 1: the ≥ 10% subsets (class 1) differ between at least two rates — in every seed (holds), in none
+    # (fails), in some (inconclusive: the difference is not reproducible across data streams)
+    differ = {sd: len({tuple(allq[e, sd]["picked"][0]) for e in etas}) > 1 for sd in seeds}
+    r1 = True if all(differ.values()) else False if not any(differ.values()) else None
+    # reading 2: total-variation distance of the final distinct-token distributions (class 1), between rates
+    # (same seed) vs between seeds (same rate): the rate effect must exceed the seed-to-seed one by 2 SE
+    tv = lambda a, b: 0.5 * float((a["q"][0] - b["q"][0]).abs().sum())  # noqa: E731
+    between = [tv(allq[a, sd], allq[b, sd]) for sd in seeds for i, a in enumerate(etas) for b in etas[i + 1:]]
+    within = [tv(allq[e, s1], allq[e, s2]) for e in etas for i, s1 in enumerate(seeds) for s2 in seeds[i + 1:]]
+    d_tv = float(np.mean(between) - np.mean(within))
+    se_tv = math.sqrt(np.var(between, ddof=1) / len(between) + np.var(within, ddof=1) / len(within)) \
+        if len(between) > 1 and len(within) > 1 else float("nan")
+    claims = [
+        claim("different-subsets", "Different learning rates (Adam) pick different subsets of distinct tokens",
+              paper="Fig 5 and its caption (different η pick different subsets of distinct tokens)",
+              definition="the subset a run picks: class 1's distinct tokens holding ≥ 10% of its renormalised "
+                         "distinct-token attention c_n at the end (uniform share 1/10); compared between rates with "
+                         "seed-to-seed noise, two readings",
+              measured="class-1 subsets / distinct-distribution distances per (η, seed)",
+              expected="subsets differ between rates in every seed; rate-to-rate distance > seed-to-seed beyond 2 SE",
+              readings=[
+                  reading("subsets (≥ 10% of class 1's distinct attention) differ between at least two rates, "
+                          "in every seed", r1, reason="the subsets differ in some seeds only",
+                          differ_by_seed={str(k): v for k, v in differ.items()}),
+                  reading("total-variation distance of class 1's final distinct distribution: between rates (same "
+                          "seed) minus between seeds (same rate), 2-SE margin", decide(d_tv, se_tv),
+                          reason="rate-to-rate distance within 2 SE of the seed-to-seed distance",
+                          tv_between_rates=float(np.mean(between)), tv_between_seeds=float(np.mean(within)),
+                          **margin(d_tv, se_tv, noise_source="SE of the two mean distances combined")),
+              ],
+              picked_tokens=subsets, final_argmax={f"eta={e:g}": r["argmax"] for e, r in per.items()}, top_p_token=top,
+              distinct_entropy={f"eta={e:g}": r["entropy"] for e, r in per.items()}),
+    ]
+    return {"experiment": "scan-snap/fig5", "config": cfg.model_dump(mode="json"), "claims": claims,
+            "files": ["c_n.csv", "fig5.png"]}

@@ -6,10 +6,12 @@ B_n = ¼ ln(1 + 4Γ/C0) from §6.3, χ's upper bound e^{2B_n}.
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from tdyn.experiments.common import claim, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
+from tdyn.report import style
 from tdyn.theory import scan_snap as th
 
 # ---------------------------------------------------------------- Fig 3
@@ -17,14 +19,13 @@ from tdyn.theory import scan_snap as th
 FIG3 = {"K": 10, "M": 1000, "eta_z": 0.5, "etas_y": [0.5, 1.0, 2.0, 5.0], "t_max": 700.0, "C0s": [0.01, 0.1, 1.0]}
 
 
-@register("scan-snap/fig3", "χ_l(t) (Thm 4): smaller η_Y → later snap time t₀ and larger final χ")
+@register("scan-snap/fig3", "χ_l(t) (Thm 4): smaller η_Y → later snap time t₀ and larger final χ", takes_set=False)
 def fig3(ctx: ReproduceContext) -> dict:
     """χ_{l₀}(t) ≤ e^{2B_n(t)} = sqrt(1 + 4Γ(t)/C0) for K = 10, M = 1000, η_Z = 0.5.
 
     C0 is not stated in the paper (its y-range of about 600 depends on it); the spec's default
     sweeps C0 ∈ {0.01, 0.1, 1} and checks only the ordering and t₀.
     """
-    from tdyn.report import style
 
     c = FIG3
     K, M, eta_z = c["K"], c["M"], c["eta_z"]
@@ -47,7 +48,6 @@ def fig3(ctx: ReproduceContext) -> dict:
                          "snap_rel_err_at_20t0": float(th.B_n_snap(tl, K, M, ey, eta_z, C0) / th.B_n(tl, K, M, ey, eta_z, C0) - 1)}
     write_csv(ctx.out / "fig3.csv", rows, ["C0", "eta_y", "t", "B_n", "chi"])
 
-    import matplotlib.pyplot as plt
 
     style.apply()
     fig, axes = plt.subplots(1, len(c["C0s"]), figsize=(4.2 * len(c["C0s"]), 3.6))
@@ -110,10 +110,10 @@ FIG8 = [{"M": 50, "etas_y": [0.1, 0.2, 0.5, 1.0, 2.0], "s_max": 3000},
         {"M": 1000, "etas_y": [0.2, 0.5, 1.0, 2.0, 4.0], "s_max": 3000}]
 
 
-@register("scan-snap/fig8", "h*(s) (Lemma 5 recursion) vs h(s) (Lemma 6 ODE): 0 ≤ h* − h ≤ 2η_Y/M, gap → 0")
+@register("scan-snap/fig8", "h*(s) (Lemma 5 recursion) vs h(s) (Lemma 6 ODE): 0 ≤ h* − h ≤ 2η_Y/M, gap → 0",
+          takes_set=False)
 def fig8(ctx: ReproduceContext) -> dict:
     """Lemma 7 on the Fig 8 configurations (the η_Z values in the paper's titles do not enter h)."""
-    from tdyn.report import style
 
     rows, stats = [], {}
     for p in FIG8:
@@ -128,7 +128,6 @@ def fig8(ctx: ReproduceContext) -> dict:
                                             "bound": 2 * ey / M, "final_gap": float(gap[-1])}
     write_csv(ctx.out / "fig8.csv", rows, ["M", "eta_y", "s", "h_star", "h", "gap"])
 
-    import matplotlib.pyplot as plt
 
     style.apply()
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), constrained_layout=True)
@@ -184,7 +183,8 @@ FIG9 = [{"nu": 10.0, "M": 100, "etas_z": [0.5, 1.0, 2.0, 4.0, 8.0], "t_max": 5.0
 FIG9_K, FIG9_C0 = 1, 1.0
 
 
-@register("scan-snap/fig9", "B_n(t) at fixed ν = η_Y/η_Z (Thm 4): B_n(t₀) is the same for every η_Z")
+@register("scan-snap/fig9", "B_n(t) at fixed ν = η_Y/η_Z (Thm 4): B_n(t₀) is the same for every η_Z",
+          takes_set=False)
 def fig9(ctx: ReproduceContext) -> dict:
     """B_n(t) = ¼ ln(1 + 4Γ/C0) at fixed ν, dots at t₀ = 2K ln M/η_Y.
 
@@ -192,7 +192,6 @@ def fig9(ctx: ReproduceContext) -> dict:
     η_Y = 0.5's t₀ = 73.7 outside [0, 50]), and C0 = 1. B_n(t₀) = ¼ ln(1 + 2K(M−1)²h̄²/(νC0)) with
     h̄ the root of e^{Mh} + (M−1)Mh = 2M ln M + 1, so any K, C0 give the same independence.
     """
-    from tdyn.report import style
 
     K, C0 = FIG9_K, FIG9_C0
     rows, at_t0, at_end = [], {}, {}
@@ -207,7 +206,6 @@ def fig9(ctx: ReproduceContext) -> dict:
             at_end.setdefault(f"nu={nu:g}", []).append(float(B[-1]))
     write_csv(ctx.out / "fig9.csv", rows, ["nu", "M", "eta_z", "eta_y", "t", "B_n"])
 
-    import matplotlib.pyplot as plt
 
     style.apply()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))

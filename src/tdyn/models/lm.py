@@ -16,23 +16,27 @@ Every parameter has a leading ensemble axis S. Per member (the tutorial's ``Tran
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from pydantic import Field
+
+from tdyn.schema import Strict
 
 
-@dataclasses.dataclass
-class LMConfig:
-    V: int                 # vocabulary size
-    d: int = 200           # emsize
-    d_hid: int = 200       # FFN width
-    n_layers: int = 1
-    n_heads: int = 1
-    dropout: float = 0.2
-    max_len: int = 512
+class LMConfig(Strict):
+    """The ``model`` section of a ``corpus_lm`` run config, and the model's own config. ``V`` and
+    ``max_len`` come from the data (the task sets them); they are excluded from dumps."""
+
+    V: int | None = Field(None, ge=2, exclude=True)         # vocabulary size
+    d: int = Field(200, ge=1)                               # emsize
+    d_hid: int = Field(200, ge=1)                           # FFN width
+    n_layers: int = Field(1, ge=1)
+    n_heads: int = Field(1, ge=1)
+    dropout: float = Field(0.2, ge=0, lt=1)
+    max_len: int = Field(512, ge=1, exclude=True)
 
 
 def positional_encoding(T: int, d: int) -> torch.Tensor:

@@ -13,20 +13,27 @@ the query and (by default) is not a key.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import nn
 
+from tdyn.schema import Strict
 
-@dataclasses.dataclass
-class YZConfig:
-    M: int
+
+class YZConfig(Strict):
+    """The ``model`` section of a ``scan_snap`` run config, and the model's own config.
+
+    ``M`` (vocabulary size) is not a config key: the task sets it from the distribution
+    (``cfg.model_copy(update={"M": ...})``); it is excluded from dumps so config.json holds the section.
+    """
+
+    M: int | None = Field(None, ge=1, exclude=True)
     parameterization: Literal["yz", "embedding"] = "yz"
-    d: int = 128
+    d: int = Field(128, ge=1)
     residual: bool = False            # ū = LN(LN(Xᵀb) + e_query) (§7 extension)
     include_query_key: bool = False   # the authors' attn_include_base_token
     normalize: bool = True            # LN(x) = x/‖x‖₂ on the attended vector
@@ -36,6 +43,8 @@ class YZConfig:
 class YZModel(nn.Module):
     def __init__(self, cfg: YZConfig, S: int = 1):
         super().__init__()
+        if cfg.M is None:
+            raise ValueError("YZConfig.M (the vocabulary size) must be set to build the model")
         self.cfg = cfg
         M, d = cfg.M, cfg.d
         if cfg.parameterization == "yz":

@@ -8,13 +8,12 @@ of shape [S, ...] is an array saved into the checkpoint files as ``probe/<probe>
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
 from typing import Any, Callable
 
 import torch
 
 from tdyn.errors import ConfigError
+from tdyn.registry import Registry
 
 
 @dataclasses.dataclass
@@ -25,31 +24,23 @@ class ProbeContext:
     step: int
 
 
-_PROBES: dict[str, Callable[[ProbeContext], dict[str, torch.Tensor]]] = {}
+#: Every probe, by name; the table names the module of each built-in probe, imported on lookup.
+PROBES: Registry[Callable[[ProbeContext], dict[str, torch.Tensor]]] = Registry(
+    "probe", error=ConfigError, label="probes.names", table={
+        "scan_snap.attention": "tdyn.probes.scan_snap",
+        "scan_snap.decoder": "tdyn.probes.scan_snap",
+        "topic.norms": "tdyn.probes.topic",
+        "topic.attention": "tdyn.probes.topic",
+        "topic.blocks": "tdyn.probes.topic",
+        "topic.dev_loss": "tdyn.probes.topic",
+        "corpus_lm.attention": "tdyn.probes.corpus_lm",
+    })
 
 
 def probe(name: str):
-    """Decorator registering a probe under ``name``."""
-
-    def deco(fn):
-        if name in _PROBES:
-            raise RuntimeError(f"probe {name!r} registered twice")
-        _PROBES[name] = fn
-        return fn
-
-    return deco
-
-
-def _load_all() -> None:
-    import tdyn.experiments  # noqa: F401  (experiments may register task-specific probes)
-
-    for m in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{m.name}")
+    """Decorator registering a probe under ``name`` (a built-in one also goes into the table above)."""
+    return PROBES.decorator(name)
 
 
 def get_probes(names: list[str]) -> dict[str, Callable]:
-    _load_all()
-    bad = [n for n in names if n not in _PROBES]
-    if bad:
-        raise ConfigError(f"probes.names: unknown probe {bad[0]!r}; allowed: {', '.join(sorted(_PROBES))}")
-    return {n: _PROBES[n] for n in names}
+    return {n: PROBES.get(n) for n in names}

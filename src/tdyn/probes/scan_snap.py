@@ -9,6 +9,7 @@ those facts from ``task.facts``.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -72,8 +73,6 @@ def descent_rate(thresholds, recall, how: str = "lsq"):
     ``how="lsq"``: minus the least-squares slope of recall on threshold over all T points;
     ``how="secant"``: (recall at the first threshold − recall at the last)/(last − first threshold).
     """
-    import numpy as np
-
     x = np.asarray(thresholds, dtype=np.float64)
     y = np.asarray(recall, dtype=np.float64)
     if how == "lsq":

@@ -17,18 +17,25 @@ page works from the file system and when the folder is copied elsewhere.
 from __future__ import annotations
 
 import csv
-import html
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-from tdyn import runs
+import html
+import matplotlib.pyplot as plt
+import numpy as np
+import platform
+from urllib.parse import quote
+
+import tdyn
+from tdyn import runs, sweep
 from tdyn.errors import UserError
+from tdyn.report import style
 
 ASSETS = "report_files"
-RESULTS = "results.json"
-MANIFEST = "reproduce.json"  # a reproduce-all directory's options, metadata and each reproduction's status
+RESULTS = runs.RESULTS
+MANIFEST = runs.REPRODUCE  # a reproduce-all directory's options, metadata and each reproduction's status
 MAX_TABLE_ROWS = 25
 MAX_RUN_CURVES = 24
 MAX_LEGEND = 12
@@ -66,13 +73,8 @@ def paper_of(name: str, full: bool = False) -> str:
 
 def metadata() -> dict[str, Any]:
     """Versions, machine and date of this process (shown on every page)."""
-    import platform
-
-    import tdyn
-    from tdyn.bench import machine_info
-
     return {"tdyn": tdyn.__version__, "python": platform.python_version(), "git_commit": runs.git_commit(),
-            "host": platform.node(), **machine_info(), "date": runs.now()}
+            "host": platform.node(), **runs.machine_info(), "date": runs.now()}
 
 
 def _e(x: Any) -> str:
@@ -104,8 +106,6 @@ def _relpath(path: Path, base: Path) -> str:
 
 def _rel(path: Path, base: Path) -> str:
     """A relative URL from the directory ``base`` to ``path`` inside it."""
-    from urllib.parse import quote
-
     return quote(_relpath(path, base))
 
 
@@ -208,10 +208,6 @@ def reproductions(out: Path) -> list[tuple[Path, dict[str, Any]]]:
     return found
 
 
-def _descriptions() -> dict[str, str]:
-    from tdyn.experiments.registry import all_experiments
-
-    return {n: e.description for n, e in all_experiments().items()}
 
 
 def _verdict(c: dict) -> str:
@@ -291,14 +287,17 @@ def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cl
     return "\n".join(parts)
 
 
-def build_index(out_dir: str | Path, title: str | None = None) -> Path:
-    """Write ``out_dir/index.html`` for a reproduce-all directory or one reproduction directory."""
+def build_index(out_dir: str | Path, title: str | None = None, descriptions: dict[str, str] | None = None) -> Path:
+    """Write ``out_dir/index.html`` for a reproduce-all directory or one reproduction directory.
+
+    ``descriptions`` (experiment name -> one line) come from the caller (the CLI and the runner know the
+    registered experiments; the report does not import them); else a results.json's ``description``."""
     out = Path(out_dir)
     results = reproductions(out)
     if not results:
         raise UserError(f"{str(out)!r} holds no {RESULTS} (neither itself nor its subdirectories)")
     manifest = runs.read_json(out / MANIFEST) if (out / MANIFEST).exists() else {}
-    descriptions = _descriptions()
+    descriptions = descriptions or {}
 
     claim_rows = [r for d, res in results for r in _claims_rows(res, out, d)]
     verdicts = [c.get("verdict") for _, res in results for c in res.get("claims", [])]
@@ -330,15 +329,12 @@ def build_index(out_dir: str | Path, title: str | None = None) -> Path:
 
 def collect_runs(d: Path) -> tuple[str, list[Path]]:
     """(kind, run directories) of a run, ensemble, sweep or any directory holding runs."""
-    if (d / "sweep.json").exists():
-        sweep = runs.read_json(d / "sweep.json")
-        return "sweep", [d / r["name"] for r in sweep["runs"] if runs.is_run_dir(d / r["name"])]
-    if (d / "ensemble.json").exists():
-        ens = runs.read_json(d / "ensemble.json")
-        return "ensemble", [d / p for p in ens["dirs"] if runs.is_run_dir(d / p)]
+    for kind, name in (("sweep", runs.SWEEP), ("ensemble", runs.ENSEMBLE)):
+        if (d / name).exists():
+            return kind, runs.job_dirs(d)
     if runs.is_run_dir(d):
         return "run", [d]
-    return "runs", sorted(p.parent for p in d.rglob("meta.json") if runs.is_run_dir(p.parent))
+    return "runs", sorted(p.parent for p in d.rglob(runs.META) if runs.is_run_dir(p.parent))
 
 
 def _metric_groups(keys: list[str]) -> dict[str, list[str]]:
@@ -352,9 +348,6 @@ def _metric_groups(keys: list[str]) -> dict[str, list[str]]:
 
 
 def _curves(run_dirs: list[Path], labels: list[str], assets: Path) -> list[tuple[Path, str]]:
-    import matplotlib.pyplot as plt
-
-    from tdyn.report import style
 
     style.apply()
     metrics = [runs.read_metrics(d) for d in run_dirs[:MAX_RUN_CURVES]]
@@ -422,10 +415,6 @@ def _strip_steps(run_dir: Path) -> list[int | str]:
 
 def _heatmaps(run_dir: Path, assets: Path) -> list[tuple[Path, str]]:
     """One strip per 2-D parameter / array probe: its value at each saved checkpoint."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from tdyn.report import style
 
     style.apply()
     steps = _strip_steps(run_dir)
@@ -464,7 +453,7 @@ def _runs_table(run_dirs: list[Path], base: Path) -> str:
         meta = runs.read_meta(d)
         m = runs.read_metrics(d)
         last = m[-1] if m else {}
-        rows.append([f'<a href="{_rel(d / "config.json", base)}">{_e(_relpath(d, base) or ".")}</a>', _e(meta.get("status")),
+        rows.append([f'<a href="{_rel(d / runs.CONFIG, base)}">{_e(_relpath(d, base) or ".")}</a>', _e(meta.get("status")),
                      _e(meta.get("seed")), _e(last.get("step", "—")), _e(fmt(last.get("loss"))),
                      _e(meta.get("message") or "")])
     note = f'<p class="note">first 200 of {len(run_dirs)} runs</p>' if len(run_dirs) > 200 else ""
@@ -482,14 +471,13 @@ def build_run_report(run_dir: str | Path) -> Path:
     labels = [_relpath(r, d) or "." for r in run_dirs]
     parts = [f"<p>{_e(kind)} directory with {len(run_dirs)} run(s).</p>"]
     if kind == "sweep":
-        from tdyn import sweep
 
-        summary = d / "summary.csv"
+        summary = d / runs.SUMMARY
         if not summary.exists():
             sweep.summarize(d)
         parts.append('<section id="summary"><h2>Sweep summary</h2>' + csv_table(summary, d, max_rows=60) + "</section>")
         srows = [[r["name"], r.get("axes"), r.get("seed"), r.get("status"), r.get("error", "")]
-                 for r in runs.read_json(d / "sweep.json")["runs"]]
+                 for r in runs.read_json(d / runs.SWEEP)["runs"]]
         parts.append(_details(f"runs and their status ({len(srows)})", table(["run", "axes", "seed", "status", "error"], srows)))
     parts.append('<section id="runs"><h2>Runs</h2>' + _runs_table(run_dirs, d) + "</section>")
     curves = _curves(run_dirs, labels, assets)
@@ -499,7 +487,7 @@ def build_run_report(run_dir: str | Path) -> Path:
     maps = _heatmaps(run_dirs[0], assets)
     parts.append(f'<section id="heatmaps"><h2>Parameters at the checkpoints ({_e(labels[0])})</h2>' +
                  ("".join(_figure(p, d, c) for p, c in maps) or "<p>no saved checkpoints with 2-D tensors</p>") + "</section>")
-    cfg_src = d / "ensemble.json" if kind == "ensemble" else run_dirs[0] / "config.json"
+    cfg_src = d / runs.ENSEMBLE if kind == "ensemble" else run_dirs[0] / runs.CONFIG
     parts.append('<section id="config"><h2>Config</h2>' +
                  _details(_relpath(cfg_src, d), _json_block(runs.read_json(cfg_src)), open_=False) + "</section>")
     meta0 = runs.read_meta(run_dirs[0])

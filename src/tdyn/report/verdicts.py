@@ -22,7 +22,7 @@ ORDER = ("holds", "fails", "inconclusive")
 def collect(d: Path) -> list[tuple[Path, dict[str, Any]]]:
     """``(dir, results)`` for every ``results.json`` below ``d``, sorted by experiment name."""
     found = []
-    for p in sorted(Path(d).rglob("results.json")):
+    for p in sorted(Path(d).rglob(runs.RESULTS)):
         try:
             res = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -7,17 +7,22 @@ run ``DIR/<run name>/``, job manifests ``DIR/.jobs/<job>/ensemble.json``, and ``
 
 from __future__ import annotations
 
-import concurrent.futures as cf
+import csv
 import math
-import time
+import sys
 from pathlib import Path
 from typing import Any
 
+import concurrent.futures as cf
 import numpy as np
+from tqdm.auto import tqdm
 
 from tdyn import runs
 from tdyn.errors import UserError
+from tdyn.runs import write_csv
+from tdyn.sweep.executors import make_executor
 from tdyn.sweep.spec import JobPlan, SweepSpec, load_spec, plan
+from tdyn.train import trainer
 
 JOBS = ".jobs"
 
@@ -25,7 +30,6 @@ JOBS = ".jobs"
 def run_job(job_dir: str, config: dict, run_dirs: list[str]) -> dict[str, str]:
     """Train (or resume, or skip) one ensemble job; return each run's status. Safe to call again
     after any interruption: finished runs are kept, unfinished ones continue from checkpoints."""
-    from tdyn.train import trainer
 
     job_dir, dirs = Path(job_dir), [Path(d) for d in run_dirs]
 
@@ -36,7 +40,7 @@ def run_job(job_dir: str, config: dict, run_dirs: list[str]) -> dict[str, str]:
     if all(s in ("finished", "diverged") for s in st.values()):
         return st
     try:
-        if (job_dir / trainer.MANIFEST).exists() and all(runs.is_run_dir(d) for d in dirs):
+        if (job_dir / runs.ENSEMBLE).exists() and all(runs.is_run_dir(d) for d in dirs):
             try:
                 trainer.resume(job_dir, progress=False)
             except UserError:  # killed before its first checkpoint: start again
@@ -50,7 +54,7 @@ def run_job(job_dir: str, config: dict, run_dirs: list[str]) -> dict[str, str]:
 
 
 def _record(out: Path, spec: SweepSpec, jobs: list[JobPlan], status: dict[str, str], errors: dict[str, str]) -> None:
-    runs.write_json(out / "sweep.json", {
+    runs.write_json(out / runs.SWEEP, {
         "spec": spec.model_dump(mode="json"),
         "runs": [{"name": r.name, "axes": r.axes, "seed": r.seed, "job": j.id, "status": status.get(r.name, "pending"),
                   **({"error": errors[j.id]} if j.id in errors else {})} for j in jobs for r in j.runs],
@@ -64,20 +68,17 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
     spec = spec_source if isinstance(spec_source, SweepSpec) else load_spec(spec_source)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    if (out / "sweep.json").exists():
-        old = runs.read_json(out / "sweep.json")["spec"]
+    if (out / runs.SWEEP).exists():
+        old = runs.read_json(out / runs.SWEEP)["spec"]
         if old != spec.model_dump(mode="json"):
             raise UserError(f"{str(out)!r} holds a different sweep; choose another --out")
     jobs = plan(spec)
-    from tdyn.sweep.executors import make_executor
 
     ex = executor_obj or make_executor(executor, workers=workers, address=address, folder=str(out / ".submitit"))
     status: dict[str, str] = {}
     errors: dict[str, str] = {}
     args = {j.id: (str(out / JOBS / j.id), j.config, [str(out / r.name) for r in j.runs]) for j in jobs}
     _record(out, spec, jobs, status, errors)
-    from tqdm.auto import tqdm
-    import sys
 
     bar = tqdm(total=len(jobs), desc="sweep jobs", disable=not (progress and sys.stderr.isatty()))
     pending = dict(args)
@@ -121,10 +122,9 @@ def final_metrics(run_dir: Path) -> dict[str, float]:
 
 def summarize(out: str | Path) -> Path:
     """``summary.csv``: one row per cell (axes, count, mean and sample std of each final metric)."""
-    from tdyn.experiments.common import write_csv
 
     out = Path(out)
-    sweep = runs.read_json(out / "sweep.json")
+    sweep = runs.read_json(out / runs.SWEEP)
     cells: dict[str, dict] = {}
     for r in sweep["runs"]:
         key = repr(sorted(r["axes"].items()))
@@ -145,14 +145,12 @@ def summarize(out: str | Path) -> Path:
             row[f"{k}_std"] = float(v.std(ddof=1)) if len(v) > 1 else math.nan
         rows.append(row)
     cols = axis_cols + ["count"] + [f"{k}_{s}" for k in metric_cols for s in ("mean", "std")]
-    return write_csv(out / "summary.csv", rows, cols)
+    return write_csv(out / runs.SUMMARY, rows, cols)
 
 
 def plot_metric(summary_csv: str | Path, metric: str, x: str, curve: str, path: str | Path, panel: str | None = None):
     """Plot ``metric`` (mean ± std) against axis ``x``, one curve per value of ``curve`` (and one
     panel per value of ``panel``), from a ``summary.csv``."""
-    import csv
-
     import matplotlib.pyplot as plt
 
     from tdyn.report import style

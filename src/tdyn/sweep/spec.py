@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from tdyn.config import Strict, apply_overrides, load_config, read_config_file, validate_config
+from tdyn.config import (Strict, apply_overrides, format_validation_error, load_config, read_config_file, read_source,
+                         validate_config)
 from tdyn.errors import ConfigError
 from tdyn.train.trainer import expand_members
 
@@ -71,10 +72,6 @@ class SweepSpec(Strict):
 
 
 def load_spec(source: str | Path | dict) -> SweepSpec:
-    from pydantic import ValidationError
-
-    from tdyn.config import format_validation_error
-
     raw = source if isinstance(source, dict) else read_config_file(source)
     try:
         return SweepSpec.model_validate(raw)
@@ -83,17 +80,7 @@ def load_spec(source: str | Path | dict) -> SweepSpec:
 
 
 def base_config(spec: SweepSpec) -> dict:
-    if spec.config is not None:
-        return spec.config
-    src = spec.base
-    if Path(src).suffix in (".yaml", ".yml", ".json") or Path(src).exists():
-        return read_config_file(src)
-    from tdyn.experiments.registry import get
-
-    exp = get(src)
-    if exp.default_config is None:
-        raise ConfigError(f"base: experiment {src!r} has no run config")
-    return exp.default_config()
+    return read_source(spec.config if spec.config is not None else spec.base, what="base")
 
 
 def cells(spec: SweepSpec) -> list[dict[str, Any]]:

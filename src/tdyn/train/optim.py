@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from tdyn.config import GroupConfig
+from tdyn.errors import ConfigError
 
 
 class EnsembleOptimizer:
@@ -25,12 +26,8 @@ class EnsembleOptimizer:
         for g, gc in groups.items():
             for p in gc.params:
                 if p not in params:
-                    from tdyn.errors import ConfigError
-
                     raise ConfigError(f"optim.groups.{g}.params: unknown parameter {p!r}; allowed: {', '.join(params)}")
                 if p in self.group_of:
-                    from tdyn.errors import ConfigError
-
                     raise ConfigError(f"optim.groups.{g}.params: parameter {p!r} is already in group {self.group_of[p]!r}")
                 self.group_of[p] = g
         self.lrs = lrs

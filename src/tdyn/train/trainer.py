@@ -10,25 +10,26 @@ straight into ``out``; with several, ``out/ensemble.json`` lists the member dire
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import contextlib
+import signal
 import torch
+from tqdm.auto import tqdm
 
 import tdyn
 from tdyn import runs
 from tdyn.config import RunConfig, load_config
 from tdyn.errors import ConfigError, UserError
 from tdyn.probes import ProbeContext, get_probes
+from tdyn.tasks import Member, get_task
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.train.seeding import generator
-from tdyn.train.task import Member, get_task
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _FLUSH_SECONDS = 10.0
@@ -217,7 +218,7 @@ class Job:
         meta["message"] = message
         if status != "running":
             meta["ended"] = runs.now()
-        runs.write_json(self.dirs[i] / "meta.json", meta)
+        runs.write_json(self.dirs[i] / runs.META, meta)
 
     # ---- measurements
 
@@ -259,8 +260,6 @@ class Job:
             old_handler = signal.signal(signal.SIGINT, self._request_stop)
         except ValueError:  # not the main thread
             pass
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=T, initial=start, desc=self.cfg.task, unit="step", leave=False,
                    disable=not (self.progress and sys.stderr.isatty()))
         try:
@@ -328,17 +327,10 @@ class Job:
 
 
 def _prepare_out(out: Path, force: bool) -> None:
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise UserError(f"output directory {str(out)!r} already exists and is not empty; "
-                            f"use --force to overwrite or --resume to continue it")
-        import shutil
-
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    runs.prepare_dir(out, force, clear=True, hint=" or --resume to continue it")
 
 
-MANIFEST = "ensemble.json"
+MANIFEST = runs.ENSEMBLE  # kept for callers of trainer.MANIFEST
 
 
 def train(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] | None = None, force: bool = False,
@@ -367,8 +359,8 @@ def train(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] | None = N
                                          "dirs": [os.path.relpath(d, out) for d in dirs]})
     for m, d in zip(members, dirs):
         d.mkdir(parents=True, exist_ok=True)
-        runs.write_json(d / "config.json", member_config(cfg, m))
-        runs.write_json(d / "meta.json", {
+        runs.write_json(d / runs.CONFIG, member_config(cfg, m))
+        runs.write_json(d / runs.META, {
             "tdyn_version": tdyn.__version__, "torch_version": torch.__version__, "git_commit": runs.git_commit(),
             "seed": m.seed, "member": m.name, "lrs": m.lrs, "init_scale": m.init_scale,
             "started": runs.now(), "ended": None, "status": "running", "message": None})
@@ -397,16 +389,16 @@ def resume(out: str | Path, *, progress: bool = True) -> list[Path]:
         members = expand_members(cfg)
         dirs = [out / d for d in ens["dirs"]]
     elif runs.is_run_dir(out):
-        cfg = load_config(runs.read_config(out))
+        cfg = load_config(runs.Run(out).config)
         members = expand_members(cfg)
         dirs = [out]
     else:
-        raise UserError(f"{str(out)!r} is not a run directory (no config.json/meta.json or ensemble.json)")
-    status = [runs.read_meta(d)["status"] for d in dirs]
-    todo = [i for i, s in enumerate(status) if s not in ("finished", "diverged")]
+        raise UserError(f"{str(out)!r} is not a run directory (no {runs.CONFIG}/{runs.META} or {runs.ENSEMBLE})")
+    member_runs = [runs.Run(d) for d in dirs]
+    todo = [i for i, r in enumerate(member_runs) if r.status not in ("finished", "diverged")]
     if not todo:
         return dirs
-    common = set.intersection(*(set(runs.checkpoint_steps(dirs[i])) for i in todo))
+    common = set.intersection(*(set(member_runs[i].steps()) for i in todo))
     if not common:
         raise UserError(f"{str(out)!r} has no checkpoint to resume from; start it again with --force")
     step = max(common)
@@ -414,16 +406,16 @@ def resume(out: str | Path, *, progress: bool = True) -> list[Path]:
         for tmp in d.rglob(".*.tmp"):
             tmp.unlink()
     job = Job(cfg, members, dirs, progress, out)
-    for i, d in enumerate(dirs):
+    for i, (d, run) in enumerate(zip(dirs, member_runs)):
         if i in todo:
-            job._load_member_state(i, runs.load_checkpoint(d, step))
-            job.records[i] = [r for r in runs.read_metrics(d) if r["step"] < step]
-            meta = runs.read_meta(d)
+            job._load_member_state(i, run.checkpoint(step))
+            job.records[i] = [r for r in run.metrics if r["step"] < step]
+            meta = run.meta
             meta.setdefault("resumed", []).append({"at": runs.now(), "from_step": step})
             meta["status"], meta["message"] = "running", None
-            runs.write_json(d / "meta.json", meta)
+            runs.write_json(d / runs.META, meta)
         else:
             job.active[i] = False
-            job.records[i] = runs.read_metrics(d)
+            job.records[i] = run.metrics
     _run_guarded(job, step)
     return dirs

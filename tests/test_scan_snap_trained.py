@@ -5,7 +5,9 @@ import csv
 import numpy as np
 import pytest
 
-from tdyn.experiments import scan_snap_sweeps as sw
+from tdyn.experiments import common as vt
+from tdyn.experiments import scan_snap_fig6 as sw
+from tdyn.experiments import scan_snap_snap_time as st
 from tdyn.experiments.registry import ReproduceContext
 
 TINY = {"num_last": [1], "etas_z": [0.5, 3.0], "ratios": [1.0, 2.0, 10.0], "seeds": [1, 2], "steps": 8}
@@ -44,7 +46,8 @@ def test_fig6_then_fig11_12_reuse_the_runs(tmp_path, monkeypatch):
     manifest = root / ".jobs" / "job0000" / "ensemble.json"
     stamp = manifest.stat().st_mtime_ns
     # fig11-12 pointed at fig6's output directory reads its runs
-    ctx2 = ReproduceContext(out=tmp_path / "f11", quick=True, progress=False, overrides=[f"sweep_dir={ctx.out}"])
+    ctx2 = ReproduceContext(out=tmp_path / "f11", quick=True, progress=False,
+                           options=sw.SweepOptions(sweep_dir=ctx.out))
     ctx2.out.mkdir()
     res2 = sw.fig11_12(ctx2)
     assert manifest.stat().st_mtime_ns == stamp            # not trained again
@@ -59,7 +62,7 @@ def test_fig6_then_fig11_12_reuse_the_runs(tmp_path, monkeypatch):
     assert all(c.get("paper") and c.get("definition") for c in res2["claims"])
     # a different config is not mistaken for the finished sweep
     ctx3 = ReproduceContext(out=tmp_path / "f6b", quick=True, progress=False,
-                            overrides=[f"sweep_dir={ctx.out / 'runs'}", "optim.steps=4"])
+                            overrides=["optim.steps=4"], options=sw.SweepOptions(sweep_dir=ctx.out / "runs"))
     ctx3.out.mkdir()
     sw.fig6(ctx3)
     assert manifest.stat().st_mtime_ns == stamp
@@ -69,7 +72,7 @@ def test_fig6_then_fig11_12_reuse_the_runs(tmp_path, monkeypatch):
 def test_snap_time_is_peak_of_growth():
     bump = np.exp(-0.5 * ((np.arange(200) - 37) / 6.0) ** 2)      # ż peaks at step 37
     z = np.concatenate([[0.0], np.cumsum(bump)])
-    assert sw.snap_time(z) == 37
+    assert st.snap_time(z) == 37
 
 
 def test_snap_time_on_theory_curve_tracks_t0():
@@ -82,7 +85,7 @@ def test_snap_time_on_theory_curve_tracks_t0():
     for eta in (0.5, 1.0, 2.0):
         t = np.arange(0, 400)
         z = np.concatenate([[0.0], np.cumsum(th.gamma(t, K, M, eta))])
-        out.append(sw.snap_time(z) * eta)
+        out.append(st.snap_time(z) * eta)
     assert np.ptp(out) <= 2.0                                     # t_peak·η_Y constant up to step rounding
 
 
@@ -113,17 +116,17 @@ def test_trained_reproductions_quick(tmp_path, name):
 
 
 def test_verdict_helpers():
-    assert sw.paired([3.0, 4.0, 5.0], [1.0, 2.0, 3.0]) == (2.0, 0.0)
-    d, se = sw.paired([1.0, 2.0], [0.0, 0.0])
+    assert vt.paired([3.0, 4.0, 5.0], [1.0, 2.0, 3.0]) == (2.0, 0.0)
+    d, se = vt.paired([1.0, 2.0], [0.0, 0.0])
     assert d == 1.5 and se == pytest.approx(0.5)
-    assert sw.every_cell({"a": True, "b": True}) == (True, None)
-    assert sw.every_cell({"a": True, "b": False})[0] is False
-    held, why = sw.every_cell({"a": True, "b": None})
+    assert vt.every_cell({"a": True, "b": True}) == (True, None)
+    assert vt.every_cell({"a": True, "b": False})[0] is False
+    held, why = vt.every_cell({"a": True, "b": None})
     assert held is None and "b" in why
-    assert sw.within(1.1, 0.02, 0.25) is True            # |0.1| + 0.04 ≤ 0.25
-    assert sw.within(2.0, 0.1, 0.25) is False            # |1.0| − 0.2 > 0.25
-    assert sw.within(1.2, 0.1, 0.25) is None             # the band straddles the tolerance
-    assert sw.within(float("nan"), 0.1, 0.25) is None
+    assert vt.within(1.1, 0.02, 0.25) is True            # |0.1| + 0.04 ≤ 0.25
+    assert vt.within(2.0, 0.1, 0.25) is False            # |1.0| − 0.2 > 0.25
+    assert vt.within(1.2, 0.1, 0.25) is None             # the band straddles the tolerance
+    assert vt.within(float("nan"), 0.1, 0.25) is None
 
 
 def _B_from_G(G):
@@ -137,15 +140,15 @@ def test_scan_departure_on_known_trajectory():
     td, a = 40.0, 1e-4
     G = np.where(t <= td, a * t ** 2, a * td ** 2 * (t / td) ** 0.2)
     B = _B_from_G(G)
-    assert sw.scan_departure(B, 1.1) == pytest.approx(td, abs=0.5)
-    assert sw.scan_departure(B, 1.5) == pytest.approx(td * 2 ** (-0.4 / 1.8), abs=0.5)
+    assert st.scan_departure(B, 1.1) == pytest.approx(td, abs=0.5)
+    assert st.scan_departure(B, 1.5) == pytest.approx(td * 2 ** (-0.4 / 1.8), abs=0.5)
     # SGD-like noise in the first steps (where B is tiny) does not move the departure
     noisy = B.copy()
     noisy[2:6] += np.array([3e-4, -2e-4, 2e-4, -1e-4])
-    assert sw.scan_departure(noisy, 1.5) == pytest.approx(td * 2 ** (-0.4 / 1.8), abs=0.5)
+    assert st.scan_departure(noisy, 1.5) == pytest.approx(td * 2 ** (-0.4 / 1.8), abs=0.5)
     # a pure scan law never departs; a curve that never reaches the level is not mistaken for a departure
-    assert np.isnan(sw.scan_departure(_B_from_G(a * t ** 2), 1.5))
-    assert np.isnan(sw.scan_departure(_B_from_G(a * t ** 0.5), 1.5))
+    assert np.isnan(st.scan_departure(_B_from_G(a * t ** 2), 1.5))
+    assert np.isnan(st.scan_departure(_B_from_G(a * t ** 0.5), 1.5))
 
 
 def test_scan_departure_of_theory_follows_its_constant():
@@ -156,8 +159,8 @@ def test_scan_departure_of_theory_follows_its_constant():
     K, M = 2, 24
     out = []
     for ey, ez, C0 in ((0.1, 0.02, 1.0), (0.2, 0.02, 1.0), (0.2, 0.05, 30.0)):
-        B = sw.theory_B(int(4 * th.t0(K, M, ey)), K, M, ey, ez, C0)
-        dep = sw.scan_departure(B, 1.0)
+        B = st.theory_B(int(4 * th.t0(K, M, ey)), K, M, ey, ez, C0)
+        dep = st.scan_departure(B, 1.0)
         assert th.t0_prime(K, M, ey) / 2 < dep < th.t0(K, M, ey)
         out.append(dep * ey)
     assert np.ptp(out) < 0.05 * np.mean(out)
@@ -166,9 +169,9 @@ def test_scan_departure_of_theory_follows_its_constant():
 def test_crossing_time_and_lemma6_switch():
     from tdyn.theory import scan_snap as th
 
-    assert sw.crossing_time(np.array([0.1, 0.3, 0.7, 0.9]), 0.5) == pytest.approx(1.5)
-    assert sw.crossing_time(np.array([0.6, 0.9]), 0.5) == 0.0
-    assert np.isnan(sw.crossing_time(np.array([0.1, 0.2]), 0.5))
+    assert st.crossing_time(np.array([0.1, 0.3, 0.7, 0.9]), 0.5) == pytest.approx(1.5)
+    assert st.crossing_time(np.array([0.6, 0.9]), 0.5) == 0.0
+    assert np.isnan(st.crossing_time(np.array([0.1, 0.2]), 0.5))
     # Lemma 6's h at the predicted switch gives p(correct) = ½ (Lemma 5)
     for K, M, ey in ((2, 24, 0.2), (6, 79, 1.0)):
         s = th.switch_time(K, M, ey) / K

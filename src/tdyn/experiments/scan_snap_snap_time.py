@@ -1,0 +1,428 @@
+"""Scan and Snap Thm 4's two times measured in training (spec §5.3, §6.5): the decoder switch vs
+t'₀ = K ln M/η_Y and the attention snap (B_n leaving its scan law) vs t₀ = 2K ln M/η_Y."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from tdyn import runs
+from tdyn.data import scan_snap as data
+from tdyn.experiments.common import (claim, configure, decide, every_cell, margin, reading, train_into, within,
+                                     write_csv)
+from tdyn.experiments.registry import ReproduceContext, register
+from tdyn.experiments.scan_snap_common import _facts, _lrs
+from tdyn.probes import scan_snap as pr
+from tdyn.report import style
+from tdyn.tasks.scan_snap import yz_config
+from tdyn.theory import scan_snap as th
+
+
+# ---------------------------------------------------------------- snap time
+
+#: The paper's Syn-Medium data (10 common tokens shared by every class, ρ = f_1ᵀf_2 ≈ 0.72 at Z = 0: Assumption 2
+#: is not met), under the theory's protocol (plain SGD, zero init, long sequences; spec §6.5).
+SNAP = {"num_last": [1, 3, 5], "etas_y": [0.5, 1.0, 2.0, 4.0], "eta_z": 0.1, "batch_size": 64, "seq_len": 512,
+        "seeds": 3, "t0_factor": 4}
+SNAP_QUICK = {"num_last": [1, 3], "etas_y": [1.0, 4.0], "eta_z": 0.1, "batch_size": 64, "seq_len": 256, "seeds": 2,
+              "t0_factor": 4}
+#: Thm 4's setting: one common token, all K classes on one query (§6.3), common weight 0.2 so that the classes are
+#: nearly orthogonal (ρ ≈ 0.01; Assumption 2: |λ₁(E)| = (K−1)ρ < 1/K), η_Y ≫ η_Z, long sequences.
+#: Small η_Y so that the departure comes after ≳ 10 steps, where B_n is well above the SGD noise.
+SNAP_THM = {"K": [2, 4], "etas_y": [0.1, 0.2, 0.4], "eta_z": 0.02, "batch_size": 64, "seq_len": 512,
+            "num_common": 1, "common_weight": 0.2, "seeds": 3, "t0_factor": 3}
+SNAP_THM_QUICK = {"K": [2], "etas_y": [0.2, 0.4], "eta_z": 0.02, "batch_size": 64, "seq_len": 256,
+                  "num_common": 1, "common_weight": 0.2, "seeds": 2, "t0_factor": 3}
+#: Stated tolerance for "measured = predicted" (as spec §13 test 9's batch invariance): ±25%.
+SNAP_TOL = 0.25
+#: The open definition of "B_n(t) leaves its scan-phase law": the local log-log slope of G = e^{4B_n} − 1
+#: (2 in the scan law, → 0 in the snap law) first falls below the level.
+DEPARTURE_LEVELS = {"slope<1.5": 1.5, "slope<1": 1.0}
+
+
+def _snap_cfg(dat: dict, K: int, M: int, seed: int, grid: dict) -> dict:
+    steps = max(60, math.ceil(grid.get("t0_factor", 3) * th.t0(K, M, min(grid["etas_y"]))))
+    cfg = yz_config(dat | {"batch_size": grid["batch_size"], "seq_len": grid["seq_len"]},
+                    steps=steps, momentum=0.0, seeds=tuple(range(seed, seed + grid.get("seeds", 2))))
+    cfg["ensemble"] = {"lrs": [{"Y": e, "Z": grid["eta_z"]} for e in grid["etas_y"]]}
+    cfg["probes"] = {"names": ["scan_snap.attention", "scan_snap.decoder"], "every": 1}
+    return cfg
+
+
+def snap_config(num_last: int, seed: int, grid: dict = SNAP) -> dict:
+    """The paper's data: Syn-Medium with K = 2·num_last, plain SGD (spec §6.5), zero init, η_Y grid at
+    fixed η_Z, probes every step, ``t0_factor``× the largest predicted t₀ (at least 60 steps)."""
+    dat = data.syn_medium(num_last)
+    dist = data.build(data.ScanSnapDataConfig(**dat))
+    return _snap_cfg(dat, dist.K, dist.M, seed, grid)
+
+
+def snap_theorem_config(K: int, seed: int, grid: dict = SNAP_THM) -> dict:
+    """Thm 4's setting (§6.3): one query with K next tokens, one common token of weight
+    ``common_weight`` (the distinct weights as in the paper), otherwise as :func:`snap_config`."""
+    dat = {"num_last": 1, "num_next_per_last": K, "num_common": grid["num_common"], "num_common_per_last": 0,
+           "common_unnormalized_prob": grid["common_weight"]}
+    dist = data.build(data.ScanSnapDataConfig(**dat))
+    return _snap_cfg(dat, dist.K, dist.M, seed, grid)
+
+
+def snap_time(top_logit: np.ndarray) -> int:
+    """The peak-growth marker: the step at which the per-step growth of the leading distinct logit
+    (3-step centred moving average of z(t+1) − z(t)) peaks. By Thm 2(a) ż_{l₀} ∝ ξ_n ∝ γ(t), and γ
+    (Thm 1) peaks where e^{Mh}(Mh − 1) = M − 1, just before the decoder's p(correct) = ½ switch: this
+    marker measures the decoder's stage switch, not the attention snap. See ``snap_time_reproduction``."""
+    dz = np.convolve(np.diff(top_logit), np.ones(3) / 3, mode="same")
+    return int(np.argmax(dz))
+
+
+def crossing_time(y: np.ndarray, level: float) -> float:
+    """First (fractional) step at which ``y`` (one value per step 0, 1, …) reaches ``level``, linearly
+    interpolated between the two steps around the crossing; NaN if it never does."""
+    y = np.asarray(y, dtype=np.float64)
+    up = np.nonzero(y >= level)[0]
+    if not len(up):
+        return float("nan")
+    i = int(up[0])
+    if i == 0:
+        return 0.0
+    return float(i - 1 + (level - y[i - 1]) / (y[i] - y[i - 1]))
+
+
+def local_exponent(G: np.ndarray, *, t_min: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """Centred log-log slope of G (one value per step): at step t, (ln G(t√2) − ln G(t/√2))/ln 2, with
+    ln G interpolated linearly in ln t over the steps ≥ ``t_min`` where G > 0. Returns (t, slope)."""
+    G = np.asarray(G, dtype=np.float64)
+    t = np.arange(len(G), dtype=np.float64)
+    ok = (t >= t_min) & (G > 0)
+    lt, lg = np.log(t[ok]), np.log(G[ok])
+    tc = t[(t / math.sqrt(2) >= t[ok][0]) & (t * math.sqrt(2) <= t[ok][-1])]
+    slope = (np.interp(np.log(tc) + 0.5 * math.log(2), lt, lg) - np.interp(np.log(tc) - 0.5 * math.log(2), lt, lg)) \
+        / math.log(2)
+    return tc, slope
+
+
+def scan_departure(B: np.ndarray, level: float) -> float:
+    """When B_n(t) (one value per step) leaves its scan-phase law (Thm 4): G := e^{4B_n} − 1 = 4Γ/C0 grows as
+    t² in the scan phase and as ln² t in the snap phase, so its local log-log slope (:func:`local_exponent`)
+    falls from 2 towards 0; the departure is the (interpolated) step at which it last crosses ``level``
+    downwards (the theory's slope is monotone, so this is also its first crossing; the last crossing is not
+    fooled by the SGD noise of the first few steps, where B_n is tiny). C0 cancels (G is compared with
+    itself). NaN if the slope is never at or above ``level`` or never falls below it."""
+    tc, slope = local_exponent(np.expm1(4 * np.asarray(B, dtype=np.float64)))
+    down = np.nonzero((slope[:-1] >= level) & (slope[1:] < level))[0]
+    if not len(down):
+        return float("nan")
+    i = int(down[-1]) + 1
+    return float(tc[i - 1] + (slope[i - 1] - level) / (slope[i - 1] - slope[i]) * (tc[i] - tc[i - 1]))
+
+
+def theory_B(steps: int, K: int, M: int, eta_y: float, eta_z: float, C0: float = 1.0) -> np.ndarray:
+    """§6.3's exact B_n = ¼ ln(1 + 4Γ/C0) per optimiser step 0..steps, with Γ the left Riemann sum
+    η_Z Σ_{j<t} γ(j) (step t's attention update uses the decoder after j = t − 1 updates, as in training)."""
+    g = th.gamma(np.arange(steps + 1, dtype=np.float64), K, M, eta_y)
+    G = eta_z * np.concatenate([[0.0], np.cumsum(g)[:-1]])
+    return th.B_from_Gamma(G, C0)
+
+
+def _exponent(pts: dict, K: int, key: str) -> tuple[float, float]:
+    """Log-log slope of the marker vs η_Y at fixed K: fitted per seed, mean and its standard error."""
+    per_seed: dict[int, list] = {}
+    for (k, e), rs in pts.items():
+        if k == K:
+            for r in rs:
+                per_seed.setdefault(r["seed"], []).append((e, r[key]))
+    fits = [float(np.polyfit(np.log([e for e, _ in v]), np.log([x for _, x in v]), 1)[0])
+            for v in per_seed.values() if len(v) > 1 and all(x > 0 and math.isfinite(x) for _, x in v)]
+    if not fits:
+        return float("nan"), float("nan")
+    return float(np.mean(fits)), float(np.std(fits, ddof=1) / math.sqrt(len(fits))) if len(fits) > 1 else float("nan")
+
+
+def _ratio(rows: list[dict], key: str, pred: str) -> tuple[float, float]:
+    """Mean over runs of measured/predicted and its standard error over seeds (per-seed means first)."""
+    by_seed: dict[int, list] = {}
+    for r in rows:
+        by_seed.setdefault(r["seed"], []).append(r[key] / r[pred])
+    m = [float(np.mean(v)) for v in by_seed.values()]
+    if any(not math.isfinite(x) for x in m):
+        return float("nan"), float("nan")
+    return float(np.mean(m)), float(np.std(m, ddof=1) / math.sqrt(len(m))) if len(m) > 1 else float("nan")
+
+
+def snap_settings(ctx: ReproduceContext) -> dict:
+    """setting -> (grid, grid -> [(name, raw run config)])."""
+    quick = ctx.quick
+    return {
+        "theorem": (SNAP_THM_QUICK if quick else SNAP_THM,
+                    lambda g: [(f"thm_K{K}", snap_theorem_config(K, ctx.seed, g)) for K in g["K"]]),
+        "paper": (SNAP_QUICK if quick else SNAP,
+                  lambda g: [(f"last{nl}", snap_config(nl, ctx.seed, g)) for nl in g["num_last"]]),
+    }
+
+
+@register("scan-snap/snap-time", "Decoder switch vs t'₀ = K ln M/η_Y and attention snap (B_n leaving its scan law) "
+          "vs t₀ = 2K ln M/η_Y, in Thm 4's setting and on the paper's Syn-Medium data", configs=lambda ctx: {
+              f"{setting}_{name}": raw for setting, (grid, make) in snap_settings(ctx).items() for name, raw in make(grid)})
+def snap_time_reproduction(ctx: ReproduceContext) -> dict:
+    """The two times of Thm 4 measured separately in training (optimiser steps; spec §5.3: to first order
+    batch-independent), each against its prediction, with the constant tested and not only the 1/η_Y scaling.
+
+    **Markers.**
+
+    * *Decoder switch* — the first (interpolated) step at which p(correct) reaches ½, read on the probe
+      batch (finite L) and in the long-sequence limit (u = f_n): the two readings. Lemma 9: p(correct) ≤ ½
+      for t ≤ t'₀ = K ln M/η_Y; Lemmas 5–6 put p = ½ exactly at K((M−1)(1+ln(M−1)) − 1)/(Mη_Y)
+      (``th.switch_time``), which is t'₀ up to the O(1) term Lemma 9 drops. Why this marker: it is the
+      quantity Lemma 9 bounds, and it needs no model of the attention.
+    * *Attention snap* — the time B_n(t) leaves its scan-phase law (Thm 4, Eqn 14: B_n = ¼ ln(1 + at²)
+      before t'₀, ¼ ln(1 + b ln² t) after t₀). B_n is read as −(mean common logit) of the class's query
+      row, exact in §6.3's setting (e^{−4z_common} = 1 + 4Γ/C0 and B_n = η_Z∫ξ_n = −z_common); G := e^{4B_n} − 1
+      ∝ Γ grows as t² in the scan law and as ln² t in the snap law, so its local log-log slope falls from 2
+      towards 0. The departure is the first step at which that slope is below a level; the paper leaves the
+      level open, so two readings (1.5: first clear departure; 1: half-way to the snap law) are measured side
+      by side. The *prediction* is the same function applied to §6.3's exact B_n(t) (Lemma 6's h, Γ as the
+      same left Riemann sum over steps; C0 cancels). The ratio to the paper's t₀ is reported beside it:
+      by these definitions the exact theory itself leaves the scan law at about 0.35–0.8 t₀, i.e. around
+      t'₀ — t₀ = 2(1+o(1))K ln M/η_Y is where the snap law has taken over, not where the scan law ends.
+    * *Peak-growth marker* (the earlier definition, ``snap_time``): the step at which the leading distinct
+      logit grows fastest. By Thm 2(a) ż_{l₀} ∝ γ(t), which peaks just before the decoder switch, so it
+      measures the decoder switch, not the attention snap. Its earlier agreement with t₀ (≈ 0.87×) was a
+      cancellation: on the paper's data the decoder switch arrives ≈ 2× later than t'₀, because the
+      classes' next-token distributions are correlated (Remark 1: effective rate (1−ρ)η_Y; ρ ≈ 0.72 at Z = 0,
+      so Assumption 2 is not met), and γ peaks at about half of t₀'s 2 ln M·K/η_Y.
+
+    **Settings.** (i) Thm 4's setting (``SNAP_THM``): one query with K ∈ {2, 4} next tokens, one common
+    token of weight 0.2 (ρ ≈ 0.01, Assumption 2 met), plain SGD, zero init, batch 64, length 512,
+    η_Z = 0.02, η_Y ∈ {0.1, 0.2, 0.4} (η_Y ≫ η_Z; small η_Y so the departures come after ≳ 10 steps,
+    where B_n is well above the SGD noise), 3 seeds, 3 t₀ of training. (ii) The paper's Syn-Medium data (``SNAP``): num_last ∈
+    {1, 3, 5} (K ∈ {2, 6, 10}, 10 common tokens), same protocol, η_Y ∈ {0.5, 1, 2, 4}, 3 seeds. The
+    theory's constants are judged only in (i); (ii) trains 4 t₀ so that the late departures fit in; in (ii) the theorem's hypotheses fail, so those numbers
+    are reported with an inconclusive verdict, and (ii) tests the spec §6.5 Remark-1 interval instead.
+    """
+
+    quick = ctx.quick
+    settings = snap_settings(ctx)
+    rows, curves, rho = [], {}, {}
+    for setting, (grid, make) in settings.items():
+        for name, raw in make(grid):
+            cfg = configure(raw, ctx.overrides)
+            dist = _facts(cfg)
+            f0 = pr.f_n(torch.zeros(1, dist.M, dist.M, dtype=torch.float64), dist.table, dist.query)[0]
+            G0 = f0 @ f0.T
+            rho[setting, dist.K] = float(G0[~torch.eye(dist.K, dtype=torch.bool)].mean())
+            for d in train_into(ctx, f"{setting}_{name}", cfg):
+                eta_y, eta_z = _lrs(d)
+                rec = runs.Run(d).metrics
+                z = np.array([r["scan_snap.attention/top_logit"] for r in rec])
+                B = -np.array([r["scan_snap.attention/mean_common"] for r in rec])
+                Bth = theory_B(len(rec) - 1, dist.K, dist.M, eta_y, eta_z)
+                ztheory = np.concatenate([[0.0], np.cumsum(th.gamma(np.arange(len(rec) - 1.0), dist.K, dist.M, eta_y))])
+                seed = runs.Run(d).seed
+                lo, hi = th.stage_switch_bounds(dist.K, dist.M, eta_y, rho[setting, dist.K])
+                row = {"setting": setting, "K": dist.K, "M": dist.M, "eta_y": eta_y, "eta_z": eta_z, "seed": seed,
+                       "rho": rho[setting, dist.K],
+                       "t0prime": th.t0_prime(dist.K, dist.M, eta_y), "t0": th.t0(dist.K, dist.M, eta_y),
+                       "switch_pred": th.switch_time(dist.K, dist.M, eta_y),
+                       "switch_batch": crossing_time(np.array([r["scan_snap.decoder/p_correct"] for r in rec]), 0.5),
+                       "switch_limit": crossing_time(np.array([r["scan_snap.decoder/p_correct_limit"] for r in rec]), 0.5),
+                       "remark1_lo": lo, "remark1_hi": hi,
+                       "peak_growth": float(snap_time(z)), "peak_growth_pred": float(snap_time(ztheory))}
+                for lab, lev in DEPARTURE_LEVELS.items():
+                    row[f"snap_{lab}"] = scan_departure(B, lev)
+                    row[f"snap_{lab}_pred"] = scan_departure(Bth, lev)
+                rows.append(row)
+                if seed == ctx.seed:
+                    curves[setting, dist.K, eta_y] = (B, Bth, row)
+    cols = list(rows[0])
+    write_csv(ctx.out / "snap_time.csv", rows, cols)
+
+    # ---- per-setting summaries
+    def sel(setting):
+        return [r for r in rows if r["setting"] == setting]
+
+    def pts(setting):
+        out: dict[tuple, list] = {}
+        for r in sel(setting):
+            out.setdefault((r["K"], r["eta_y"]), []).append(r)
+        return out
+
+    summary = {}
+    for setting in settings:
+        s = sel(setting)
+        summary[setting] = {
+            "switch_over_t0prime": {k: _ratio(s, k, "t0prime") for k in ("switch_batch", "switch_limit")},
+            "switch_over_lemma6": {k: _ratio(s, k, "switch_pred") for k in ("switch_batch", "switch_limit")},
+            "snap_over_pred": {lab: _ratio(s, f"snap_{lab}", f"snap_{lab}_pred") for lab in DEPARTURE_LEVELS},
+            "snap_over_t0": {lab: _ratio(s, f"snap_{lab}", "t0") for lab in DEPARTURE_LEVELS},
+            "snap_pred_over_t0": {lab: _ratio(s, f"snap_{lab}_pred", "t0") for lab in DEPARTURE_LEVELS},
+            "peak_growth_over_pred": _ratio(s, "peak_growth", "peak_growth_pred"),
+            "peak_growth_over_t0": _ratio(s, "peak_growth", "t0"),
+            "peak_growth_over_switch": _ratio(s, "peak_growth", "switch_batch"),
+            "exponents": {f"K={K}": {k: _exponent(pts(setting), K, k) for k in
+                                     ["switch_batch", "switch_limit"] + [f"snap_{lab}" for lab in DEPARTURE_LEVELS]}
+                          for K in sorted({r["K"] for r in s})},
+        }
+    T, P = summary["theorem"], summary["paper"]
+
+    # ---- figure: each marker vs its prediction, both settings; B_n(t) with its departures
+
+    style.apply()
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.3), constrained_layout=True)
+    mk = {"theorem": "o", "paper": "s"}
+    for setting in settings:
+        s = sel(setting)
+        Ks = sorted({r["K"] for r in s})
+        for r in s:
+            col = style.PALETTE[Ks.index(r["K"]) + (0 if setting == "theorem" else 2)]
+            lab = f"{setting}, K={r['K']}" if r["eta_y"] == s[0]["eta_y"] and r["seed"] == ctx.seed else None
+            axes[0].scatter(r["t0prime"], r["switch_batch"], color=col, marker=mk[setting], s=18, label=lab)
+            if r["seed"] == ctx.seed:
+                axes[0].scatter(r["t0prime"], r["switch_pred"], facecolors="none", edgecolors=col, marker=mk[setting],
+                                s=40, lw=0.8, label="Lemma 5–6 p = ½ time" if lab and setting == "theorem" else None)
+            axes[1].scatter(r["snap_slope<1_pred"], r["snap_slope<1"], color=col, marker=mk[setting], s=18, label=lab)
+    for ax, xl, yl in ((axes[0], "t'₀ = K ln M/η_Y (steps)", "decoder switch: first step p(correct) ≥ ½"),
+                       (axes[1], "predicted departure (same definition on §6.3's exact B_n)",
+                        "attention snap: B_n leaves scan law (slope < 1)")):
+        lim = np.array([0, max(max(c.get_offsets()[:, 0].max(), c.get_offsets()[:, 1].max()) for c in ax.collections) * 1.1])
+        ax.plot(lim, lim, color="grey", ls=":", label="measured = predicted")
+        ax.set_xlabel(xl)
+        ax.set_ylabel(yl)
+        ax.legend(fontsize=7)
+    lim0 = axes[0].get_xlim()
+    xs = np.linspace(0, lim0[1], 10)
+    axes[0].plot(xs, 2 * xs, color="k", lw=0.6, ls="--", label="2 t'₀ = t₀")
+    axes[0].legend(fontsize=7)
+    axes[0].set_title(f"theorem: ×{T['switch_over_t0prime']['switch_batch'][0]:.2f} t'₀; "
+                      f"paper: ×{P['switch_over_t0prime']['switch_batch'][0]:.2f} t'₀", fontsize=9)
+    axes[1].set_title(f"theorem: ×{T['snap_over_pred']['slope<1'][0]:.2f} predicted "
+                      f"(= ×{T['snap_over_t0']['slope<1'][0]:.2f} t₀)", fontsize=9)
+    Kc = sorted({r["K"] for r in sel("theorem")})[-1]
+    for i, e in enumerate((SNAP_THM_QUICK if quick else SNAP_THM)["etas_y"]):
+        c = curves.get(("theorem", Kc, e))
+        if c is None:
+            continue
+        B, Bth, row = c
+        t = np.arange(len(B))
+        Gm, Gt = np.expm1(4 * B), np.expm1(4 * Bth)
+        scale = Gm[-1] / Gt[-1] if Gt[-1] > 0 else 1.0        # C0 is not known: theory matched at the last step
+        axes[2].plot(t[1:], Gm[1:], color=style.PALETTE[i], label=f"η_Y={e:g}")
+        axes[2].plot(t[1:], Gt[1:] * scale, color=style.PALETTE[i], ls=":", lw=1)
+        axes[2].axvline(row["snap_slope<1"], color=style.PALETTE[i], ls="--", lw=0.8)
+        axes[2].axvline(row["t0"], color=style.PALETTE[i], ls="-.", lw=0.6)
+    axes[2].set_xscale("log")
+    axes[2].set_yscale("log")
+    axes[2].set_xlabel("step")
+    axes[2].set_ylabel("G = e^{4B_n} − 1 (B_n = −mean common logit)")
+    axes[2].set_title(f"theorem K={Kc}: dotted theory (scaled), dashed departure, dash-dot t₀", fontsize=9)
+    axes[2].legend(fontsize=7)
+    style.save(fig, ctx.out / "snap_time.png")
+
+    # ---- claims
+    tol = SNAP_TOL
+
+    sw_T = [reading(f"p(correct) on the {'probe batch (finite L)' if k == 'switch_batch' else 'long-sequence limit u = f_n'}",
+                    within(*T["switch_over_lemma6"][k], tol),
+                    reason=None if within(*T["switch_over_lemma6"][k], tol) is not None else "ratio within 2 SE of the tolerance",
+                    ratio_to_lemma6=T["switch_over_lemma6"][k][0], se=T["switch_over_lemma6"][k][1],
+                    ratio_to_t0prime=T["switch_over_t0prime"][k][0], tolerance=tol)
+            for k in ("switch_batch", "switch_limit")]
+    lemma9 = []
+    for k in ("switch_batch", "switch_limit"):
+        r, se = T["switch_over_t0prime"][k]
+        lemma9.append(reading(f"p(correct) {'probe batch' if k == 'switch_batch' else 'long-sequence limit'}",
+                              decide(r - 1.0, se), reason="switch/t'₀ − 1 inside 2 SE of 0", ratio=r, se=se,
+                              **margin(r - 1.0, se, noise_source="SE over seeds of the per-seed mean ratio")))
+    snap_T = []
+    for lab in DEPARTURE_LEVELS:
+        r, se = T["snap_over_pred"][lab]
+        v = within(r, se, tol)
+        snap_T.append(reading(f"departure = first step where the local log-log slope of e^{{4B_n}} − 1 is {lab[5:]}",
+                              v, reason=None if v is not None else "ratio within 2 SE of the tolerance",
+                              ratio_to_prediction=r, se=se, tolerance=tol,
+                              ratio_to_t0=T["snap_over_t0"][lab][0], prediction_over_t0=T["snap_pred_over_t0"][lab][0]))
+    expo_T = []
+    for K, ex in T["exponents"].items():
+        for k, (m, se) in ex.items():
+            expo_T.append((f"{K},{k}", within(-m, se, tol), m, se))
+    held_expo, why_expo = every_cell({k: v for k, v, _, _ in expo_T})
+    pk_r, pk_se = T["peak_growth_over_pred"]
+    # Remark-1 interval per (K, η_Y) cell of the paper's data: the seed-mean switch above K ln M/η_Y and below
+    # K ln M/((1−ρ)η_Y), each by 2 SE over seeds
+    inside, inside_nums = {}, {}
+    for (K, e), rs in pts("paper").items():
+        v = [r["switch_batch"] for r in rs]
+        m, sd = float(np.mean(v)), (float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan"))
+        lo_v, hi_v = decide(m - rs[0]["remark1_lo"], sd), decide(rs[0]["remark1_hi"] - m, sd)
+        key = f"K={K},eta_y={e:g}"
+        inside[key] = False if False in (lo_v, hi_v) else (True if lo_v and hi_v else None)
+        inside_nums[key] = {"switch": m, "se": sd, "lo": rs[0]["remark1_lo"], "hi": rs[0]["remark1_hi"]}
+    in_held, in_why = every_cell(inside)
+    claims = [
+        claim("decoder-switch-constant", "Thm 4's setting: the decoder switch (p(correct) = ½) comes at Lemmas 5–6's "
+              "time K((M−1)(1+ln(M−1)) − 1)/(Mη_Y), i.e. at t'₀ = K ln M/η_Y up to its dropped O(1) term "
+              f"(measured/predicted within 1 ± {tol:g})",
+              paper="Lemma 9 / Thm 4: scan phase ends at t'₀ = K ln M/η_Y; Lemmas 5–6 (exact p = ½ time)",
+              definition="first (interpolated) optimiser step at which mean p(correct) ≥ ½; ratio to the Lemma-6 time, "
+                         "mean over seeds of the per-seed mean over (K, η_Y); noise = SE over seeds",
+              measured="decoder switch / Lemma-6 p = ½ time (ratio to t'₀ beside it)",
+              expected=f"within 1 ± {tol:g} beyond 2 SE", readings=sw_T, rho=rho_of(rho, "theorem")),
+        claim("decoder-switch-after-t0prime", "Thm 4's setting: p(correct) ≤ ½ until t'₀ = K ln M/η_Y (Lemma 9): the "
+              "measured switch comes after t'₀", paper="Lemma 9 (for t ≤ K ln M/η_Y, p(correct) ≤ ½)",
+              definition="decoder switch / t'₀ − 1 (mean over seeds of the per-seed mean over (K, η_Y)), decided with a "
+                         "2-SE margin", measured="decoder switch / t'₀", expected="> 1 beyond 2 SE", readings=lemma9),
+        claim("attention-snap-constant", "Thm 4's setting: B_n(t) leaves its scan-phase law when the exact theory "
+              f"(§6.3) says it does (measured/predicted within 1 ± {tol:g}); ratios to t₀ = 2K ln M/η_Y reported",
+              paper="Thm 4, Eqn 14 (scan law before t'₀, snap law after t₀ = 2(1+o(1))K ln M/η_Y); §6.3",
+              definition="B_n := −(mean common logit of the query row) (exact in §6.3); departure = first step at which "
+                         "the centred log-log slope of e^{4B_n} − 1 falls below the level; prediction = the same "
+                         "function on §6.3's exact B_n(t); noise = SE over seeds",
+              measured="attention-snap time / predicted (ratio to t₀ beside it)", expected=f"within 1 ± {tol:g}",
+              readings=snap_T),
+        claim("inverse-eta-y", "Thm 4's setting: both times scale as 1/η_Y at fixed K (log-log exponent −1 ± "
+              f"{tol:g}), for each marker and reading", held_expo, reason=why_expo,
+              paper="Thm 4 / Lemma 9: t₀, t'₀ ∝ 1/η_Y (prediction (a))",
+              definition="log-log slope of the marker vs η_Y per seed and K; mean and SE over seeds",
+              measured="exponent per (K, marker)", expected=f"−1 ± {tol:g} beyond 2 SE in every (K, marker)",
+              exponents={k: {"exponent": m, "se": se} for k, _, m, se in expo_T}),
+        claim("peak-growth-tracks-decoder", "Thm 4's setting: the peak-growth marker (old definition) falls where "
+              "the theory's ż_{l₀} ∝ γ(t) peaks — a decoder time (γ peaks just before p(correct) = ½), not the snap",
+              within(pk_r, pk_se, tol), reason="ratio within 2 SE of the tolerance",
+              paper="Thm 2(a) (ż_{l₀} = η_Z f²ξ_n, ξ_n ∝ γ) and Thm 1 (γ(t))",
+              definition="step of peak 3-step-averaged growth of the leading distinct logit; prediction = the same "
+                         "function on z(t) = Σ γ (theory); noise = SE over seeds",
+              measured="peak-growth step / its theory value", expected=f"within 1 ± {tol:g}",
+              ratio=pk_r, se=pk_se, ratio_to_t0=T["peak_growth_over_t0"][0],
+              ratio_to_switch=T["peak_growth_over_switch"][0]),
+        claim("paper-data-constants", "The paper's Syn-Medium data: the decoder switch, attention snap and peak-growth "
+              "marker against their Thm 4 predictions", None,
+              reason=f"outside Thm 4's hypotheses: 10 common tokens shared by every class, ρ = f_nᵀf_n' ≈ "
+                     f"{np.mean([v for (s, _), v in rho.items() if s == 'paper']):.2f} at Z = 0, so Assumption 2 "
+                     "(|λ₁(E)| < 1/K) fails; the numbers are reported, not judged",
+              paper="Thm 4 (needs Assumption 2 and §6.3's single common token)",
+              definition="as in the theorem-setting claims", measured="ratios to t'₀, t₀ and to the predictions",
+              expected="n/a (hypotheses not met)",
+              switch_over_t0prime=P["switch_over_t0prime"], switch_over_lemma6=P["switch_over_lemma6"],
+              snap_over_prediction=P["snap_over_pred"], snap_over_t0=P["snap_over_t0"],
+              peak_growth_over_t0=P["peak_growth_over_t0"], peak_growth_over_switch=P["peak_growth_over_switch"],
+              exponents=P["exponents"]),
+        claim("stage-switch-interval", "The paper's data: the decoder switch lies between K ln M/η_Y and "
+              "K ln M/((1−ρ)η_Y) (correlated classes train at the effective rate (1−ρ)η_Y)",
+              in_held, reason=in_why,
+              paper="Remark 1 (effective rate (1−ρ)η_Y); spec §6.5 hypothesis",
+              definition="first (interpolated) step with p(correct) ≥ ½ on the probe batch, mean over seeds per "
+                         "(K, η_Y); inside the interval by 2 SE over seeds at both ends (a run that never reaches ½ "
+                         "makes its cell inconclusive); ρ = mean f_nᵀf_n' at Z = 0",
+              measured="decoder switch per (K, η_Y)",
+              expected="inside [K ln M/η_Y, K ln M/((1−ρ)η_Y)] beyond 2 SE in every cell",
+              cells=inside_nums, rho=rho_of(rho, "paper"),
+              switch_over_t0prime=P["switch_over_t0prime"]["switch_batch"]),
+    ]
+    return {"experiment": "scan-snap/snap-time", "grids": {k: v[0] for k, v in settings.items()},
+            "summary": summary, "claims": claims, "files": ["snap_time.csv", "snap_time.png"]}
+
+
+def rho_of(rho: dict, setting: str) -> dict:
+    return {f"K={K}": v for (s, K), v in rho.items() if s == setting}

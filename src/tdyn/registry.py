@@ -1,0 +1,76 @@
+"""One registry helper for tdyn's named things (tasks, probes, benches, experiments).
+
+A :class:`Registry` maps names to items: ``register`` refuses a duplicate name, ``get`` raises a
+one-line :class:`~tdyn.errors.UserError` (or the subclass given) listing the allowed names, and
+``items`` lists them sorted. ``table`` (optional) is an explicit map name → module path: looking a
+name up imports only its module; listing imports every module of the table (never a package walk,
+no import side effects beyond the registrations of the modules named).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Generic, Iterator, TypeVar
+
+from tdyn.errors import UserError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str, *, table: dict[str, str] | None = None,
+                 error: type[UserError] = UserError, label: str | None = None):
+        self.kind = kind                  # "task", "probe", "bench", "experiment"
+        self.label = label or kind        # how the key is named in errors, e.g. "probes.names"
+        self.error = error
+        self.table = dict(table or {})    # name -> module that registers it
+        self._items: dict[str, T] = {}
+
+    def _load(self, name: str | None = None) -> None:
+        """Import the module of ``name`` (or, for None, every module of the table)."""
+        if name is not None:
+            if name not in self._items and name in self.table:
+                importlib.import_module(self.table[name])
+            return
+        for mod in dict.fromkeys(self.table.values()):
+            importlib.import_module(mod)
+
+    def register(self, name: str, item: T) -> T:
+        if name in self._items:
+            raise RuntimeError(f"{self.kind} {name!r} registered twice")
+        self._items[name] = item
+        return item
+
+    def decorator(self, name: str) -> Callable[[T], T]:
+        """``@reg.decorator(name)`` registers the decorated object under ``name``."""
+
+        def deco(item: T) -> T:
+            return self.register(name, item)
+
+        return deco
+
+    def get(self, name: str) -> T:
+        self._load(name)
+        if name not in self._items:
+            where = f"{self.label}: " if self.label != self.kind else ""
+            raise self.error(f"{where}unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}")
+        return self._items[name]
+
+    def __contains__(self, name: str) -> bool:
+        self._load(name)
+        return name in self._items
+
+    def names(self) -> list[str]:
+        self._load()
+        return sorted(self._items)
+
+    def items(self) -> dict[str, T]:
+        self._load()
+        return dict(sorted(self._items.items()))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (tests that register a temporary entry)."""
+        self._items.pop(name, None)

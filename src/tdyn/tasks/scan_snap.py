@@ -1,0 +1,53 @@
+"""The Scan and Snap task (Tian et al. 2023): the sequence-class distribution (``tdyn.data.scan_snap``)
+wired to the Y/Z model (``tdyn.models.yz``) with two parameter groups, Y (decoder, η_Y) and Z
+(attention logits, η_Z). Config sections: ``data`` = :class:`ScanSnapDataConfig`, ``model`` =
+:class:`YZConfig`.
+"""
+
+from __future__ import annotations
+
+from tdyn.data import scan_snap as data
+from tdyn.data.scan_snap import ScanSnapDataConfig  # noqa: F401  (the data section)
+from tdyn.models.yz import YZConfig, YZModel
+from tdyn.tasks.base import Member, Task, register_task
+from tdyn.train.seeding import generator
+
+
+class ScanSnapTask(Task):
+    def __init__(self, cfg, members: list[Member]):
+        self.data_cfg = data.ScanSnapDataConfig.model_validate(cfg.data)
+        self.dist = data.build(self.data_cfg)
+        mc = YZConfig.model_validate(cfg.model)
+        self.model = YZModel(mc.model_copy(update={"M": self.dist.M}), S=len(members))
+        self.model.reset_parameters([generator(m.seed, "init") for m in members], [m.init_scale for m in members])
+        d = self.dist
+        self.facts = {"table": d.table, "query": d.query, "next_token": d.next_token,
+                      "distinct": d.distinct, "common": d.common}
+
+    def sample(self, gen):
+        return self.dist.sample(self.data_cfg.batch_size, self.data_cfg.seq_len, gen)
+
+    def loss(self, batch):
+        x, y = batch
+        return self.model.loss(x, y)
+
+
+@register_task("scan_snap", data.ScanSnapDataConfig, YZConfig,
+               "Scan and Snap next-token prediction with the Y/Z model")
+def _build(cfg, members):
+    return ScanSnapTask(cfg, members)
+
+
+def yz_config(data_overrides: dict, *, steps: int = 100, lr_y: float = 1.0, lr_z: float = 1.0,
+              optimizer: str = "sgd", momentum: float = 0.9, init: str = "zero", seeds=(0,)) -> dict:
+    """A Y/Z run config: two optimizers (Y at η_Y, Z at η_Z), the authors' batch 128, length 128."""
+    group = {"optimizer": optimizer} | ({"momentum": momentum} if optimizer == "sgd" else {})
+    return {
+        "task": "scan_snap",
+        "data": dict(data_overrides),
+        "model": {"init": init},
+        "seeds": list(seeds),
+        "optim": {"steps": steps, "groups": {"Y": {"params": ["Y"], "lr": lr_y} | group,
+                                              "Z": {"params": ["Z"], "lr": lr_z} | group}},
+        "checkpoint": {"schedule": "none", "steps": []},
+    }

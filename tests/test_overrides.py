@@ -1,0 +1,87 @@
+"""Every knob honoured (issue 13): --set reaches the configs a reproduction runs or exits 2 saying what
+it accepts; shadowed overrides are errors; typed options; `tdyn config NAME` prints resolved YAML."""
+
+import pytest
+import yaml
+
+from tdyn.errors import UserError
+from tdyn.experiments import registry, runner
+from tdyn.experiments.registry import EXPERIMENTS, ReproduceContext
+
+# Temporary (issue 13): these modules are being rewritten on other branches; they adopt `configs=` /
+# `takes_set=` after the merge. Until then the runner checks after their run that --set was consumed.
+NOT_YET_DECLARED = ("topic/", "decision-list/")
+
+
+def test_every_reproduction_declares_what_it_takes():
+    for name, exp in EXPERIMENTS.items().items():
+        if name.startswith(NOT_YET_DECLARED) or name.startswith("test/"):
+            continue
+        assert exp.configs is not None or exp.takes_set is False, name
+
+
+def test_tables_match_registrations():
+    from tdyn.bench import BENCHES
+    from tdyn.probes import PROBES
+    from tdyn.tasks import TABLE, TASKS
+
+    for reg in (EXPERIMENTS, BENCHES, PROBES, TASKS):
+        reg.names()  # imports every module of the table
+        names = {n for n in reg._items if not n.startswith("test")}
+        assert names == set(reg.table), reg.kind
+    assert set(TABLE) == set(TASKS.table)
+
+
+def test_unused_and_shadowed_overrides_exit_2(cli, tmp_path):
+    r = cli("reproduce", "scan-snap/fig3", "--out", tmp_path / "a", "--set", "bogus=1")
+    assert r.returncode == 2 and "accepts no --set" in r.stderr and not (tmp_path / "a").exists()
+    r = cli("reproduce", "scan-snap/fig4", "--out", tmp_path / "b", "--set", "bogus=1")
+    assert r.returncode == 2 and "unknown key 'bogus'" in r.stderr and "tdyn config scan-snap/fig4" in r.stderr
+    r = cli("reproduce", "scan-snap/fig4", "--out", tmp_path / "b", "--set", "optim.groups.Y.lr=5")
+    assert r.returncode == 2 and "shadowed by ensemble.lrs" in r.stderr
+    r = cli("run", "scan-snap/fig4", "--out", tmp_path / "b", "--set", "optim.groups.Y.lr=5")
+    assert r.returncode == 2 and "shadowed by ensemble.lrs" in r.stderr
+    r = cli("reproduce", "scan-snap/fig6", "--out", tmp_path / "c", "--set", "optim.groups.Z.lr=3")
+    assert r.returncode == 2 and "axis of the Fig 6 sweep" in r.stderr
+    r = cli("reproduce", "scan-snap/fig11-12", "--out", tmp_path / "c", "--set", "sweep_dir=x")
+    assert r.returncode == 2 and "--sweep-dir" in r.stderr
+    r = cli("reproduce", "real/topic-embeddings", "--out", tmp_path / "c", "--set", "optim.steps=3")
+    assert r.returncode == 2 and "accepts no --set" in r.stderr
+
+
+def test_options_in_help_and_config_yaml(cli):
+    r = cli("reproduce", "scan-snap/fig11-12", "--help")
+    assert r.returncode == 0 and "--sweep-dir" in r.stdout
+    r = cli("config", "scan-snap/fig4", "--set", "optim.steps=7", "--set", "ensemble.lrs=[{Y: 5, Z: 1}]")
+    assert r.returncode == 0, r.stderr
+    cfg = yaml.safe_load(r.stdout)["fig4"]
+    assert cfg["optim"]["steps"] == 7 and cfg["ensemble"]["lrs"] == [{"Y": 5.0, "Z": 1.0}]
+    r = cli("config", "scan-snap/snap-time", "--quick")
+    assert r.returncode == 0 and len(yaml.safe_load(r.stdout)) == 3
+    r = cli("config", "scan-snap/fig5", "--quick")
+    assert yaml.safe_load(r.stdout)["fig5"]["optim"]["steps"] == 50
+    r = cli("config", "scan-snap/fig9")
+    assert r.returncode == 2
+
+
+def test_undeclared_reproduction_that_ignores_set_is_an_error(tmp_path, monkeypatch):
+    """The mechanism the not-yet-declared modules get: configure() marks ctx.overrides consumed."""
+    from tdyn.experiments.common import configure
+
+    from conftest import quad_config
+
+    def ignores(ctx):
+        return {"claims": []}
+
+    def uses(ctx):
+        cfg = configure(quad_config(), ctx.overrides)
+        return {"claims": [], "steps": cfg.optim.steps}
+
+    for name, fn in (("test/ignores", ignores), ("test/uses", uses)):
+        monkeypatch.setitem(registry._REGISTRY, name, registry.Experiment(name, "", fn))
+    with pytest.raises(UserError, match="used none of --set"):
+        runner.run_reproduction(EXPERIMENTS.get("test/ignores"),
+                                ReproduceContext(out=tmp_path / "i", overrides=["optim.steps=3"]))
+    res = runner.run_reproduction(EXPERIMENTS.get("test/uses"),
+                                  ReproduceContext(out=tmp_path / "u", overrides=["optim.steps=3"]))
+    assert res["steps"] == 3 and res["overrides"] == ["optim.steps=3"]

@@ -1,0 +1,41 @@
+"""runs.Run: one reader of the run-directory format (config, meta, metrics, checkpoints, model)."""
+
+import pytest
+import torch
+
+from tdyn import runs
+from tdyn.errors import UserError
+from tdyn.train.trainer import train
+
+from conftest import quad_config
+
+
+def test_run_reader(tmp_path):
+    cfg = quad_config(seeds=[0, 1], checkpoint={"schedule": "linear", "num": 2})
+    dirs = train(cfg, tmp_path / "job", progress=False)
+    assert (tmp_path / "job" / runs.ENSEMBLE).exists()
+    assert runs.job_dirs(tmp_path / "job") == dirs
+    r = runs.Run(dirs[1])
+    assert r.status == "finished" and r.seed == 1 and r.lrs == {"w": 0.1, "u": 0.1}
+    a = r.arrays("step", "loss")
+    assert a["step"][0] == 0 and len(a["loss"]) == len(r.metrics)
+    assert r.steps()[0] == 0
+    w = r.param("w")
+    assert w.shape == (3,)
+    model = r.model()
+    assert torch.equal(model.w[0], w)
+    assert torch.equal(r.params(0)["w"], r.checkpoint(0)["param/w"])
+    with pytest.raises(UserError, match="not a run directory"):
+        runs.Run(tmp_path)
+
+
+def test_prepare_dir(tmp_path):
+    d = tmp_path / "x"
+    runs.prepare_dir(d, False)
+    (d / "f").write_text("1")
+    with pytest.raises(UserError, match="already exists"):
+        runs.prepare_dir(d, False)
+    runs.prepare_dir(d, True)
+    assert (d / "f").exists()
+    runs.prepare_dir(d, True, clear=True)
+    assert not (d / "f").exists()
