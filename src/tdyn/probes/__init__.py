@@ -33,6 +33,7 @@ PROBES: Registry[Callable[[ProbeContext], dict[str, torch.Tensor]]] = Registry(
         "topic.attention": "tdyn.probes.topic",
         "topic.blocks": "tdyn.probes.topic",
         "topic.dev_loss": "tdyn.probes.topic",
+        "topic.stages": "tdyn.probes.topic_stages",
         "corpus_lm.attention": "tdyn.probes.corpus_lm",
     })
 
