@@ -8,6 +8,8 @@ from tdyn.errors import UserError
 from tdyn.experiments.common import claim, decide, reading
 from tdyn.report import verdicts
 
+REF = {"paper": "Fig 1", "definition": "the loss"}   # every claim names its paper statement and definition
+
 
 def test_decide_needs_a_margin_above_noise():
     assert decide(0.5, 0.1) is True           # 0.5 > 2·0.1
@@ -19,24 +21,26 @@ def test_decide_needs_a_margin_above_noise():
 
 
 def test_three_outcomes_and_reasons():
-    assert claim("a", "x", True)["verdict"] == "holds"
-    assert claim("b", "x", False)["verdict"] == "fails"
-    c = claim("c", "x", None, reason="run too short")
+    assert claim("a", "x", True, **REF)["verdict"] == "holds"
+    assert claim("b", "x", False, **REF)["verdict"] == "fails"
+    c = claim("c", "x", None, reason="run too short", **REF)
     assert c["verdict"] == "inconclusive" and c["reason"] == "run too short"
-    assert claim("d", "x", None)["reason"]      # an undecided claim always says why
-    assert "reason" not in claim("e", "x", True, reason="ignored when decided")
+    assert claim("d", "x", None, **REF)["reason"]      # an undecided claim always says why
+    assert "reason" not in claim("e", "x", True, reason="ignored when decided", **REF)
     c = claim("f", "x", True, paper="Thm 4", definition="first step with …")
+    with pytest.raises(TypeError):
+        claim("k", "x", True)                   # no paper statement and definition: refused
     assert c["paper"] == "Thm 4" and c["definition"].startswith("first step")
 
 
 def test_readings_side_by_side():
-    agree = claim("g", "x", readings=[reading("A", True, v=1), reading("B", True, v=2)])
+    agree = claim("g", "x", readings=[reading("A", True, v=1), reading("B", True, v=2)], **REF)
     assert agree["verdict"] == "holds" and [r["numbers"]["v"] for r in agree["readings"]] == [1, 2]
-    assert claim("h", "x", readings=[reading("A", False), reading("B", False)])["verdict"] == "fails"
-    mixed = claim("i", "x", readings=[reading("A", True), reading("B", False)])
+    assert claim("h", "x", readings=[reading("A", False), reading("B", False)], **REF)["verdict"] == "fails"
+    mixed = claim("i", "x", readings=[reading("A", True), reading("B", False)], **REF)
     assert mixed["verdict"] == "inconclusive"
     assert "holds under A" in mixed["reason"] and "fails under B" in mixed["reason"]
-    und = claim("j", "x", readings=[reading("A", None, reason="flat"), reading("B", None)])
+    und = claim("j", "x", readings=[reading("A", None, reason="flat"), reading("B", None)], **REF)
     assert und["verdict"] == "inconclusive"
 
 
@@ -48,8 +52,8 @@ def _write(d, name, claims, quick=False):
 
 def test_readme_table_is_generated(tmp_path):
     res = tmp_path / "results"
-    _write(res / "a", "paper/a", [claim("x", "x holds", True), claim("y", "y | pipes", False, paper="Fig 2")])
-    _write(res / "b", "paper/b", [claim("z", "z", None, reason="never moved")], quick=True)
+    _write(res / "a", "paper/a", [claim("x", "x holds", True, **REF), claim("y", "y | pipes", False, paper="Fig 2", definition="d")])
+    _write(res / "b", "paper/b", [claim("z", "z", None, reason="never moved", **REF)], quick=True)
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{verdicts.BEGIN}\nold table\n{verdicts.END}\noutro\n")
     verdicts.write_readme(res, readme, names=["paper/a", "paper/b", "paper/c"])

@@ -89,16 +89,15 @@ def _verdict_word(held: bool | None) -> str:
     return "holds" if held is True else "fails" if held is False else "inconclusive"
 
 
-def claim(id: str, statement: str, held: bool | None = None, *, paper: str | None = None,
-          definition: str | None = None, measured: str | None = None, expected: str | None = None,
+def claim(id: str, statement: str, held: bool | None = None, *, paper: str, definition: str, measured: str | None = None, expected: str | None = None,
           reason: str | None = None, readings: list[dict[str, Any]] | None = None,
           **numbers: Any) -> dict[str, Any]:
     """One checked claim, with one of three verdicts: ``holds`` (``held`` True), ``fails`` (False) or
     ``inconclusive`` (None; ``reason`` says why: run too short, the quantity never moved above noise,
     the configuration is outside the theorem's hypotheses, the readings of an open definition disagree…).
 
-    ``paper`` names the statement tested (section / figure / theorem); ``definition`` the definition of
-    the measured quantity tdyn uses; ``measured`` and ``expected`` fill the report's columns.
+    ``paper`` (required) names the statement tested (section / figure / theorem); ``definition``
+    (required) the definition of the measured quantity tdyn uses; ``measured`` and ``expected`` fill the report's columns.
 
     ``readings`` (from :func:`reading`): where the paper leaves a definition open, each reasonable
     reading measured side by side. Unless ``held`` is given explicitly, the claim holds (fails) when every
