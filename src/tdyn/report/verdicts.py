@@ -63,7 +63,7 @@ def table(d: Path, names: list[str] | None = None) -> str:
         name = res.get("experiment", rdir.name)
         claims = res.get("claims", [])
         counts = {v: sum(c.get("verdict") == v for c in claims) for v in ORDER}
-        setting = "quick" if res.get("quick") else "full" + (f" ({res['settings_note']})" if res.get("settings_note") else "")
+        setting = ("quick" if res.get("quick") else res["settings_note"] if res.get("settings_note") else "full")
         err = " (error)" if "error" in res else ""
         lines[name] = (f"| `{_md(name)}`{err} | {_md(setting)} | {_time(res.get('wall_seconds'))} | "
                        + " | ".join(str(counts[v]) for v in ORDER) + " |")
