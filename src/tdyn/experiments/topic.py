@@ -36,6 +36,7 @@ from tdyn.bench import register_bench
 from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig, LdaDataset
 from tdyn.experiments.common import claim, configure, decide, every_cell, reading, train_into, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
+from tdyn.experiments.topic_stage1 import Stage1Options
 from tdyn.models.topic import TopicModelConfig, TopicTransformer
 from tdyn.probes import topic_stages as ts
 from tdyn.probes.topic import attention_classes, block_contrast, embedding_gram
@@ -427,9 +428,10 @@ def _all_or_none(verdicts: list[bool | None]) -> bool | None:
 
 
 @register("topic/stage1", "E2: W_V alone learns the topic blocks (one-hot, attention frozen uniform; presets "
-          "clean (default) and authors via --set preset=authors)", default_config=stage1_config)
+          "clean (default) and authors via --preset authors)", default_config=stage1_config,
+          options=Stage1Options)
 def reproduce_stage1(ctx: ReproduceContext) -> dict:
-    """E2 (spec §3.4, §4.3, §5.3, §9a; issue 12 items 4–5), in one of two presets (``--set preset=NAME``;
+    """E2 (spec §3.4, §4.3, §5.3, §9a; issue 12 items 4–5), in one of two presets (``--preset NAME``;
     results.json ``setting``; details in ``tdyn.experiments.topic_stage1``):
 
     * ``clean`` (default): the paper's W_V-only model — one-hot embeddings, uniform attention, W_dec = I,
@@ -451,9 +453,10 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
     from tdyn.experiments import topic_stage1 as s1
     from tdyn.experiments.common import decide, margin, reading
 
-    preset, overrides = s1.take_preset(ctx.overrides)
-    raw = apply_overrides(stage1_config(ctx.seed, ctx.quick, preset), overrides)
-    cfg = validate_config(raw)
+    preset = (ctx.options or Stage1Options()).preset
+    base = stage1_config(ctx.seed, ctx.quick, preset)
+    cfg = configure(base, ctx.overrides)
+    raw = apply_overrides(base, ctx.overrides)
     dc = cfg.typed_data()
     v, ds = dc.words_per_topic, dataset(dc)
     refs = s1.stage1_references(ds)

@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from tdyn import runs
 from tdyn.data.lda import NUM_SPECIAL, LdaDataset
-from tdyn.errors import UserError
+from tdyn.schema import Strict
 from tdyn.probes.topic_value import effective_value_map, r2_aIbBc11, gauge_fix, value_structure
 from tdyn.theory.topic import (bag_of_words, doc_losses, fit_softmax_regression, l2_path, paired_gap,
                                softmax_regression_loss)
@@ -53,17 +54,12 @@ DEFAULT_PRESET = "clean"
 L2_GRID = [1e-3, 1e-4, 3e-5, 1e-5, 3e-6, 1e-6, 3e-7, 1e-7]
 
 
-def take_preset(overrides: list[str]) -> tuple[str, list[str]]:
-    """The ``preset=NAME`` item of ``--set`` overrides (default ``clean``) and the other overrides."""
-    preset, rest = DEFAULT_PRESET, []
-    for item in overrides:
-        if item.split("=", 1)[0].strip() == "preset":
-            preset = item.split("=", 1)[1].strip()
-        else:
-            rest.append(item)
-    if preset not in PRESETS:
-        raise UserError(f"--set preset={preset}: unknown topic/stage1 preset; known: {', '.join(PRESETS)}")
-    return preset, rest
+class Stage1Options(Strict):
+    """Options of topic/stage1 (``tdyn reproduce topic/stage1 --preset authors``)."""
+
+    preset: Literal["clean", "authors"] = Field(
+        DEFAULT_PRESET, description="clean: the paper's W_V-only model (default); authors: the authors' demo "
+        "config (embedding LayerNorm + token-type vector, 5000 steps, best-dev checkpoint)")
 
 
 def authors_schedule(quick: bool) -> tuple[int, list[int]]:
