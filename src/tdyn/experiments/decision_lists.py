@@ -1,4 +1,5 @@
-"""Decision lists (spec decision_lists.md): the trainer task and the three reproductions.
+"""Decision lists (spec decision_lists.md): the three reproductions (the trainer task is
+``tdyn.tasks.decision_list``).
 
 * ``decision-list/claim1``: result (1), W-only gradient flow from W₀ = 0, V = cP, c = 4n log L/δ, by the
   exact reduced (m+1)-dim ODE (spec §6.3, §8.1): T_sup, T_sup(κ), T_pop, T_N against 4M/(γ log L) under four
@@ -16,74 +17,19 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import Field
 
 from tdyn.bench import register_bench
-from tdyn.config import Strict
 from tdyn.data import decision_list as dl
 from tdyn.experiments.common import claim, reading, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
 from tdyn.theory import decision_list as th
 from tdyn.train.seeding import generator
-from tdyn.train.task import Member, Task, register_task
 
 TIME_UNITS = "paper Eqn 2 normalisation: (1/n) sum_j per sequence, averaged over sequences"
-
-
-# ---------------------------------------------------------------- trainer task
-class DecisionListData(Strict):
-    L: int = Field(8, ge=2)
-    M: int = Field(2, ge=1)
-    n: int = Field(3, ge=1)
-    sampler: Literal["A", "B"] = "B"
-    task_seed: int = 0
-    zipf: float = Field(0.0, ge=0)
-    equal_lengths: bool = True
-    mc_samples: int = Field(0, ge=0)   # > 0: fixed Monte Carlo set of this size instead of enumeration
-
-
-class DecisionListModelCfg(Strict):
-    init_std: float = Field(0.0, ge=0)   # W₀, V₀ ~ init_std·init_scale·N(0,1)
-    c: float = 0.0                        # V₀ += c·P
-
-
-class DecisionListTrainTask(Task):
-    """Exact population loss (``sample`` → None): the trainer runs population-loss GD (spec §6.1)."""
-
-    def __init__(self, cfg, members: list[Member]):
-        d = DecisionListData.model_validate(cfg.data)
-        mc = DecisionListModelCfg.model_validate(cfg.model)
-        self.dist = dl.make_task(d.L, d.M, d.task_seed, equal_lengths=d.equal_lengths, zipf=d.zipf)
-        self.types = (th.sampled_types(self.dist, d.n, d.sampler, d.mc_samples, generator(d.task_seed, "mc_eval"))
-                      if d.mc_samples else th.enumerate_types(self.dist, d.n, d.sampler))
-        self.model = DecisionListModel(DecisionListModelConfig(d.L, torch.get_default_dtype()), S=len(members))
-        with torch.no_grad():
-            for i, m in enumerate(members):
-                g = generator(m.seed, "init")
-                std = mc.init_std * m.init_scale
-                self.model.W[i] = std * torch.randn(d.L, d.L, generator=g, dtype=torch.float64)
-                self.model.V[i] = std * torch.randn(d.L, d.L, generator=g, dtype=torch.float64) + mc.c * self.dist.P
-        self.facts = {"perm": self.dist.perm, "lists": self.dist.lists}
-
-    def sample(self, gen):
-        return None
-
-    def probe_batch(self, gen):
-        return None
-
-    def loss(self, batch):
-        return th.population_loss(self.model, self.dist, self.types)
-
-
-@register_task("decision_list", DecisionListData, DecisionListModelCfg,
-               "decision lists, exact population loss of f_{W,V} (population-loss GD)")
-def _build(cfg, members):
-    return DecisionListTrainTask(cfg, members)
 
 
 # ---------------------------------------------------------------- shared helpers
