@@ -9,9 +9,9 @@ import pytest
 import torch
 from pydantic import Field
 
-from tdyn.config import Strict
+from tdyn.schema import Strict
+from tdyn.tasks import Task, register_task
 from tdyn.train.seeding import generator
-from tdyn.train.task import Task, register_task
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -26,11 +26,7 @@ LAYERS = [
 ]
 
 #: Module-level imports that break the layering, each temporary.
-EXCEPTIONS = {
-    # issue 13: off-limits while other branches rewrite them; they should import Strict from tdyn.schema.
-    ("tdyn.data.lda", "tdyn.config"),
-    ("tdyn.models.topic", "tdyn.config"),
-}
+EXCEPTIONS: set[tuple[str, str]] = set()
 
 #: Imports of tdyn modules inside functions that are allowed (everything else is imported at module level).
 LATE_ALLOWED = {
