@@ -51,7 +51,7 @@ def test_stage1_authors_preset_quick(tmp_path):
     out = tmp_path / "a"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1")
     r = subprocess.run([sys.executable, "-m", "tdyn", "reproduce", "topic/stage1", "--quick", "--out", str(out),
-                        "--quiet", "--set", "preset=authors"], capture_output=True, text=True, env=env, timeout=600)
+                        "--quiet", "--preset", "authors"], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
     res = json.loads((out / "results.json").read_text())
     assert res["setting"]["preset"] == "authors" and res["setting"]["analysed_state"] == "best-dev checkpoint"

@@ -26,6 +26,7 @@ from tdyn.data import decision_list as dl
 from tdyn.experiments.common import claim, reading, write_csv
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
+from tdyn.report import style
 from tdyn.theory import decision_list as th
 from tdyn.train.seeding import generator
 
@@ -131,7 +132,8 @@ def _gamma_max(rows: list[dict], tkey: str) -> float | None:
 
 
 @register("decision-list/claim1",
-          "Result (1): W-only gradient flow from W=0, V=cP, c=4n log L/δ perfectly classifies within 4M/(γ log L)")
+          "Result (1): W-only gradient flow from W=0, V=cP, c=4n log L/δ perfectly classifies within 4M/(γ log L)",
+          takes_set=False)
 def claim1(ctx: ReproduceContext) -> dict:
     grid = claim1_grid(ctx.quick)
     rows, traj = [], {}
@@ -238,8 +240,6 @@ def _symlog_thresh(*arrays) -> float:
 
 def _claim1_figures(ctx, rows, traj, grid, fixed) -> None:
     import matplotlib.pyplot as plt
-
-    from tdyn.report import style
 
     style.apply()
     # T_sup·log L with the bound lines (γ = 1: 4M, γ = δ: 4M/δ), and T_sup/bound for every γ reading
@@ -478,7 +478,8 @@ PAPER2 = "abstract §I.C, result (2): joint GD from W₀ = 0, ‖V₀ − cP‖_
 
 
 @register("decision-list/claim2",
-          "Result (2): joint GD from W=0, V0 near cP with η <= 1/λ_max encounters a perfectly classifying iterate")
+          "Result (2): joint GD from W=0, V0 near cP with η <= 1/λ_max encounters a perfectly classifying iterate",
+          takes_set=False)
 def claim2(ctx: ReproduceContext) -> dict:
     st = claim2_settings(ctx.quick)
     rows, curves = [], {}
@@ -658,8 +659,6 @@ def _eta_claim(rows: list[dict]) -> dict:
 def _claim2_figure(ctx, curves, free_curves) -> None:
     import matplotlib.pyplot as plt
 
-    from tdyn.report import style
-
     style.apply()
     fig, axes = plt.subplots(2, 3, figsize=(15, 8), gridspec_kw={"wspace": 0.35, "hspace": 0.45})
     ins = [k for k in curves if k[0] == "inside" and k[6] == 0]
@@ -735,7 +734,7 @@ def _ua_opt_label(opt: str, st: dict) -> str:
 
 
 @register("decision-list/uniform-attention",
-          "Claim (c): uniform attention (W = 0) is sufficient to push V in the direction of P")
+          "Claim (c): uniform attention (W = 0) is sufficient to push V in the direction of P", takes_set=False)
 def uniform_attention(ctx: ReproduceContext) -> dict:
     st = ua_settings(ctx.quick)
     grows = [first_gradient(L, n, M, s, ctx.seed) for s in dl.SAMPLERS for (n, M) in st["grad_nM"]
@@ -861,8 +860,6 @@ def uniform_attention(ctx: ReproduceContext) -> dict:
 
 def _ua_figures(ctx, rows, grows, st) -> None:
     import matplotlib.pyplot as plt
-
-    from tdyn.report import style
 
     style.apply()
     fig, axes = plt.subplots(2, 3, figsize=(15, 8), gridspec_kw={"hspace": 0.4, "wspace": 0.3})

@@ -26,10 +26,11 @@ import math
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
+from pydantic import Field
 
 from tdyn import runs
 from tdyn.bench import register_bench
@@ -40,6 +41,7 @@ from tdyn.models.topic import TopicModelConfig, TopicTransformer
 from tdyn.probes import topic_stages as ts
 from tdyn.probes.topic import attention_classes, block_contrast, embedding_gram
 from tdyn.probes.topic_stages import model_scores, topic_block_score
+from tdyn.schema import Strict
 from tdyn.tasks.lda_mlm import build_model, dataset, lda_config
 from tdyn.theory.topic import bag_of_words, fit_softmax_regression, softmax_regression_loss
 
@@ -260,7 +262,8 @@ def embeddings_config(seed: int = 0, quick: bool = False) -> dict:
 
 
 @register("topic/embeddings", "E1: trained embeddings alone learn the topic blocks (uniform attention, W_V = I, "
-          f"d = {E1_D} below the vocabulary size with a trained, untied decoder)", default_config=embeddings_config)
+          f"d = {E1_D} below the vocabulary size with a trained, untied decoder)", default_config=embeddings_config,
+          configs=lambda ctx: {"e1": embeddings_config(ctx.seed, ctx.quick)})
 def reproduce_embeddings(ctx: ReproduceContext) -> dict:
     cfg, dirs = _train(ctx, "e1", embeddings_config(ctx.seed, ctx.quick))
     v = cfg.typed_data().words_per_topic
@@ -363,10 +366,22 @@ def _all_or_none(verdicts: list[bool | None]) -> bool | None:
     return False if any(x is False for x in verdicts) else True if all(x is True for x in verdicts) else None
 
 
+class Stage1Options(Strict):
+    """Options of topic/stage1 (``--preset NAME``)."""
+
+    preset: Literal["clean", "authors"] = Field("clean", description="clean: the paper's W_V-only model, final "
+                                                "state; authors: the authors' demo config, best-dev checkpoint")
+
+
+def _stage1_preset(ctx: ReproduceContext) -> str:
+    return ctx.options.preset if ctx.options is not None else "clean"
+
+
 @register("topic/stage1", "E2: W_V alone learns the topic blocks (one-hot, attention frozen uniform; presets "
-          "clean (default) and authors via --set preset=authors)", default_config=stage1_config)
+          "clean (default) and authors via --preset authors)", default_config=stage1_config, options=Stage1Options,
+          configs=lambda ctx: {"e2": stage1_config(ctx.seed, ctx.quick, _stage1_preset(ctx))})
 def reproduce_stage1(ctx: ReproduceContext) -> dict:
-    """E2 (spec §3.4, §4.3, §5.3, §9a; issue 12 items 4–5), in one of two presets (``--set preset=NAME``;
+    """E2 (spec §3.4, §4.3, §5.3, §9a; issue 12 items 4–5), in one of two presets (``--preset NAME``;
     results.json ``setting``; details in ``tdyn.experiments.topic_stage1``):
 
     * ``clean`` (default): the paper's W_V-only model — one-hot embeddings, uniform attention, W_dec = I,
@@ -388,9 +403,10 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
     from tdyn.experiments import topic_stage1 as s1
     from tdyn.experiments.common import decide, margin, reading
 
-    preset, overrides = s1.take_preset(ctx.overrides)
-    raw = apply_overrides(stage1_config(ctx.seed, ctx.quick, preset), overrides)
-    cfg = validate_config(raw)
+    preset = _stage1_preset(ctx)
+    base = stage1_config(ctx.seed, ctx.quick, preset)
+    raw = apply_overrides(base, list(ctx.overrides))
+    cfg = configure(base, ctx.overrides)
     dc = cfg.typed_data()
     v, ds = dc.words_per_topic, dataset(dc)
     refs = s1.stage1_references(ds)
@@ -632,7 +648,7 @@ def _attention_figure(path: Path, runs_by_label: dict[str, Path], v: int, title:
 
 
 @register("topic/stage2", "E3: with W_V frozen to the block matrix, W_K, W_Q learn same-topic attention",
-          default_config=stage2_config)
+          default_config=stage2_config, configs=lambda ctx: {"e3": stage2_config(ctx.seed, ctx.quick)})
 def reproduce_stage2(ctx: ReproduceContext) -> dict:
     cfg, dirs = _train(ctx, "e3", stage2_config(ctx.seed, ctx.quick))
     v = cfg.typed_data().words_per_topic
@@ -667,7 +683,9 @@ def reproduce_stage2(ctx: ReproduceContext) -> dict:
             "claims": claims, "files": ["stage2.csv", "stage2.png"]}
 
 
-@register("topic/no-unchanged-mask", "Ablation p_c = 0: the same-topic attention effect of E3 should vanish (spec §5.4)")
+@register("topic/no-unchanged-mask", "Ablation p_c = 0: the same-topic attention effect of E3 should vanish (spec §5.4)",
+          configs=lambda ctx: {"pc0.1": stage2_config(ctx.seed, ctx.quick, 0.1),
+                               "pc0": stage2_config(ctx.seed, ctx.quick, 0.0)})
 def reproduce_no_unchanged(ctx: ReproduceContext) -> dict:
     cfg_a, dirs_a = _train(ctx, "pc0.1", stage2_config(ctx.seed, ctx.quick, 0.1))
     cfg_b, dirs_b = _train(ctx, "pc0", stage2_config(ctx.seed, ctx.quick, 0.0))
@@ -922,7 +940,8 @@ def _stage_readings(r: dict) -> list[dict]:
 
 
 @register("topic/two-stage", "E4: from small init, W_V moves first and W_K, W_Q catch up much later "
-          "(Adam and SGD over init scales and learning rates)")
+          "(Adam and SGD over init scales and learning rates)",
+          configs=lambda ctx: two_stage_configs(ctx.seed, ctx.quick))
 def reproduce_two_stage(ctx: ReproduceContext) -> dict:
     res = run_two_stage(ctx, "e4", two_stage_configs(ctx.seed, ctx.quick))
     write_csv(ctx.out / "two_stage.csv", res["rows"], RUN_COLS)
@@ -1027,6 +1046,12 @@ def robustness_variants(seed: int = 0, quick: bool = False) -> dict[str, dict]:
     }
 
 
+def _variant_configs(variants: dict[str, dict]) -> dict[str, dict]:
+    """The run configs ``_claim_table`` trains for ``variants`` (the ``topic.stages`` probe where W_K, W_Q train)."""
+    return {label: with_stage_probe(copy.deepcopy(base)) if base["model"].get("attention", "trained") == "trained"
+            else base for label, base in variants.items()}
+
+
 def _claim_table(ctx: ReproduceContext, variants: dict[str, dict]) -> list[dict]:
     rows = []
     for i, (label, base) in enumerate(variants.items()):
@@ -1072,7 +1097,8 @@ def _table_claims(rows: list[dict], prefix: str) -> list[dict]:
 
 
 @register("topic/robustness", "E5: do the value blocks, same-topic attention and two stages survive other "
-          "optimizers, learning rates, heads, layers and the full BERT block?")
+          "optimizers, learning rates, heads, layers and the full BERT block?",
+          configs=lambda ctx: _variant_configs(robustness_variants(ctx.seed, ctx.quick)))
 def reproduce_robustness(ctx: ReproduceContext) -> dict:
     rows = _claim_table(ctx, robustness_variants(ctx.seed, ctx.quick))
     write_csv(ctx.out / "robustness.csv", rows, SUMMARY_COLS)
@@ -1080,13 +1106,17 @@ def reproduce_robustness(ctx: ReproduceContext) -> dict:
             "files": ["robustness.csv"]}
 
 
-@register("topic/squared-loss", "E6: E2 and E4 with the squared loss instead of cross-entropy")
+def squared_variants(seed: int = 0, quick: bool = False) -> dict[str, dict]:
+    """E6: E2 and E4 under cross-entropy and the squared loss."""
+    steps, every = (150, 25) if quick else (3000, 50)
+    return {f"{name} {loss}": lda_config(model | {"loss": loss}, steps=steps, every=every, seeds=[seed], quick=quick)
+            for name, model in (("E2", E2), ("E4", E4)) for loss in ("ce", "squared")}
+
+
+@register("topic/squared-loss", "E6: E2 and E4 with the squared loss instead of cross-entropy",
+          configs=lambda ctx: _variant_configs(squared_variants(ctx.seed, ctx.quick)))
 def reproduce_squared(ctx: ReproduceContext) -> dict:
-    steps, every = (150, 25) if ctx.quick else (3000, 50)
-    variants = {f"{name} {loss}": lda_config(model | {"loss": loss}, steps=steps, every=every, seeds=[ctx.seed],
-                                             quick=ctx.quick)
-                for name, model in (("E2", E2), ("E4", E4)) for loss in ("ce", "squared")}
-    rows = _claim_table(ctx, variants)
+    rows = _claim_table(ctx, squared_variants(ctx.seed, ctx.quick))
     write_csv(ctx.out / "squared_loss.csv", rows, SUMMARY_COLS)
     model, _ = member_model(ctx.out / "runs" / "v1")
     W = model.W_V[0].detach()
