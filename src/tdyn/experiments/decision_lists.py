@@ -23,10 +23,11 @@ import torch
 
 from tdyn.bench import register_bench
 from tdyn.data import decision_list as dl
-from tdyn.experiments.common import claim, reading, write_csv
+from tdyn.experiments.common import claim, reading
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
 from tdyn.report import style
+from tdyn.runs import write_csv
 from tdyn.theory import decision_list as th
 from tdyn.train.seeding import generator
 

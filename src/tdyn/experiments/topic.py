@@ -35,12 +35,13 @@ from pydantic import Field
 from tdyn import runs
 from tdyn.bench import register_bench
 from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig, LdaDataset
-from tdyn.experiments.common import claim, configure, decide, every_cell, reading, train_into, write_csv
+from tdyn.experiments.common import claim, configure, decide, every_cell, reading, train_into
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.models.topic import TopicModelConfig, TopicTransformer
 from tdyn.probes import topic_stages as ts
 from tdyn.probes.topic import attention_classes, block_contrast, embedding_gram
 from tdyn.probes.topic_stages import model_scores, topic_block_score
+from tdyn.runs import write_csv
 from tdyn.schema import Strict
 from tdyn.tasks.lda_mlm import build_model, dataset, lda_config
 from tdyn.theory.topic import bag_of_words, fit_softmax_regression, softmax_regression_loss
