@@ -9,9 +9,9 @@ import pytest
 import torch
 from pydantic import Field
 
-from tdyn.config import Strict
+from tdyn.schema import Strict
+from tdyn.tasks import Task, register_task
 from tdyn.train.seeding import generator
-from tdyn.train.task import Task, register_task
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,8 +86,9 @@ def _fake_reproduce(ctx):
     """A reproduction writing what real ones write: a PNG, a long CSV, claims of every verdict."""
     import matplotlib.pyplot as plt
 
-    from tdyn.experiments.common import claim, write_csv
+    from tdyn.experiments.common import claim
     from tdyn.report import style
+    from tdyn.runs import write_csv
 
     style.apply()
     fig, ax = plt.subplots(figsize=(3, 2))

@@ -8,16 +8,40 @@ from tdyn.errors import UserError
 from tdyn.experiments import registry, runner
 from tdyn.experiments.registry import EXPERIMENTS, ReproduceContext
 
-# Temporary (issue 13): these modules are being rewritten on other branches; they adopt `configs=` /
-# `takes_set=` after the merge. Until then the runner checks after their run that --set was consumed.
-NOT_YET_DECLARED = ("topic/", "decision-list/")
-
 
 def test_every_reproduction_declares_what_it_takes():
     for name, exp in EXPERIMENTS.items().items():
-        if name.startswith(NOT_YET_DECLARED) or name.startswith("test/"):
+        if name.startswith("test/"):
             continue
         assert exp.configs is not None or exp.takes_set is False, name
+
+
+def test_config_works_for_every_declared_experiment(capsys):
+    """`tdyn config NAME --quick` prints the resolved configs of every reproduction that declares them
+    (in-process: one subprocess per experiment would be slow)."""
+    import torch
+
+    from tdyn.cli import main
+
+    threads = torch.get_num_threads()
+    try:
+        for name, exp in EXPERIMENTS.items().items():
+            if exp.configs is None or name.startswith("test/"):
+                continue
+            assert main(["config", name, "--quick"]) == 0, name
+            out = yaml.safe_load(capsys.readouterr().out)
+            assert out and all("task" in c for c in out.values()), name
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_topic_and_decision_list_reject_bogus_set(cli, tmp_path):
+    r = cli("reproduce", "topic/stage2", "--quick", "--out", tmp_path / "a", "--set", "bogus=1")
+    assert r.returncode == 2 and "unknown key 'bogus'" in r.stderr and not (tmp_path / "a").exists()
+    r = cli("reproduce", "decision-list/claim1", "--quick", "--out", tmp_path / "b", "--set", "bogus=1")
+    assert r.returncode == 2 and "accepts no --set" in r.stderr and not (tmp_path / "b").exists()
+    r = cli("reproduce", "topic/stage1", "--quick", "--out", tmp_path / "c", "--set", "preset=authors")
+    assert r.returncode == 2 and "--preset" in r.stderr and not (tmp_path / "c").exists()
 
 
 def test_tables_match_registrations():

@@ -167,7 +167,8 @@ def test_stage1_reference_least_squares_is_the_minimum():
 
 def test_e1_embeddings_are_not_the_logit_matrix():
     from tdyn.data.lda import LdaDataConfig
-    from tdyn.experiments.topic import build_model, e1_measures, embeddings_config
+    from tdyn.experiments.topic import e1_measures, embeddings_config
+    from tdyn.tasks.lda_mlm import build_model
     from tdyn.models.topic import TopicModelConfig
 
     cfg = embeddings_config(0, quick=True)

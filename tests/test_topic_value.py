@@ -6,9 +6,8 @@ import pytest
 import torch
 
 from tdyn.data.lda import NUM_SPECIAL
-from tdyn.errors import UserError
 from tdyn.experiments.topic import stage1_config
-from tdyn.experiments.topic_stage1 import best_dev_step, take_preset
+from tdyn.experiments.topic_stage1 import Stage1Options, best_dev_step
 from tdyn.models.topic import TopicModelConfig, TopicTransformer
 from tdyn.probes.topic_value import (contrast_noise, effective_value_map, fit_aIbBc11, gauge_fix, r2_aIbBc11,
                                      value_structure)
@@ -155,10 +154,10 @@ def test_best_dev_step_follows_the_authors_early_stop():
 
 
 def test_presets():
-    assert take_preset(["model.l2=0.1", "preset=authors"]) == ("authors", ["model.l2=0.1"])
-    assert take_preset([]) == ("clean", [])
-    with pytest.raises(UserError):
-        take_preset(["preset=nope"])
+    assert Stage1Options().preset == "clean"
+    assert Stage1Options(preset="authors").preset == "authors"
+    with pytest.raises(ValueError):
+        Stage1Options(preset="nope")
     a, c = stage1_config(preset="authors"), stage1_config()
     assert a["model"]["emb_layernorm"] and not c["model"].get("emb_layernorm", False)
     assert a["optim"]["steps"] == 5000 and a["checkpoint"]["steps"] == [1, 1001, 2001, 3001, 4001]

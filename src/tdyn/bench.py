@@ -69,13 +69,10 @@ def _ensemble(quick: bool) -> dict:
             "ensemble_over_one_member": ens / (sum(one) / len(one)), "speedup": seq / ens}
 
 
-machine_info = runs.machine_info  # shim: kept for callers of tdyn.bench.machine_info
-
-
 def run(out: str | Path, quick: bool = False, only: list[str] | None = None) -> dict:
     names = only or list(BENCHES.table)
     fns = {n: BENCHES.get(n) for n in names}
-    result = {"machine": machine_info(), "quick": quick, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    result = {"machine": runs.machine_info(), "quick": quick, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     for n in names:
         t0 = time.perf_counter()
         result[n] = fns[n](quick)

@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, Field, PositiveFloat, ValidationError, model_validator
 
 from tdyn.errors import ConfigError
-from tdyn.schema import Strict, _resolve, format_validation_error  # noqa: F401  (Strict: re-exported)
+from tdyn.schema import Strict, _resolve, format_validation_error
 from tdyn.tasks import TASKS, get_task
 
 

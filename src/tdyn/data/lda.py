@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from tdyn.config import Strict
 from tdyn.errors import ConfigError, UserError
+from tdyn.schema import Strict
 
 PAD, MASK, START, END = 0, 1, 2, 3
 NUM_SPECIAL = 4

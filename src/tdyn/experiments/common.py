@@ -10,7 +10,6 @@ import numpy as np
 
 from tdyn import runs
 from tdyn.config import apply_overrides, check_shadowed, validate_config
-from tdyn.runs import write_csv  # noqa: F401  (re-exported: the reproductions' CSV tables)
 from tdyn.train.trainer import train
 
 

@@ -1,4 +1,5 @@
-"""Decision lists (spec decision_lists.md): the trainer task and the three reproductions.
+"""Decision lists (spec decision_lists.md): the three reproductions (the trainer task is
+``tdyn.tasks.decision_list``).
 
 * ``decision-list/claim1``: result (1), W-only gradient flow from W₀ = 0, V = cP, c = 4n log L/δ, by the
   exact reduced (m+1)-dim ODE (spec §6.3, §8.1): T_sup, T_sup(κ), T_pop, T_N against 4M/(γ log L) under four
@@ -16,74 +17,21 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Literal
 
 import numpy as np
 import torch
-from pydantic import Field
 
 from tdyn.bench import register_bench
-from tdyn.config import Strict
 from tdyn.data import decision_list as dl
-from tdyn.experiments.common import claim, reading, write_csv
+from tdyn.experiments.common import claim, reading
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
+from tdyn.report import style
+from tdyn.runs import write_csv
 from tdyn.theory import decision_list as th
 from tdyn.train.seeding import generator
-from tdyn.train.task import Member, Task, register_task
 
 TIME_UNITS = "paper Eqn 2 normalisation: (1/n) sum_j per sequence, averaged over sequences"
-
-
-# ---------------------------------------------------------------- trainer task
-class DecisionListData(Strict):
-    L: int = Field(8, ge=2)
-    M: int = Field(2, ge=1)
-    n: int = Field(3, ge=1)
-    sampler: Literal["A", "B"] = "B"
-    task_seed: int = 0
-    zipf: float = Field(0.0, ge=0)
-    equal_lengths: bool = True
-    mc_samples: int = Field(0, ge=0)   # > 0: fixed Monte Carlo set of this size instead of enumeration
-
-
-class DecisionListModelCfg(Strict):
-    init_std: float = Field(0.0, ge=0)   # W₀, V₀ ~ init_std·init_scale·N(0,1)
-    c: float = 0.0                        # V₀ += c·P
-
-
-class DecisionListTrainTask(Task):
-    """Exact population loss (``sample`` → None): the trainer runs population-loss GD (spec §6.1)."""
-
-    def __init__(self, cfg, members: list[Member]):
-        d = DecisionListData.model_validate(cfg.data)
-        mc = DecisionListModelCfg.model_validate(cfg.model)
-        self.dist = dl.make_task(d.L, d.M, d.task_seed, equal_lengths=d.equal_lengths, zipf=d.zipf)
-        self.types = (th.sampled_types(self.dist, d.n, d.sampler, d.mc_samples, generator(d.task_seed, "mc_eval"))
-                      if d.mc_samples else th.enumerate_types(self.dist, d.n, d.sampler))
-        self.model = DecisionListModel(DecisionListModelConfig(d.L, torch.get_default_dtype()), S=len(members))
-        with torch.no_grad():
-            for i, m in enumerate(members):
-                g = generator(m.seed, "init")
-                std = mc.init_std * m.init_scale
-                self.model.W[i] = std * torch.randn(d.L, d.L, generator=g, dtype=torch.float64)
-                self.model.V[i] = std * torch.randn(d.L, d.L, generator=g, dtype=torch.float64) + mc.c * self.dist.P
-        self.facts = {"perm": self.dist.perm, "lists": self.dist.lists}
-
-    def sample(self, gen):
-        return None
-
-    def probe_batch(self, gen):
-        return None
-
-    def loss(self, batch):
-        return th.population_loss(self.model, self.dist, self.types)
-
-
-@register_task("decision_list", DecisionListData, DecisionListModelCfg,
-               "decision lists, exact population loss of f_{W,V} (population-loss GD)")
-def _build(cfg, members):
-    return DecisionListTrainTask(cfg, members)
 
 
 # ---------------------------------------------------------------- shared helpers
@@ -185,7 +133,8 @@ def _gamma_max(rows: list[dict], tkey: str) -> float | None:
 
 
 @register("decision-list/claim1",
-          "Result (1): W-only gradient flow from W=0, V=cP, c=4n log L/δ perfectly classifies within 4M/(γ log L)")
+          "Result (1): W-only gradient flow from W=0, V=cP, c=4n log L/δ perfectly classifies within 4M/(γ log L)",
+          takes_set=False)
 def claim1(ctx: ReproduceContext) -> dict:
     grid = claim1_grid(ctx.quick)
     rows, traj = [], {}
@@ -292,8 +241,6 @@ def _symlog_thresh(*arrays) -> float:
 
 def _claim1_figures(ctx, rows, traj, grid, fixed) -> None:
     import matplotlib.pyplot as plt
-
-    from tdyn.report import style
 
     style.apply()
     # T_sup·log L with the bound lines (γ = 1: 4M, γ = δ: 4M/δ), and T_sup/bound for every γ reading
@@ -532,7 +479,8 @@ PAPER2 = "abstract §I.C, result (2): joint GD from W₀ = 0, ‖V₀ − cP‖_
 
 
 @register("decision-list/claim2",
-          "Result (2): joint GD from W=0, V0 near cP with η <= 1/λ_max encounters a perfectly classifying iterate")
+          "Result (2): joint GD from W=0, V0 near cP with η <= 1/λ_max encounters a perfectly classifying iterate",
+          takes_set=False)
 def claim2(ctx: ReproduceContext) -> dict:
     st = claim2_settings(ctx.quick)
     rows, curves = [], {}
@@ -712,8 +660,6 @@ def _eta_claim(rows: list[dict]) -> dict:
 def _claim2_figure(ctx, curves, free_curves) -> None:
     import matplotlib.pyplot as plt
 
-    from tdyn.report import style
-
     style.apply()
     fig, axes = plt.subplots(2, 3, figsize=(15, 8), gridspec_kw={"wspace": 0.35, "hspace": 0.45})
     ins = [k for k in curves if k[0] == "inside" and k[6] == 0]
@@ -789,7 +735,7 @@ def _ua_opt_label(opt: str, st: dict) -> str:
 
 
 @register("decision-list/uniform-attention",
-          "Claim (c): uniform attention (W = 0) is sufficient to push V in the direction of P")
+          "Claim (c): uniform attention (W = 0) is sufficient to push V in the direction of P", takes_set=False)
 def uniform_attention(ctx: ReproduceContext) -> dict:
     st = ua_settings(ctx.quick)
     grows = [first_gradient(L, n, M, s, ctx.seed) for s in dl.SAMPLERS for (n, M) in st["grad_nM"]
@@ -915,8 +861,6 @@ def uniform_attention(ctx: ReproduceContext) -> dict:
 
 def _ua_figures(ctx, rows, grows, st) -> None:
     import matplotlib.pyplot as plt
-
-    from tdyn.report import style
 
     style.apply()
     fig, axes = plt.subplots(2, 3, figsize=(15, 8), gridspec_kw={"hspace": 0.4, "wspace": 0.3})

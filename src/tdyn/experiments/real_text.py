@@ -15,11 +15,12 @@ from tdyn import runs
 from tdyn.bench import register_bench, timed_train
 from tdyn.data import corpora
 from tdyn.data.real_topics import fit_lda, top_words, word_topics
-from tdyn.experiments.common import claim, configure, decide, every_cell, margin, train_into, write_csv
+from tdyn.experiments.common import claim, configure, decide, every_cell, margin, train_into
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.models.minilm import MiniLM
 from tdyn.probes.topic_similarity import attention_topic_stats, embedding_topic_stats, permutation_null
 from tdyn.report import style
+from tdyn.runs import write_csv
 
 CORPORA = ("wiki", "bbc")
 CLASSES = ("same_token", "same_topic", "different_topic")

@@ -15,12 +15,13 @@ from scipy.stats import spearmanr
 
 from tdyn import runs
 from tdyn.data import scan_snap as data
-from tdyn.experiments.common import claim, configure, decide, margin, reading, train_into, write_csv
+from tdyn.experiments.common import claim, configure, decide, margin, reading, train_into
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.experiments.scan_snap_common import _facts, _lrs
 from tdyn.probes import scan_snap as pr
 from tdyn.probes.scan_snap import c_n, distinct_entropy
 from tdyn.report import style
+from tdyn.runs import write_csv
 from tdyn.tasks.scan_snap import yz_config  # noqa: F401  (re-exported for the other scan-snap modules)
 
 

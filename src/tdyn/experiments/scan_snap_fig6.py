@@ -22,11 +22,12 @@ from tdyn.bench import register_bench, timed_train
 from tdyn.config import override_key, validate_config
 from tdyn.data import scan_snap as data
 from tdyn.errors import UserError
-from tdyn.experiments.common import claim, configure, decide, every_cell, paired, reading, write_csv
+from tdyn.experiments.common import claim, configure, decide, every_cell, paired, reading
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.experiments.scan_snap_common import _facts, _final, _lrs
 from tdyn.probes import scan_snap as pr
 from tdyn.report import style
+from tdyn.runs import write_csv
 from tdyn.schema import Strict
 from tdyn.sweep import run_sweep
 from tdyn.sweep.spec import load_spec, plan

@@ -11,12 +11,12 @@ import torch
 
 from tdyn import runs
 from tdyn.data import scan_snap as data
-from tdyn.experiments.common import (claim, configure, decide, every_cell, margin, reading, train_into, within,
-                                     write_csv)
+from tdyn.experiments.common import claim, configure, decide, every_cell, margin, reading, train_into, within
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.experiments.scan_snap_common import _facts, _lrs
 from tdyn.probes import scan_snap as pr
 from tdyn.report import style
+from tdyn.runs import write_csv
 from tdyn.tasks.scan_snap import yz_config
 from tdyn.theory import scan_snap as th
 

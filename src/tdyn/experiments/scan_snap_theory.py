@@ -9,9 +9,10 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from tdyn.experiments.common import claim, write_csv
+from tdyn.experiments.common import claim
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.report import style
+from tdyn.runs import write_csv
 from tdyn.theory import scan_snap as th
 
 # ---------------------------------------------------------------- Fig 3

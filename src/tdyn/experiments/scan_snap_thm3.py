@@ -12,11 +12,12 @@ from scipy.stats import spearmanr
 
 from tdyn import runs
 from tdyn.data import scan_snap as data
-from tdyn.experiments.common import claim, configure, decide, margin, train_into, write_csv
+from tdyn.experiments.common import claim, configure, decide, margin, train_into
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.experiments.scan_snap_common import _facts
 from tdyn.probes import scan_snap as pr
 from tdyn.report import style
+from tdyn.runs import write_csv
 from tdyn.tasks.scan_snap import yz_config
 
 

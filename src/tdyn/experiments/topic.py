@@ -34,78 +34,16 @@ import torch
 from tdyn import runs
 from tdyn.bench import register_bench
 from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig, LdaDataset
-from tdyn.experiments.common import claim, configure, decide, every_cell, reading, train_into, write_csv
+from tdyn.experiments.common import claim, configure, decide, every_cell, reading, train_into
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.experiments.topic_stage1 import Stage1Options
 from tdyn.models.topic import TopicModelConfig, TopicTransformer
 from tdyn.probes import topic_stages as ts
 from tdyn.probes.topic import attention_classes, block_contrast, embedding_gram
 from tdyn.probes.topic_stages import model_scores, topic_block_score
+from tdyn.runs import write_csv
+from tdyn.tasks.lda_mlm import build_model, dataset, lda_config
 from tdyn.theory.topic import bag_of_words, fit_softmax_regression, softmax_regression_loss
-from tdyn.train.seeding import generator
-from tdyn.train.task import Member, Task, register_task
-
-
-# ---------------------------------------------------------------- the task
-
-
-@functools.lru_cache(maxsize=2)
-def _dataset(data_json: str) -> LdaDataset:
-    return LdaDataset(LdaDataConfig.model_validate_json(data_json))
-
-
-def dataset(cfg: LdaDataConfig) -> LdaDataset:
-    """The documents and static masks of ``cfg`` (cached: a reproduction and its runs share them)."""
-    return _dataset(cfg.model_dump_json())
-
-
-def build_model(data_cfg: LdaDataConfig, model_cfg: TopicModelConfig, S: int = 1) -> TopicTransformer:
-    return TopicTransformer(model_cfg, data_cfg.vocab_size, data_cfg.words_per_topic, NUM_SPECIAL, S=S)
-
-
-class LdaMlmTask(Task):
-    def __init__(self, cfg, members: list[Member]):
-        self.data_cfg = LdaDataConfig.model_validate(cfg.data)
-        self.ds = dataset(self.data_cfg)
-        self.model = build_model(self.data_cfg, TopicModelConfig.model_validate(cfg.model), len(members))
-        self.model.reset_parameters([generator(m.seed, "init") for m in members], [m.init_scale for m in members])
-        W_V = self.model.W_V if self.model.cfg.n_layers == 1 else self.model.W_V[:, 0]
-        self.facts = {"W_V0": W_V.detach().clone(), "words_per_topic": self.data_cfg.words_per_topic,
-                      "num_special": NUM_SPECIAL}
-
-    def sample(self, gen):
-        return self.ds.sample(gen)
-
-    def loss(self, batch):
-        return self.model.loss(batch["tokens"], batch["labels"], batch["keys"])
-
-    def probe_batch(self, gen):
-        return self.ds.probe_batch()
-
-
-@register_task("lda_mlm", LdaDataConfig, TopicModelConfig, "masked LM on LDA documents with the one-layer model")
-def _build(cfg, members):
-    return LdaMlmTask(cfg, members)
-
-
-# ---------------------------------------------------------------- configs
-
-QUICK_DATA = {"num_train": 2000, "num_dev": 500, "num_test": 10, "probe_docs": 100}
-PROBES = ["topic.norms", "topic.attention", "topic.blocks", "topic.dev_loss"]
-
-
-def param_names(model: dict) -> list[str]:
-    m = build_model(LdaDataConfig(num_train=1, num_dev=1, num_test=1), TopicModelConfig.model_validate(model))
-    return [n for n, _ in m.named_parameters()]
-
-
-def lda_config(model: dict, *, data: dict | None = None, steps: int = 3000, optimizer: str = "adam",
-               lr: float = 0.01, seeds=(0, 1, 2), every: int = 50, quick: bool = False) -> dict:
-    """A run config: the authors' defaults (Adam lr 0.01, batch 40, spec §4.1), one parameter group."""
-    group = {"params": param_names(model), "optimizer": optimizer, "lr": lr}
-    return {"task": "lda_mlm", "data": (QUICK_DATA if quick else {}) | (data or {}), "model": dict(model),
-            "seeds": list(seeds), "optim": {"steps": steps, "groups": {"all": group}},
-            "probes": {"names": PROBES, "every": every}, "checkpoint": {"schedule": "log", "num": 8}}
 
 
 # E1 with embeddings that are not the logit map (issue 12 item 7): with W_V = I, an identity decoder
@@ -324,7 +262,8 @@ def embeddings_config(seed: int = 0, quick: bool = False) -> dict:
 
 
 @register("topic/embeddings", "E1: trained embeddings alone learn the topic blocks (uniform attention, W_V = I, "
-          f"d = {E1_D} below the vocabulary size with a trained, untied decoder)", default_config=embeddings_config)
+          f"d = {E1_D} below the vocabulary size with a trained, untied decoder)", default_config=embeddings_config,
+          configs=lambda ctx: {"e1": embeddings_config(ctx.seed, ctx.quick)})
 def reproduce_embeddings(ctx: ReproduceContext) -> dict:
     cfg, dirs = _train(ctx, "e1", embeddings_config(ctx.seed, ctx.quick))
     v = cfg.typed_data().words_per_topic
@@ -422,9 +361,13 @@ def stage1_config(seed: int = 0, quick: bool = False, preset: str = "clean", l2:
     return cfg
 
 
+def _stage1_preset(ctx: ReproduceContext) -> str:
+    return (ctx.options or Stage1Options()).preset
+
+
 @register("topic/stage1", "E2: W_V alone learns the topic blocks (one-hot, attention frozen uniform; presets "
-          "clean (default) and authors via --preset authors)", default_config=stage1_config,
-          options=Stage1Options)
+          "clean (default) and authors via --preset authors)", default_config=stage1_config, options=Stage1Options,
+          configs=lambda ctx: {"e2": stage1_config(ctx.seed, ctx.quick, _stage1_preset(ctx))})
 def reproduce_stage1(ctx: ReproduceContext) -> dict:
     """E2 (spec §3.4, §4.3, §5.3, §9a; issue 12 items 4–5), in one of two presets (``--preset NAME``;
     results.json ``setting``; details in ``tdyn.experiments.topic_stage1``):
@@ -448,10 +391,10 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
     from tdyn.experiments import topic_stage1 as s1
     from tdyn.experiments.common import decide, margin, reading
 
-    preset = (ctx.options or Stage1Options()).preset
+    preset = _stage1_preset(ctx)
     base = stage1_config(ctx.seed, ctx.quick, preset)
+    raw = apply_overrides(base, list(ctx.overrides))
     cfg = configure(base, ctx.overrides)
-    raw = apply_overrides(base, ctx.overrides)
     dc = cfg.typed_data()
     v, ds = dc.words_per_topic, dataset(dc)
     refs = s1.stage1_references(ds)
@@ -693,7 +636,7 @@ def _attention_figure(path: Path, runs_by_label: dict[str, Path], v: int, title:
 
 
 @register("topic/stage2", "E3: with W_V frozen to the block matrix, W_K, W_Q learn same-topic attention",
-          default_config=stage2_config)
+          default_config=stage2_config, configs=lambda ctx: {"e3": stage2_config(ctx.seed, ctx.quick)})
 def reproduce_stage2(ctx: ReproduceContext) -> dict:
     cfg, dirs = _train(ctx, "e3", stage2_config(ctx.seed, ctx.quick))
     v = cfg.typed_data().words_per_topic
@@ -728,7 +671,9 @@ def reproduce_stage2(ctx: ReproduceContext) -> dict:
             "claims": claims, "files": ["stage2.csv", "stage2.png"]}
 
 
-@register("topic/no-unchanged-mask", "Ablation p_c = 0: the same-topic attention effect of E3 should vanish (spec §5.4)")
+@register("topic/no-unchanged-mask", "Ablation p_c = 0: the same-topic attention effect of E3 should vanish (spec §5.4)",
+          configs=lambda ctx: {"pc0.1": stage2_config(ctx.seed, ctx.quick, 0.1),
+                               "pc0": stage2_config(ctx.seed, ctx.quick, 0.0)})
 def reproduce_no_unchanged(ctx: ReproduceContext) -> dict:
     cfg_a, dirs_a = _train(ctx, "pc0.1", stage2_config(ctx.seed, ctx.quick, 0.1))
     cfg_b, dirs_b = _train(ctx, "pc0", stage2_config(ctx.seed, ctx.quick, 0.0))
@@ -983,7 +928,8 @@ def _stage_readings(r: dict) -> list[dict]:
 
 
 @register("topic/two-stage", "E4: from small init, W_V moves first and W_K, W_Q catch up much later "
-          "(Adam and SGD over init scales and learning rates)")
+          "(Adam and SGD over init scales and learning rates)",
+          configs=lambda ctx: two_stage_configs(ctx.seed, ctx.quick))
 def reproduce_two_stage(ctx: ReproduceContext) -> dict:
     res = run_two_stage(ctx, "e4", two_stage_configs(ctx.seed, ctx.quick))
     write_csv(ctx.out / "two_stage.csv", res["rows"], RUN_COLS)
@@ -1088,6 +1034,12 @@ def robustness_variants(seed: int = 0, quick: bool = False) -> dict[str, dict]:
     }
 
 
+def _variant_configs(variants: dict[str, dict]) -> dict[str, dict]:
+    """The run configs ``_claim_table`` trains for ``variants`` (the ``topic.stages`` probe where W_K, W_Q train)."""
+    return {label: with_stage_probe(copy.deepcopy(base)) if base["model"].get("attention", "trained") == "trained"
+            else base for label, base in variants.items()}
+
+
 def _claim_table(ctx: ReproduceContext, variants: dict[str, dict]) -> list[dict]:
     rows = []
     for i, (label, base) in enumerate(variants.items()):
@@ -1133,7 +1085,8 @@ def _table_claims(rows: list[dict], prefix: str) -> list[dict]:
 
 
 @register("topic/robustness", "E5: do the value blocks, same-topic attention and two stages survive other "
-          "optimizers, learning rates, heads, layers and the full BERT block?")
+          "optimizers, learning rates, heads, layers and the full BERT block?",
+          configs=lambda ctx: _variant_configs(robustness_variants(ctx.seed, ctx.quick)))
 def reproduce_robustness(ctx: ReproduceContext) -> dict:
     rows = _claim_table(ctx, robustness_variants(ctx.seed, ctx.quick))
     write_csv(ctx.out / "robustness.csv", rows, SUMMARY_COLS)
@@ -1141,13 +1094,17 @@ def reproduce_robustness(ctx: ReproduceContext) -> dict:
             "files": ["robustness.csv"]}
 
 
-@register("topic/squared-loss", "E6: E2 and E4 with the squared loss instead of cross-entropy")
+def squared_variants(seed: int = 0, quick: bool = False) -> dict[str, dict]:
+    """E6: E2 and E4 under cross-entropy and the squared loss."""
+    steps, every = (150, 25) if quick else (3000, 50)
+    return {f"{name} {loss}": lda_config(model | {"loss": loss}, steps=steps, every=every, seeds=[seed], quick=quick)
+            for name, model in (("E2", E2), ("E4", E4)) for loss in ("ce", "squared")}
+
+
+@register("topic/squared-loss", "E6: E2 and E4 with the squared loss instead of cross-entropy",
+          configs=lambda ctx: _variant_configs(squared_variants(ctx.seed, ctx.quick)))
 def reproduce_squared(ctx: ReproduceContext) -> dict:
-    steps, every = (150, 25) if ctx.quick else (3000, 50)
-    variants = {f"{name} {loss}": lda_config(model | {"loss": loss}, steps=steps, every=every, seeds=[ctx.seed],
-                                             quick=ctx.quick)
-                for name, model in (("E2", E2), ("E4", E4)) for loss in ("ce", "squared")}
-    rows = _claim_table(ctx, variants)
+    rows = _claim_table(ctx, squared_variants(ctx.seed, ctx.quick))
     write_csv(ctx.out / "squared_loss.csv", rows, SUMMARY_COLS)
     model, _ = member_model(ctx.out / "runs" / "v1")
     W = model.W_V[0].detach()

@@ -2,7 +2,7 @@
 the convex stage-1 class, the authors' best-dev checkpoint rule, the value structure over training
 and the figures. ``reproduce_stage1`` in ``tdyn.experiments.topic`` assembles them into claims.
 
-Presets (``tdyn reproduce topic/stage1 --set preset=NAME``; results.json ``setting``):
+Presets (``tdyn reproduce topic/stage1 --preset NAME``; results.json ``setting``):
 
 * ``clean`` (default): the paper's W_V-only model (spec §3.1): one-hot embeddings, attention frozen
   uniform, W_dec = I, no embedding LayerNorm or token-type vector; 3000 Adam steps (lr 0.01, batch 40),

@@ -8,16 +8,31 @@ attention; no mask, no positional encoding, no 1/√d (spec §4.1).
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
+from pydantic import ConfigDict, Field
 from torch import nn
 
+from tdyn.schema import Strict
 
-@dataclasses.dataclass
-class DecisionListModelConfig:
-    L: int
-    dtype: torch.dtype = torch.float64
+
+class DecisionListModelConfig(Strict):
+    """The run config's ``model`` section of the ``decision_list`` task, and the model's construction
+    config. ``L`` and ``dtype`` come from the data / the run (``exclude=True``: the task fills them in);
+    ``DecisionListModelConfig(L)`` or ``DecisionListModelConfig(L, dtype)`` builds one directly."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, arbitrary_types_allowed=True)
+
+    init_std: float = Field(0.0, ge=0)   # W₀, V₀ ~ init_std·init_scale·N(0,1) (the task's init)
+    c: float = 0.0                        # V₀ += c·P (the task's init)
+    L: int | None = Field(None, exclude=True)
+    dtype: torch.dtype = Field(torch.float64, exclude=True)
+
+    def __init__(self, L: int | None = None, dtype: torch.dtype | None = None, /, **kw):
+        if L is not None:
+            kw["L"] = L
+        if dtype is not None:
+            kw["dtype"] = dtype
+        super().__init__(**kw)
 
 
 class DecisionListModel(nn.Module):

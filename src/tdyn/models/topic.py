@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from tdyn.config import Strict
 from tdyn.errors import ConfigError
+from tdyn.schema import Strict
 
 
 class TopicModelConfig(Strict):

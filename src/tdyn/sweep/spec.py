@@ -20,9 +20,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
-from tdyn.config import (Strict, apply_overrides, format_validation_error, load_config, read_config_file, read_source,
+from tdyn.config import (apply_overrides, format_validation_error, load_config, read_config_file, read_source,
                          validate_config)
 from tdyn.errors import ConfigError
+from tdyn.schema import Strict
 from tdyn.train.trainer import expand_members
 
 _LR_KEY = re.compile(r"^optim\.groups\.([^.]+)\.lr$")

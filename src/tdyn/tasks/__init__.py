@@ -12,10 +12,8 @@ from tdyn.tasks.base import TASKS, Member, Task, TaskSpec, register_task
 TABLE = {
     "scan_snap": "tdyn.tasks.scan_snap",
     "corpus_lm": "tdyn.tasks.corpus_lm",
-    # Temporary (issue 13): these two still live in their experiment modules, which other branches are
-    # rewriting; they move to tdyn.tasks.lda_mlm / tdyn.tasks.decision_list after the merge.
-    "lda_mlm": "tdyn.experiments.topic",
-    "decision_list": "tdyn.experiments.decision_lists",
+    "lda_mlm": "tdyn.tasks.lda_mlm",
+    "decision_list": "tdyn.tasks.decision_list",
 }
 TASKS.table.update(TABLE)
 

@@ -1,0 +1,66 @@
+"""The decision-list task (spec decision_lists.md): the exact population loss of f_{W,V} on a decision
+list (``tdyn.data.decision_list``, enumerated or Monte Carlo sequence types from
+``tdyn.theory.decision_list``) with the one-layer model (``tdyn.models.decision_list``); the trainer runs
+population-loss GD (spec §6.1). Config sections: ``data`` = :class:`DecisionListData`, ``model`` =
+:class:`DecisionListModelConfig`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import Field
+
+from tdyn.data import decision_list as dl
+from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
+from tdyn.schema import Strict
+from tdyn.tasks.base import Member, Task, register_task
+from tdyn.theory import decision_list as th
+from tdyn.train.seeding import generator
+
+
+class DecisionListData(Strict):
+    L: int = Field(8, ge=2)
+    M: int = Field(2, ge=1)
+    n: int = Field(3, ge=1)
+    sampler: Literal["A", "B"] = "B"
+    task_seed: int = 0
+    zipf: float = Field(0.0, ge=0)
+    equal_lengths: bool = True
+    mc_samples: int = Field(0, ge=0)   # > 0: fixed Monte Carlo set of this size instead of enumeration
+
+
+class DecisionListTrainTask(Task):
+    """Exact population loss (``sample`` → None): the trainer runs population-loss GD (spec §6.1)."""
+
+    def __init__(self, cfg, members: list[Member]):
+        d = DecisionListData.model_validate(cfg.data)
+        mc = DecisionListModelConfig.model_validate(cfg.model)
+        self.dist = dl.make_task(d.L, d.M, d.task_seed, equal_lengths=d.equal_lengths, zipf=d.zipf)
+        self.types = (th.sampled_types(self.dist, d.n, d.sampler, d.mc_samples, generator(d.task_seed, "mc_eval"))
+                      if d.mc_samples else th.enumerate_types(self.dist, d.n, d.sampler))
+        self.model = DecisionListModel(mc.model_copy(update={"L": d.L, "dtype": torch.get_default_dtype()}),
+                                       S=len(members))
+        with torch.no_grad():
+            for i, m in enumerate(members):
+                g = generator(m.seed, "init")
+                std = mc.init_std * m.init_scale
+                self.model.W[i] = std * torch.randn(d.L, d.L, generator=g, dtype=torch.float64)
+                self.model.V[i] = std * torch.randn(d.L, d.L, generator=g, dtype=torch.float64) + mc.c * self.dist.P
+        self.facts = {"perm": self.dist.perm, "lists": self.dist.lists}
+
+    def sample(self, gen):
+        return None
+
+    def probe_batch(self, gen):
+        return None
+
+    def loss(self, batch):
+        return th.population_loss(self.model, self.dist, self.types)
+
+
+@register_task("decision_list", DecisionListData, DecisionListModelConfig,
+               "decision lists, exact population loss of f_{W,V} (population-loss GD)")
+def _build(cfg, members):
+    return DecisionListTrainTask(cfg, members)
