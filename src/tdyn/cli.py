@@ -189,8 +189,9 @@ def _cmd_sweep(args) -> int:
 
 def _cmd_bench(args) -> int:
     from tdyn import bench
+    from tdyn.experiments.registry import BENCH_MODULES
 
-    bench.run(args.out, quick=args.quick, only=args.only)
+    bench.run(args.out, quick=args.quick, only=args.only, modules=BENCH_MODULES)
     print(f"wrote {args.out}")
     return 0
 
@@ -277,6 +278,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def _experiment_config(name: str, what: str) -> dict:
+    """Config sources given by name are experiments' default run configs (the CLI sits above both)."""
+    from tdyn.experiments.registry import default_run_config
+
+    return default_run_config(name, what)
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser(argv)
@@ -286,7 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
+    from tdyn import config
+
     torch.set_num_threads(max(1, args.threads))
+    config.set_name_resolver(_experiment_config)  # `tdyn run NAME`, a sweep's `base: NAME`
     try:
         return args.fn(args)
     except UserError as e:

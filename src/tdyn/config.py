@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import yaml
 from pydantic import BaseModel, Field, PositiveFloat, ValidationError, model_validator
@@ -201,21 +201,29 @@ def validate_config(raw: dict) -> RunConfig:
         raise ConfigError(format_validation_error(e, RunConfig)) from None
 
 
+#: How a config source that is neither a dict nor a file is resolved by name (``tdyn run scan-snap/fig4``,
+#: a sweep's ``base: scan-snap/fig4``). The experiments layer owns the names, so the layer above both
+#: (the CLI) installs it with :func:`set_name_resolver`; config never imports experiments.
+_name_resolver: Callable[[str, str], dict] | None = None
+
+
+def set_name_resolver(fn: Callable[[str, str], dict] | None) -> None:
+    """Install ``fn(name, what) -> run config dict`` for sources given by name (None removes it)."""
+    global _name_resolver
+    _name_resolver = fn
+
+
 def read_source(source: str | Path | dict, *, what: str = "config") -> dict:
     """The one config-source resolver (``tdyn run SOURCE``, a sweep's ``base``): a dict as is, a
-    YAML/JSON file, or a registered experiment's default run config (by name)."""
+    YAML/JSON file, or a name resolved by the installed name resolver (the CLI's: an experiment's
+    default run config)."""
     if isinstance(source, dict):
         return source
     if Path(source).suffix in (".yaml", ".yml", ".json") or Path(source).exists():
         return read_config_file(source)
-    # The one late-bound import of the package: experiments sit above config (they build configs);
-    # naming one here is the plug-in point that makes `tdyn run scan-snap/fig4` work.
-    from tdyn.experiments.registry import get
-
-    exp = get(str(source))
-    if exp.default_config is None:
-        raise ConfigError(f"{what}: experiment {str(source)!r} has no run config; use `tdyn reproduce {source}`")
-    return exp.default_config()
+    if _name_resolver is None:
+        raise ConfigError(f"{what}: {str(source)!r} is neither a config file nor a dict")
+    return _name_resolver(str(source), what)
 
 
 def load_config(source: str | Path | dict, overrides: list[str] | None = None) -> RunConfig:

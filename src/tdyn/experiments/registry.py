@@ -129,3 +129,24 @@ def all_experiments() -> dict[str, Experiment]:
 
 def get(name: str) -> Experiment:
     return EXPERIMENTS.get(name)
+
+
+def default_run_config(name: str, what: str = "config") -> dict:
+    """The run config ``tdyn run NAME`` trains: experiment ``name``'s default config (the name resolver
+    the CLI installs in :func:`tdyn.config.set_name_resolver`)."""
+    exp = get(name)
+    if exp.default_config is None:
+        raise ConfigError(f"{what}: experiment {name!r} has no run config; use `tdyn reproduce {name}`")
+    return exp.default_config()
+
+
+#: ``tdyn bench`` entries registered next to their reproductions, by module (the CLI hands them to
+#: :func:`tdyn.bench.run`; ``tdyn.bench`` itself never imports experiments).
+BENCH_MODULES = {
+    "fig6_sweep": "tdyn.experiments.scan_snap_fig6",
+    "real_lm_tokens_per_s": "tdyn.experiments.real_text",
+    "topic": "tdyn.experiments.topic",
+    "decision_list_popgrad_L32_n4": "tdyn.experiments.decision_lists",
+    "decision_list_popgrad_L16_n5": "tdyn.experiments.decision_lists",
+    "decision_list_reduced_ode_L10000": "tdyn.experiments.decision_lists",
+}
