@@ -274,6 +274,22 @@ def _final_entropy(d) -> tuple[dict, list[dict]]:
     return {"seed": rc["seeds"][0], **lrs, "entropy": curve[-1]["entropy"], "val_loss": curve[-1]["val_loss"]}, curve
 
 
+NOISE_DEF = "σ = standard error over seeds (one seed: std of its entropy over the last quarter of training)"
+
+
+def _cells_claim(id: str, statement: str, cells: dict[str, tuple[float, float]], **kw) -> dict:
+    """A claim over cells, each ``label: (difference supporting the claim, its noise)``: every cell
+    decided with ``decide`` (2σ), combined with ``every_cell``; the per-cell verdicts go in the numbers."""
+    verdicts = {k: decide(d, n) for k, (d, n) in cells.items()}
+    held, why = every_cell(verdicts)
+    return claim(id, statement, held, reason=why, cells={k: {"diff": d, "noise": n, "verdict": _word(verdicts[k])}
+                                                         for k, (d, n) in cells.items()}, **kw)
+
+
+def _word(v: bool | None) -> str:
+    return {True: "holds", False: "fails", None: "within noise"}[v]
+
+
 def _noise(group: list[tuple[float, list[float]]]) -> float:
     """Noise of a group's mean final entropy, from ``(final, curve)`` per seed: the standard error over
     seeds, or with one seed the std of its entropy over the last quarter of training (the measurement's
@@ -330,19 +346,16 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
         ax.legend()
         ax.set_title(f"{corpus}: entropy over training")
         noise = [_noise([(f["entropy"], c) for f, c in zip(finals, curves) if f["all"] == e]) for e in etas]
-        steps_ok = [decide(a - b, float(np.hypot(na, nb))) for a, b, na, nb in zip(mean, mean[1:], noise, noise[1:])]
-        held, why = every_cell({f"η {x:g}→{y:g}": v for x, y, v in zip(etas, etas[1:], steps_ok)})
-        res["claims"].append(claim(
+        cells = {f"η {x:g}→{y:g}": (a - b, float(np.hypot(na, nb)))
+                 for x, y, a, b, na, nb in zip(etas, etas[1:], mean, mean[1:], noise, noise[1:])}
+        res["claims"].append(_cells_claim(
             f"entropy_decreases_in_eta_{corpus}",
-            f"final attention entropy decreases monotonically from η = 1 to 5 ({corpus})",
-            held, reason=why,
+            f"final attention entropy decreases monotonically from η = 1 to 5 ({corpus})", cells,
             paper="Tian et al. Fig 10 (App. G): a larger learning rate gives sparser (lower-entropy) attention",
             definition="final layer-0 validation attention entropy, mean over seeds, for each η; each consecutive "
-                       "pair must fall by 2σ, σ = standard error over seeds (one seed: std of the entropy over "
-                       "the last quarter of training)",
+                       "pair must fall by 2σ; " + NOISE_DEF,
             measured="final validation attention entropy (mean over seeds) vs η",
-            expected="decreasing in η, each step beyond 2σ", eta=etas, mean=mean, std=std, noise=noise,
-            step_verdicts=[{True: "falls", False: "rises", None: "within noise"}[v] for v in steps_ok]))
+            expected="decreasing in η, each step beyond 2σ", eta=etas, mean=mean, std=std, noise=noise))
         rfin, rcurves = [], []
         for d in train_into(ctx, f"{corpus}_ratio", configure(ratio_cfg, ctx.overrides)):
             f, curve = _final_entropy(d)
@@ -365,29 +378,23 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
         ax.set_title(f"{corpus}: separate attention lr")
         sd = {z: [_noise([(f["entropy"], c) for f, c in zip(rfin, rcurves) if f["Z"] == z and f["ratio"] == q])
                   for q in rs] for z in zs}
-        lower = [decide(tab[zs[0]][i] - tab[zs[-1]][i], float(np.hypot(sd[zs[0]][i], sd[zs[-1]][i])))
-                 for i in range(len(rs))]
-        held, why = every_cell({f"ratio {q:g}": v for q, v in zip(rs, lower)})
-        res["claims"].append(claim(
+        res["claims"].append(_cells_claim(
             f"entropy_decreases_in_eta_Z_{corpus}",
             f"at every ratio η_Y/η_Z, a larger attention lr η_Z gives lower entropy ({corpus})",
-            held, reason=why,
+            {f"ratio {q:g}": (tab[zs[0]][i] - tab[zs[-1]][i], float(np.hypot(sd[zs[0]][i], sd[zs[-1]][i])))
+             for i, q in enumerate(rs)},
             paper="Tian et al. §6 prediction (b) and Fig 10: a larger η_Z gives sparser attention",
             definition="final layer-0 validation attention entropy, mean over seeds, largest vs smallest η_Z at "
-                       "each ratio; σ = standard error over seeds (one seed: std of its entropy over the last "
-                       "quarter of training)",
+                       "each ratio; " + NOISE_DEF,
             measured="final attention entropy (mean over seeds) vs η_Z and η_Y/η_Z",
             expected="largest η_Z < smallest η_Z by 2σ, at every ratio", table=tab, noise=sd))
-        rises = [decide(v[-1] - v[0], float(np.hypot(sd[z][-1], sd[z][0]))) for z, v in tab.items()]
-        held, why = every_cell({f"η_Z {z:g}": v for z, v in zip(tab, rises)})
-        res["claims"].append(claim(
+        res["claims"].append(_cells_claim(
             f"entropy_rises_with_ratio_{corpus}",
             f"at fixed η_Z, a larger η_Y/η_Z (beyond ~2) gives denser attention ({corpus})",
-            held, reason=why,
+            {f"η_Z {z:g}": (v[-1] - v[0], float(np.hypot(sd[z][-1], sd[z][0]))) for z, v in tab.items()},
             paper="Tian et al. §6 prediction (c) (a Y/Z-model result, tested beyond the paper on real text)",
             definition="final layer-0 validation attention entropy, mean over seeds, largest vs smallest "
-                       "η_Y/η_Z at each η_Z; σ = standard error over seeds (one seed: std of its entropy over "
-                       "the last quarter of training)",
+                       "η_Y/η_Z at each η_Z; " + NOISE_DEF,
             measured="final attention entropy (mean over seeds) vs η_Y/η_Z",
             expected="largest ratio > smallest ratio by 2σ, at every η_Z", table=tab, noise=sd))
     style.save(fig, ctx.out / "entropy_vs_lr.png")
