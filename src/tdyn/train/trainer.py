@@ -30,6 +30,7 @@ from tdyn.probes import ProbeContext, get_probes
 from tdyn.tasks import Member, get_task
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.train.seeding import generator
+from tdyn.train.threads import tune_allocator
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _FLUSH_SECONDS = 10.0
@@ -252,6 +253,7 @@ class Job:
         self._stop = True
 
     def run(self, start: int = 0) -> None:
+        tune_allocator()
         T = self.cfg.optim.steps
         S = len(self.members)
         self._last_flush = time.monotonic()
