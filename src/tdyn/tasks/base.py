@@ -27,6 +27,7 @@ from typing import Any, Callable
 import torch
 from pydantic import BaseModel
 
+from tdyn import plugins
 from tdyn.registry import Registry
 
 
@@ -69,7 +70,7 @@ class TaskSpec:
 
 
 #: Every task, by name; the table of built-in task modules is filled in by ``tdyn.tasks``.
-TASKS: Registry[TaskSpec] = Registry("task", label="task")
+TASKS: Registry[TaskSpec] = Registry("task", label="task", hint=plugins.HINT)
 
 
 def register_task(name: str, data_config: type[BaseModel], model_config: type[BaseModel],
