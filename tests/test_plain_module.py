@@ -332,3 +332,41 @@ def test_undeclared_randomness_under_vmap_is_an_error():
     torch.manual_seed(derive_seed(1, "forward"))
     torch.testing.assert_close(out[1], mods[1](x[1]))
     assert math.isfinite(out.sum().item())
+
+
+# ---------------------------------------------------------------- the bench's plain models = the shipped ones
+
+
+def test_bench_plain_models_compute_the_handwritten_losses():
+    """``tdyn bench`` compares like with like: PlainYZ / PlainTopicAttention under vmap give the
+    hand-written models' per-member losses and gradients, with the same parameters, on the same batch."""
+    from tdyn import bench
+    from tdyn.data.scan_snap import SYN_SMALL
+    from tdyn.tasks.lda_mlm import QUICK_DATA, lda_config
+    from tdyn.tasks.scan_snap import yz_config
+
+    cases = [(yz_config(SYN_SMALL, seeds=[0, 1, 2], init="torch_default"), bench.PlainYZTask, {"Y": "Y", "Z": "Z"}),
+             (lda_config({"attention": "trained", "value": "trained", "decoder": "identity"},
+                         data=QUICK_DATA | {"batch_size": 6}, seeds=[0, 1, 2]), bench.PlainTopicTask,
+              {f"{w}__{k}": f"{'W' if k == 'weight' else 'b'}_{w[2]}" for w in ("W_Q", "W_K", "W_V")
+               for k in ("weight", "bias")})]
+    for cfg, plain_cls, names in cases:
+        cfg["dtype"] = "float64"
+        rc = load_config(cfg)
+        members = expand_members(rc)
+        hand, plain = build_task(rc, members), plain_cls(rc, members)
+        assert not plain.model.uses_loop()
+        plain.model.double()
+        with torch.no_grad():
+            for pn, hn in names.items():
+                plain.model.get_parameter(pn).copy_(hand.model.get_parameter(hn).detach())
+        batch = [hand.sample(generator(s, "data")) for s in (0, 1, 2)]
+        batch = torch.utils._pytree.tree_map(lambda *xs: torch.stack(xs), *batch)
+        lh, lp = hand.loss(batch), plain.loss(batch)
+        assert lh.shape == lp.shape == (3,) and len(set(lh.tolist())) == 3
+        torch.testing.assert_close(lp, lh, rtol=1e-10, atol=1e-10)
+        lh.sum().backward()
+        lp.sum().backward()
+        for pn, hn in names.items():
+            torch.testing.assert_close(plain.model.get_parameter(pn).grad, hand.model.get_parameter(hn).grad,
+                                       rtol=1e-9, atol=1e-12, msg=pn)
