@@ -6,6 +6,10 @@ One *job* trains S members in one tensor program. Each member owns a run directo
 and analyses see one directory per run whatever the batching. A job with one member writes
 straight into ``out``; with several, ``out/ensemble.json`` lists the member directories
 ``out/<member>/``.
+
+A member's checkpoint holds its parameters (``param/<name>``), persistent buffers (``buffer/<name>``,
+e.g. running statistics), optimizer state (``optim/...``), random streams (``rng/data`` and the task's
+``member_generators()``) and array probes (``probe/...``), each without the ensemble axis.
 """
 
 from __future__ import annotations
