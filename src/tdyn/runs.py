@@ -273,10 +273,13 @@ class Run:
     def model(self, step: int | str = "final") -> torch.nn.Module:
         """The model rebuilt from its config (ensemble axis of size 1) with the weights of ``step``."""
         model = self.task().model
-        ps = self.params(step)
+        ckpt = self.checkpoint(step)
         with torch.no_grad():
             for name, p in model.named_parameters():
-                p.copy_(ps[name].to(p.dtype).reshape(p.shape))  # the model's ensemble axis has size 1
+                p.copy_(ckpt[f"param/{name}"].to(p.dtype).reshape(p.shape))  # the model's ensemble axis has size 1
+            for name, b in model.named_buffers():
+                if f"buffer/{name}" in ckpt:   # persistent buffers (running statistics)
+                    b.copy_(ckpt[f"buffer/{name}"].to(b.dtype).reshape(b.shape))
         return model
 
 
