@@ -165,3 +165,41 @@ def test_unknown_probe_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="unknown probe 'nope'"):
         train(quad_config(probes={"names": ["nope"]}), tmp_path / "never", progress=False)
     assert not (tmp_path / "never").exists()
+
+
+def test_tensorboard_sink_gets_the_metric_stream(tmp_path):
+    """log.tensorboard: true writes every scalar of metrics.jsonl to <run>/tensorboard (same steps and values)."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from tdyn import runs
+    from tdyn.train.trainer import train
+
+    cfg = {"task": "decision_list", "data": {"L": 5, "M": 2, "n": 3}, "seeds": [0], "dtype": "float64",
+           "optim": {"steps": 6, "groups": {"all": {"params": ["W", "V"], "lr": 1.0}}},
+           "probes": {"names": ["decision_list.V"], "every": 2}, "log": {"tensorboard": True}}
+    (d,) = train(cfg, tmp_path / "r", progress=False)
+    ev = EventAccumulator(str(d / "tensorboard"))
+    ev.Reload()
+    recs = runs.Run(d).metrics
+    assert recs[0]["decision_list.V/cos_c"] is None          # cos with V₀ = 0 is undefined: left out
+    for key in ("loss", "decision_list.V/cos_c"):
+        got = [(e.step, e.value) for e in ev.Scalars(key)]
+        want = [(r["step"], r[key]) for r in recs if r.get(key) is not None]   # null (NaN) is not logged
+        assert [s for s, _ in got] == [s for s, _ in want]
+        assert [v for _, v in got] == pytest.approx([v for _, v in want], rel=1e-6)
+
+
+def test_missing_log_extra_is_one_line(cli, tmp_path):
+    import json
+
+    cfg = {"task": "decision_list", "data": {"L": 5, "M": 2, "n": 3},
+           "optim": {"steps": 2, "groups": {"all": {"params": ["W", "V"], "lr": 1.0}}}, "log": {"wandb": True}}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    r = cli("run", tmp_path / "c.json", "--out", tmp_path / "r")
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        assert r.returncode == 2 and "pip install 'tdyn[wandb]'" in r.stderr and "Traceback" not in r.stderr
+    else:
+        assert r.returncode == 0, r.stderr

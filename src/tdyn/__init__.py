@@ -2,8 +2,9 @@
 
 The public API (imported lazily, so ``import tdyn`` and ``tdyn list`` stay light; see docs/library.md):
 
-* ``tdyn.Task``, ``tdyn.Member``, ``tdyn.register_task``: the task contract and its registry
-  (``tdyn.tasks.base``); ``tdyn.probe``: the probe decorator (``tdyn.probes``);
+* ``tdyn.Task`` (a model with a leading ensemble axis) and ``tdyn.PlainTask`` (any ``nn.Module``, stacked
+  into an ensemble by ``tdyn.Stacked``), ``tdyn.Member``, ``tdyn.register_task``: the task contract and
+  its registry (``tdyn.tasks.base``); ``tdyn.probe``: the probe decorator (``tdyn.probes``);
 * ``tdyn.train(config, out)``: train a run config into ``out`` → member run directories;
 * ``tdyn.sweep(spec, out)``: run (or continue) a sweep → run name → status;
 * ``tdyn.load_run(dir)`` → :class:`tdyn.runs.Run` (``.df``: the metrics as a DataFrame when pandas is
@@ -21,7 +22,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Task": "tdyn.tasks.base", "Member": "tdyn.tasks.base", "register_task": "tdyn.tasks.base",
+    "Task": "tdyn.tasks.base", "PlainTask": "tdyn.tasks.base", "Member": "tdyn.tasks.base",
+    "register_task": "tdyn.tasks.base", "Stacked": "tdyn.models.stacked",
     "probe": "tdyn.probes", "ProbeContext": "tdyn.probes",
     "RunConfig": "tdyn.config", "load_config": "tdyn.config",
     "Run": "tdyn.runs", "load_run": "tdyn.runs", "load_sweep": "tdyn.runs",

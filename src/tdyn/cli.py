@@ -206,6 +206,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     p.add_argument("--threads", type=int, default=cli_threads(),
                    help="torch intra-op threads (default: $TDYN_THREADS or 1; see tdyn.train.threads)")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="log what tdyn does (-v: runs, jobs, resumes; -vv: also flushes and checkpoints)")
+    p.add_argument("-q", "--quiet-all", dest="quiet_all", action="store_true",
+                   help="errors only, and no progress bars")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                    help="import MODULE (dotted name, or a .py file) first: your tasks, probes and reproductions "
                         "registered with tdyn's decorators (repeatable; sweep workers import it too; also "
@@ -301,6 +305,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tdyn: error: {e}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
+    import logging
+
+    level = logging.ERROR if args.quiet_all else (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]
+    logging.basicConfig(format="tdyn: %(levelname)s: %(name)s: %(message)s", level=level)
+    if args.quiet_all and hasattr(args, "quiet"):
+        args.quiet = True
     import torch
 
     from tdyn import config

@@ -81,6 +81,15 @@ class CheckpointConfig(Strict):
     steps: list[int] = []
 
 
+class LogConfig(Strict):
+    """Optional copies of the metric stream (``tdyn.train.sinks``); metrics.jsonl is always written."""
+
+    tensorboard: bool = False
+    wandb: bool = False
+    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
+    wandb_project: str = "tdyn"
+
+
 class RunConfig(Strict):
     task: str
     data: dict[str, Any] = {}
@@ -90,6 +99,7 @@ class RunConfig(Strict):
     optim: OptimConfig
     probes: ProbeConfig = ProbeConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    log: LogConfig = LogConfig()
     dtype: Literal["float32", "float64"] = "float32"
     device: Literal["cpu", "cuda"] = "cpu"
 

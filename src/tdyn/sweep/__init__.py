@@ -8,6 +8,7 @@ run ``DIR/<run name>/``, job manifests ``DIR/.jobs/<job>/ensemble.json``, and ``
 from __future__ import annotations
 
 import csv
+import logging
 import math
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from tdyn.sweep.spec import JobPlan, SweepSpec, load_spec, plan
 from tdyn.train import trainer
 
 JOBS = ".jobs"
+log = logging.getLogger(__name__)
 
 
 class _CallablePackage(type(sys)):
@@ -90,11 +92,13 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
     args = {j.id: (str(out / JOBS / j.id), j.config, [str(out / r.name) for r in j.runs]) for j in jobs}
     _record(out, spec, jobs, status, errors)
 
-    bar = tqdm(total=len(jobs), desc="sweep jobs", disable=not (progress and sys.stderr.isatty()))
+    bar = tqdm(total=len(jobs), desc="sweep jobs",
+               disable=not (progress and (sys.stderr.isatty() or "ipykernel" in sys.modules)))
     pending = dict(args)
     try:
         while pending:
             futures = {ex.submit(run_job, *a): jid for jid, a in pending.items()}
+            log.info("sweep %s: %d job(s) submitted to %s", out, len(futures), getattr(ex, "name", type(ex).__name__))
             broken = False
             for fut in cf.as_completed(futures):
                 jid = futures[fut]
@@ -107,6 +111,9 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
                     res = {"error": f"{type(e).__name__}: {e}"}
                 if "error" in res:
                     errors[jid] = res.pop("error")
+                    log.warning("sweep job %s failed: %s", jid, errors[jid])
+                else:
+                    log.info("sweep job %s: %s", jid, ", ".join(f"{k} {v}" for k, v in res.items()))
                 status.update(res)
                 pending.pop(jid)
                 bar.update(1)

@@ -14,6 +14,7 @@ e.g. running statistics), optimizer state (``optim/...``), random streams (``rng
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
@@ -33,9 +34,16 @@ from tdyn.probes import ProbeContext, get_probes
 from tdyn.tasks import DTYPES, Member, build_task
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.train.seeding import generator
+from tdyn.train.sinks import make_sinks
 from tdyn.train.threads import tune_allocator
 
 _FLUSH_SECONDS = 10.0
+log = logging.getLogger(__name__)
+
+
+def _interactive() -> bool:
+    """A progress bar where someone watches: a terminal, or a Jupyter kernel (tqdm.auto draws a widget)."""
+    return sys.stderr.isatty() or "ipykernel" in sys.modules
 
 
 # ---------------------------------------------------------------- members and directories
@@ -210,6 +218,7 @@ class Job:
     def _flush(self) -> None:
         for d, rec in zip(self.dirs, self.records):
             runs.write_metrics(d, rec)
+        log.debug("metrics flushed (%d member(s))", len(self.dirs))
         self._last_flush = time.monotonic()
 
     def _set_status(self, i: int, status: str, message: str | None = None) -> None:
@@ -262,7 +271,10 @@ class Job:
         except ValueError:  # not the main thread
             pass
         bar = tqdm(total=T, initial=start, desc=self.cfg.task, unit="step", leave=False,
-                   disable=not (self.progress and sys.stderr.isatty()))
+                   disable=not (self.progress and _interactive()))
+        sinks = make_sinks(self.cfg, self.dirs, [m.name for m in self.members],
+                           [member_config(self.cfg, m) for m in self.members], start)
+        log.info("training %s: %d member(s), steps %d..%d", self.cfg.task, S, start, T)
         try:
             for step in range(start, T + 1):
                 if self._stop and step < T:
@@ -306,6 +318,13 @@ class Job:
                                          f"last good checkpoint kept")
                     elif self.active[i] and evaluating:
                         self.records[i].append({"step": step, "loss": loss_vals[i]} | {k: v[i] for k, v in sc.items()})
+                        for sink in sinks:
+                            sink.log(i, self.records[i][-1])
+                if evaluating and not bar.disable:
+                    good = [x for x, a in zip(loss_vals, self.active.tolist()) if a and math.isfinite(x)]
+                    if good:
+                        bar.set_postfix(loss=f"{min(good):.4g}" + (f"..{max(good):.4g}" if len(good) > 1 else ""),
+                                        refresh=False)
                 self.active &= ~newly
                 if not self.active.any():
                     break
@@ -320,6 +339,8 @@ class Job:
                     self._set_status(i, "finished")
         finally:
             bar.close()
+            for sink in sinks:
+                sink.close()
             if old_handler is not None:
                 signal.signal(signal.SIGINT, old_handler)
 
