@@ -28,6 +28,7 @@ _LAZY = {
     "RunConfig": "tdyn.config", "load_config": "tdyn.config",
     "Run": "tdyn.runs", "load_run": "tdyn.runs", "load_sweep": "tdyn.runs",
     "train": None, "sweep": None, "models": None, "data": None, "theory": None, "runs": None,
+    "plugins": None,
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

@@ -50,6 +50,9 @@ def _import(spec: str) -> None:
         path = Path(spec)
         if not path.is_file():
             raise UserError(f"--import {spec}: no such file")
+        if any(getattr(m, "__file__", None) and Path(m.__file__).resolve() == path.resolve()
+               for m in list(sys.modules.values())):
+            return   # already imported (e.g. the running script, ``__main__``, that called tdyn.plugins.add)
         name = f"tdyn_plugin_{path.stem}"
         mod_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(mod_spec)

@@ -14,9 +14,18 @@ from tdyn.train.seeding import generator
 
 
 class ScanSnapTask(Task):
+    """The Y/Z model on a sequence-class distribution. A variant distribution subclasses this with its
+    own ``data_config`` and ``build_distribution`` returning a :class:`~tdyn.data.scan_snap.SequenceClasses`
+    (see examples/shared_distinct_tokens.py); model, loss and probes then work unchanged."""
+
+    data_config = data.ScanSnapDataConfig
+
+    def build_distribution(self, data_cfg) -> data.SequenceClasses:
+        return data.build(data_cfg)
+
     def __init__(self, cfg, members: list[Member]):
-        self.data_cfg = data.ScanSnapDataConfig.model_validate(cfg.data)
-        self.dist = data.build(self.data_cfg)
+        self.data_cfg = self.data_config.model_validate(cfg.data)
+        self.dist = self.build_distribution(self.data_cfg)
         mc = YZConfig.model_validate(cfg.model)
         self.model = YZModel(mc.model_copy(update={"M": self.dist.M}), S=len(members))
         self.model.reset_parameters([generator(m.seed, "init") for m in members], [m.init_scale for m in members])
