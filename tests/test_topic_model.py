@@ -11,7 +11,7 @@ from scipy.optimize import minimize
 from tdyn import runs
 from tdyn.data.lda import LdaDataConfig, LdaDataset
 from tdyn.errors import ConfigError
-from tdyn.experiments.topic import E2, E3, E4
+from tdyn.experiments.topic_common import E2, E3, E4
 from tdyn.tasks.lda_mlm import lda_config
 from tdyn.models.topic import TopicModelConfig, TopicTransformer
 from tdyn.theory.topic import bag_of_words, fit_softmax_regression, softmax_regression_loss
