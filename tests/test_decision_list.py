@@ -200,7 +200,9 @@ def test_lambda_max_lanczos_vs_autograd_dense_hessian(L, n, scale, c):
 
     def F(flat):
         W, V = flat[: L * L].reshape(1, L, L), flat[L * L:].reshape(1, L, L)
-        return (torch.func.functional_call(model, {"W": W, "V": V}, (types.seqs, y)) @ types.prob).sum()
+        logp = torch.func.functional_call(model, {"W": W, "V": V}, (types.seqs,))   # log f (1, B, L, n)
+        seq = -logp[0].gather(1, y[:, None, :]).squeeze(1).mean(-1)                  # Eqn 2 per sequence
+        return (seq @ types.prob).sum()
 
     flat = torch.cat([model.W.detach().flatten(), model.V.detach().flatten()])
     H = torch.autograd.functional.hessian(F, flat)
@@ -343,7 +345,7 @@ def test_T_sup_kappa_definition():
 def test_eta_hypothesis_is_judged_inside_the_hypotheses_only():
     """Exploratory runs above η·λ_max = 1 are reported, not a failure; an inside run above it fails;
     no inside run with a perfect iterate is inconclusive."""
-    from tdyn.experiments.decision_lists import _eta_claim
+    from tdyn.experiments.decision_list_claim2 import _eta_claim
 
     def row(regime, v):
         return {"regime": regime, "L": 4, "n": 3, "M": 2, "eps": 1.0, "eta_factor": 1.0, "seed": 0, "k_star": 3,

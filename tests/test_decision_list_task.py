@@ -43,7 +43,7 @@ def test_trainer_runs_exact_population_gd(tmp_path):
 
 
 def test_result2_admissibility_threshold():
-    from tdyn.experiments.decision_lists import admissibility
+    from tdyn.experiments.decision_list_claim2 import admissibility
 
     rng = __import__("numpy").random.default_rng(0)
     checked = 0
@@ -60,7 +60,7 @@ def test_result2_admissibility_threshold():
 
 def test_bound_reading_definitions_hand_made():
     """γ readings of result (1): hand-made rows whose verdicts are known; T = 0 is the best case, not ∞."""
-    from tdyn.experiments.decision_lists import GAMMAS, _bound_reading, _gamma_max
+    from tdyn.experiments.decision_list_claim1 import GAMMAS, _bound_reading, _gamma_max
 
     def row(T, b, t_max=100.0, M=2, L=10):
         return {"L": L, "n": 3, "M": M, "T_sup": T, "t_max": t_max} | {f"bound_gamma_{g}": b for g in GAMMAS}
@@ -76,7 +76,7 @@ def test_bound_reading_definitions_hand_made():
 def test_inside_claim_readings_hand_made():
     """Result (2): k* inside ε/(2η) but above 2mℒ₀/(A²η) → the two quantifier readings disagree; a run with
     η·λ_max(t) > 1 before k* is outside the hypotheses and left out."""
-    from tdyn.experiments.decision_lists import _inside_claim
+    from tdyn.experiments.decision_list_claim2 import _inside_claim
 
     base = {"steps": 100, "max_eta_lambda_to_kstar": 1.0, "L": 30, "n": 29, "M": 2, "eps": 5.0, "L0": 3.4,
             "A_lo": 2.2, "A_hi": 2.3, "v_drift_max": 0.0}
@@ -126,3 +126,88 @@ def test_quick_claim2_and_uniform_attention_verdicts(tmp_path):
     _, c, _ = _quick("decision-list/uniform-attention", tmp_path / "ua")
     assert c["first_gradient_recovers_P"]["verdict"] == "holds"
     assert c["frozen_W_recovers_P"]["verdict"] == "holds"
+
+
+def test_dl_task_init_options_and_probes(tmp_path):
+    """W_init: zero keeps V₀'s draw; V_noise adds uniform_perturbation; the probes match direct computations;
+    the Hessian probe measures at non-perfect steps and on its grid only."""
+    from tdyn.models.decision_list import uniform_perturbation
+    from tdyn.probes.decision_list import centred_cosine, member_model, perm_recovery
+
+    L, M, n = 6, 2, 3
+    base = {"task": "decision_list", "data": {"L": L, "M": M, "n": n}, "seeds": [3], "dtype": "float64",
+            "optim": {"steps": 6, "groups": {"all": {"params": ["W", "V"], "lr": 1.0}}},
+            "checkpoint": {"schedule": "none"}}
+    drawn = train(base | {"model": {"init_std": 0.5}}, tmp_path / "a", progress=False)[0]
+    zero = train(base | {"model": {"init_std": 0.5, "W_init": "zero"}}, tmp_path / "b", progress=False)[0]
+    a0, b0 = runs.Run(drawn).params(0), runs.Run(zero).params(0)
+    assert torch.equal(a0["V"], b0["V"]) and not b0["W"].any() and a0["W"].abs().sum() > 0
+
+    cfg = base | {"model": {"c": 2.0, "V_noise": 0.3, "V_noise_seed": 5},
+                  "ensemble": {"lrs": [{"all": 0.5}, {"all": 2.0}]},
+                  "probes": {"names": ["decision_list.classify", "decision_list.V", "decision_list.hessian"],
+                             "options": {"decision_list.hessian": {"every": 4}}}}
+    d0, d1 = train(cfg, tmp_path / "c", progress=False)
+    task = dl.make_task(L, M, 0)
+    types = th.enumerate_types(task, n, "B")
+    V0 = 2.0 * task.P + uniform_perturbation(L, 0.3, 5)
+    assert torch.equal(runs.Run(d0).params(0)["V"], V0)
+    run = runs.Run(d1)
+    rec = {r["step"]: r for r in run.metrics}
+    model = run.model("final")
+    cl = th.classify(model, task, types)
+    last = rec[6]
+    assert last["decision_list.classify/err_sup"] == pytest.approx(float(cl.err_sup[0]), abs=1e-12)
+    V = model.V.detach()[0]
+    assert last["decision_list.V/cos_c"] == pytest.approx(float(centred_cosine(V, task.P)), abs=1e-12)
+    assert last["decision_list.V/perm_recovery"] == float(perm_recovery(V, task.perm))
+    assert last["decision_list.V/drift"] == pytest.approx(float((V - V0).abs().max()), abs=1e-12)
+    for s, r in rec.items():   # λ_max measured where not perfect or on the grid (steps 0, 4), else null
+        lam = r["decision_list.hessian/lambda_max"]
+        if r["decision_list.classify/perfect"] == 0 or s % 4 == 0:
+            assert lam is not None and lam > 0
+        else:
+            assert lam is None
+    lam = th.top_hessian_eigenvalue(member_model(model, 0), task, types)
+    assert rec[6]["decision_list.hessian/lambda_max"] in (None, pytest.approx(lam, rel=1e-9))
+
+
+def test_probe_options_must_name_a_probe():
+    from tdyn.config import validate_config
+    from tdyn.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="probes.options.decision_list.hessian"):
+        validate_config({"task": "decision_list", "optim": {"groups": {"all": {"params": ["W", "V"], "lr": 1.0}}},
+                         "probes": {"names": [], "options": {"decision_list.hessian": {"every": 2}}}})
+
+
+@pytest.mark.slow
+def test_claim2_reproduction_resumes(cli, tmp_path):
+    """decision-list/claim2 trains through the trainer into run directories; --resume keeps finished runs,
+    continues an interrupted one and gives the same results as the uninterrupted reproduction."""
+    import json
+    import shutil
+
+    out = tmp_path / "c2"
+    assert cli("reproduce", "decision-list/claim2", "--quick", "--out", out, "--quiet").returncode == 0
+    ref = json.loads((out / "results.json").read_text())
+    csv_ref = (out / "claim2.csv").read_text()
+    jobs = sorted(p for p in (out / "runs").iterdir())
+    assert len(jobs) >= 6 and all(runs.job_dirs(j) for j in jobs)
+    # interrupt one job: its members lose their final state and go back to "interrupted"
+    victim = next(j for j in jobs if j.name.startswith("exploratory"))
+    for d in runs.job_dirs(victim):
+        (d / "checkpoints" / "final.safetensors").unlink()
+        meta = runs.read_meta(d)
+        meta["status"] = "interrupted"
+        runs.write_json(d / runs.META, meta)
+    keep = next(j for j in jobs if j.name.startswith("inside"))
+    stamp = {d: (d / "metrics.jsonl").stat().st_mtime_ns for d in runs.job_dirs(keep)}
+    shutil.copy(out / "results.json", tmp_path / "ref.json")
+    r = cli("reproduce", "decision-list/claim2", "--quick", "--out", out, "--quiet", "--resume")
+    assert r.returncode == 0, r.stderr
+    assert all((d / "metrics.jsonl").stat().st_mtime_ns == t for d, t in stamp.items())   # not retrained
+    assert all(runs.Run(d).status == "finished" for d in runs.job_dirs(victim))
+    assert (out / "claim2.csv").read_text() == csv_ref
+    new = json.loads((out / "results.json").read_text())
+    assert [c["verdict"] for c in new["claims"]] == [c["verdict"] for c in ref["claims"]]

@@ -60,6 +60,8 @@ def _cmd_reproduce(args) -> int:
 
     if args.all == bool(args.name):
         raise UserError("tdyn reproduce takes an experiment name or --all (not both)")
+    if args.all and args.resume:
+        raise UserError("--resume continues one reproduction (tdyn reproduce NAME --out DIR --resume), not --all")
     if args.all:
         page, failed = runner.reproduce_all(args.out, seed=args.seed, quick=args.quick, overrides=list(args.set or []),
                                             device=args.device, progress=not args.quiet, force=args.force)
@@ -71,9 +73,9 @@ def _cmd_reproduce(args) -> int:
     out = Path(args.out)
     ctx = ReproduceContext(out=out, seed=args.seed, quick=args.quick, overrides=list(args.set or []),
                            device=args.device, progress=not args.quiet,
-                           options=exp.make_options(_option_values(args, exp)))
+                           options=exp.make_options(_option_values(args, exp)), resume=args.resume)
     runner.check_overrides(exp, ctx)  # before the directory is made
-    runner.prepare_dir(out, args.force)
+    runner.prepare_dir(out, args.force or args.resume)
     results = runner.run_reproduction(exp, ctx)
     _print_claims(results)
     print(f"wrote {out / runs.RESULTS} ({results['wall_seconds']:.1f}s)")
@@ -232,6 +234,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value (repeatable)")
     s.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     s.add_argument("--force", action="store_true", help="overwrite a non-empty output directory")
+    s.add_argument("--resume", action="store_true",
+                   help="continue an interrupted reproduction in OUT: runs already trained with the same config are "
+                        "kept, interrupted ones resume from their last checkpoint, then the analysis runs again")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=_cmd_reproduce)
     _add_options(s, argv, "reproduce")

@@ -55,8 +55,20 @@ class EnsembleConfig(Strict):
 
 
 class ProbeConfig(Strict):
+    """Probes ``names`` run every ``every`` steps (0: never on a grid), at the listed ``steps``, at every
+    checkpoint and at the final step; ``options[name]`` is handed to probe ``name`` (``ctx.options``)."""
+
     names: list[str] = []
-    every: int = Field(1, ge=1)
+    every: int = Field(1, ge=0)
+    steps: list[int] = []
+    options: dict[str, dict[str, Any]] = {}
+
+    @model_validator(mode="after")
+    def _check(self):
+        for k in self.options:
+            if k not in self.names:
+                raise ConfigError(f"probes.options.{k}: {k!r} is not in probes.names ({', '.join(self.names) or 'none'})")
+        return self
 
 
 class CheckpointConfig(Strict):

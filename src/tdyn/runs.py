@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save
 
 from tdyn.config import validate_config
 from tdyn.errors import UserError
-from tdyn.tasks import Member, get_task
+from tdyn.tasks import Member, build_task
 
 # ---------------------------------------------------------------- file names (defined here only)
 
@@ -258,7 +258,7 @@ class Run:
         cfg = validate_config(self.config)
         lrs = {g: gc.lr for g, gc in cfg.optim.groups.items()}
         scale = (cfg.ensemble.init_scales or [1.0])[0]
-        return get_task(cfg.task).build(cfg, [Member(cfg.seeds[0], lrs, scale, self.path.name)])
+        return build_task(cfg, [Member(cfg.seeds[0], lrs, scale, self.path.name)])
 
     def model(self, step: int | str = "final") -> torch.nn.Module:
         """The model rebuilt from its config (ensemble axis of size 1) with the weights of ``step``."""

@@ -24,7 +24,10 @@ from typing import Callable
 
 import numpy as np
 
+from pydantic import ConfigDict, Field
+
 from tdyn.errors import UserError
+from tdyn.schema import Strict
 
 UNK = "<unk>"
 
@@ -126,12 +129,13 @@ def basic_english(line: str) -> list[str]:
     return line.split()
 
 
-@dataclasses.dataclass(frozen=True)
-class VocabSettings:
+class VocabSettings(Strict):
     """Vocabulary from the training split: tokens by descending count (ties alphabetical), ``<unk>`` = 0."""
 
-    max_size: int | None = None  # including <unk>
-    min_freq: int = 1
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_size: int | None = Field(None, ge=1)  # including <unk>
+    min_freq: int = Field(1, ge=1)
 
 
 def build_vocab(token_lists: list[list[str]], settings: VocabSettings = VocabSettings()) -> list[str]:
@@ -176,7 +180,7 @@ def load_tokens(name: str, *, vocab: VocabSettings = VocabSettings(), seed: int 
                 fractions: tuple[float, float] = (0.8, 0.1), cache: Path | None = None) -> TokenData:
     """Tokenised splits of corpus ``name``, documents concatenated in split order; built once, then cached."""
     docs, _ = read_corpus(name)
-    meta = provenance(name, docs) | {"tokenizer": "basic_english", "vocab": dataclasses.asdict(vocab),
+    meta = provenance(name, docs) | {"tokenizer": "basic_english", "vocab": vocab.model_dump(),
                                      "split_seed": seed, "fractions": list(fractions)}
     key = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
     d = (cache or cache_dir()) / "corpora" / f"{name}-{key}"

@@ -10,7 +10,7 @@ import numpy as np
 
 from tdyn import runs
 from tdyn.config import apply_overrides, check_shadowed, validate_config
-from tdyn.train.trainer import train
+from tdyn.train.trainer import train, train_or_resume
 
 
 VERDICTS = ("holds", "fails", "inconclusive")
@@ -155,5 +155,8 @@ def configure(base: dict, overrides: list[str]):
 
 
 def train_into(ctx, name: str, cfg) -> list[Path]:
-    """Train ``cfg`` into the reproduction's ``runs/<name>`` (replacing an earlier attempt there)."""
+    """Train ``cfg`` into the reproduction's ``runs/<name>``, replacing an earlier attempt there; with
+    ``ctx.resume`` an earlier attempt of the same config is kept (finished) or continued (interrupted)."""
+    if getattr(ctx, "resume", False):
+        return train_or_resume(cfg, ctx.out / "runs" / name, progress=ctx.progress)
     return train(cfg, ctx.out / "runs" / name, force=True, progress=ctx.progress)

@@ -39,9 +39,9 @@ MODULES = {
     "topic/two-stage": "tdyn.experiments.topic_two_stage",
     "topic/robustness": "tdyn.experiments.topic_robustness",
     "topic/squared-loss": "tdyn.experiments.topic_robustness",
-    "decision-list/claim1": "tdyn.experiments.decision_lists",
-    "decision-list/claim2": "tdyn.experiments.decision_lists",
-    "decision-list/uniform-attention": "tdyn.experiments.decision_lists",
+    "decision-list/claim1": "tdyn.experiments.decision_list_claim1",
+    "decision-list/claim2": "tdyn.experiments.decision_list_claim2",
+    "decision-list/uniform-attention": "tdyn.experiments.decision_list_uniform",
 }
 
 
@@ -65,6 +65,7 @@ class ReproduceContext:
     device: str = "cpu"
     progress: bool = True
     options: Any = None
+    resume: bool = False   # keep / continue the runs of an earlier attempt in ``out`` (same configs)
 
     def __post_init__(self):
         if not isinstance(self.overrides, Overrides):
@@ -146,7 +147,7 @@ BENCH_MODULES = {
     "fig6_sweep": "tdyn.experiments.scan_snap_fig6",
     "real_lm_tokens_per_s": "tdyn.experiments.real_text",
     "topic": "tdyn.experiments.topic_two_stage",
-    "decision_list_popgrad_L32_n4": "tdyn.experiments.decision_lists",
-    "decision_list_popgrad_L16_n5": "tdyn.experiments.decision_lists",
-    "decision_list_reduced_ode_L10000": "tdyn.experiments.decision_lists",
+    "decision_list_popgrad_L32_n4": "tdyn.experiments.decision_list_common",
+    "decision_list_popgrad_L16_n5": "tdyn.experiments.decision_list_common",
+    "decision_list_reduced_ode_L10000": "tdyn.experiments.decision_list_common",
 }

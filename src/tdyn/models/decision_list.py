@@ -9,6 +9,8 @@ attention; no mask, no positional encoding, no 1/√d (spec §4.1).
 from __future__ import annotations
 
 import torch
+from typing import Literal
+
 from pydantic import ConfigDict, Field
 from torch import nn
 
@@ -24,6 +26,9 @@ class DecisionListModelConfig(Strict):
 
     init_std: float = Field(0.0, ge=0)   # W₀, V₀ ~ init_std·init_scale·N(0,1) (the task's init)
     c: float = 0.0                        # V₀ += c·P (the task's init)
+    W_init: Literal["drawn", "zero"] = "drawn"   # "zero": W₀ = 0 after the draw (V₀ as with "drawn")
+    V_noise: float = Field(0.0, ge=0)     # V₀ += E, E_ij ~ V_noise·U(−½, ½) (result (2)'s ‖V₀ − cP‖_∞ ≤ ε/2)
+    V_noise_seed: int | None = None       # E's seed (uniform_perturbation); None: the member's seed
     L: int | None = Field(None, exclude=True)
     dtype: torch.dtype = Field(torch.float64, exclude=True)
 
@@ -33,6 +38,13 @@ class DecisionListModelConfig(Strict):
         if dtype is not None:
             kw["dtype"] = dtype
         super().__init__(**kw)
+
+
+def uniform_perturbation(L: int, eps: float, seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """E with E_ij ~ ε·U(−½, ½) i.i.d. from ``torch.Generator().manual_seed(seed)`` (L × L): the V₀
+    perturbation of result (2). One function for the task's init and the analyses that need E."""
+    g = torch.Generator().manual_seed(seed)
+    return eps * (torch.rand(L, L, generator=g, dtype=torch.float64) - 0.5).to(dtype)
 
 
 class DecisionListModel(nn.Module):
@@ -50,14 +62,15 @@ class DecisionListModel(nn.Module):
         VX = V[:, :, s].permute(0, 2, 1, 3)           # (S, B, L, n): column i = V[:, s_i]
         return VX @ A                                 # Eqn 1 before the outer σ
 
-    def log_probs(self, s: torch.Tensor) -> torch.Tensor:
-        """log f_{W,V}(X): (S, B, L, n)."""
+    def forward(self, s: torch.Tensor) -> torch.Tensor:
+        """log f_{W,V}(X) = log σ(V X σ(Xᵀ W X)) (Eqn 1) for tokens s (B, n): (S, B, L, n), column j the
+        log-distribution of position j's output over the L tokens."""
         return torch.log_softmax(self.logits(s), dim=2)
+
+    log_probs = forward
 
     def seq_loss(self, s: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Eqn 2 per sequence: (1/n) Σ_j −log f(X)_{y_j, j}; shape (S, B)."""
-        logp = self.log_probs(s)
+        logp = self(s)
         idx = y[None, :, None, :].expand(logp.shape[0], -1, 1, -1)
         return -logp.gather(2, idx).squeeze(2).mean(-1)
-
-    forward = seq_loss

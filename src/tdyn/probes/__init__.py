@@ -22,6 +22,7 @@ class ProbeContext:
     task: Any
     batch: Any
     step: int
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)   # the run's probes.options[name]
 
 
 #: Every probe, by name; the table names the module of each built-in probe, imported on lookup.
@@ -35,6 +36,9 @@ PROBES: Registry[Callable[[ProbeContext], dict[str, torch.Tensor]]] = Registry(
         "topic.dev_loss": "tdyn.probes.topic",
         "topic.stages": "tdyn.probes.topic_stages",
         "corpus_lm.attention": "tdyn.probes.corpus_lm",
+        "decision_list.classify": "tdyn.probes.decision_list",
+        "decision_list.V": "tdyn.probes.decision_list",
+        "decision_list.hessian": "tdyn.probes.decision_list",
     })
 
 

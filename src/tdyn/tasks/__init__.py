@@ -7,6 +7,8 @@ looked up (``get_task``), so validating a config imports that task's module and 
 
 from __future__ import annotations
 
+import torch
+
 from tdyn.tasks.base import TASKS, Member, Task, TaskSpec, register_task
 
 TABLE = {
@@ -23,8 +25,22 @@ def get_task(name: str) -> TaskSpec:
     return TASKS.get(name)
 
 
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def build_task(cfg, members: list[Member]) -> Task:
+    """The task of run config ``cfg`` (a RunConfig) for ``members``, built with the run's dtype as
+    torch's default (its parameters and buffers get it). The one way trainer, runs and analyses build one."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(DTYPES[cfg.dtype])
+    try:
+        return get_task(cfg.task).build(cfg, members)
+    finally:
+        torch.set_default_dtype(old)
+
+
 def all_tasks() -> dict[str, TaskSpec]:
     return TASKS.items()
 
 
-__all__ = ["TABLE", "TASKS", "Member", "Task", "TaskSpec", "all_tasks", "get_task", "register_task"]
+__all__ = ["DTYPES", "TABLE", "TASKS", "build_task", "Member", "Task", "TaskSpec", "all_tasks", "get_task", "register_task"]

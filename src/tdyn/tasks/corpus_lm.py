@@ -42,7 +42,7 @@ class CorpusLMTask(Task):
     def __init__(self, cfg, members: list[Member]):
         self.dc = CorpusLMData.model_validate(cfg.data)
         tok = corpora.load_tokens(self.dc.corpus, seed=self.dc.split_seed,
-                                  vocab=corpora.VocabSettings(self.dc.vocab_size, self.dc.min_freq))
+                                  vocab=corpora.VocabSettings(max_size=self.dc.vocab_size, min_freq=self.dc.min_freq))
         self.train_tokens = torch.from_numpy(np.asarray(tok.train, dtype=np.int64))
         self.val_tokens = torch.from_numpy(np.asarray(tok.val, dtype=np.int64))
         mc = LMConfig.model_validate(cfg.model)

@@ -2,7 +2,8 @@
 list (``tdyn.data.decision_list``, enumerated or Monte Carlo sequence types from
 ``tdyn.theory.decision_list``) with the one-layer model (``tdyn.models.decision_list``); the trainer runs
 population-loss GD (spec §6.1). Config sections: ``data`` = :class:`DecisionListData`, ``model`` =
-:class:`DecisionListModelConfig`.
+:class:`DecisionListModelConfig` (init: W₀, V₀ ~ init_std·N(0,1) per member, V₀ += c·P + E with
+E ~ V_noise·U(−½, ½), W₀ = 0 with ``W_init: zero``). Probes: ``tdyn.probes.decision_list``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch
 from pydantic import Field
 
 from tdyn.data import decision_list as dl
-from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
+from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig, uniform_perturbation
 from tdyn.schema import Strict
 from tdyn.tasks.base import Member, Task, register_task
 from tdyn.theory import decision_list as th
@@ -48,7 +49,13 @@ class DecisionListTrainTask(Task):
                 std = mc.init_std * m.init_scale
                 self.model.W[i] = std * torch.randn(d.L, d.L, generator=g, dtype=torch.float64)
                 self.model.V[i] = std * torch.randn(d.L, d.L, generator=g, dtype=torch.float64) + mc.c * self.dist.P
-        self.facts = {"perm": self.dist.perm, "lists": self.dist.lists}
+                if mc.W_init == "zero":
+                    self.model.W[i] = 0.0
+                if mc.V_noise:
+                    seed = m.seed if mc.V_noise_seed is None else mc.V_noise_seed
+                    self.model.V[i] += uniform_perturbation(d.L, mc.V_noise, seed)
+        self.V0 = self.model.V.detach().clone()   # the probes' V drift max|V_k − V₀| is measured from it
+        self.facts = {"perm": self.dist.perm, "lists": self.dist.lists, "P": self.dist.P}
 
     def sample(self, gen):
         return None

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import contextlib
 import signal
 import torch
 from tqdm.auto import tqdm
@@ -27,12 +26,11 @@ from tdyn import runs
 from tdyn.config import RunConfig, load_config
 from tdyn.errors import ConfigError, UserError
 from tdyn.probes import ProbeContext, get_probes
-from tdyn.tasks import Member, get_task
+from tdyn.tasks import DTYPES, Member, build_task
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.train.seeding import generator
 from tdyn.train.threads import tune_allocator
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _FLUSH_SECONDS = 10.0
 
 
@@ -79,16 +77,6 @@ def member_dirs(out: Path, members: list[Member]) -> list[Path]:
 
 
 # ---------------------------------------------------------------- helpers
-
-
-@contextlib.contextmanager
-def _default_dtype(dtype: torch.dtype):
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(old)
 
 
 def _tree_map(fn, x):
@@ -143,9 +131,7 @@ class Job:
             raise UserError("device = \"cuda\": CUDA is not available here; use device=cpu")
         self.device = torch.device(cfg.device)
         self.dtype = DTYPES[cfg.dtype]
-        spec = get_task(cfg.task)
-        with _default_dtype(self.dtype):
-            self.task = spec.build(cfg, members)
+        self.task = build_task(cfg, members)
         self.model = self.task.model.to(self.device)
         self.task.facts = self._to_device(self.task.facts)  # probes compare facts with parameters
         self.params = dict(self.model.named_parameters())
@@ -174,7 +160,8 @@ class Job:
         self.records: list[list[dict]] = [[] for _ in members]
         self.ckpt_steps = checkpoint_schedule(cfg)
         T = cfg.optim.steps
-        self.eval_steps = {t for t in range(0, T, cfg.probes.every)} | self.ckpt_steps | {T}
+        grid = set(range(0, T, cfg.probes.every)) if cfg.probes.every else set()
+        self.eval_steps = grid | {t for t in cfg.probes.steps if 0 <= t <= T} | self.ckpt_steps | {T}
         self._stop = False
 
     # ---- state
@@ -226,8 +213,8 @@ class Job:
     @torch.no_grad()
     def _measure(self, step: int, batch_probe) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         scalars, arrays = {}, {}
-        ctx = ProbeContext(self.model, self.task, batch_probe, step)
         for name, fn in self.probes.items():
+            ctx = ProbeContext(self.model, self.task, batch_probe, step, self.cfg.probes.options.get(name, {}))
             for k, v in fn(ctx).items():
                 key = f"{name}/{k}"
                 (scalars if v.dim() == 1 else arrays)[key] = v.detach()
@@ -380,6 +367,29 @@ def _run_guarded(job: Job, start: int) -> None:
             if runs.read_meta(d)["status"] == "running":
                 job._set_status(i, "failed", f"{type(e).__name__}: {e}")
         raise
+
+
+def same_job(cfg: RunConfig, out: str | Path) -> bool:
+    """Whether ``out`` holds a job (ensemble or single run) started from exactly ``cfg``."""
+    out = Path(out)
+    if (out / MANIFEST).exists():
+        return runs.read_json(out / MANIFEST).get("config") == cfg.model_dump(mode="json")
+    members = expand_members(cfg)
+    return len(members) == 1 and runs.is_run_dir(out) and runs.read_config(out) == member_config(cfg, members[0])
+
+
+def train_or_resume(cfg: RunConfig | dict, out: str | Path, *, progress: bool = True) -> list[Path]:
+    """Continue the job in ``out`` if it was started from this very config (finished members are kept,
+    unfinished ones resume from their newest common checkpoint), else train it afresh, replacing ``out``
+    (``reproduce --resume`` uses this for every run a reproduction trains)."""
+    if not isinstance(cfg, RunConfig):
+        cfg = load_config(cfg)
+    if same_job(cfg, out):
+        try:
+            return resume(out, progress=progress)
+        except UserError:   # nothing to resume from (no checkpoint in common)
+            pass
+    return train(cfg, out, force=True, progress=progress)
 
 
 def resume(out: str | Path, *, progress: bool = True) -> list[Path]:

@@ -1,0 +1,319 @@
+"""Decision lists, result (1) (``decision-list/claim1``): W-only gradient flow from W₀ = 0, V = cP,
+c = 4n log L/δ, by the exact reduced (m+1)-dim ODE (spec §6.3, §8.1): T_sup, T_sup(κ), T_pop, T_N against
+4M/(γ log L) under four readings of γ (1, δ, δ/L, the rarest multiplicity pattern); M = 1 is degenerate
+(no decision list). Time units: the paper's Eqn 2 normalisation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tdyn.data import decision_list as dl
+from tdyn.experiments.common import claim, reading
+from tdyn.experiments.decision_list_common import TIME_UNITS, _fmt
+from tdyn.experiments.registry import ReproduceContext, register
+from tdyn.report import style
+from tdyn.runs import write_csv
+from tdyn.theory import decision_list as th
+from tdyn.train.seeding import generator
+
+# ---------------------------------------------------------------- claim 1
+KAPPAS = (0.1, 1.0)   # T_sup(κ): first time every logit margin >= κ (spec §7; κ = 0⁺ is T_sup itself)
+GAMMAS = {  # the readings of result (1)'s γ (footnote 1 leaves it open; spec §5.3 candidates + issue 12)
+    "1": "γ = 1",
+    "delta": "γ = δ = min_k P(k* = k | s_j = q), the conditional mass of the rarest determining event",
+    "joint": "γ = δ/L = min_k P(s_j = q)·P(k* = k | q), the joint mass of the rarest determining event",
+    "pattern": "γ = the mass of the rarest multiplicity pattern, min over one query's configurations "
+               "(list-token counts and the out-of-list multiplicity pattern; presence pattern under B) of "
+               "P(pattern)·c_q/n",
+}
+GAMMA_NAMES = {"1": "γ = 1", "delta": "γ = δ", "joint": "γ = δ/L", "pattern": "γ = rarest-pattern mass"}
+T_CAP = 1e100   # integration horizon cap (bounds above it cannot be decided)
+CLAIM1_COLUMNS = (["sampler", "L", "n", "M", "degenerate", "c", "delta", "gamma_pattern", "T_sup"]
+                  + [f"T_sup_kappa_{k:g}" for k in KAPPAS]
+                  + ["T_pop_1e-3", "T_N", "w_scale_at_T_sup", "t_max"] + [f"bound_gamma_{g}" for g in GAMMAS])
+FIXED_C_COLUMNS = ["sampler", "L", "n", "M", "degenerate", "c", "T_sup"] + [f"T_sup_kappa_{k:g}" for k in KAPPAS]
+PAPER1 = "abstract §I.C, result (1): W-only gradient flow from W₀ = 0, V = cP, c = 4n log(L)/δ, " \
+         "reaches perfect classification within time 4M/(log(L)·γ)"
+
+
+def claim1_grid(quick: bool) -> dict:
+    if quick:
+        return {"L": [10, 30, 100], "n": [3, 5], "M": [1, 2], "N": 500, "fixed_c": {"L": 100, "c": 1e3}}
+    return {"L": [10, 30, 100, 300, 1000, 3000, 10000], "n": [3, 5, 8], "M": [1, 2, 3, 4], "N": 10000,
+            "fixed_c": {"L": 1000, "c": 1e4}}
+
+
+def _flow_row(ctx, sampler, L, n, M, c, N, kappas=KAPPAS):
+    dg = dl.delta_gamma(L, n, M, sampler)
+    gp = th.gamma_pattern(L, n, M, sampler)
+    gam = {"1": 1.0, "delta": dg["delta"], "joint": dg["gamma_joint"], "pattern": gp}
+    bounds = {f"bound_gamma_{k}": 4 * M / (g * math.log(L)) for k, g in gam.items()}
+    # run long enough to decide every reading whose bound is below the cap
+    t_max = min(max(10 * bounds["bound_gamma_joint"], 1.1 * max(bounds.values())), T_CAP)
+    samples = None
+    if N:
+        task = dl.make_task(L, M, seed=ctx.seed)
+        samples = (task, dl.sample(task, N, n, sampler, generator(ctx.seed, f"claim1/{sampler}/{L}/{n}/{M}")))
+    res = th.solve_reduced_flow(L, n, M, sampler, c, t_max=t_max, samples=samples, kappas=kappas)
+    row = {"sampler": sampler, "L": L, "n": n, "M": M, "degenerate": M == 1, "c": c, "delta": dg["delta"],
+           "gamma_pattern": gp, "T_sup": res.T_sup, "T_pop_1e-3": res.T_pop[1e-3], "T_N": res.T_N,
+           "w_scale_at_T_sup": res.w_scale_at_T_sup, "t_max": t_max}
+    row |= {f"T_sup_kappa_{k:g}": res.T_kappa[k] for k in kappas} | bounds
+    return row, res
+
+
+def _bound_reading(rows: list[dict], tkey: str, g: str) -> dict:
+    """One γ reading: T ≤ 4M/(γ log L) on every non-degenerate configuration. A time not reached by t_max
+    fails when t_max ≥ the bound and is undecided otherwise."""
+    bkey = f"bound_gamma_{g}"
+    fails, undecided, held = [], [], 0
+    for r in rows:
+        T = r[tkey]
+        if T is not None:
+            if T <= r[bkey]:
+                held += 1
+            else:
+                fails.append(r)
+        elif r["t_max"] >= r[bkey]:
+            fails.append(r)
+        else:
+            undecided.append(r)
+    ratio = lambda r: math.inf if r[tkey] is None else r[tkey] / r[bkey]  # noqa: E731  (T = 0 is ratio 0)
+    worst = max(rows, key=ratio) if rows else None
+    verdict = False if fails else (None if undecided else True)
+    return reading(GAMMAS[g], verdict, name=GAMMA_NAMES[g],
+                   reason=f"{len(undecided)} configs not reached by t_max < bound" if verdict is None else None,
+                   configs=len(rows), held_in=held, failed_in=len(fails),
+                   undecided=[{k: r[k] for k in ("L", "n", "M", "t_max", bkey)} for r in undecided],
+                   worst=None if worst is None else {k: worst[k] for k in ("L", "n", "M", tkey, bkey)},
+                   worst_ratio=None if worst is None else ratio(worst))
+
+
+def _gamma_max(rows: list[dict], tkey: str) -> float | None:
+    """The largest uniform γ for which T ≤ 4M/(γ log L) on every configuration: min 4M/(T log L)."""
+    if not rows or any(r[tkey] is None for r in rows):
+        return None
+    v = [4 * r["M"] / (r[tkey] * math.log(r["L"])) for r in rows if r[tkey] > 0]
+    return min(v) if v else math.inf
+
+
+@register("decision-list/claim1",
+          "Result (1): W-only gradient flow from W=0, V=cP, c=4n log L/δ perfectly classifies within 4M/(γ log L)",
+          takes_set=False)
+def claim1(ctx: ReproduceContext) -> dict:
+    grid = claim1_grid(ctx.quick)
+    rows, traj = [], {}
+    for sampler in dl.SAMPLERS:
+        for L in grid["L"]:
+            for n in grid["n"]:
+                for M in grid["M"]:
+                    dg = dl.delta_gamma(L, n, M, sampler)
+                    if not dg["positive"]:  # a determining event has zero mass: c undefined (spec §9 item 7)
+                        rows.append({k: None for k in CLAIM1_COLUMNS} | {"sampler": sampler, "L": L, "n": n,
+                                                                           "M": M, "delta": dg["delta"],
+                                                                           "degenerate": M == 1})
+                        continue
+                    row, res = _flow_row(ctx, sampler, L, n, M, 4 * n * math.log(L) / dg["delta"], grid["N"])
+                    rows.append(row)
+                    traj[(sampler, L, n, M)] = res
+    write_csv(ctx.out / "claim1.csv", [{k: _fmt(r[k]) for k in CLAIM1_COLUMNS} for r in rows], CLAIM1_COLUMNS)
+    tn_cols = ["sampler", "L", "n", "M", "degenerate", "T_sup"] + [f"T_sup_kappa_{k:g}" for k in KAPPAS] + \
+              ["T_pop_1e-3", "T_N"]
+    write_csv(ctx.out / "claim1_hitting_times.csv", [{k: _fmt(r.get(k)) for k in tn_cols} for r in rows], tn_cols)
+
+    # T_sup against n and M at one fixed c (spec §8.1 A3)
+    fc = grid["fixed_c"]
+    fixed = []
+    for sampler in dl.SAMPLERS:
+        for n in grid["n"]:
+            for M in grid["M"]:
+                if dl.delta_gamma(fc["L"], n, M, sampler)["positive"]:
+                    fixed.append(_flow_row(ctx, sampler, fc["L"], n, M, fc["c"], 0)[0])
+    write_csv(ctx.out / "claim1_fixed_c.csv", [{k: _fmt(r[k]) for k in FIXED_C_COLUMNS} for r in fixed],
+              FIXED_C_COLUMNS)
+    _claim1_figures(ctx, rows, traj, grid, fixed)
+
+    claims = []
+    notions = [("T_sup", "Err_sup = 0: every (support type, query) pair strictly correct (spec §7, primary)", "strict")]
+    notions += [(f"T_sup_kappa_{k:g}", f"every full-support logit margin z_y − max_(r≠y) z_r ≥ κ = {k:g} "
+                 "(T_sup(κ), spec §7)", f"kappa_{k:g}") for k in KAPPAS]
+    notions += [("T_pop_1e-3", "Acc_pop ≥ 1 − 1e-3 (spec §7)", "pop"),
+                ("T_N", f"all N = {grid['N']} fixed sampled sequences correct (spec §7)", "N")]
+    for sampler in dl.SAMPLERS:
+        ok = [r for r in rows if r["sampler"] == sampler and r["c"] is not None and not r["degenerate"]]
+        for tkey, pdef, tag in notions:
+            rds = [_bound_reading(ok, tkey, g) for g in GAMMAS]
+            claims.append(claim(
+                f"result1_{sampler}_{tag}",
+                f"Sampler {sampler}, perfect = {pdef}: T <= 4M/(γ log L) for every non-degenerate (L, n, M ≥ 2) "
+                "in the grid, under each reading of γ",
+                paper=PAPER1,
+                definition=f"T = first gradient-flow time with {pdef}; sampler {sampler} (spec §5.1); γ read four "
+                           "ways (readings); M = 1 configurations are degenerate (no decision list: the label is "
+                           "always π(q)) and excluded",
+                measured=f"{tkey} per (L, n, M), sampler {sampler}",
+                expected="≤ 4M/(γ log L) for every configuration",
+                readings=rds, configs=len(ok),
+                holds_under=[g for g, r in zip(GAMMAS, rds) if r["verdict"] == "holds"],
+                fails_under=[g for g, r in zip(GAMMAS, rds) if r["verdict"] == "fails"],
+                largest_uniform_gamma_that_holds=_gamma_max(ok, tkey)))
+        flat = {}
+        for n in grid["n"]:
+            for M in grid["M"]:
+                v = [r["T_sup"] * math.log(r["L"]) for r in ok if r["n"] == n and r["M"] == M
+                     and r["T_sup"] and r["L"] >= 30]
+                if len(v) >= 2:
+                    flat[f"n={n},M={M}"] = max(v) / min(v)
+        claims.append(claim(f"law_1_over_logL_{sampler}",
+                            f"Sampler {sampler} (hypothesis, spec §8.1): T_sup·log L roughly constant in L (L >= 30, "
+                            "T_sup > 0, M ≥ 2); number = max/min ratio over L, held if <= 3 for every (n, M)",
+                            all(x <= 3 for x in flat.values()) if flat else None,
+                            paper="spec §8.1 hypothesis (the 1/log L form of result (1)'s bound)",
+                            definition="T_sup = first time Err_sup = 0 (strict, full support)",
+                            measured="max/min over L ≥ 30 of T_sup·log L, per (n, M)",
+                            expected="≤ 3 for every (n, M)", max_over_min=flat))
+    skipped = [{k: r[k] for k in ("sampler", "L", "n", "M")} for r in rows if r["c"] is None]
+    degenerate = [{k: r[k] for k in ("sampler", "L", "n", "M", "T_sup", "bound_gamma_1")} for r in rows
+                  if r["degenerate"] and r["c"] is not None]
+    return {"experiment": "decision-list/claim1", "claims": claims, "grid": grid, "time_units": TIME_UNITS,
+            "method": "exact reduced (m+1)-dim W-only ODE (spec §6.3) in float64, LSODA rtol 1e-8 atol 1e-10, "
+                      "events at the closed-form full-support margin test (spec §6.4) and at min logit margin ≥ κ; "
+                      "equal list lengths m = M, uniform tokens",
+            "definitions": {"delta": "min_k P(k*=k | s_j=q) (spec §5.3)",
+                            "gamma": GAMMAS,
+                            "perfect": "T_sup: Err_sup = 0 with strict argmax; T_sup(κ): every full-support logit "
+                                       "margin ≥ κ; T_pop: 1 - Acc_pop <= 1e-3; T_N: all N fixed sampled sequences "
+                                       "correct",
+                            "t_max": f"max(10·bound_γjoint, 1.1·largest bound), capped at {T_CAP:g}; "
+                                     "T empty = not reached by t_max",
+                            "degenerate": "M = 1: every list is (q), the label is always π(q); no decision list, "
+                                          "excluded from the verdicts and listed under degenerate_M1",
+                            "numerics": "float64 throughout (reduced flow, margins). At large L, strict perfection "
+                                        "arrives while max|W| (w_scale_at_T_sup) is ~1e-4 and the deciding score "
+                                        "differences are far smaller: below float32's resolution of O(1) "
+                                        "attention scores (~6e-8), so float32 could not decide T_sup there; "
+                                        "T_sup(κ) is the robust alternative"},
+            "fixed_c": {"L": fc["L"], "c": fc["c"], "rows": fixed},
+            "skipped_zero_mass": skipped, "degenerate_M1": degenerate,
+            "rows": [{k: r.get(k) for k in CLAIM1_COLUMNS} for r in rows]}
+
+
+def _symlog_thresh(*arrays) -> float:
+    v = np.concatenate([np.abs(np.asarray(a, dtype=float)).ravel() for a in arrays])
+    v = v[np.isfinite(v) & (v > 0)]
+    return float(max(v.max() * 1e-6, 1e-300)) if len(v) else 1.0
+
+
+def _claim1_figures(ctx, rows, traj, grid, fixed) -> None:
+    import matplotlib.pyplot as plt
+
+    style.apply()
+    # T_sup·log L with the bound lines (γ = 1: 4M, γ = δ: 4M/δ), and T_sup/bound for every γ reading
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9), gridspec_kw={"hspace": 0.35})
+    combos = [(n, M) for n in grid["n"] for M in grid["M"] if M >= 2]
+    for j, sampler in enumerate(dl.SAMPLERS):
+        ax = axes[0, j]
+        for i, (n, M) in enumerate(combos):
+            sel = [r for r in rows if r["sampler"] == sampler and r["n"] == n and r["M"] == M and r["c"]]
+            col = style.PALETTE[i % 8]
+            pts = [(r["L"], r["T_sup"] * math.log(r["L"])) for r in sel if r["T_sup"]]
+            if pts:
+                x, y = zip(*pts)
+                ax.plot(x, y, marker="o", ms=3, color=col, label=f"n={n}, M={M}")
+            xs = [r["L"] for r in sel]
+            ax.plot(xs, [r["bound_gamma_delta"] * math.log(r["L"]) for r in sel], color=col, ls=":", lw=0.8)
+        for M in sorted({M for _, M in combos}):
+            ax.axhline(4 * M, color="grey", lw=0.8, ls="--")
+            ax.annotate(f"γ=1: 4M={4 * M}", (grid["L"][0], 4 * M), fontsize=6, color="grey", va="bottom")
+        ax.set(xscale="log", yscale="log", xlabel="L", ylabel="T_sup · log L",
+               title=f"sampler {sampler}: T_sup·log L (perfect = Err_sup = 0)\ndashed: γ=1 bound 4M, dotted: γ=δ bound 4M/δ")
+        ax.legend(ncol=2, fontsize=6)
+        ax = axes[1, j]
+        for g, mk in zip(GAMMAS, "os^D"):
+            pts = [(r["L"] * (1 + 0.04 * list(GAMMAS).index(g)), r["T_sup"] / r[f"bound_gamma_{g}"]) for r in rows
+                   if r["sampler"] == sampler and r["c"] and not r["degenerate"] and r["T_sup"]]
+            if pts:
+                x, y = zip(*pts)
+                ax.scatter(x, y, marker=mk, s=12, label=f"γ reading: {g}")
+        ax.axhline(1, color="k", lw=0.8)
+        never = sorted({(r["n"], r["M"]) for r in rows if r["sampler"] == sampler and r["c"] and not r["degenerate"]
+                        and r["T_sup"] is None})
+        ax.set(xscale="log", yscale="log", ylabel="T_sup / (4M/(γ log L))",
+               title=f"sampler {sampler}: below 1 = bound holds (M ≥ 2; T_sup = 0 not shown)")
+        ax.set_xlabel(f"L\nnot reached by t_max, (n,M): {never}", fontsize=7)
+        ax.legend(fontsize=7)
+    style.save(fig, ctx.out / "claim1_tsup_logL.png")
+
+    # ordering and margins over time (log axes): one sampler-B and one sampler-A configuration
+    keys = []
+    kb = [k for k in traj if k[0] == "B" and k[3] >= 2]
+    if kb:
+        keys.append(max(kb, key=lambda k: (k[3], k[1], k[2])))
+    ka = [k for k in traj if k[0] == "A" and k[3] >= 2 and traj[k].T_sup is not None]
+    if ka:
+        keys.append(max(ka, key=lambda k: (k[3], k[1], -k[2])))
+    fig, axes = plt.subplots(len(keys), 2, figsize=(13, 4.8 * len(keys)), squeeze=False,
+                             gridspec_kw={"hspace": 0.4})
+    for row_ax, key in zip(axes, keys):
+        res, m = traj[key], key[3]
+        r = next(x for x in rows if (x["sampler"], x["L"], x["n"], x["M"]) == key)
+        t = res.t[1:]
+        ax = row_ax[0]
+        curves = [(res.w[1:, k] - res.w[1:, k + 1], f"W[a_{k + 1},q] − W[a_{k + 2},q]" if k + 1 < m - 1
+                   else f"W[a_{k + 1},q] − W[q,q]") for k in range(m - 1)]
+        curves.append((res.w[1:, m - 1] - res.w[1:, m], "W[q,q] − W[out,q]"))
+        th_ = _symlog_thresh(*[c for c, _ in curves])
+        for i, (cv, lab) in enumerate(curves):
+            col = style.PALETTE[i % 8]
+            ax.plot(t, cv, color=col, label=lab)
+            cross = np.nonzero((cv[:-1] <= 0) & (cv[1:] > 0))[0]
+            if len(cross):
+                ax.axvline(t[cross[-1] + 1], color=col, lw=0.7, ls=":")
+        ax.axhline(0, color="grey", lw=0.5)
+        ax.set_yscale("symlog", linthresh=th_)
+        ax.set(xscale="log", xlabel="t (gradient-flow time)", ylabel=f"score difference (symlog, lin. |y| < {th_:.1e})",
+               title=f"sampler {key[0]}, L={key[1]}, n={key[2]}, M={m}: ordering W[a_1] > … > W[q] > W[out]\n"
+                     "(dotted: last sign change)")
+        ax.legend(fontsize=7)
+        ax = row_ax[1]
+        mg = res.margin[1:]
+        ax.plot(t, mg, color="k", label="min full-support logit margin")
+        ax.set_yscale("symlog", linthresh=1e-3)
+        for k_, col in zip((0.0,) + KAPPAS, style.PALETTE[1:]):
+            T = res.T_sup if k_ == 0 else res.T_kappa.get(k_)
+            if k_:
+                ax.axhline(k_, color=col, lw=0.6, ls="--")
+            if T:
+                ax.axvline(T, color=col, lw=0.9, label=f"T_sup({'0+' if k_ == 0 else f'{k_:g}'}) = {T:.3g}")
+        for g, ls in (("1", "-."), ("delta", (0, (1, 3)))):
+            b = r[f"bound_gamma_{g}"]
+            if b <= t[-1]:
+                ax.axvline(b, color="grey", ls=ls, lw=0.9, label=f"bound γ={g}: {b:.3g}")
+        ax.set(xscale="log", xlabel="t (gradient-flow time)", ylabel="logit margin (symlog)",
+               title="perfection with a margin: T_sup(κ)")
+        ax.legend(fontsize=7)
+    style.save(fig, ctx.out / "claim1_overtaking.png")
+
+    # T_sup against n and against M, at formula c and at fixed c (spec §8.1 A3)
+    fc = grid["fixed_c"]
+    fig, axes = plt.subplots(2, 4, figsize=(17, 8), gridspec_kw={"hspace": 0.35, "wspace": 0.3})
+    for i, sampler in enumerate(dl.SAMPLERS):
+        sets = (("formula c = 4n log L/δ", [r for r in rows if r["L"] == fc["L"]]),
+                (f"fixed c = {fc['c']:g}", fixed))
+        for j, (lab, src) in enumerate(sets):
+            src = [r for r in src if r["sampler"] == sampler and r.get("c") and r["T_sup"]]
+            for ax, (x, z) in ((axes[i, j], ("n", "M")), (axes[i, 2 + j], ("M", "n"))):
+                for h, zv in enumerate(sorted({r[z] for r in src})):
+                    pts = sorted((r[x], r["T_sup"]) for r in src if r[z] == zv)
+                    if pts:
+                        xs, ys = zip(*pts)
+                        ax.plot(xs, ys, "o-", ms=3, color=style.PALETTE[h % 8],
+                                label=f"{z}={zv}" + (" (degenerate)" if z == "M" and zv == 1 else ""))
+                ax.set(yscale="log", xlabel=x, ylabel="T_sup", title=f"{sampler}, L={fc['L']}, {lab}")
+                ax.legend(fontsize=6)
+    style.save(fig, ctx.out / "claim1_tsup_vs_n_M.png")
+
+

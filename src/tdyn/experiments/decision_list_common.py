@@ -1,0 +1,105 @@
+"""Decision lists (spec decision_lists.md): what the three reproductions share — the run configs of the
+``decision_list`` task they train, the initial model of a config, metrics of a run as a curve, and the
+benchmarks. The reproductions: ``decision_list_claim1`` (result (1), the reduced ODE),
+``decision_list_claim2`` (result (2), GD through the trainer), ``decision_list_uniform`` (claim (c)).
+Samplers, δ/γ and "perfect" are tdyn's choices (spec §5, §7); every output names the ones it uses.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tdyn import runs
+from tdyn.bench import register_bench
+from tdyn.config import validate_config
+from tdyn.data import decision_list as dl
+from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
+from tdyn.tasks import build_task
+from tdyn.theory import decision_list as th
+from tdyn.train.trainer import expand_members
+
+TIME_UNITS = "paper Eqn 2 normalisation: (1/n) sum_j per sequence, averaged over sequences"
+PROBES = ["decision_list.classify", "decision_list.V"]
+
+
+def _fmt(x):
+    return "" if x is None else x
+
+
+def dl_config(*, L: int, n: int, M: int, task_seed: int, seeds: list[int], steps: int, lrs: list[float],
+              optimizer: str = "sgd", model: dict | None = None, frozen: list[str] = (), hessian_every: int | None = None,
+              probe_steps: list[int] | None = None) -> dict:
+    """A run config of the ``decision_list`` task: exact population loss (sampler B), float64, members =
+    ``seeds`` × ``lrs`` (one group ``all`` over W and V), ``frozen`` parameters never updated. Probes:
+    classification and V at every step (or at ``probe_steps``), plus λ_max of the Hessian when
+    ``hessian_every`` is given (every non-perfect step, and every ``hessian_every`` steps)."""
+    probes = {"names": PROBES + (["decision_list.hessian"] if hessian_every is not None else []),
+              "every": 1 if probe_steps is None else 0, "steps": list(probe_steps or [])}
+    if hessian_every is not None:
+        probes["options"] = {"decision_list.hessian": {"every": hessian_every}}
+    return {"task": "decision_list", "data": {"L": L, "M": M, "n": n, "sampler": "B", "task_seed": task_seed},
+            "model": dict(model or {}), "seeds": list(seeds),
+            "ensemble": {"lrs": [{"all": lr} for lr in lrs]} if len(lrs) > 1 else {},
+            "optim": {"steps": steps, "groups": {"all": {"params": ["W", "V"], "optimizer": optimizer, "lr": lrs[0]}},
+                      "freeze": {p: {"always": True} for p in frozen}},
+            "probes": probes, "checkpoint": {"schedule": "log", "num": 6}, "dtype": "float64"}
+
+
+def initial_model(cfg: dict, member: int = 0) -> tuple[DecisionListModel, object]:
+    """Member ``member``'s model at step 0 as the trainer builds it from ``cfg`` (S = 1), and the task."""
+    rc = validate_config(cfg)
+    task = build_task(rc, [expand_members(rc)[member]])
+    return task.model, task
+
+
+def curve(d: Path) -> dict[str, np.ndarray]:
+    """A decision-list run's metrics as arrays: step, loss, err_sup, acc_pop, min_margin, perfect, cos_c,
+    perm_recovery, norm_V, drift (max|V − V₀|) and lambda_max (NaN where not measured)."""
+    a = runs.Run(d).arrays()
+    nan = np.full(len(a["step"]), np.nan)
+    return {"step": a["step"].astype(int), "loss": a["loss"],
+            **{k: a.get(f"decision_list.classify/{k}", nan) for k in ("err_sup", "acc_pop", "min_margin", "perfect")},
+            **{k: a.get(f"decision_list.V/{k}", nan) for k in ("cos_c", "perm_recovery", "drift")},
+            "norm_V": a.get("decision_list.V/norm", nan), "lambda_max": a.get("decision_list.hessian/lambda_max", nan)}
+
+
+# ---------------------------------------------------------------- benchmarks
+def _pop_grad_bench(L: int, n: int, sampler: str) -> dict:
+    task = dl.make_task(L, 3, seed=0)
+    types = th.enumerate_types(task, n, sampler)
+    model = DecisionListModel(DecisionListModelConfig(L))
+    with torch.no_grad():
+        model.W.normal_(generator=torch.Generator().manual_seed(0))
+        model.V.copy_(10 * task.P)
+    th.population_loss(model, task, types, backward=True)  # warm-up
+    t0 = time.perf_counter()
+    th.population_loss(model, task, types, backward=True)
+    return {"types": len(types), "seconds": time.perf_counter() - t0}
+
+
+@register_bench("decision_list_popgrad_L32_n4")
+def _b1(quick: bool) -> dict:
+    """One exact population loss + gradient, sampler B, (L, n) = (32, 4): 35,960 sets."""
+    return _pop_grad_bench(32, 4, "B")
+
+
+@register_bench("decision_list_popgrad_L16_n5")
+def _b2(quick: bool) -> dict:
+    """One exact population loss + gradient, sampler A, (L, n) = (16, 5): 15,504 multisets."""
+    return _pop_grad_bench(16, 5, "A")
+
+
+@register_bench("decision_list_reduced_ode_L10000")
+def _b3(quick: bool) -> dict:
+    """Reduced W-only flow to perfect classification, sampler B, L = 10⁴, n = 8, M = 4, c = 4n log L/δ."""
+    L, n, M = 10000, 8, 4
+    dg = dl.delta_gamma(L, n, M, "B")
+    t0 = time.perf_counter()
+    res = th.solve_reduced_flow(L, n, M, "B", 4 * n * math.log(L) / dg["delta"], t_max=1e9)
+    return {"seconds": time.perf_counter() - t0, "T_sup": res.T_sup}
+
