@@ -178,7 +178,7 @@ def drift_summary(traj: list[dict]) -> dict[str, float]:
 
 
 def stage1_config(seed: int = 0, quick: bool = False, preset: str = "clean", l2: float = 0.0) -> dict:
-    """E2 run config of ``preset`` (``topic_stage1.PRESETS``); ``l2`` > 0: the real (λ/2)‖θ‖² term.
+    """E2 run config of ``preset`` (``PRESETS``); ``l2`` > 0: the real (λ/2)‖θ‖² term.
 
     clean: 3000 steps, three seeds, 16 log-spaced checkpoints (quick: 300 steps, one seed);
     authors: 5000 steps with checkpoints at their evaluations 1, 1001, …, 4001 (quick: 500, every 100)."""
