@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 #: Bottom to top. The first matching prefix (longest first) names a module's layer.
 LAYERS = [
-    ["tdyn", "tdyn.errors", "tdyn.registry", "tdyn.schema", "tdyn.train.seeding", "tdyn.train.threads"],
+    ["tdyn", "tdyn.errors", "tdyn.plugins", "tdyn.registry", "tdyn.schema", "tdyn.train.seeding", "tdyn.train.threads"],
     ["tdyn.data", "tdyn.models"],
     ["tdyn.theory"],
     ["tdyn.tasks"],
@@ -32,6 +32,9 @@ EXCEPTIONS: set[tuple[str, str]] = set()
 LATE_ALLOWED = {
     # the CLI imports each command's modules when the command runs (fast `tdyn --help`)
     ("tdyn.cli", "*"),
+    # `tdyn.train(...)` (the callable package) imports the trainer on the first call: `tdyn.train.threads`
+    # is read by the CLI's argument parser, which must not import torch's training stack
+    ("tdyn.train", "tdyn.train.trainer"),
     # plotting pulls matplotlib: sweep workers should not pay for it
     ("tdyn.sweep", "tdyn.report"),
     ("tdyn.sweep", "tdyn.report.style"),

@@ -7,22 +7,37 @@ Each paper area registers entries with :func:`register_bench`; an entry returns 
 from __future__ import annotations
 
 import importlib
+import math
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils import _pytree as pytree
 
 from tdyn import runs
+from tdyn.config import RunConfig, load_config
+from tdyn.data import scan_snap
+from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig
 from tdyn.data.scan_snap import SYN_SMALL
 from tdyn.registry import Registry
+from tdyn.tasks import PlainTask, Task, build_task
+from tdyn.tasks.lda_mlm import QUICK_DATA, dataset, lda_config
 from tdyn.tasks.scan_snap import yz_config
-from tdyn.train.trainer import train
+from tdyn.train.optim import EnsembleOptimizer
+from tdyn.train.seeding import generator
+from tdyn.train.trainer import expand_members, train
 
 #: The bench entries of this module, by name. Entries registered next to their reproductions (in the
 #: experiments layer, above this one) are named by the caller: ``run(..., modules=...)``.
 BENCHES: Registry[Callable[[bool], dict]] = Registry("bench", table={
     "scan_snap_single": "tdyn.bench",
     "scan_snap_ensemble32": "tdyn.bench",
+    "plain_vs_handwritten_yz": "tdyn.bench",
+    "plain_vs_handwritten_topic": "tdyn.bench",
 })
 
 
@@ -61,6 +76,162 @@ def _ensemble(quick: bool) -> dict:
     return {"members": S, "steps": steps, "ensemble_s": ens, "one_member_s": sum(one) / len(one),
             "sequential_s": seq, "sequential_extrapolated": len(one) < S,
             "ensemble_over_one_member": ens / (sum(one) / len(one)), "speedup": seq / ens}
+
+
+# ---------------------------------------------------------------- plain module (vmap) vs hand-written axis
+#
+# The shipped models carry the ensemble axis by hand; ``PlainTask`` trains a module written for one
+# member under vmap. The two entries below time one training step (forward, one backward, one
+# optimizer step) of the same math both ways. The plain modules are written here, for one member;
+# tests/test_plain_module.py checks that they compute the hand-written models' losses.
+
+
+class PlainYZ(nn.Module):
+    """The Y/Z model of ``tdyn.models.yz`` (parameterisation ``yz``, LN(x) = x/‖x‖, the query not a key)
+    for one member: x [B, L] token ids -> logits [B, M] = LN(Xᵀ softmax(Z[x_T, x_t]))ᵀ Y."""
+
+    def __init__(self, M: int):
+        super().__init__()
+        self.Y = nn.Parameter(torch.zeros(M, M))
+        self.Z = nn.Parameter(torch.zeros(M, M))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        keys = x[:, :-1]
+        b = torch.softmax(torch.gather(self.Z[x[:, -1]], 1, keys), dim=-1)        # [B, L-1]
+        Xb = torch.zeros(x.shape[0], self.Y.shape[0], dtype=b.dtype, device=b.device).scatter_add(1, keys, b)
+        return F.normalize(Xb, dim=-1) @ self.Y
+
+
+class PlainYZTask(PlainTask):
+    """Scan and Snap with :class:`PlainYZ` (zero init, as Syn-Small)."""
+
+    def __init__(self, cfg, members):
+        self.data_cfg = scan_snap.ScanSnapDataConfig.model_validate(cfg.data)
+        self.dist = scan_snap.build(self.data_cfg)
+        super().__init__(cfg, members)
+
+    def make_model(self) -> nn.Module:
+        return PlainYZ(self.dist.M)
+
+    def sample(self, gen):
+        return self.dist.sample(self.data_cfg.batch_size, self.data_cfg.seq_len, gen)
+
+    def member_loss(self, model, batch):
+        x, y = batch
+        return F.cross_entropy(model(x), y)
+
+
+class PlainTopicAttention(nn.Module):
+    """The topic transformer of ``tdyn.models.topic`` in the E4 setting (one-hot embeddings, one layer,
+    one head, trained W_Q, W_K, W_V with biases, identity decoder) for one member: tokens [B, L] ids,
+    keys [B, L] visible keys, q_pos [B, n_q] query positions -> logits [B, n_q, V]. The same
+    operations as the hand-written model: the fixed maps W_E = I and W_dec = I are buffers and are
+    multiplied, each projection E Wᵀ + b is computed on the |V| table rows and then looked up."""
+
+    def __init__(self, V: int):
+        super().__init__()
+        self.W_Q, self.W_K, self.W_V = nn.Linear(V, V), nn.Linear(V, V), nn.Linear(V, V)
+        self.register_buffer("W_E", torch.eye(V), persistent=False)
+        self.register_buffer("W_dec", torch.eye(V), persistent=False)
+
+    def forward(self, tokens: torch.Tensor, keys: torch.Tensor, q_pos: torch.Tensor) -> torch.Tensor:
+        rows = lambda lin: lin(self.W_E)[tokens]  # noqa: E731                  E Wᵀ + b  [B, L, V]
+        Q = torch.gather(rows(self.W_Q), 1, q_pos[..., None].expand(-1, -1, self.W_E.shape[1]))
+        scores = Q @ rows(self.W_K).transpose(1, 2) / math.sqrt(Q.shape[-1])     # [B, n_q, L]
+        scores = scores.masked_fill(~keys[:, None, :], torch.finfo(scores.dtype).min)
+        return (torch.softmax(scores, dim=-1) @ rows(self.W_V)) @ self.W_dec.T   # W_dec H
+
+
+class PlainTopicTask(PlainTask):
+    """Masked LM on LDA documents with :class:`PlainTopicAttention` (cross-entropy on the selected
+    positions). The query positions are chosen outside vmap (their number is data-dependent), for all
+    members at once, as ``TopicTransformer.data_loss`` does."""
+
+    def __init__(self, cfg, members):
+        self.data_cfg = LdaDataConfig.model_validate(cfg.data)
+        self.ds = dataset(self.data_cfg)
+        super().__init__(cfg, members)
+
+    def make_model(self) -> nn.Module:
+        return PlainTopicAttention(self.data_cfg.vocab_size)
+
+    def sample(self, gen):
+        return self.ds.sample(gen)
+
+    def loss(self, batch):
+        sel = batch["labels"] >= 0                                                   # [S, B, L]
+        n_q = max(int(sel.sum(-1).max()), 1)
+        q_pos = torch.argsort((~sel).to(torch.uint8), dim=-1, stable=True)[..., :n_q]
+        return self.model.map(self.member_loss, {
+            "tokens": batch["tokens"], "keys": batch["keys"], "q_pos": q_pos, "sel": torch.gather(sel, 2, q_pos),
+            "y": torch.gather(batch["labels"], 2, q_pos).clamp(min=0)})
+
+    def member_loss(self, model, b):
+        per = F.cross_entropy(model(b["tokens"], b["keys"], b["q_pos"]).transpose(1, 2), b["y"], reduction="none")
+        return (per * b["sel"]).sum() / b["sel"].sum().clamp(min=1)
+
+
+def step_rate(task: Task, cfg: RunConfig, steps: int) -> float:
+    """Training steps per second of ``task`` for ``cfg``'s members: forward, one backward, one
+    optimizer step (``cfg.optim``), on one fixed batch (sampling is not timed); 3 warm-up steps."""
+    members = expand_members(cfg)
+    params = dict(task.model.named_parameters())
+    lrs = {g: torch.tensor([m.lrs[g] for m in members], dtype=torch.float64) for g in cfg.optim.groups}
+    opt = EnsembleOptimizer(params, cfg.optim.groups, lrs)
+    active = torch.ones(len(members), dtype=torch.bool)
+    batches = [task.sample(generator(m.seed, "data")) for m in members]
+    batch = pytree.tree_map(lambda *xs: torch.stack(xs), *batches)
+
+    def step():
+        for p in params.values():
+            p.grad = None
+        task.loss(batch).sum().backward()
+        opt.step(set(), active)
+
+    for _ in range(3):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return steps / (time.perf_counter() - t0)
+
+
+def _compare(cfg: Callable[[int], dict], plain: Callable[[Any, list], PlainTask], sizes: tuple[int, ...],
+             steps: int, plain_groups: dict | None = None) -> dict:
+    """Steps/s with S members (each of ``sizes``) of ``cfg(S)``'s task (hand-written axis) and of
+    ``plain(cfg, members)`` under vmap; ``plain_groups`` names each optimizer group's parameters for
+    the plain module."""
+    out: dict[str, Any] = {"steps": steps}
+    for S in sizes:
+        raw = cfg(S)
+        rc = load_config(raw)
+        members = expand_members(rc)
+        hand = step_rate(build_task(rc, members), rc, steps)
+        if plain_groups:
+            groups = {g: gc | {"params": plain_groups[g]} for g, gc in raw["optim"]["groups"].items()}
+            rc = load_config(raw | {"optim": raw["optim"] | {"groups": groups}})
+        vm = step_rate(plain(rc, members), rc, steps)
+        out |= {f"S{S}_handwritten_steps_per_s": hand, f"S{S}_vmap_steps_per_s": vm, f"S{S}_vmap_over_handwritten": vm / hand}
+    return out
+
+
+@register_bench("plain_vs_handwritten_yz")
+def _plain_yz(quick: bool) -> dict:
+    """Y/Z model, Syn-Small (batch 128, length 128), S = 1 and 20 members: the hand-written ensemble
+    axis (``models.yz.YZModel``) vs :class:`PlainYZ` under vmap (``PlainTask``), steps/s of one
+    training step (SGD, momentum)."""
+    return _compare(lambda S: yz_config(SYN_SMALL, seeds=range(S)), PlainYZTask, (1, 20), 20 if quick else 100)
+
+
+@register_bench("plain_vs_handwritten_topic")
+def _plain_topic(quick: bool) -> dict:
+    """Topic model, E4 (topic/two-stage: trained attention and value, identity decoder), batch 40,
+    S = 1 and 8 members: the hand-written axis (``models.topic.TopicTransformer``) vs
+    :class:`PlainTopicAttention` under vmap, steps/s of one training step (Adam)."""
+    model = {"attention": "trained", "value": "trained", "decoder": "identity", "init": "small_uniform"}
+    names = [f"{w}__{k}" for w in ("W_Q", "W_K", "W_V") for k in ("weight", "bias")]
+    return _compare(lambda S: lda_config(model, data=QUICK_DATA, seeds=range(S)), PlainTopicTask, (1, 8),
+                    5 if quick else 25, {"all": names})
 
 
 def run(out: str | Path, quick: bool = False, only: list[str] | None = None,

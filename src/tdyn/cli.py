@@ -206,6 +206,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     p.add_argument("--threads", type=int, default=cli_threads(),
                    help="torch intra-op threads (default: $TDYN_THREADS or 1; see tdyn.train.threads)")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE (dotted name, or a .py file) first: your tasks, probes and reproductions "
+                        "registered with tdyn's decorators (repeatable; sweep workers import it too; also "
+                        "$TDYN_IMPORT and the `tdyn.tasks` entry-point group)")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("list", help="list registered experiments", description="List registered experiments.")
@@ -304,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(max(1, args.threads))
     config.set_name_resolver(_experiment_config)  # `tdyn run NAME`, a sweep's `base: NAME`
     try:
+        if args.imports:
+            from tdyn import plugins
+
+            plugins.add(args.imports)
         return args.fn(args)
     except UserError as e:
         print(f"tdyn: error: {e}", file=sys.stderr)

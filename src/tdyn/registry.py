@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable, Generic, Iterator, TypeVar
 
+from tdyn import plugins
 from tdyn.errors import UserError
 
 T = TypeVar("T")
@@ -19,18 +20,22 @@ T = TypeVar("T")
 
 class Registry(Generic[T]):
     def __init__(self, kind: str, *, table: dict[str, str] | None = None,
-                 error: type[UserError] = UserError, label: str | None = None):
+                 error: type[UserError] = UserError, label: str | None = None, hint: str = ""):
         self.kind = kind                  # "task", "probe", "bench", "experiment"
         self.label = label or kind        # how the key is named in errors, e.g. "probes.names"
         self.error = error
         self.table = dict(table or {})    # name -> module that registers it
+        self.hint = hint                  # appended to the unknown-name error
         self._items: dict[str, T] = {}
 
     def _load(self, name: str | None = None) -> None:
-        """Import the module of ``name`` (or, for None, every module of the table)."""
+        """Import the module of ``name`` (or, for None, every module of the table); a name that is
+        neither registered nor in the table loads the user's plugins (``tdyn.plugins``) first."""
         if name is not None:
             if name not in self._items and name in self.table:
                 importlib.import_module(self.table[name])
+            if name not in self._items:
+                plugins.load()
             return
         for mod in dict.fromkeys(self.table.values()):
             importlib.import_module(mod)
@@ -53,7 +58,7 @@ class Registry(Generic[T]):
         self._load(name)
         if name not in self._items:
             where = f"{self.label}: " if self.label != self.kind else ""
-            raise self.error(f"{where}unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}")
+            raise self.error(f"{where}unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}{self.hint}")
         return self._items[name]
 
     def __contains__(self, name: str) -> bool:

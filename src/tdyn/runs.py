@@ -235,6 +235,16 @@ class Run:
 
         return pd.DataFrame.from_records(self.metrics)
 
+    @property
+    def df(self):
+        """The metrics, one row per evaluated step: a pandas DataFrame when pandas is installed, else
+        ``arrays()`` (a dict of arrays, NaN where a step lacks a metric)."""
+        try:
+            import pandas  # noqa: F401
+        except ImportError:
+            return self.arrays()
+        return self.frame()
+
     def steps(self) -> list[int]:
         """Steps with a checkpoint (the final state is ``checkpoint("final")``)."""
         return checkpoint_steps(self.path)
@@ -263,11 +273,60 @@ class Run:
     def model(self, step: int | str = "final") -> torch.nn.Module:
         """The model rebuilt from its config (ensemble axis of size 1) with the weights of ``step``."""
         model = self.task().model
-        ps = self.params(step)
+        ckpt = self.checkpoint(step)
         with torch.no_grad():
             for name, p in model.named_parameters():
-                p.copy_(ps[name].to(p.dtype).reshape(p.shape))  # the model's ensemble axis has size 1
+                p.copy_(ckpt[f"param/{name}"].to(p.dtype).reshape(p.shape))  # the model's ensemble axis has size 1
+            for name, b in model.named_buffers():
+                if f"buffer/{name}" in ckpt:   # persistent buffers (running statistics)
+                    b.copy_(ckpt[f"buffer/{name}"].to(b.dtype).reshape(b.shape))
         return model
+
+
+def load_run(path: str | Path) -> Run:
+    """The run in ``path``: a run directory, or a job / sweep directory that holds exactly one run
+    (an ensemble of several: use :func:`load_sweep`, or ``load_run(path / member)``)."""
+    path = Path(path)
+    if is_run_dir(path):
+        return Run(path)
+    dirs = job_dirs(path)
+    if len(dirs) != 1:
+        raise UserError(f"{str(path)!r} holds {len(dirs)} runs, not one; use tdyn.load_sweep({str(path)!r}) "
+                        f"or load_run on one of {', '.join(d.name for d in dirs[:4])}")
+    return Run(dirs[0])
+
+
+def load_sweep(path: str | Path):
+    """Every run of a sweep, ensemble or run directory with its metrics in one long table: one row per
+    (run, evaluated step) with columns ``run``, ``seed``, the sweep's axes (or the member's learning
+    rates ``lr.<group>`` and ``init_scale``), ``status``, ``step`` and every metric. A pandas DataFrame
+    when pandas is installed, else a dict of columns (numpy arrays; strings as object arrays)."""
+    path = Path(path)
+    dirs = job_dirs(path)
+    if not dirs:
+        raise UserError(f"{str(path)!r} holds no run directory")
+    axes = {r["name"]: r.get("axes", {}) for r in read_json(path / SWEEP)["runs"]} if (path / SWEEP).exists() else {}
+    rows = []
+    for d in dirs:
+        run = Run(d)
+        meta = run.meta
+        info = {"run": d.name if d != path else path.name, "seed": meta.get("seed")}
+        info |= axes.get(d.name) or {f"lr.{g}": v for g, v in (meta.get("lrs") or {}).items()} | \
+            {"init_scale": meta.get("init_scale")}
+        info["status"] = meta.get("status")
+        rows += [info | r for r in run.metrics]
+    try:
+        import pandas as pd
+    except ImportError:
+        keys = list(dict.fromkeys(k for r in rows for k in r))
+        cols = {}
+        for k in keys:
+            vals = [r.get(k) for r in rows]
+            num = all(v is None or isinstance(v, (int, float)) for v in vals)
+            cols[k] = (np.array([np.nan if v is None else v for v in vals], dtype=np.float64) if num
+                       else np.array(vals, dtype=object))
+        return cols
+    return pd.DataFrame.from_records(rows)
 
 
 def job_dirs(out: str | Path) -> list[Path]:

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from tdyn.errors import ConfigError
+from tdyn import plugins
 from tdyn.registry import Registry
 
 
@@ -27,7 +28,7 @@ class ProbeContext:
 
 #: Every probe, by name; the table names the module of each built-in probe, imported on lookup.
 PROBES: Registry[Callable[[ProbeContext], dict[str, torch.Tensor]]] = Registry(
-    "probe", error=ConfigError, label="probes.names", table={
+    "probe", error=ConfigError, label="probes.names", hint=plugins.HINT, table={
         "scan_snap.attention": "tdyn.probes.scan_snap",
         "scan_snap.decoder": "tdyn.probes.scan_snap",
         "topic.norms": "tdyn.probes.topic",

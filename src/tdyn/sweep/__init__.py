@@ -27,6 +27,16 @@ from tdyn.train import trainer
 JOBS = ".jobs"
 
 
+class _CallablePackage(type(sys)):
+    """``tdyn.sweep(spec, out, **kw)`` is :func:`run_sweep` (spec: a dict, a SweepSpec or a YAML/JSON path)."""
+
+    def __call__(self, spec: Any, out: str | Path, **kw: Any) -> dict[str, str]:
+        return run_sweep(spec, out, **kw)
+
+
+sys.modules[__name__].__class__ = _CallablePackage
+
+
 def run_job(job_dir: str, config: dict, run_dirs: list[str]) -> dict[str, str]:
     """Train (or resume, or skip) one ensemble job; return each run's status. Safe to call again
     after any interruption: finished runs are kept, unfinished ones continue from checkpoints."""

@@ -12,6 +12,7 @@ import multiprocessing as mp
 import os
 from typing import Any, Callable
 
+from tdyn import plugins
 from tdyn.errors import UserError
 
 
@@ -67,8 +68,9 @@ class RayExecutor:
         self.ray = ray
         self._owns = not ray.is_initialized()
         if self._owns:
+            env = {plugins.ENV: os.environ[plugins.ENV]} if os.environ.get(plugins.ENV) else {}
             ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                     ignore_reinit_error=True)
+                     ignore_reinit_error=True, runtime_env={"env_vars": env} if env else None)
         self.max_retries = max_retries
         self._remotes: dict[Callable, Any] = {}
 

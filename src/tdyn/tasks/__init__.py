@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from tdyn.tasks.base import TASKS, Member, Task, TaskSpec, register_task
+from tdyn.tasks.base import TASKS, Member, PlainTask, Task, TaskSpec, register_task
 
 TABLE = {
     "scan_snap": "tdyn.tasks.scan_snap",
@@ -43,4 +43,4 @@ def all_tasks() -> dict[str, TaskSpec]:
     return TASKS.items()
 
 
-__all__ = ["DTYPES", "TABLE", "TASKS", "build_task", "Member", "Task", "TaskSpec", "all_tasks", "get_task", "register_task"]
+__all__ = ["DTYPES", "TABLE", "TASKS", "build_task", "Member", "PlainTask", "Task", "TaskSpec", "all_tasks", "get_task", "register_task"]

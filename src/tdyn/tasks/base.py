@@ -14,6 +14,20 @@ members, and exposes:
 * ``member_generators()``: any further random streams (e.g. dropout), one generator per member,
   which the trainer checkpoints and restores so that resume is exact.
 
+**Plain modules.** A model written the usual way, for one member (no ensemble axis, any ``nn.Module``:
+``nn.Linear``, ``nn.LayerNorm``, dropout, buffers), trains as an ensemble through :class:`PlainTask`: the
+task implements ``make_model()`` (one member's module), ``sample(gen)`` and ``member_loss(model, batch)``
+(one member's scalar loss on its own batch, no leading S), and the base builds ``self.model`` as a
+:class:`tdyn.models.stacked.Stacked` of the S members and gives ``loss(batch)`` -> [S] by running
+``member_loss`` per member under ``torch.func.vmap`` (or member by member when the forward draws random
+numbers; see ``Stacked``). Parameter names are the plain module's with ``.`` replaced by ``__``
+(``lin.weight`` -> ``lin__weight``): ``optim.groups``, ``optim.freeze``, checkpoints and metrics use them.
+Member i then equals the plain module trained alone: built after ``torch.manual_seed(derive_seed(seed,
+"init"))`` (every parameter times the member's init scale), its forward drawing from torch's global RNG
+seeded with ``derive_seed(seed, "forward")`` (the checkpointed member generator ``"forward"``).
+The hand-written ensemble axis (a ``Task`` whose model carries S itself) stays the way of the shipped
+models where it is faster (``tdyn bench``: ``*_handwritten`` vs ``*_vmap``).
+
 Tasks are registered by name with the pydantic classes of their ``data`` and ``model`` config
 sections, so that configs are validated before anything runs. The built-in tasks are listed in the
 table of ``tdyn.tasks`` (name -> module), imported only when looked up.
@@ -26,8 +40,12 @@ from typing import Any, Callable
 
 import torch
 from pydantic import BaseModel
+from torch import nn
 
+from tdyn import plugins
+from tdyn.models.stacked import Randomness, Stacked
 from tdyn.registry import Registry
+from tdyn.train.seeding import generator, global_rng
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +77,54 @@ class Task:
         return {}
 
 
+class PlainTask(Task):
+    """A task whose model is written for one member (see the module docstring).
+
+    Subclasses set up their data, then call ``super().__init__(cfg, members)``, which builds member
+    i's module with ``make_model()`` under torch's global RNG seeded from member i's ``init`` stream,
+    multiplies its parameters by the member's init scale (``scale_init``), and stacks the S modules
+    into ``self.model`` (a ``Stacked``). ``randomness`` (class attribute) is ``Stacked``'s: "auto"
+    (vmap unless an active dropout layer is present), "vmap" or "loop".
+    """
+
+    randomness: Randomness = "auto"
+    model: Stacked
+
+    def __init__(self, cfg, members: list[Member]):
+        modules = []
+        for m in members:
+            with global_rng(generator(m.seed, "init")):
+                module = self.make_model()
+            self.scale_init(module, m.init_scale)
+            modules.append(module)
+        gens = [generator(m.seed, "forward", cfg.device) for m in members]
+        self.model = Stacked(modules, gens, self.randomness)
+
+    def make_model(self) -> nn.Module:
+        """One member's module, initialised from torch's global RNG (as ``nn.Linear`` does)."""
+        raise NotImplementedError
+
+    def member_loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        """One member's scalar loss: ``model`` is the plain module holding that member's parameters,
+        ``batch`` that member's batch (``sample``'s output, no ensemble axis)."""
+        raise NotImplementedError
+
+    @staticmethod
+    @torch.no_grad()
+    def scale_init(model: nn.Module, scale: float) -> None:
+        """Multiply every parameter by ``scale`` (override to scale only some)."""
+        if scale != 1.0:
+            for p in model.parameters():
+                p.mul_(scale)
+
+    def loss(self, batch: Any) -> torch.Tensor:
+        """[S]: ``member_loss`` of every member on its slice of ``batch`` (leading axis S)."""
+        return self.model.map(self.member_loss, batch)
+
+    def member_generators(self) -> dict[str, list[torch.Generator]]:
+        return {"forward": self.model.gens}
+
+
 @dataclasses.dataclass
 class TaskSpec:
     name: str
@@ -69,7 +135,7 @@ class TaskSpec:
 
 
 #: Every task, by name; the table of built-in task modules is filled in by ``tdyn.tasks``.
-TASKS: Registry[TaskSpec] = Registry("task", label="task")
+TASKS: Registry[TaskSpec] = Registry("task", label="task", hint=plugins.HINT)
 
 
 def register_task(name: str, data_config: type[BaseModel], model_config: type[BaseModel],

@@ -6,6 +6,10 @@ One *job* trains S members in one tensor program. Each member owns a run directo
 and analyses see one directory per run whatever the batching. A job with one member writes
 straight into ``out``; with several, ``out/ensemble.json`` lists the member directories
 ``out/<member>/``.
+
+A member's checkpoint holds its parameters (``param/<name>``), persistent buffers (``buffer/<name>``,
+e.g. running statistics), optimizer state (``optim/...``), random streams (``rng/data`` and the task's
+``member_generators()``) and array probes (``probe/...``), each without the ensemble axis.
 """
 
 from __future__ import annotations
@@ -135,10 +139,15 @@ class Job:
         self.model = self.task.model.to(self.device)
         self.task.facts = self._to_device(self.task.facts)  # probes compare facts with parameters
         self.params = dict(self.model.named_parameters())
+        # persistent buffers (running statistics) are per member state, checkpointed like parameters
+        saved = self.model.state_dict(keep_vars=True)
+        self.buffers = {n: b for n, b in self.model.named_buffers() if n in saved}
         S = len(members)
-        for n, p in self.params.items():
-            if p.shape[:1] != (S,):
-                raise RuntimeError(f"task {cfg.task!r}: parameter {n!r} lacks the ensemble axis of size {S}")
+        for kind, tensors in (("parameter", self.params), ("buffer", self.buffers)):
+            for n, p in tensors.items():
+                if p.shape[:1] != (S,):
+                    raise RuntimeError(f"task {cfg.task!r}: {kind} {n!r} lacks the ensemble axis of size {S} "
+                                       f"(a model written for one member trains through tdyn.tasks.PlainTask)")
         lrs = {g: torch.tensor([m.lrs[g] for m in members], dtype=torch.float64) for g in cfg.optim.groups}
         self.opt = EnsembleOptimizer(self.params, cfg.optim.groups, lrs)
         loose = set(self.params) - set(self.opt.group_of)
@@ -174,6 +183,7 @@ class Job:
 
     def _member_state(self, i: int, probes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         t = {f"param/{n}": p.detach()[i] for n, p in self.params.items()}
+        t |= {f"buffer/{n}": b[i] for n, b in self.buffers.items()}
         t |= {f"optim/{k}": v[i] for k, v in self.opt.state.items()}
         t["rng/data"] = self.gens[int(self.stream_of[i])].get_state()
         t |= {f"rng/{k}": gens[i].get_state() for k, gens in self.task.member_generators().items()}
@@ -184,6 +194,8 @@ class Job:
         with torch.no_grad():
             for n, p in self.params.items():
                 p[i].copy_(ckpt[f"param/{n}"])
+            for n, b in self.buffers.items():
+                b[i].copy_(ckpt[f"buffer/{n}"])
             for k, v in self.opt.state.items():
                 v[i].copy_(ckpt[f"optim/{k}"])
         self.gens[int(self.stream_of[i])].set_state(ckpt["rng/data"])

@@ -1,0 +1,87 @@
+"""User extensions: modules that register tasks, probes or experiments with tdyn's decorators
+(``@tdyn.register_task``, ``@tdyn.probe``) and are imported before their names are looked up.
+
+A plugin is named by
+
+* ``tdyn --import MODULE_OR_FILE`` (repeatable; a dotted module importable from the current
+  directory, or a path to a ``.py`` file), which the CLI also puts into ``$TDYN_IMPORT`` so that
+  sweep workers — local processes, Ray tasks, Slurm jobs — import the same modules;
+* ``$TDYN_IMPORT`` itself (entries separated by ``os.pathsep``);
+* an installed package's entry point in the group ``tdyn.tasks`` (``[project.entry-points."tdyn.tasks"]
+  mytasks = "mypkg.tasks"`` in its pyproject.toml).
+
+Every registry looks plugins up lazily: a name it does not know triggers :func:`load` once, then the
+lookup is retried, so any process that reads a config naming a user task imports what registers it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from tdyn.errors import UserError
+
+ENV = "TDYN_IMPORT"
+GROUP = "tdyn.tasks"
+_done: set[str] = set()
+HINT = " (one of your own: register it in a module and pass `tdyn --import MODULE`, see docs/library.md)"
+
+
+def _entries() -> list[str]:
+    return [s for s in os.environ.get(ENV, "").split(os.pathsep) if s]
+
+
+def add(specs: list[str]) -> None:
+    """Import ``specs`` now and add them to ``$TDYN_IMPORT`` (inherited by worker processes)."""
+    env = _entries()
+    for s in specs:
+        s = str(Path(s).resolve()) if s.endswith(".py") else s
+        if s not in env:
+            env.append(s)
+    os.environ[ENV] = os.pathsep.join(env)
+    load()
+
+
+def _import(spec: str) -> None:
+    if spec.endswith(".py"):
+        path = Path(spec)
+        if not path.is_file():
+            raise UserError(f"--import {spec}: no such file")
+        name = f"tdyn_plugin_{path.stem}"
+        mod_spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(mod_spec)
+        sys.modules[name] = module
+        mod_spec.loader.exec_module(module)
+        return
+    if os.getcwd() not in sys.path and "" not in sys.path:   # `tdyn` as a console script: make ./mypkg importable
+        sys.path.append(os.getcwd())
+    try:
+        importlib.import_module(spec)
+    except ModuleNotFoundError as e:
+        if e.name and spec.startswith(e.name):
+            raise UserError(f"--import {spec}: no module named {e.name!r} (not installed, not under "
+                            f"{os.getcwd()!r})") from None
+        raise
+
+
+def load() -> list[str]:
+    """Import every plugin of ``$TDYN_IMPORT`` and of the ``tdyn.tasks`` entry points not yet imported;
+    returns the names imported now."""
+    from importlib.metadata import entry_points
+
+    new = []
+    for s in _entries():
+        if s not in _done:
+            _done.add(s)
+            _import(s)
+            new.append(s)
+    for ep in entry_points(group=GROUP):
+        key = f"entry point {ep.name} = {ep.value}"
+        if key not in _done:
+            _done.add(key)
+            ep.load()
+            new.append(key)
+    return new
