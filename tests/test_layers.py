@@ -38,10 +38,6 @@ LATE_ALLOWED = {
     # plotting pulls matplotlib: sweep workers should not pay for it
     ("tdyn.sweep", "tdyn.report"),
     ("tdyn.sweep", "tdyn.report.style"),
-    # issue 13 (left): topic.py and its helper module topic_stage1.py import each other inside functions
-    # (a cycle to untangle: move member_model / split_loss below both), and import plotting lazily
-    ("tdyn.experiments.topic", "*"),
-    ("tdyn.experiments.topic_stage1", "*"),
 }
 
 # Models never import a distribution (a task wires them).

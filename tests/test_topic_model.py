@@ -1,6 +1,8 @@
 """The one-layer masked-LM model, the stage-1 convex optimum and the freeze flags
 (spec topic_structure.md §2.6, §3, §4.3, §9a, §9g, §9i)."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -9,7 +11,7 @@ from scipy.optimize import minimize
 from tdyn import runs
 from tdyn.data.lda import LdaDataConfig, LdaDataset
 from tdyn.errors import ConfigError
-from tdyn.experiments.topic import E2, E3, E4
+from tdyn.experiments.topic_common import E2, E3, E4
 from tdyn.tasks.lda_mlm import lda_config
 from tdyn.models.topic import TopicModelConfig, TopicTransformer
 from tdyn.theory.topic import bag_of_words, fit_softmax_regression, softmax_regression_loss
@@ -55,6 +57,84 @@ def test_forward_matches_explicit_formula_and_masks_selected_keys():
     At = m.attention(tokens, keys)[0, 0, 0]
     assert (At[:, ~keys[0, 0]] == 0).all()                                   # selected/PAD keys get no attention
     assert (~keys[0, 0] & (labels[0, 0] >= 0)).any()
+
+
+def _dense_reference(m, tokens, keys):
+    """The model's equations written out per member and document on all positions (module docstring of
+    ``tdyn.models.topic``): E = W_E X (LN'd with T₀); Q, K, V = E Wᵀ + b; A = softmax(Q Kᵀ/√d_h + M)
+    per head; H = A V; the BERT tail; logits = H W_decᵀ + b_dec. Returns (logits, attention per layer)."""
+    S, B, L = tokens.shape
+    c, d = m.cfg, m.d
+    h = c.n_heads
+    dh = d // h
+    F = torch.nn.functional
+
+    def w(name, s, layer):
+        p = getattr(m, name, None)
+        if p is None:
+            return None
+        p = p[s]
+        return p[layer] if c.n_layers > 1 and isinstance(getattr(m, name), torch.nn.Parameter) else p
+
+    def lin(x, W, b):
+        return x @ W.T + (b if b is not None else 0)
+
+    def ln(x, g, b):
+        mu, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+        return (x - mu) / torch.sqrt(var + 1e-12) * g + b
+
+    dt = m.W_dec.dtype
+    logits, attns = torch.zeros(S, B, L, m.V, dtype=dt), [torch.zeros(S, B, h, L, L, dtype=dt) for _ in range(c.n_layers)]
+    for s in range(S):
+        for b in range(B):
+            X = F.one_hot(tokens[s, b], m.V).to(dt)                            # X one-hot [L, V]
+            E = X @ m.W_E[s]                                                   # (1)
+            if c.emb_layernorm:
+                E = ln(E + m.T_0[s], m.ln_gamma[s], m.ln_beta[s])
+            for layer in range(c.n_layers):
+                V = lin(E, w("W_V", s, layer), w("b_V", s, layer))            # (2)
+                heads = []
+                for j in range(h):
+                    cols = slice(j * dh, (j + 1) * dh)
+                    if c.attention == "uniform":
+                        scores = torch.zeros(L, L, dtype=E.dtype)
+                    else:
+                        Q = lin(E, w("W_Q", s, layer), w("b_Q", s, layer))[:, cols]
+                        K = lin(E, w("W_K", s, layer), w("b_K", s, layer))[:, cols]
+                        scores = Q @ K.T / math.sqrt(dh)
+                    A = torch.softmax(scores.masked_fill(~keys[s, b][None, :], -torch.inf), -1)   # (3)
+                    attns[layer][s, b, j] = A
+                    heads.append(A @ V[:, cols])                               # (4)
+                H = torch.cat(heads, -1)
+                if c.block == "bert":                                          # (4b)
+                    x = ln(E + lin(H, w("W_O", s, layer), w("b_O", s, layer)), w("ln1_g", s, layer), w("ln1_b", s, layer))
+                    ff = lin(F.gelu(lin(x, w("W_1", s, layer), w("b_1", s, layer))), w("W_2", s, layer), w("b_2", s, layer))
+                    H = ln(x + ff, w("ln2_g", s, layer), w("ln2_b", s, layer))
+                E = H
+            logits[s, b] = lin(E, m.W_dec[s], m.b_dec[s] if hasattr(m, "b_dec") else None)   # (5)
+    return logits, attns
+
+
+@pytest.mark.parametrize("flags", [
+    {}, {"n_heads": 2}, {"attention": "uniform"}, {"value": "block"}, {"value": "identity", "decoder": "trained"},
+    {"embedding": "trained", "emb_layernorm": True}, {"block": "bert", "decoder": "trained"},
+    {"n_layers": 2, "n_heads": 2, "embedding": "trained", "emb_layernorm": True, "block": "bert"},
+    {"embedding": "trained", "d": 32, "value": "identity", "attention": "uniform", "decoder": "trained"},
+    {"bias": False, "n_layers": 2, "init": "small_normal", "init_eps": 0.3}])
+def test_forward_matches_dense_reference(flags):
+    """Logits, attention and the loss equal a plain dense forward written from the equations."""
+    m = _model(**flags)
+    tokens, labels, keys = _batch(n=3)
+    tokens, labels, keys = (torch.stack([x[0], x[1].flip(0)]) for x in (tokens, labels, keys))  # members differ
+    with torch.no_grad():
+        ref_logits, ref_attns = _dense_reference(m, tokens, keys)
+        logits, attns = m(tokens, keys, return_attention=True)
+        torch.testing.assert_close(logits, ref_logits)
+        for a, r in zip(attns, ref_attns, strict=True):
+            torch.testing.assert_close(a, r)
+        sel = labels >= 0
+        per = [torch.nn.functional.cross_entropy(ref_logits[s][sel[s]], labels[s][sel[s]]) for s in range(2)]
+        torch.testing.assert_close(m.data_loss(tokens, labels, keys), torch.stack(per))
 
 
 def test_uniform_attention_model_is_the_convex_model_class():

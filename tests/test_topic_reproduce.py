@@ -1,4 +1,9 @@
-"""The topic reproductions run from the CLI in quick mode and write the outputs the issue names."""
+"""The topic reproductions run from the CLI in quick mode, write the outputs the issue names, and give
+the verdicts that are stable at quick settings.
+
+"Stable" = the same verdict at --seed 0, 1, 2 and 3 (quick settings, checked when the tests were written).
+A claim whose verdict changed with the seed is checked only to be decided or inconclusive with a reason,
+or, where it took two verdicts only, to be one of them (e.g. never "holds")."""
 
 import json
 import os
@@ -21,6 +26,19 @@ def _reproduce(name, out):
 
 def _verdicts(res):
     return {c["id"]: c["verdict"] for c in res["claims"]}
+
+
+def _check_claims(res, stable):
+    """Every claim is decided or inconclusive with a reason, and has its paper anchor and definition; the
+    claims in ``stable`` have that verdict (a set: one of those)."""
+    for c in res["claims"]:
+        assert c["verdict"] in ("holds", "fails", "inconclusive"), c
+        assert c["verdict"] != "inconclusive" or c.get("reason"), c["id"]
+        assert c.get("paper") and c.get("definition"), c["id"]
+    got = _verdicts(res)
+    assert set(stable) <= set(got), set(stable) - set(got)
+    bad = {k: got[k] for k, v in stable.items() if got[k] not in ({v} if isinstance(v, str) else v)}
+    assert not bad, bad
 
 
 @pytest.mark.slow
@@ -75,27 +93,55 @@ def test_two_stage_quick(tmp_path):
         assert (tmp_path / f).stat().st_size > 0
 
 
-@pytest.mark.slow
 def test_embeddings_quick(tmp_path):
     res = _reproduce("topic/embeddings", tmp_path)
-    (c,) = res["claims"]
-    assert c["verdict"] == "holds" and c["paper"] and c["definition"]
+    _check_claims(res, {"e1-blocks": "holds"})
     assert all(r["d"] < 104 and r["decoder"] == "trained" for r in res["runs"])
     assert all(r["gram_vs_logit_rel_diff"] > 0.1 for r in res["runs"])
+    for f in res["files"]:
+        assert (tmp_path / f).stat().st_size > 0
+
+
+def test_stage2_quick(tmp_path):
+    res = _reproduce("topic/stage2", tmp_path)
+    _check_claims(res, {"e3-attention": "holds", "e3-kq-blocks": "holds"})
+    assert set(_verdicts(res)) == {"e3-attention", "e3-kq-blocks"}
+    assert len(res["kappa_per_topic"][0]) == 10
+
+
+def test_no_unchanged_mask_quick(tmp_path):
+    res = _reproduce("topic/no-unchanged-mask", tmp_path)
+    _check_claims(res, {"pc0-vanishes": "holds"})
+    (c,) = res["claims"]
+    assert c["numbers"]["gap_pc_01"] > 2 * c["numbers"]["se_pc_01"]
+    assert abs(c["numbers"]["gap_pc_0"]) <= 0.25 * c["numbers"]["gap_pc_01"]
+
+
+NOT_HOLDS = {"fails", "inconclusive"}
 
 
 @pytest.mark.slow
-def test_stage2_and_ablation_quick(tmp_path):
-    res = _reproduce("topic/stage2", tmp_path / "e3")
-    assert {c["id"]: c["verdict"] for c in res["claims"]} == {"e3-attention": "holds", "e3-kq-blocks": "holds"}
-    res = _reproduce("topic/no-unchanged-mask", tmp_path / "pc0")
-    assert res["claims"][0]["verdict"] == "holds"
+def test_robustness_quick(tmp_path):
+    res = _reproduce("topic/robustness", tmp_path)
+    variants = ["adam lr 0.01 (E4)", "adam lr 0.001", "sgd lr 1", "sgd lr 10", "2 heads", "2 layers",
+                "bert block (default init, trained decoder)", "dynamic masking, selected keys visible",
+                "embedding LayerNorm + token type"]
+    assert set(_verdicts(res)) == {f"e5-{v}-{k}" for v in variants for k in ("value-blocks", "attention", "two-stage")}
+    stable = {f"e5-{v}-value-blocks": "holds" for v in variants if v not in ("2 layers", variants[6])}
+    stable |= {f"e5-{v}-two-stage": "inconclusive" for v in variants}       # 150 steps: stage 2 not reached
+    stable |= {"e5-2 layers-value-blocks": "fails", "e5-2 layers-attention": "fails",
+               f"e5-{variants[6]}-value-blocks": NOT_HOLDS, f"e5-{variants[6]}-attention": "holds",
+               "e5-sgd lr 1-attention": "inconclusive", "e5-sgd lr 10-attention": "inconclusive"}
+    _check_claims(res, stable)
+    assert (tmp_path / "robustness.csv").stat().st_size > 0
 
 
-@pytest.mark.slow
-def test_squared_loss_quick_attention_and_stage_claims(tmp_path):
+def test_squared_loss_quick(tmp_path):
     res = _reproduce("topic/squared-loss", tmp_path)
-    v = {c["id"]: c["verdict"] for c in res["claims"] if not c["id"].endswith("value-blocks")}
-    assert v == {"e6-E4 ce-attention": "holds", "e6-E4 ce-two-stage": "inconclusive",
-                 "e6-E4 squared-attention": "holds", "e6-E4 squared-two-stage": "inconclusive"}
-    assert all(c["paper"] and c["definition"] for c in res["claims"] if c["id"] in v)
+    stable = {f"e6-{e} {loss}-value-blocks": "holds" for e in ("E2", "E4") for loss in ("ce", "squared")}
+    stable |= {"e6-E4 squared-attention": "holds", "e6-E4 ce-attention": {"holds", "inconclusive"},
+               "e6-E4 ce-two-stage": "inconclusive", "e6-E4 squared-two-stage": "inconclusive"}
+    _check_claims(res, stable)
+    assert set(_verdicts(res)) == set(stable)
+    for f in res["files"]:
+        assert (tmp_path / f).stat().st_size > 0

@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from tdyn.data.lda import NUM_SPECIAL
-from tdyn.experiments.topic import stage1_config
-from tdyn.experiments.topic_stage1 import Stage1Options, best_dev_step
+from tdyn.experiments.topic_stage1 import Stage1Options, best_dev_step, stage1_config
 from tdyn.models.topic import TopicModelConfig, TopicTransformer
 from tdyn.probes.topic_value import (contrast_noise, effective_value_map, fit_aIbBc11, gauge_fix, r2_aIbBc11,
                                      value_structure)

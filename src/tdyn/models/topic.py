@@ -2,17 +2,31 @@
 
     f(X) = W^dec · W^V E · softmax((W^K E)ᵀ(W^Q E)/√d)      E = W^E X,  X one-hot     (spec §3.1)
 
-written as the authors' code computes it (spec §3.2): Q = E W_Qᵀ + b_Q, K = E W_Kᵀ + b_K,
-V = E W_Vᵀ + b_V; A = softmax_j(Q Kᵀ/√d + M) with M = −∞ on invisible keys; H = A V;
-logits = H W_decᵀ + b_dec. No residual, LayerNorm or FFN unless ``block = "bert"`` (E5).
+written as the authors' code computes it (spec §3.2, its steps numbered as the equations below):
+
+    (1) E = W_E X                 (``emb_layernorm``: E = LN(W_E X + T₀)·γ + β, the authors' embedding)
+    (2) Q = E W_Qᵀ + b_Q,   K = E W_Kᵀ + b_K,   V = E W_Vᵀ + b_V
+    (3) A = softmax_j(Q Kᵀ/√d_h + M),   M_ij = −∞ if key j is invisible (PAD or selected)
+    (4) H = A V                   (heads of d_h = d/n_heads, concatenated)
+    (5) logits = H W_decᵀ + b_dec
+
+No residual, LayerNorm or FFN unless ``block = "bert"`` (E5), which appends BERT's tail to (4):
+
+    (4b) x = LN₁(E + H W_Oᵀ + b_O),   H ← LN₂(x + gelu(x W_1ᵀ + b_1) W_2ᵀ + b_2)
+
+With ``n_layers > 1``, the H of one layer is the E of the next.
 
 Variants are flags (spec §3.3–3.5). A component that the flags fix (one-hot W_E, uniform attention,
 W_V = I or the topic-block matrix B, W_dec = I) is a buffer, not a parameter, so it cannot move.
-Every parameter has a leading ensemble axis S; with ``n_layers > 1`` a layer axis follows it.
+Every parameter has a leading ensemble axis S; with ``n_layers > 1`` a layer axis follows it. The
+parameters live on :class:`TopicTransformer` under the equations' names (``W_Q``, ``b_Q``, …: the
+checkpoint layout and the optimizer's parameter groups); :class:`SelfAttention`, :class:`BertTail` and
+:class:`Block` hold none and read one layer's slice, :class:`LayerWeights`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Literal
 
@@ -49,6 +63,132 @@ class TopicModelConfig(Strict):
         if self.n_layers > 1 and self.value != "trained":
             raise ConfigError(f"model.value = {self.value!r}: fixed value matrices need model.n_layers = 1")
         return self
+
+
+# ---------------------------------------------------------------- per-member maps
+
+
+def affine(E: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """E Wᵀ + b per member: E [S, ..., d], W [S, d_out, d], b [S, d_out] (or None)."""
+    S = E.shape[0]
+    out = (E.reshape(S, -1, E.shape[-1]) @ W.transpose(1, 2)).reshape(*E.shape[:-1], W.shape[1])
+    if b is not None:
+        out = out + b.view(S, *([1] * (E.dim() - 2)), -1)
+    return out
+
+
+def rows(X: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """X[s, idx[s, ...]] for X [S, N, d] and idx [S, ...] -> [S, ..., d]."""
+    S, d = X.shape[0], X.shape[-1]
+    return torch.gather(X, 1, idx.reshape(S, -1, 1).expand(-1, -1, d)).view(*idx.shape, d)
+
+
+def at_positions(X: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """X[s, b, pos[s, b, i]] for X [S, B, L, d] and pos [S, B, n] -> [S, B, n, d]."""
+    return torch.gather(X, 2, pos[..., None].expand(-1, -1, -1, X.shape[-1]))
+
+
+def layer_norm(x: torch.Tensor, g: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """LN(x)·γ + β per member (eps 1e-12 as HF BERT), x [S, B, n, d], γ and β [S, d]."""
+    return F.layer_norm(x, x.shape[-1:], eps=1e-12) * g[:, None, None] + b[:, None, None]
+
+
+@dataclasses.dataclass
+class Input:
+    """A layer's input E [S, B, L, d]. Layer 0 holds the embedding table [S, V, d] as ``source`` and the
+    ids [S, B, L] (E = W_E X is a row lookup), so a token-wise map E Wᵀ + b runs on the |V| table rows
+    and is then looked up: the same numbers as on all B·L positions, computed |V| times instead of B·L
+    times. Later layers hold E itself as ``source`` (``ids`` None)."""
+
+    source: torch.Tensor
+    ids: torch.Tensor | None = None
+
+    def project(self, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        """E Wᵀ + b, [S, B, L, d_out]."""
+        out = affine(self.source, W, b)
+        return out if self.ids is None else rows(out, self.ids)
+
+    def dense(self) -> torch.Tensor:
+        """E itself, [S, B, L, d]."""
+        return self.source if self.ids is None else rows(self.source, self.ids)
+
+
+@dataclasses.dataclass
+class LayerWeights:
+    """One layer's weights, each [S, ...] (None where the model has none): attention (2), BERT tail (4b)."""
+
+    W_Q: torch.Tensor | None
+    b_Q: torch.Tensor | None
+    W_K: torch.Tensor | None
+    b_K: torch.Tensor | None
+    W_V: torch.Tensor
+    b_V: torch.Tensor | None
+    W_O: torch.Tensor | None
+    b_O: torch.Tensor | None
+    ln1_g: torch.Tensor | None
+    ln1_b: torch.Tensor | None
+    W_1: torch.Tensor | None
+    b_1: torch.Tensor | None
+    W_2: torch.Tensor | None
+    b_2: torch.Tensor | None
+    ln2_g: torch.Tensor | None
+    ln2_b: torch.Tensor | None
+
+
+class SelfAttention(nn.Module):
+    """Equations (2)–(4): one attention layer with ``n_heads`` heads over the visible keys. ``uniform``:
+    W_K = W_Q = 0 (``freeze_uniform_attention``), so A = 1/#visible keys and H is the same at every query."""
+
+    def __init__(self, d: int, n_heads: int, uniform: bool):
+        super().__init__()
+        self.d, self.h, self.d_h, self.uniform = d, n_heads, d // n_heads, uniform
+
+    def forward(self, E: Input, keys: torch.Tensor, q_pos: torch.Tensor,
+                w: LayerWeights) -> tuple[torch.Tensor, torch.Tensor]:
+        """(H [S, B, n_q, d], A [S, B, heads, n_q, L]) at the query positions ``q_pos`` [S, B, n_q]."""
+        S, B, L = keys.shape
+        n_q, h, d_h = q_pos.shape[-1], self.h, self.d_h
+        V = E.project(w.W_V, w.b_V)                                                  # V = E W_Vᵀ + b_V   (2)
+        visible = keys[:, :, None, None, :]
+        if self.uniform:                                                             # A = 1/#visible      (3)
+            A = (visible.to(V.dtype) / keys.sum(-1).clamp(min=1)[:, :, None, None, None]).expand(S, B, h, n_q, L)
+            H = torch.einsum("sbj,sbjc->sbc", A[:, :, 0, 0], V)[:, :, None].expand(S, B, n_q, self.d)  # (4)
+            return H, A
+        Q = at_positions(E.project(w.W_Q, w.b_Q), q_pos)                             # Q = E W_Qᵀ + b_Q   (2)
+        K = E.project(w.W_K, w.b_K)                                                  # K = E W_Kᵀ + b_K   (2)
+        scores = torch.einsum("sbihc,sbjhc->sbhij", Q.view(S, B, n_q, h, d_h),
+                              K.view(S, B, L, h, d_h)) / math.sqrt(d_h)              # Q Kᵀ/√d_h          (3)
+        scores = scores.masked_fill(~visible, torch.finfo(scores.dtype).min)         # + M
+        A = torch.softmax(scores, dim=-1)                                            # A [S, B, h, n_q, L]
+        H = torch.einsum("sbhij,sbjhc->sbihc", A, V.view(S, B, L, h, d_h)).reshape(S, B, n_q, self.d)  # H = A V (4)
+        return H, A
+
+
+class BertTail(nn.Module):
+    """Equation (4b), E5's full BERT block after the attention: output projection, residual and LN,
+    then the FFN (width d, gelu), residual and LN."""
+
+    def forward(self, E: torch.Tensor, H: torch.Tensor, w: LayerWeights) -> torch.Tensor:
+        x = layer_norm(E + affine(H, w.W_O, w.b_O), w.ln1_g, w.ln1_b)                # LN₁(E + H W_Oᵀ + b_O)
+        return layer_norm(x + affine(F.gelu(affine(x, w.W_1, w.b_1)), w.W_2, w.b_2), w.ln2_g, w.ln2_b)
+
+
+class Block(nn.Module):
+    """One layer: the attention (2)–(4), then with ``block = "bert"`` the tail (4b) on the query positions."""
+
+    def __init__(self, d: int, n_heads: int, uniform: bool, bert: bool):
+        super().__init__()
+        self.attn = SelfAttention(d, n_heads, uniform)
+        self.tail = BertTail() if bert else None
+
+    def forward(self, E: Input, keys: torch.Tensor, q_pos: torch.Tensor,
+                w: LayerWeights) -> tuple[torch.Tensor, torch.Tensor]:
+        # the residual's E, looked up before the attention (the order in which W_E's gradients are summed)
+        E_q = at_positions(E.dense(), q_pos) if self.tail is not None else None
+        H, A = self.attn(E, keys, q_pos, w)
+        if self.tail is not None:
+            H = self.tail(E_q, H, w)
+        return H, A
 
 
 class TopicTransformer(nn.Module):
@@ -96,6 +236,8 @@ class TopicTransformer(nn.Module):
             self.W_dec, self.b_dec = z(V, d), z(V)
         else:
             self.register_buffer("W_dec", torch.eye(V).expand(S, V, V).clone(), persistent=False)
+        self.blocks = nn.ModuleList(Block(d, cfg.n_heads, cfg.attention == "uniform", cfg.block == "bert")
+                                    for _ in range(nl))
 
     @staticmethod
     def block_matrix(V: int, v: int, num_special: int) -> torch.Tensor:
@@ -158,8 +300,11 @@ class TopicTransformer(nn.Module):
 
     # ---------------------------------------------------------------- forward
 
+    def layer_weights(self, layer: int) -> LayerWeights:
+        """The weights of ``layer``, each [S, ...] (the layer axis of a multi-layer model indexed away)."""
+        return LayerWeights(**{f.name: self._layer(f.name, layer) for f in dataclasses.fields(LayerWeights)})
+
     def _layer(self, name: str, layer: int) -> torch.Tensor | None:
-        """Weight ``name`` of ``layer`` with the ensemble axis kept: [S, ...] (None if absent)."""
         p = getattr(self, name, None)
         if p is None or self.cfg.n_layers == 1 or not isinstance(p, nn.Parameter):
             return p
@@ -173,72 +318,25 @@ class TopicTransformer(nn.Module):
             E = E * self.ln_gamma[:, None, :] + self.ln_beta[:, None, :]
         return E
 
-    @staticmethod
-    def _affine(E: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-        """E Wᵀ + b for E [S, ..., d], W [S, d_out, d], b [S, d_out]."""
-        S = E.shape[0]
-        out = (E.reshape(S, -1, E.shape[-1]) @ W.transpose(1, 2)).reshape(*E.shape[:-1], W.shape[1])
-        if b is not None:
-            out = out + b.view(S, *([1] * (E.dim() - 2)), -1)
-        return out
-
-    @staticmethod
-    def _rows(X: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-        """X[s, idx[s, ...]] for X [S, N, d] and idx [S, ...] -> [S, ..., d]."""
-        S, d = X.shape[0], X.shape[-1]
-        return torch.gather(X, 1, idx.reshape(S, -1, 1).expand(-1, -1, d)).view(*idx.shape, d)
-
-    def _bert_tail(self, E: torch.Tensor, H: torch.Tensor, layer: int) -> torch.Tensor:
-        """E5's full block: LN(E + W_O H + b_O), then LN(x + W_2 gelu(W_1 x + b_1) + b_2)."""
-        p = lambda n: self._layer(n, layer)  # noqa: E731
-        ln = lambda x, g, b: F.layer_norm(x, (self.d,), eps=1e-12) * g[:, None, None] + b[:, None, None]  # noqa: E731
-        x = ln(E + self._affine(H, p("W_O"), p("b_O")), p("ln1_g"), p("ln1_b"))
-        return ln(x + self._affine(F.gelu(self._affine(x, p("W_1"), p("b_1"))), p("W_2"), p("b_2")),
-                  p("ln2_g"), p("ln2_b"))
-
     def forward(self, tokens: torch.Tensor, keys: torch.Tensor, queries: torch.Tensor | None = None,
                 return_attention: bool = False):
         """Logits [S, B, n_q, V] at the query positions ``queries`` [S, B, n_q] (default: all L).
 
-        ``tokens`` [S, B, L] ids, ``keys`` [S, B, L] visible keys. At layer 0, E = W_E X is a row
-        lookup, so every token-wise map (Q, K, V projections) is applied to the |V| table rows and
-        then looked up — the same numbers as E W_Qᵀ + b_Q on all positions, computed |V| times
-        instead of B·L times. Only the last layer restricts the queries.
+        ``tokens`` [S, B, L] ids, ``keys`` [S, B, L] visible keys. Layer 0 reads the embedding table
+        and the ids (``Input``: its projections run on the |V| table rows, then are looked up); later
+        layers read the previous layer's H. Only the last layer restricts the queries.
         """
-        cfg = self.cfg
         S, B, L = tokens.shape
-        h, dh = cfg.n_heads, self.d // cfg.n_heads
         all_pos = torch.arange(L, device=tokens.device).expand(S, B, L)
         table = self.embed_table()
-        E = self._rows(table, tokens)                                                # E = W_E X  [S, B, L, d]
+        E = Input(table, tokens)                                                     # E = W_E X      (1)
         attns = []
-        for layer in range(cfg.n_layers):
-            q_pos = queries if (queries is not None and layer == cfg.n_layers - 1) else all_pos
-            n_q = q_pos.shape[-1]
-            p = lambda n: self._layer(n, layer)  # noqa: E731
-
-            def project(W, b):                                                       # E Wᵀ + b
-                return self._rows(self._affine(table, W, b), tokens) if layer == 0 else self._affine(E, W, b)
-
-            V = project(p("W_V"), p("b_V"))                                          # V = E W_Vᵀ + b_V
-            vis = keys[:, :, None, None, :]
-            if cfg.attention == "uniform":                                           # W_K = W_Q = 0: A = 1/#visible
-                A = (vis.to(V.dtype) / keys.sum(-1).clamp(min=1)[:, :, None, None, None]).expand(S, B, h, n_q, L)
-                H = torch.einsum("sbj,sbjc->sbc", A[:, :, 0, 0], V)[:, :, None].expand(S, B, n_q, self.d)
-            else:
-                Q = torch.gather(project(p("W_Q"), p("b_Q")), 2, q_pos[..., None].expand(-1, -1, -1, self.d))
-                K = project(p("W_K"), p("b_K"))                                     # K = E W_Kᵀ + b_K
-                scores = torch.einsum("sbihc,sbjhc->sbhij", Q.view(S, B, n_q, h, dh),
-                                      K.view(S, B, L, h, dh)) / math.sqrt(dh)        # Q Kᵀ/√d_h
-                scores = scores.masked_fill(~vis, torch.finfo(scores.dtype).min)     # + M (invisible keys)
-                A = torch.softmax(scores, dim=-1)                                    # A [S, B, h, n_q, L]
-                H = torch.einsum("sbhij,sbjhc->sbihc", A, V.view(S, B, L, h, dh)).reshape(S, B, n_q, self.d)  # H = A V
-            if cfg.block == "bert":
-                E_q = torch.gather(E, 2, q_pos[..., None].expand(-1, -1, -1, self.d))
-                H = self._bert_tail(E_q, H, layer)
+        for layer, block in enumerate(self.blocks):
+            q_pos = queries if (queries is not None and layer == len(self.blocks) - 1) else all_pos
+            H, A = block(E, keys, q_pos, self.layer_weights(layer))                  # H = A V        (2)–(4)
             attns.append(A)
-            E = H
-        logits = self._affine(H, self.W_dec, getattr(self, "b_dec", None))          # W_dec H + b_dec
+            E = Input(H)
+        logits = affine(H, self.W_dec, getattr(self, "b_dec", None))                 # H W_decᵀ + b_dec  (5)
         return (logits, attns) if return_attention else logits
 
     def attention(self, tokens: torch.Tensor, keys: torch.Tensor, layer: int = 0) -> torch.Tensor:
