@@ -405,10 +405,21 @@ def _run_guarded(job: Job, start: int) -> None:
 def same_job(cfg: RunConfig, out: str | Path) -> bool:
     """Whether ``out`` holds a job (ensemble or single run) started from exactly ``cfg``."""
     out = Path(out)
+
+    def same(raw) -> bool:   # compared after validation: keys added to the config format since get their defaults
+        try:
+            return load_config(raw).model_dump(mode="json") == want
+        except UserError:
+            return False
+
     if (out / MANIFEST).exists():
-        return runs.read_json(out / MANIFEST).get("config") == cfg.model_dump(mode="json")
+        want = cfg.model_dump(mode="json")
+        return same(runs.read_json(out / MANIFEST).get("config"))
     members = expand_members(cfg)
-    return len(members) == 1 and runs.is_run_dir(out) and runs.read_config(out) == member_config(cfg, members[0])
+    if len(members) != 1 or not runs.is_run_dir(out):
+        return False
+    want = load_config(member_config(cfg, members[0])).model_dump(mode="json")
+    return same(runs.read_config(out))
 
 
 def train_or_resume(cfg: RunConfig | dict, out: str | Path, *, progress: bool = True) -> list[Path]:

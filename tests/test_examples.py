@@ -1,0 +1,39 @@
+"""The worked examples of docs/library.md run (at small settings) and produce what they promise."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args, timeout=600):
+    env = os.environ | {"PYTHONPATH": str(ROOT / "src"), "TDYN_THREADS": "1"}
+    env.pop("TDYN_IMPORT", None)
+    r = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+def test_example_a_new_distribution(tmp_path):
+    out = _run("examples/shared_distinct_tokens.py", "--small", "--out", tmp_path / "a")
+    lines = [ln for ln in out.splitlines() if ln.startswith("seed")]
+    assert len(lines) == 2
+    for ln in lines:   # attention masses over distinct / shared / commons sum to 1 (the queries hold none)
+        m = re.search(r"distinct ([\d.]+), shared ([\d.]+), commons ([\d.]+)", ln)
+        assert m and sum(map(float, m.groups())) == pytest.approx(1.0, abs=2e-3)
+
+
+@pytest.mark.slow
+def test_examples_b_plain_module_sweep_and_c_reading_back(tmp_path):
+    sweep = tmp_path / "b"
+    out = _run("examples/plain_attention_block.py", "--small", "--out", sweep, "--workers", "2")
+    assert out.count(": finished") == 6
+    out = _run("examples/read_results.py", "--sweep", sweep, "--png", tmp_path / "c.png")
+    assert "6 runs, learning rates [0.0003, 0.001, 0.003]" in out
+    assert "AttentionBlock" in out and (tmp_path / "c.png").stat().st_size > 10_000
