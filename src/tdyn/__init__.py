@@ -16,32 +16,15 @@ The public API (imported lazily, so ``import tdyn`` and ``tdyn list`` stay light
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tdyn.lazy import exports
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "Task": "tdyn.tasks.base", "PlainTask": "tdyn.tasks.base", "Member": "tdyn.tasks.base",
-    "register_task": "tdyn.tasks.base", "Stacked": "tdyn.models.stacked",
-    "probe": "tdyn.probes", "ProbeContext": "tdyn.probes",
-    "RunConfig": "tdyn.config", "load_config": "tdyn.config",
-    "Run": "tdyn.runs", "load_run": "tdyn.runs", "load_sweep": "tdyn.runs",
-    "train": None, "sweep": None, "models": None, "data": None, "theory": None, "runs": None,
-    "plugins": None,
-}
-
-__all__ = sorted(_LAZY) + ["__version__"]
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'tdyn' has no attribute {name!r}")
-    mod = _LAZY[name]
-    if mod is None:                     # a subpackage (tdyn.train and tdyn.sweep are callable)
-        return importlib.import_module(f"tdyn.{name}")
-    return getattr(importlib.import_module(mod), name)
-
-
-def __dir__() -> list[str]:
-    return __all__
+__all__, __getattr__, __dir__ = exports(__name__, {
+    "Task": ".tasks.base", "PlainTask": ".tasks.base", "Member": ".tasks.base", "register_task": ".tasks.base",
+    "Stacked": ".models.stacked", "probe": ".probes", "ProbeContext": ".probes",
+    "RunConfig": ".config", "load_config": ".config",
+    "Run": ".runs", "load_run": ".runs", "load_sweep": ".runs",
+    # subpackages (``tdyn.train`` and ``tdyn.sweep`` are callable: train a config, run a sweep)
+    "train": ".", "sweep": ".", "models": ".", "data": ".", "theory": ".", "runs": ".", "plugins": ".",
+})

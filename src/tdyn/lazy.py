@@ -1,0 +1,24 @@
+"""Lazy exports: a package names its public objects and the module defining each, and imports that
+module on first attribute access (PEP 562), so ``import tdyn`` or ``import tdyn.models`` stays light
+(no torch) and ``tdyn list`` / ``--help`` stay fast."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+
+def exports(package: str, table: dict[str, str]) -> tuple[list[str], Callable[[str], Any], Callable[[], list[str]]]:
+    """``(__all__, __getattr__, __dir__)`` for ``package``: ``table`` maps a name to its module (absolute,
+    or relative to ``package`` when it starts with a dot; ``"."``: the submodule ``package.name`` itself)."""
+    names = sorted(table)
+
+    def getattr_(name: str) -> Any:
+        if name not in table:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        mod = table[name]
+        if mod == ".":                   # a subpackage / submodule of ``package`` itself
+            return importlib.import_module(f"{package}.{name}")
+        return getattr(importlib.import_module(mod if not mod.startswith(".") else package + mod), name)
+
+    return names, getattr_, lambda: names
