@@ -114,3 +114,24 @@ def test_undeclared_reproduction_that_ignores_set_is_an_error(tmp_path, monkeypa
     res = runner.run_reproduction(EXPERIMENTS.get("test/uses"),
                                   ReproduceContext(out=tmp_path / "u", overrides=["optim.steps=3"]))
     assert res["steps"] == 3 and res["overrides"] == ["optim.steps=3"]
+
+
+def test_grids_are_typed_options(cli, tmp_path):
+    """A reproduction's grid is a typed option (listed by --help, comma-separated lists, validated)."""
+    r = cli("reproduce", "scan-snap/fig6", "--help")
+    assert r.returncode == 0 and "--ratios RATIOS,..." in r.stdout and "--num-last" in r.stdout
+    r = cli("config", "scan-snap/fig6", "--quick", "--num-last", "3")
+    assert r.returncode == 0 and "num_last: 3" in r.stdout
+    r = cli("reproduce", "decision-list/uniform-attention", "--quick", "--steps", "0", "--out", tmp_path / "u")
+    assert r.returncode == 2 and "option.steps" in r.stderr and not (tmp_path / "u").exists()
+    r = cli("reproduce", "decision-list/claim1", "--quick", "--L", "ten", "--out", tmp_path / "c")
+    assert r.returncode == 2 and "option.L" in r.stderr
+
+
+def test_with_options_replaces_only_given_entries():
+    from tdyn.experiments.common import with_options
+    from tdyn.experiments.decision_list_claim1 import Claim1Options, claim1_grid
+
+    g = with_options(claim1_grid(True), Claim1Options(L=[10], N=7))
+    assert g["L"] == [10] and g["N"] == 7 and g["n"] == claim1_grid(True)["n"]
+    assert with_options(claim1_grid(True), None) == claim1_grid(True)

@@ -119,10 +119,16 @@ def _add_options(p: argparse.ArgumentParser, argv: list[str], command: str) -> N
     exp = EXPERIMENTS.get(name)
     if exp.options is None:
         return
+    import typing
+
     g = p.add_argument_group(f"options of {name}")
     for f, info in exp.options.model_fields.items():
-        g.add_argument(f"--{f.replace('_', '-')}", dest=f"opt_{f}", metavar=f.upper(),
-                       help=f"{info.description or ''} (default: {info.default})")
+        ann = info.annotation
+        is_list = any(typing.get_origin(a) in (list, tuple) for a in (ann, *typing.get_args(ann)))
+        default = "the reproduction's own (full or --quick) setting" if info.default is None else info.default
+        g.add_argument(f"--{f.replace('_', '-')}", dest=f"opt_{f}", metavar=f.upper() + (",..." if is_list else ""),
+                       type=(lambda text: [x for x in text.split(",") if x]) if is_list else None,
+                       help=f"{info.description or ''} (default: {default})")
 
 
 def _print_claims(results: dict) -> None:

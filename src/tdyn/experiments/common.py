@@ -154,6 +154,17 @@ def configure(base: dict, overrides: list[str]):
     return validate_config(raw)
 
 
+def with_options(settings: dict, options) -> dict:
+    """A reproduction's settings (full or --quick) with the typed options the user gave (fields that are
+    not None) put in place of the entries of the same name: how grids become options
+    (``tdyn reproduce NAME --help`` lists them)."""
+    out = dict(settings)
+    for k, v in (options.model_dump() if options is not None else {}).items():
+        if v is not None and k in out:
+            out[k] = list(v) if isinstance(v, (list, tuple)) else v
+    return out
+
+
 def train_into(ctx, name: str, cfg) -> list[Path]:
     """Train ``cfg`` into the reproduction's ``runs/<name>``, replacing an earlier attempt there; with
     ``ctx.resume`` an earlier attempt of the same config is kept (finished) or continued (interrupted)."""

@@ -11,11 +11,14 @@ import math
 import numpy as np
 
 from tdyn.data import decision_list as dl
-from tdyn.experiments.common import claim, reading
+from pydantic import Field
+
+from tdyn.experiments.common import claim, reading, with_options
 from tdyn.experiments.decision_list_common import TIME_UNITS, _fmt
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.report import style
 from tdyn.runs import write_csv
+from tdyn.schema import Strict
 from tdyn.theory import decision_list as th
 from tdyn.train.seeding import generator
 
@@ -100,11 +103,20 @@ def _gamma_max(rows: list[dict], tkey: str) -> float | None:
     return min(v) if v else math.inf
 
 
+class Claim1Options(Strict):
+    """The grid of result (1)'s reduced-ODE runs (None: the full or --quick grid)."""
+
+    L: list[int] | None = Field(None, description="sequence-vocabulary sizes L")
+    n: list[int] | None = Field(None, description="sequence lengths n")
+    M: list[int] | None = Field(None, description="list lengths M (M = 1 is the degenerate case)")
+    N: int | None = Field(None, ge=1, description="Monte Carlo sequences for T_N")
+
+
 @register("decision-list/claim1",
           "Result (1): W-only gradient flow from W=0, V=cP, c=4n log L/δ perfectly classifies within 4M/(γ log L)",
-          takes_set=False)
+          takes_set=False, options=Claim1Options)
 def claim1(ctx: ReproduceContext) -> dict:
-    grid = claim1_grid(ctx.quick)
+    grid = with_options(claim1_grid(ctx.quick), ctx.options)
     rows, traj = [], {}
     for sampler in dl.SAMPLERS:
         for L in grid["L"]:

@@ -9,18 +9,21 @@ and the V drift are read back from the runs' metrics (probes ``decision_list.cla
 from __future__ import annotations
 
 import functools
+import json
 import math
 
 import numpy as np
 import torch
+from pydantic import Field
 
 from tdyn.data import decision_list as dl
-from tdyn.experiments.common import claim, reading, train_into, configure
+from tdyn.experiments.common import claim, configure, reading, train_into, with_options
 from tdyn.experiments.decision_list_common import TIME_UNITS, _fmt, curve, dl_config, initial_model
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig, uniform_perturbation
 from tdyn.report import style
 from tdyn.runs import Run, write_csv
+from tdyn.schema import Strict
 from tdyn.theory import decision_list as th
 
 
@@ -85,12 +88,32 @@ def _lambda0(cfg: dict, seed: int) -> float:
     return th.top_hessian_eigenvalue(model, task.dist, task.types, gen=torch.Generator().manual_seed(seed))
 
 
+class Claim2Options(Strict):
+    """Result (2)'s grid (None: the full or --quick setting)."""
+
+    inside_seeds: list[int] | None = Field(None, description="seeds of the runs inside the hypotheses")
+    inside_eta: list[float] | None = Field(None, description="η factors f (η = f/λ_max(0)) inside the hypotheses")
+    inside_steps: int | None = Field(None, ge=1, description="GD steps inside the hypotheses")
+    seeds: list[int] | None = Field(None, description="seeds of the exploratory runs")
+    eps: list[float] | None = Field(None, description="ε of the exploratory runs")
+    eta: list[float] | None = Field(None, description="η factors of the exploratory runs")
+    steps: int | None = Field(None, ge=1, description="GD steps of the exploratory runs")
+
+
+def _settings(ctx: ReproduceContext) -> dict:
+    return with_options(claim2_settings(ctx.quick), ctx.options)
+
+
+def claim2_plan(ctx: ReproduceContext) -> tuple[dict, ...]:
+    return _plan(ctx.seed, json.dumps(_settings(ctx)))
+
+
 @functools.lru_cache(maxsize=4)
-def claim2_plan(seed: int, quick: bool) -> tuple[dict, ...]:
+def _plan(seed: int, settings: str) -> tuple[dict, ...]:
     """Every GD job of claim 2 with what is fixed before training: ``name``, ``config``, ``regime`` and the
     numbers the analysis needs (L, n, M, seed, ε, c and its fixed-point iterations, λ_max(0), the η
     factors f with η = f/λ_max(0)). The configs are what ``tdyn config decision-list/claim2`` prints."""
-    st = claim2_settings(quick)
+    st = json.loads(settings)
     jobs = []
 
     def add(regime, L, n, M, s, eps, noise_seed, c, iters, conv, factors, steps, name):
@@ -135,7 +158,7 @@ def claim2_plan(seed: int, quick: bool) -> tuple[dict, ...]:
 
 
 def _configs(ctx: ReproduceContext) -> dict[str, dict]:
-    return {j["name"]: j["config"] for j in claim2_plan(ctx.seed, ctx.quick)}
+    return {j["name"]: j["config"] for j in claim2_plan(ctx)}
 
 
 def gd_summary(d, eta: float) -> dict:
@@ -190,10 +213,10 @@ PAPER2 = "abstract §I.C, result (2): joint GD from W₀ = 0, ‖V₀ − cP‖_
 
 @register("decision-list/claim2",
           "Result (2): joint GD from W=0, V0 near cP with η <= 1/λ_max encounters a perfectly classifying iterate",
-          configs=_configs)
+          configs=_configs, options=Claim2Options)
 def claim2(ctx: ReproduceContext) -> dict:
-    st = claim2_settings(ctx.quick)
-    plan = claim2_plan(ctx.seed, ctx.quick)
+    st = _settings(ctx)
+    plan = claim2_plan(ctx)
     trained = {j["name"]: train_into(ctx, j["name"], configure(j["config"], ctx.overrides)) for j in plan}
     rows, curves = [], {}
     for job in (j for j in plan if j["regime"] in ("inside", "exploratory")):

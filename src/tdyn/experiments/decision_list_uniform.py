@@ -7,18 +7,21 @@ per seed, fixed η), joint and frozen-W modes from the same V₀ (``model.W_init
 from __future__ import annotations
 
 import functools
+import json
 
 import numpy as np
 import torch
+from pydantic import Field
 
 from tdyn.data import decision_list as dl
-from tdyn.experiments.common import claim, configure, reading, train_into
+from tdyn.experiments.common import claim, configure, reading, train_into, with_options
 from tdyn.experiments.decision_list_common import curve, dl_config, initial_model
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
 from tdyn.probes.decision_list import centred_cosine, perm_recovery
 from tdyn.report import style
 from tdyn.runs import Run, write_csv
+from tdyn.schema import Strict
 from tdyn.theory import decision_list as th
 
 UA_COLUMNS = ["mode", "optimizer", "sigma", "seed", "step", "loss", "cos_c", "perm_recovery", "acc_pop", "err_sup", "norm_V"]
@@ -56,12 +59,30 @@ def _log_steps(steps: int) -> list[int]:
     return sorted({0, steps} | {int(x) for x in np.geomspace(1, steps, 40)})
 
 
+class UAOptions(Strict):
+    """Claim (c)'s training grid (None: the full or --quick setting)."""
+
+    sigmas: list[float] | None = Field(None, description="init scales σ (W₀, V₀ ~ σ·N(0,1))")
+    seeds: list[int] | None = Field(None, description="seeds")
+    steps: int | None = Field(None, ge=1, description="training steps")
+    lr: float | None = Field(None, gt=0, description="Adam's learning rate")
+    gd_eta: float | None = Field(None, gt=0, description="the fixed GD step size")
+
+
+def _settings(ctx: ReproduceContext) -> dict:
+    return with_options(ua_settings(ctx.quick), ctx.options)
+
+
+def ua_plan(ctx: ReproduceContext) -> tuple[dict, ...]:
+    return _plan(ctx.seed, json.dumps(_settings(ctx)))
+
+
 @functools.lru_cache(maxsize=4)
-def ua_plan(seed: int, quick: bool) -> tuple[dict, ...]:
+def _plan(seed: int, settings: str) -> tuple[dict, ...]:
     """Every training job: per σ, mode (joint / frozen_W) and optimizer. Adam and fixed-η GD train the
     seeds as one ensemble; GD with η = 1/λ_max(0) trains each seed alone (its own η, from the joint
     (W₀, V₀) of that seed, used by both modes)."""
-    st = ua_settings(quick)
+    st = json.loads(settings)
     geo = {"L": st["L"], "n": st["n"], "M": st["M"], "task_seed": seed, "steps": st["steps"],
            "probe_steps": _log_steps(st["steps"])}
     jobs = []
@@ -88,13 +109,14 @@ def ua_plan(seed: int, quick: bool) -> tuple[dict, ...]:
 
 
 def _configs(ctx: ReproduceContext) -> dict[str, dict]:
-    return {j["name"]: j["config"] for j in ua_plan(ctx.seed, ctx.quick)}
+    return {j["name"]: j["config"] for j in ua_plan(ctx)}
 
 
 @register("decision-list/uniform-attention",
-          "Claim (c): uniform attention (W = 0) is sufficient to push V in the direction of P", configs=_configs)
+          "Claim (c): uniform attention (W = 0) is sufficient to push V in the direction of P", configs=_configs,
+          options=UAOptions)
 def uniform_attention(ctx: ReproduceContext) -> dict:
-    st = ua_settings(ctx.quick)
+    st = _settings(ctx)
     grows = [first_gradient(L, n, M, s, ctx.seed) for s in dl.SAMPLERS for (n, M) in st["grad_nM"]
              for L in st["grad_L"] if not (s == "B" and n > L)]
     write_csv(ctx.out / "first_gradient.csv", grows, GRAD_COLUMNS)
@@ -102,7 +124,7 @@ def uniform_attention(ctx: ReproduceContext) -> dict:
     L, n, M = st["L"], st["n"], st["M"]
     log_steps = set(_log_steps(st["steps"]))
     rows, etas = [], {}
-    for job in ua_plan(ctx.seed, ctx.quick):
+    for job in ua_plan(ctx):
         if "eta" in job and job["mode"] == "joint":
             etas.setdefault(job["sigma"], []).append(job["eta"])
         for d in train_into(ctx, job["name"], configure(job["config"], ctx.overrides)):

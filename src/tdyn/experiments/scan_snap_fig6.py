@@ -22,7 +22,7 @@ from tdyn.bench import register_bench, timed_train
 from tdyn.config import override_key, validate_config
 from tdyn.data import scan_snap as data
 from tdyn.errors import UserError
-from tdyn.experiments.common import claim, configure, decide, every_cell, paired, reading
+from tdyn.experiments.common import claim, configure, decide, every_cell, paired, reading, with_options
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.experiments.scan_snap_common import _facts, _final, _lrs
 from tdyn.probes import scan_snap as pr
@@ -36,11 +36,22 @@ from tdyn.train.trainer import expand_members, member_config
 
 
 class SweepOptions(Strict):
-    """Options of scan-snap/fig6 and fig11-12 (``--sweep-dir DIR``)."""
+    """Options of scan-snap/fig6 and fig11-12: where the sweep lives and its grid (None: the paper's grid,
+    or the --quick one)."""
 
     sweep_dir: Path | None = Field(None, description="where the Fig 6 sweep's runs live (default OUT/runs); "
                                    "an earlier scan-snap/fig6 --out also works. Figs 6 and 11-12 given the same "
                                    "directory train once")
+    num_last: list[int] | None = Field(None, description="numbers of queries (one panel each)")
+    etas_z: list[float] | None = Field(None, description="η_Z values")
+    ratios: list[float] | None = Field(None, description="η_Y/η_Z ratios")
+    seeds: list[int] | None = Field(None, description="seeds of every cell")
+    steps: int | None = Field(None, ge=1, description="training steps")
+
+
+def fig6_grid(ctx: ReproduceContext) -> dict:
+    """The sweep's grid: the paper's (or --quick) with the user's grid options in place."""
+    return with_options(FIG6_QUICK if ctx.quick else FIG6, ctx.options)
 
 
 
@@ -78,7 +89,7 @@ def fig6_sweep(ctx: ReproduceContext) -> tuple[dict, list[dict]]:
     """
 
     overrides = ctx.overrides
-    grid = FIG6_QUICK if ctx.quick else FIG6
+    grid = fig6_grid(ctx)
     configure(fig6_configs(ctx)["fig6-sweep-base"], overrides)  # validates (and consumes) the overrides
     opts = ctx.options or SweepOptions()
     base = Path(opts.sweep_dir or ctx.out / "runs")
@@ -114,7 +125,7 @@ def _stack_Z(rs: list[dict]) -> torch.Tensor:
 def fig6_configs(ctx: ReproduceContext) -> dict[str, dict]:
     """The sweep's base run config (the sweep sets data.num_last, η_Z and η_Y per run: overriding one of
     those axes is an error, as the sweep would shadow it)."""
-    spec = fig6_spec(FIG6_QUICK if ctx.quick else FIG6)
+    spec = fig6_spec(fig6_grid(ctx))
     axes = {k for kind in ("grid", "zip") for k in spec["axes"][kind]}
     swept = [o for o in ctx.overrides if override_key(o) in axes]
     if swept:
