@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-core
 
-.PHONY: demo test install browser clean verdicts
+.PHONY: demo test install browser clean verdicts catalog
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ test: $(STAMP) browser
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
+
+# What `tdyn list` and `--help` read (no experiment module imported): from the registrations.
+catalog: $(STAMP)
+	$(BIN)/python -m tdyn.experiments.registry
 
 # The README's verdict table, from the full-setting results.json files in docs/results/.
 verdicts: $(STAMP)

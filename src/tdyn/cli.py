@@ -11,18 +11,36 @@ from pathlib import Path
 from tdyn.errors import UserError
 
 
-def _cmd_list(args) -> int:
-    from tdyn.experiments.registry import all_experiments
+def _setup(args) -> None:
+    """What every command that builds configs or trains needs (not ``list``, ``--help`` or an argument
+    error: those import no torch): the thread count and the config name resolver."""
+    import torch
 
-    exps = all_experiments()
-    width = max(len(n) for n in exps)
-    for name, e in exps.items():
-        kinds = "/".join(k for k, ok in (("reproduce", e.reproduce), ("run", e.default_config)) if ok)
-        print(f"{name:<{width}}  [{kinds}]  {e.description}")
+    from tdyn import config
+
+    torch.set_num_threads(max(1, args.threads))
+    config.set_name_resolver(_experiment_config)  # `tdyn run NAME`, a sweep's `base: NAME`
+
+
+def _cmd_list(args) -> int:
+    """The built-in reproductions from the generated catalog (no experiment module is imported), then
+    any registered by the user's plugins (``--import``, ``$TDYN_IMPORT``, entry points)."""
+    from tdyn import plugins
+    from tdyn.experiments.registry import EXPERIMENTS, catalog
+
+    rows = {n: (e["kinds"], e["description"]) for n, e in catalog().items()}
+    if plugins.load() or any(n not in rows for n in EXPERIMENTS._items):
+        for n, e in EXPERIMENTS._items.items():
+            if n not in rows:
+                rows[n] = ([k for k, ok in (("reproduce", e.reproduce), ("run", e.default_config)) if ok], e.description)
+    width = max(len(n) for n in rows)
+    for name, (kinds, description) in rows.items():
+        print(f"{name:<{width}}  [{'/'.join(kinds)}]  {description}")
     return 0
 
 
 def _cmd_run(args) -> int:
+    _setup(args)
     from tdyn.config import load_config
     from tdyn.train import trainer
 
@@ -54,8 +72,6 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_reproduce(args) -> int:
-    from tdyn import runs
-    from tdyn.experiments import runner
     from tdyn.experiments.registry import ReproduceContext, get
 
     if args.all == bool(args.name):
@@ -63,13 +79,20 @@ def _cmd_reproduce(args) -> int:
     if args.all and args.resume:
         raise UserError("--resume continues one reproduction (tdyn reproduce NAME --out DIR --resume), not --all")
     if args.all:
+        _setup(args)
+        from tdyn.experiments import runner
+
         page, failed = runner.reproduce_all(args.out, seed=args.seed, quick=args.quick, overrides=list(args.set or []),
                                             device=args.device, progress=not args.quiet, force=args.force)
         if failed:
             print(f"{len(failed)} reproduction(s) failed: {', '.join(failed)}", file=sys.stderr)
         print(f"report: {page.resolve()}")
         return 1 if failed else 0
-    exp = get(args.name)
+    exp = get(args.name)             # an unknown name fails here, before torch is imported
+    _setup(args)
+    from tdyn import runs
+    from tdyn.experiments import runner
+
     out = Path(args.out)
     ctx = ReproduceContext(out=out, seed=args.seed, quick=args.quick, overrides=list(args.set or []),
                            device=args.device, progress=not args.quiet,
@@ -91,10 +114,12 @@ def _option_values(args, exp) -> dict:
 def _cmd_config(args) -> int:
     import yaml
 
-    from tdyn.experiments import runner
     from tdyn.experiments.registry import ReproduceContext, get
 
     exp = get(args.name)
+    _setup(args)
+    from tdyn.experiments import runner
+
     ctx = ReproduceContext(out=Path("."), seed=args.seed, quick=args.quick, overrides=list(args.set or []),
                            options=exp.make_options(_option_values(args, exp)))
     runner.check_overrides(exp, ctx)
@@ -105,30 +130,31 @@ def _cmd_config(args) -> int:
 
 
 def _add_options(p: argparse.ArgumentParser, argv: list[str], command: str) -> None:
-    """Add the typed options of the experiment named after ``command`` in ``argv`` (if any) to ``p``."""
+    """Add the typed options of the experiment named after ``command`` in ``argv`` (if any) to ``p``:
+    a built-in one's from the generated catalog (no import), a plugin's from its registration."""
     if command not in argv:
         return
     rest = argv[argv.index(command) + 1:]
     name = next((a for a in rest if not a.startswith("-")), None)
     if name is None:
         return
-    from tdyn.experiments.registry import EXPERIMENTS
+    from tdyn.experiments.registry import EXPERIMENTS, _option_entry, catalog
 
-    if name not in EXPERIMENTS:
+    cat = catalog()
+    if name in cat:
+        options = cat[name]["options"]
+    elif name in EXPERIMENTS._items and EXPERIMENTS._items[name].options is not None:
+        options = {f: _option_entry(i) for f, i in EXPERIMENTS._items[name].options.model_fields.items()}
+    else:
         return
-    exp = EXPERIMENTS.get(name)
-    if exp.options is None:
+    if not options:
         return
-    import typing
-
     g = p.add_argument_group(f"options of {name}")
-    for f, info in exp.options.model_fields.items():
-        ann = info.annotation
-        is_list = any(typing.get_origin(a) in (list, tuple) for a in (ann, *typing.get_args(ann)))
-        default = "the reproduction's own (full or --quick) setting" if info.default is None else info.default
-        g.add_argument(f"--{f.replace('_', '-')}", dest=f"opt_{f}", metavar=f.upper() + (",..." if is_list else ""),
-                       type=(lambda text: [x for x in text.split(",") if x]) if is_list else None,
-                       help=f"{info.description or ''} (default: {default})")
+    for f, o in options.items():
+        default = "the reproduction's own (full or --quick) setting" if o["default"] is None else o["default"]
+        g.add_argument(f"--{f.replace('_', '-')}", dest=f"opt_{f}", metavar=f.upper() + (",..." if o["list"] else ""),
+                       type=(lambda text: [x for x in text.split(",") if x]) if o["list"] else None,
+                       help=f"{o['help']} (default: {default})")
 
 
 def _print_claims(results: dict) -> None:
@@ -139,6 +165,7 @@ def _print_claims(results: dict) -> None:
 
 
 def _cmd_report(args) -> int:
+    _setup(args)
     from tdyn import runs
     from tdyn.report import html
 
@@ -175,6 +202,7 @@ def _cmd_report(args) -> int:
 
 
 def _cmd_sweep(args) -> int:
+    _setup(args)
     from tdyn import sweep
 
     if args.summarize:
@@ -196,6 +224,7 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_bench(args) -> int:
+    _setup(args)
     from tdyn import bench
     from tdyn.experiments.registry import BENCH_MODULES
 
@@ -317,12 +346,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(format="tdyn: %(levelname)s: %(name)s: %(message)s", level=level)
     if args.quiet_all and hasattr(args, "quiet"):
         args.quiet = True
-    import torch
-
-    from tdyn import config
-
-    torch.set_num_threads(max(1, args.threads))
-    config.set_name_resolver(_experiment_config)  # `tdyn run NAME`, a sweep's `base: NAME`
     try:
         if args.imports:
             from tdyn import plugins

@@ -58,7 +58,8 @@ class Registry(Generic[T]):
         self._load(name)
         if name not in self._items:
             where = f"{self.label}: " if self.label != self.kind else ""
-            raise self.error(f"{where}unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}{self.hint}")
+            known = sorted(set(self.table) | set(self._items))   # no module imported to say so
+            raise self.error(f"{where}unknown {self.kind} {name!r}; allowed: {', '.join(known)}{self.hint}")
         return self._items[name]
 
     def __contains__(self, name: str) -> bool:

@@ -124,6 +124,38 @@ def register(name: str, description: str, default_config: Callable[[], dict] | N
     return deco
 
 
+CATALOG = Path(__file__).with_name("catalog.json")
+
+
+def _option_entry(field) -> dict:
+    import typing
+
+    ann = field.annotation
+    return {"help": field.description or "", "default": None if field.default is None else str(field.default),
+            "list": any(typing.get_origin(a) in (list, tuple) for a in (ann, *typing.get_args(ann)))}
+
+
+def build_catalog() -> dict[str, dict]:
+    """What ``tdyn list`` and ``tdyn reproduce NAME --help`` show of every built-in reproduction (name,
+    description, kinds, typed options), from the registrations themselves (imports every module)."""
+    out = {}
+    for name in MODULES:
+        e = get(name)
+        out[name] = {"description": e.description,
+                     "kinds": [k for k, ok in (("reproduce", e.reproduce), ("run", e.default_config)) if ok],
+                     "options": {f: _option_entry(i) for f, i in (e.options.model_fields.items() if e.options else ())}}
+    return out
+
+
+def catalog() -> dict[str, dict]:
+    """The generated catalog of the built-in reproductions (``catalog.json``, rewritten by
+    ``python -m tdyn.experiments.registry``; a test checks it matches the registrations), read without
+    importing any experiment module, so that ``tdyn list`` and ``--help`` import no torch."""
+    import json
+
+    return json.loads(CATALOG.read_text(encoding="utf-8"))
+
+
 def all_experiments() -> dict[str, Experiment]:
     return EXPERIMENTS.items()
 
@@ -151,3 +183,16 @@ BENCH_MODULES = {
     "decision_list_popgrad_L16_n5": "tdyn.experiments.decision_list_common",
     "decision_list_reduced_ode_L10000": "tdyn.experiments.decision_list_common",
 }
+
+
+def catalog_text() -> str:
+    import json
+
+    return json.dumps(build_catalog(), indent=1, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":   # regenerate catalog.json (through the package module: its registry)
+    from tdyn.experiments import registry as _reg
+
+    _reg.CATALOG.write_text(_reg.catalog_text(), encoding="utf-8")
+    print(f"wrote {_reg.CATALOG}")

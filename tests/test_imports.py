@@ -1,0 +1,38 @@
+"""Listing, --help and argument errors import no heavy module (a module-set assertion over
+`python -X importtime`, not a timing); the catalog they read is generated from the registrations."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = {"torch", "numpy", "scipy", "matplotlib", "sklearn", "ray", "submitit", "pandas"}
+
+
+def _imported(argv: list[str]) -> set[str]:
+    code = f"from tdyn.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+    env = os.environ | {"PYTHONPATH": str(ROOT / "src")}
+    env.pop("TDYN_IMPORT", None)
+    r = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, env=env,
+                       cwd=ROOT)
+    mods = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert "tdyn.cli" in mods, r.stderr[-2000:]
+    return {m.split(".")[0] for m in mods}
+
+
+@pytest.mark.parametrize("argv", [["list"], ["--help"], ["reproduce", "--help"], ["reproduce", "scan-snap/fig6", "--help"],
+                                  ["reproduce", "nosuch", "--out", "x"], ["config", "nosuch"], ["run", "--resume"],
+                                  ["sweep", "--bogus"]])
+def test_light_commands_import_nothing_heavy(argv):
+    assert not (_imported(argv) & HEAVY), argv
+
+
+def test_catalog_matches_the_registrations():
+    from tdyn.experiments import registry
+
+    fresh = json.loads(registry.catalog_text())
+    assert registry.catalog() == fresh, "regenerate it: python -m tdyn.experiments.registry"
