@@ -32,6 +32,17 @@ def test_plan_batches_seeds_and_lrs():
     assert plan(load_spec(SPEC))[0].runs == jobs[0].runs   # stable
 
 
+def test_jobs_run_largest_first():
+    """Largest-first: members × steps, then the job's numeric axes (here the longer sequences first)."""
+    from tdyn.sweep import job_cost
+
+    jobs = plan(load_spec(SPEC))
+    order = [j.runs[0].axes["data.seq_len"] for j in sorted(jobs, key=job_cost, reverse=True)]
+    assert order == [32, 16]
+    spec = dict(SPEC, axes={"grid": {"data.seq_len": [16, 32]}}, seeds=[0, 1, 2])
+    assert job_cost(plan(load_spec(spec))[0])[0] == 3 * 12
+
+
 def test_axes_zip_and_random():
     spec = load_spec({"base": "configs/syn_small.yaml", "axes": {
         "zip": {"optim.groups.Y.lr": [1, 2, 3], "optim.groups.Z.lr": [0.1, 0.2, 0.3]},
@@ -56,6 +67,8 @@ def test_local_sweep_skip_summary_and_failure(tmp_path):
     out = tmp_path / "sw"
     st = run_sweep(SPEC, out, workers=2, progress=False)
     assert len(st) == 8 and set(st.values()) == {"finished"}
+    busy = runs.read_json(out / "sweep.json")["worker_busy_seconds"]       # per worker process
+    assert 1 <= len(busy) <= 2 and all(v > 0 for v in busy.values())
     rows = (out / "summary.csv").read_text().splitlines()
     assert rows[0].startswith("data.seq_len,optim.groups.Y.lr,count,loss_mean,loss_std")
     assert len(rows) == 5 and all(r.split(",")[2] == "2" for r in rows[1:])

@@ -407,6 +407,7 @@ def _bench_fig6(quick: bool) -> dict:
         t0 = time.perf_counter()
         run_sweep(spec, Path(d) / "sweep", progress=False)
         batched = time.perf_counter() - t0
+        busy = sorted(runs.read_json(Path(d) / "sweep" / runs.SWEEP)["worker_busy_seconds"].values(), reverse=True)
     seq, timed, total_runs = 0.0, 0, 0
     for job in plan(load_spec(spec)):
         cfg = validate_config(job.config)
@@ -416,6 +417,6 @@ def _bench_fig6(quick: bool) -> dict:
         t = sum(timed_train(member_config(cfg, m)) for m in picked)
         timed += len(picked)
         seq += t * len(members) / len(picked)
-    return {"runs": total_runs, "batched_s": batched, "sequential_s": seq, "ratio": seq / batched,
+    return {"runs": total_runs, "batched_s": batched, "worker_busy_s": busy, "sequential_s": seq, "ratio": seq / batched,
             "sequential_runs_timed": timed, "sequential_extrapolated": timed < total_runs,
             "under_2_min": batched < 120}

@@ -10,7 +10,9 @@ from __future__ import annotations
 import csv
 import logging
 import math
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,14 @@ def run_job(job_dir: str, config: dict, run_dirs: list[str]) -> dict[str, str]:
     after any interruption: finished runs are kept, unfinished ones continue from checkpoints."""
 
     job_dir, dirs = Path(job_dir), [Path(d) for d in run_dirs]
+    t0 = time.perf_counter()
+    return _run_job(job_dir, config, dirs) | {BUSY: [os.getpid(), time.perf_counter() - t0]}
+
+
+BUSY = "__busy__"   # run_job's (worker pid, seconds busy) entry, popped by run_sweep
+
+
+def _run_job(job_dir: Path, config: dict, dirs: list[Path]) -> dict[str, str]:
 
     def statuses():
         return {d.name: (runs.read_meta(d)["status"] if runs.is_run_dir(d) else "pending") for d in dirs}
@@ -65,12 +75,22 @@ def run_job(job_dir: str, config: dict, run_dirs: list[str]) -> dict[str, str]:
     return statuses()
 
 
-def _record(out: Path, spec: SweepSpec, jobs: list[JobPlan], status: dict[str, str], errors: dict[str, str]) -> None:
+def _record(out: Path, spec: SweepSpec, jobs: list[JobPlan], status: dict[str, str], errors: dict[str, str],
+            busy: dict[int, float] | None = None) -> None:
     runs.write_json(out / runs.SWEEP, {
         "spec": spec.model_dump(mode="json"),
         "runs": [{"name": r.name, "axes": r.axes, "seed": r.seed, "job": j.id, "status": status.get(r.name, "pending"),
                   **({"error": errors[j.id]} if j.id in errors else {})} for j in jobs for r in j.runs],
+        "worker_busy_seconds": {str(k): round(v, 3) for k, v in (busy or {}).items()},
     })
+
+
+def job_cost(job: JobPlan) -> tuple:
+    """Largest-first order of a sweep's jobs: members × steps, then the job's own numeric axis values
+    (larger values — more queries, a longer sequence, a wider model — usually mean more work). Only an
+    order: the pool runs the largest jobs first so no worker is left with two of them at the end."""
+    axes = [v for k, v in sorted(job.runs[0].axes.items()) if isinstance(v, (int, float)) and not k.endswith(".lr")]
+    return (len(job.runs) * job.config["optim"]["steps"], *axes)
 
 
 def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, executor: str = "local",
@@ -89,7 +109,9 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
     ex = executor_obj or make_executor(executor, workers=workers, address=address, folder=str(out / ".submitit"))
     status: dict[str, str] = {}
     errors: dict[str, str] = {}
-    args = {j.id: (str(out / JOBS / j.id), j.config, [str(out / r.name) for r in j.runs]) for j in jobs}
+    args = {j.id: (str(out / JOBS / j.id), j.config, [str(out / r.name) for r in j.runs])
+            for j in sorted(jobs, key=job_cost, reverse=True)}
+    busy: dict[int, float] = {}
     _record(out, spec, jobs, status, errors)
 
     bar = tqdm(total=len(jobs), desc="sweep jobs",
@@ -109,6 +131,9 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
                     continue
                 except Exception as e:  # the executor lost the job for good
                     res = {"error": f"{type(e).__name__}: {e}"}
+                pid, secs = res.pop(BUSY, (None, 0.0))
+                if pid is not None:
+                    busy[pid] = busy.get(pid, 0.0) + secs
                 if "error" in res:
                     errors[jid] = res.pop("error")
                     log.warning("sweep job %s failed: %s", jid, errors[jid])
@@ -117,7 +142,7 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
                 status.update(res)
                 pending.pop(jid)
                 bar.update(1)
-                _record(out, spec, jobs, status, errors)
+                _record(out, spec, jobs, status, errors, busy)
             if broken:  # a pool process was killed: rebuild the pool, resume the unfinished jobs
                 if not getattr(ex, "retry_broken", False):
                     raise RuntimeError("executor broke")
@@ -126,7 +151,7 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
         bar.close()
         if executor_obj is None:
             ex.shutdown()
-    _record(out, spec, jobs, status, errors)
+    _record(out, spec, jobs, status, errors, busy)
     summarize(out)
     return status
 
