@@ -39,3 +39,20 @@ def test_prepare_dir(tmp_path):
     assert (d / "f").exists()
     runs.prepare_dir(d, True, clear=True)
     assert not (d / "f").exists()
+
+
+def test_written_files_are_readable_as_the_umask_allows(tmp_path):
+    """Atomic writes keep open()'s permissions (0644 under umask 022), not mkstemp's 0600."""
+    import os
+    import stat
+
+    from tdyn import runs
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    runs.write_json(tmp_path / "a.json", {"x": 1})
+    runs.write_csv(tmp_path / "b.csv", [{"x": 1}], ["x"])
+    plain = tmp_path / "c.txt"
+    plain.write_text("x")
+    for f in ("a.json", "b.csv"):
+        assert stat.S_IMODE((tmp_path / f).stat().st_mode) == stat.S_IMODE(plain.stat().st_mode)

@@ -46,11 +46,23 @@ REPRODUCE = "reproduce.json"    # a `reproduce --all` directory's options, metad
 _STEP_RE = re.compile(r"step-(\d+)\.safetensors$")
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_MODE = 0o666 & ~_umask()   # what open() would give a new file: 0644 under umask 022
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all (a temp file in the same directory, fsync, rename), readable
+    as the umask allows (``mkstemp`` alone would leave it 0600, unreadable by colleagues)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, _MODE)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
