@@ -212,3 +212,17 @@ def test_interrupted_reproduce_all_still_writes_the_page(tmp_path, fake_experime
         reproduce_all(tmp_path, names=["test/fake", "test/zz-interrupted"], progress=False)
     p = check_links(tmp_path / "index.html")
     assert len(p.claim_rows) == 3 + 1 and "did not finish (status interrupted)" in p.claim_rows[-1]
+
+
+def test_every_results_string_is_escaped(tmp_path):
+    """A hostile results.json (verdict, id, reason, experiment name, numbers, files, error) runs no script."""
+    evil = "<script>alert(1)</script>"
+    claims = [{"id": evil, "claim": evil, "verdict": evil, "reason": evil, "numbers": {evil: evil},
+               "measured": evil, "expected": evil, "paper": evil, "definition": evil},
+              {"id": "b", "claim": "c", "verdict": "inconclusive", "reason": evil, "numbers": {}}]
+    _write_results(tmp_path / "a", {"experiment": f"scan-snap/{evil}", "claims": claims, "seed": evil,
+                                    "files": [evil], "settings_note": evil})
+    _write_results(tmp_path / "b", {"experiment": "topic/stage1", "error": evil, "traceback": evil})
+    page = html.build_index(tmp_path)
+    text = page.read_text()
+    assert "<script>" not in text and text.count("&lt;script&gt;") >= 8

@@ -110,3 +110,21 @@ def test_ctrl_c_leaves_resumable_run(cli, tmp_path):
     r = cli("run", "--resume", out, "--quiet")
     assert r.returncode == 0, r.stderr
     assert [m["step"] for m in runs.read_metrics(out)] == list(range(1501))
+
+
+def test_ensemble_manifest_cannot_point_outside(tmp_path, cli):
+    """An ensemble.json whose member directory is ../victim is refused (exit 2), and nothing is written there."""
+    import json
+
+    cfg = {"task": "decision_list", "data": {"L": 5, "M": 2, "n": 3}, "seeds": [0, 1],
+           "optim": {"steps": 3, "groups": {"all": {"params": ["W", "V"], "lr": 1.0}}}}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    assert cli("run", tmp_path / "c.json", "--out", tmp_path / "e", "--quiet").returncode == 0
+    man = json.loads((tmp_path / "e" / "ensemble.json").read_text())
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    man["dirs"][1] = "../victim"
+    (tmp_path / "e" / "ensemble.json").write_text(json.dumps(man))
+    r = cli("run", "--resume", tmp_path / "e")
+    assert r.returncode == 2 and "lies outside" in r.stderr and "Traceback" not in r.stderr
+    assert list(victim.iterdir()) == []

@@ -341,11 +341,26 @@ def load_sweep(path: str | Path):
     return pd.DataFrame.from_records(rows)
 
 
+def ensemble_dirs(out: str | Path) -> list[Path]:
+    """The member directories ``ensemble.json`` in ``out`` lists, each checked to lie inside ``out`` (or,
+    for a sweep's job manifest ``SWEEP_DIR/.jobs/<job>``, inside the sweep directory): a manifest
+    naming ``../elsewhere`` is refused, so resume never writes outside the job."""
+    out = Path(out)
+    root = out.parent.parent if out.parent.name == ".jobs" else out
+    dirs = []
+    for p in read_json(out / ENSEMBLE).get("dirs", []):
+        d = out / p
+        if not isinstance(p, str) or not d.resolve().is_relative_to(root.resolve()) or d.resolve() == root.resolve():
+            raise UserError(f"{str(out / ENSEMBLE)!r}: member directory {p!r} lies outside {str(root)!r}")
+        dirs.append(d)
+    return dirs
+
+
 def job_dirs(out: str | Path) -> list[Path]:
     """The run directories of a job (``ensemble.json``), a sweep (``sweep.json``), or ``out`` itself."""
     out = Path(out)
     if (out / SWEEP).exists():
         return [out / r["name"] for r in read_json(out / SWEEP)["runs"] if is_run_dir(out / r["name"])]
     if (out / ENSEMBLE).exists():
-        return [out / p for p in read_json(out / ENSEMBLE)["dirs"] if is_run_dir(out / p)]
+        return [d for d in ensemble_dirs(out) if is_run_dir(d)]
     return [out] if is_run_dir(out) else []

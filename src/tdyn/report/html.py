@@ -304,7 +304,7 @@ def build_index(out_dir: str | Path, title: str | None = None, descriptions: dic
     failed = [res.get("experiment", d.name) for d, res in results if "error" in res]
     counts = {v: verdicts.count(v) for v in dict.fromkeys(["holds", "fails", *verdicts]) if v}
     summary = (f"<p>{len(results)} reproduction(s), {len(verdicts)} claims: " +
-               ", ".join(f"{n} {v}" for v, n in counts.items()) +
+               ", ".join(f"{n} {_e(v)}" for v, n in counts.items()) +
                (f"; <span class=error>{len(failed)} reproduction(s) failed: {_e(', '.join(failed))}</span>" if failed else "")
                + (" — quick settings" if manifest.get("quick") else "") + "</p>")
     toc = "<ul>" + "".join(f'<li><a href="#{anchor(res.get("experiment", d.name))}">{_e(res.get("experiment", d.name))}</a></li>'

@@ -443,7 +443,7 @@ def resume(out: str | Path, *, progress: bool = True) -> list[Path]:
         ens = runs.read_json(out / MANIFEST)
         cfg = load_config(ens["config"])
         members = expand_members(cfg)
-        dirs = [out / d for d in ens["dirs"]]
+        dirs = runs.ensemble_dirs(out)
     elif runs.is_run_dir(out):
         cfg = load_config(runs.Run(out).config)
         members = expand_members(cfg)
