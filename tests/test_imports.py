@@ -35,4 +35,4 @@ def test_catalog_matches_the_registrations():
     from tdyn.experiments import registry
 
     fresh = json.loads(registry.catalog_text())
-    assert registry.catalog() == fresh, "regenerate it: python -m tdyn.experiments.registry"
+    assert registry.catalog() == fresh, "regenerate it: make catalog"

@@ -149,7 +149,7 @@ def build_catalog() -> dict[str, dict]:
 
 def catalog() -> dict[str, dict]:
     """The generated catalog of the built-in reproductions (``catalog.json``, rewritten by
-    ``python -m tdyn.experiments.registry``; a test checks it matches the registrations), read without
+    ``make catalog``; a test checks it matches the registrations), read without
     importing any experiment module, so that ``tdyn list`` and ``--help`` import no torch."""
     import json
 
@@ -191,8 +191,7 @@ def catalog_text() -> str:
     return json.dumps(build_catalog(), indent=1, ensure_ascii=False) + "\n"
 
 
-if __name__ == "__main__":   # regenerate catalog.json (through the package module: its registry)
-    from tdyn.experiments import registry as _reg
-
-    _reg.CATALOG.write_text(_reg.catalog_text(), encoding="utf-8")
-    print(f"wrote {_reg.CATALOG}")
+def write_catalog() -> Path:
+    """Regenerate ``catalog.json`` from the registrations (``make catalog``)."""
+    CATALOG.write_text(catalog_text(), encoding="utf-8")
+    return CATALOG
