@@ -56,3 +56,26 @@ def test_written_files_are_readable_as_the_umask_allows(tmp_path):
     plain.write_text("x")
     for f in ("a.json", "b.csv"):
         assert stat.S_IMODE((tmp_path / f).stat().st_mode) == stat.S_IMODE(plain.stat().st_mode)
+
+
+@pytest.mark.parametrize("cmd", ["run", "reproduce"])
+def test_force_deletes_only_tdyn_outputs(cli, tmp_path, cmd):
+    """--force on a directory tdyn did not write (a user's project) refuses with exit 2 and touches nothing."""
+    proj = tmp_path / "myproject"
+    (proj / "src").mkdir(parents=True)
+    (proj / "src" / "thesis.tex").write_text("\\\\documentclass{article}")
+    args = (["run", "scan-snap/fig4", "--set", "optim.steps=2"] if cmd == "run"
+            else ["reproduce", "scan-snap/fig3", "--quick"])
+    r = cli(*args, "--out", proj, "--force")
+    assert r.returncode == 2 and "not a tdyn output directory" in r.stderr and "Traceback" not in r.stderr
+    assert (proj / "src" / "thesis.tex").read_text() == "\\\\documentclass{article}"
+    assert sorted(p.name for p in proj.iterdir()) == ["src"]
+    r = cli(*args, "--out", ".", "--force", cwd=proj)
+    assert r.returncode == 2 and (proj / "src" / "thesis.tex").exists()
+
+
+def test_force_replaces_a_tdyn_run(cli, tmp_path):
+    r = cli("run", "scan-snap/fig4", "--set", "optim.steps=2", "--out", tmp_path / "r", "--quiet")
+    assert r.returncode == 0, r.stderr
+    r = cli("run", "scan-snap/fig4", "--set", "optim.steps=3", "--out", tmp_path / "r", "--force", "--quiet")
+    assert r.returncode == 0, r.stderr

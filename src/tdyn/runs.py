@@ -176,15 +176,34 @@ def git_commit() -> str | None:
         return None
 
 
+MARKERS = (ENSEMBLE, SWEEP, RESULTS, REPRODUCE)   # besides CONFIG + META (a run): what makes a directory tdyn's
+
+
+def is_tdyn_dir(path: Path) -> bool:
+    """Whether ``path`` is a directory tdyn wrote: a run (config + meta), a job (ensemble.json), a sweep
+    (sweep.json), a reproduction (results.json) or a ``reproduce --all`` directory (reproduce.json)."""
+    path = Path(path)
+    return is_run_dir(path) or any((path / m).exists() for m in MARKERS)
+
+
 def prepare_dir(out: Path, force: bool, *, clear: bool = False, hint: str = "") -> Path:
     """Create ``out`` for writing. A non-empty ``out`` is a UserError unless ``force``; then with
     ``clear`` its contents are removed first (a run directory), else its files get overwritten (a
-    reproduction directory). ``hint`` is appended to the error (e.g. "or --resume to continue it")."""
+    reproduction directory). ``force`` applies only to a directory tdyn wrote (:func:`is_tdyn_dir`):
+    anything else is refused, so ``--force`` never deletes or overwrites a user's files.
+    ``hint`` is appended to the error (e.g. "or --resume to continue it")."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {str(out)!r} is a file, not a directory")
     if out.exists() and any(out.iterdir()):
         if not force:
             raise UserError(f"output directory {str(out)!r} already exists and is not empty; "
                             f"use --force to overwrite{hint}")
+        if not is_tdyn_dir(out):
+            first = sorted(p.name for p in out.iterdir())[0]
+            raise UserError(f"--force: {str(out)!r} is not a tdyn output directory (it holds {first!r}, and no "
+                            f"{CONFIG}/{META}, {', '.join(MARKERS)}); tdyn deletes only its own outputs — "
+                            f"choose another --out")
         if clear:
             shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
