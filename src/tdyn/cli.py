@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -14,11 +15,16 @@ from tdyn.errors import UserError
 def _setup(args) -> None:
     """What every command that builds configs or trains needs (not ``list``, ``--help`` or an argument
     error: those import no torch): the thread count and the config name resolver."""
+    if args.threads < 1:
+        raise UserError(f"--threads {args.threads}: must be at least 1")
+    if getattr(args, "workers", None) is not None and args.workers < 1:
+        raise UserError(f"--workers {args.workers}: must be at least 1")
     import torch
 
     from tdyn import config
 
-    torch.set_num_threads(max(1, args.threads))
+    torch.set_num_threads(args.threads)
+    os.environ["TDYN_THREADS"] = str(args.threads)   # sweep workers (local, Ray, Slurm) train with it too
     config.set_name_resolver(_experiment_config)  # `tdyn run NAME`, a sweep's `base: NAME`
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import concurrent.futures as cf
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from tdyn import runs
@@ -26,6 +27,7 @@ from tdyn.runs import write_csv
 from tdyn.sweep.executors import make_executor
 from tdyn.sweep.spec import JobPlan, SweepSpec, load_spec, plan
 from tdyn.train import trainer
+from tdyn.train.threads import cli_threads
 
 JOBS = ".jobs"
 log = logging.getLogger(__name__)
@@ -46,6 +48,7 @@ def run_job(job_dir: str, config: dict, run_dirs: list[str]) -> dict[str, str]:
     after any interruption: finished runs are kept, unfinished ones continue from checkpoints."""
 
     job_dir, dirs = Path(job_dir), [Path(d) for d in run_dirs]
+    torch.set_num_threads(cli_threads())   # every executor's worker trains with the driver's --threads
     t0 = time.perf_counter()
     return _run_job(job_dir, config, dirs) | {BUSY: [os.getpid(), time.perf_counter() - t0]}
 

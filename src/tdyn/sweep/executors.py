@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from tdyn import plugins
 from tdyn.errors import UserError
+from tdyn.train.threads import cli_threads
 
 
 def _worker_init(threads: int) -> None:
@@ -34,7 +35,7 @@ class LocalExecutor:
 
     def _ensure(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
-            threads = max(1, (os.cpu_count() or 1) // self.workers)
+            threads = cli_threads()   # the driver's --threads / $TDYN_THREADS (default 1), as `tdyn run` uses
             self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
                                                 initializer=_worker_init, initargs=(threads,))
         return self._pool
@@ -69,7 +70,8 @@ class RayExecutor:
         self._owns = not ray.is_initialized()
         if self._owns:
             env = {plugins.ENV: os.environ[plugins.ENV]} if os.environ.get(plugins.ENV) else {}
-            ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+            # joining a cluster (address): its CPUs are its own — num_cpus only sizes a local Ray
+            ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False, log_to_driver=False,
                      ignore_reinit_error=True, runtime_env={"env_vars": env} if env else None)
         self.max_retries = max_retries
         self._remotes: dict[Callable, Any] = {}
