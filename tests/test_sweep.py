@@ -205,3 +205,20 @@ def test_sweep_worker_equals_tdyn_run_bit_for_bit(cli, tmp_path):
                 ["sweep", tmp_path / "s.json", "--out", tmp_path / "t", "--workers", "0"]):
         r = cli(*bad)
         assert r.returncode == 2 and "must be at least 1" in r.stderr and not (tmp_path / "t").exists()
+
+
+def test_spec_base_resolves_relative_to_the_spec_file(tmp_path, monkeypatch):
+    import shutil
+
+    from tdyn.sweep.spec import base_config
+
+    d = tmp_path / "proj" / "sweeps"
+    d.mkdir(parents=True)
+    shutil.copy(Path(__file__).resolve().parents[1] / "configs" / "syn_small.yaml", tmp_path / "proj" / "base.yaml")
+    (d / "s.yaml").write_text("base: ../base.yaml\naxes:\n  grid:\n    optim.groups.Y.lr: [1.0, 2.0]\n")
+    monkeypatch.chdir(tmp_path)                       # not the spec's directory
+    spec = load_spec(d / "s.yaml")
+    assert Path(spec.base) == (tmp_path / "proj" / "base.yaml").resolve()
+    assert base_config(spec)["task"] == "scan_snap" and len(plan(spec)) == 1
+    shipped = load_spec(Path(__file__).resolve().parents[1] / "configs" / "sweeps" / "syn_small_lr.yaml")
+    assert Path(shipped.base).is_file()

@@ -73,7 +73,13 @@ class SweepSpec(Strict):
 
 
 def load_spec(source: str | Path | dict) -> SweepSpec:
+    """A sweep spec from a dict or a YAML/JSON file. A file's ``base:`` naming a config file is resolved
+    relative to the spec file (so a spec and its base travel together), stored as an absolute path."""
     raw = source if isinstance(source, dict) else read_config_file(source)
+    if not isinstance(source, dict) and isinstance(raw, dict) and isinstance(raw.get("base"), str):
+        near = Path(source).resolve().parent / raw["base"]
+        if near.is_file():
+            raw = dict(raw, base=str(near.resolve()))
     try:
         return SweepSpec.model_validate(raw)
     except ValidationError as e:
