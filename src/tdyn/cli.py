@@ -226,7 +226,7 @@ def _cmd_sweep(args) -> int:
         counts[s] = counts.get(s, 0) + 1
     print(f"sweep {args.out}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
           + f" in {time.time() - t0:.1f}s; summary: {Path(args.out) / 'summary.csv'}")
-    return 0 if set(status.values()) <= {"finished"} else 1
+    return 0 if set(status.values()) <= {"finished", "diverged"} else 1   # a diverged run is a result
 
 
 def _cmd_bench(args) -> int:
