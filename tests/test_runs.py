@@ -35,6 +35,9 @@ def test_prepare_dir(tmp_path):
     (d / "f").write_text("1")
     with pytest.raises(UserError, match="already exists"):
         runs.prepare_dir(d, False)
+    with pytest.raises(UserError, match="not a tdyn output directory"):   # force touches only tdyn's own
+        runs.prepare_dir(d, True)
+    (d / runs.RESULTS).write_text("{}")                                  # now a reproduction directory
     runs.prepare_dir(d, True)
     assert (d / "f").exists()
     runs.prepare_dir(d, True, clear=True)
