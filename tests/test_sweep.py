@@ -3,6 +3,7 @@ failures, and killed workers (no lost or altered results)."""
 
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -222,3 +223,45 @@ def test_spec_base_resolves_relative_to_the_spec_file(tmp_path, monkeypatch):
     assert base_config(spec)["task"] == "scan_snap" and len(plan(spec)) == 1
     shipped = load_spec(Path(__file__).resolve().parents[1] / "configs" / "sweeps" / "syn_small_lr.yaml")
     assert Path(shipped.base).is_file()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                stat = (p / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(p.name))
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_no_worker_survives_a_killed_sweep(tmp_path):
+    """SIGKILL of the `tdyn sweep` process takes its pool workers with it (they would otherwise train on)."""
+    import json
+    import subprocess
+
+    (tmp_path / "s.json").write_text(json.dumps(LONG))
+    root = Path(__file__).resolve().parents[1]
+    env = os.environ | {"PYTHONPATH": str(root / "src")}
+    p = subprocess.Popen([sys.executable, "-m", "tdyn.cli", "sweep", str(tmp_path / "s.json"), "--out",
+                          str(tmp_path / "o"), "--workers", "2", "--quiet"], cwd=root, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0, workers = time.time(), []
+    while time.time() - t0 < 120 and not any(runs.checkpoint_steps(d) for d in (tmp_path / "o").glob("data.seq_len=*")):
+        time.sleep(0.05)
+    workers = [c for c in _children(p.pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    assert workers, "no pool worker found"
+    p.kill()
+    p.wait()
+    deadline = time.time() + 5      # a worker left alone trains on for tens of seconds
+    while time.time() < deadline and any(Path(f"/proc/{w}").exists() and
+                                         "Z" not in Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                                         for w in workers):
+        time.sleep(0.1)
+    alive = [w for w in workers if Path(f"/proc/{w}").exists()
+             and "Z" not in Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1].split()[0]]
+    assert not alive, f"workers {alive} outlived the killed sweep"

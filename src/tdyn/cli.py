@@ -362,7 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tdyn: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("tdyn: interrupted; resume with `tdyn run --resume DIR`", file=sys.stderr)
+        how = {"sweep": "re-run the same `tdyn sweep` command (finished runs are kept, the others resume)",
+               "reproduce": "re-run it with --resume"}.get(args.command, "resume with `tdyn run --resume DIR`")
+        print(f"tdyn: interrupted; {how}", file=sys.stderr)
         return 130
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import sys
 from typing import Any, Callable
 
 from tdyn import plugins
@@ -17,9 +18,24 @@ from tdyn.errors import UserError
 from tdyn.train.threads import cli_threads
 
 
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process when its parent dies (``PR_SET_PDEATHSIG``), so a sweep
+    killed with SIGKILL leaves no pool worker training on; elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))   # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _worker_init(threads: int) -> None:
     import torch
 
+    _die_with_parent()
     torch.set_num_threads(threads)
 
 
