@@ -160,7 +160,11 @@ def test_submitit_local_executor(tmp_path):
     pytest.importorskip("submitit")
     from tdyn.sweep.executors import SlurmExecutor
 
-    ex = SlurmExecutor(str(tmp_path / "submitit"), cluster="local", timeout_min=10)
+    from tdyn.sweep.spec import SlurmOptions
+
+    opts = SlurmOptions(partition="gpu", time_min=10, mem_gb=4, account="acct", extra={"qos": "high"})
+    ex = SlurmExecutor(str(tmp_path / "submitit"), cluster="local", **opts.submitit_parameters())
+    assert ex.ex._executor.parameters["timeout_min"] == 10           # not submitit's 5-minute default
     st = run_sweep(SPEC, tmp_path / "sw", executor_obj=ex, progress=False)
     assert set(st.values()) == {"finished"} and len(st) == 8
     local = tmp_path / "local"
@@ -265,3 +269,40 @@ def test_no_worker_survives_a_killed_sweep(tmp_path):
     alive = [w for w in workers if Path(f"/proc/{w}").exists()
              and "Z" not in Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1].split()[0]]
     assert not alive, f"workers {alive} outlived the killed sweep"
+
+
+def test_slurm_resources_reach_the_sbatch_script(tmp_path, cli):
+    """The spec's slurm: section, overridden by --slurm-*, becomes submitit parameters whose sbatch script
+    asks for them (submitit's own sbatch writer; no cluster needed); a bad value is one line."""
+    submitit = pytest.importorskip("submitit")
+    from submitit.slurm import slurm as sl
+
+    from tdyn.sweep.spec import SlurmOptions
+
+    spec = load_spec(dict(SPEC, slurm={"partition": "cpu", "time_min": 240, "extra": {"qos": "high"}}))
+    merged = SlurmOptions.model_validate(spec.slurm.model_dump() | {"partition": "gpu", "gpus_per_node": 1,
+                                                                     "mem_gb": 16, "account": "acct"})
+    params = merged.submitit_parameters()
+    eq = submitit.SlurmExecutor._equivalence_dict()
+    conv = {(k[len("slurm_"):] if k.startswith("slurm_") else eq[k]): v for k, v in params.items()}
+    conv["mem"] = f"{int(conv['mem'])}GB"
+    text = sl._make_sbatch_string(command="true", folder=str(tmp_path), **conv)
+    for line in ("--partition=gpu", "--time=240", "--gpus-per-node=1", "--cpus-per-task=1", "--mem=16GB",
+                 "--account=acct", "--qos=high"):
+        assert f"#SBATCH {line}" in text, line
+    (tmp_path / "s.json").write_text(__import__("json").dumps(SPEC))
+    r = cli("sweep", tmp_path / "s.json", "--out", tmp_path / "o", "--executor", "slurm", "--slurm-time", "0")
+    assert r.returncode == 2 and "slurm.time_min" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_ray_joining_a_cluster_passes_no_num_cpus(monkeypatch):
+    ray = pytest.importorskip("ray")
+    from tdyn.sweep.executors import RayExecutor
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
+    RayExecutor(address="ray://head:10001", num_cpus=8)
+    RayExecutor(address=None, num_cpus=8)
+    assert calls[0]["address"] == "ray://head:10001" and calls[0]["num_cpus"] is None
+    assert calls[1]["num_cpus"] == 8

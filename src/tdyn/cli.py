@@ -219,8 +219,15 @@ def _cmd_sweep(args) -> int:
     if not args.spec or not args.out:
         raise UserError("tdyn sweep needs a spec file and --out DIR (or --summarize DIR)")
     t0 = time.time()
+    slurm = {k: v for k, v in (("partition", args.slurm_partition), ("time_min", args.slurm_time),
+                                ("gpus_per_node", args.slurm_gpus), ("cpus_per_task", args.slurm_cpus),
+                                ("mem_gb", args.slurm_mem_gb), ("account", args.slurm_account)) if v is not None}
+    for item in args.slurm_extra or []:
+        if "=" not in item:
+            raise UserError(f"--slurm-extra {item!r}: must look like FLAG=VALUE (e.g. qos=high)")
+        slurm.setdefault("extra", {})[item.split("=", 1)[0]] = item.split("=", 1)[1]
     status = sweep.run_sweep(args.spec, args.out, executor=args.executor, workers=args.workers,
-                             address=args.address, progress=not args.quiet)
+                             address=args.address, progress=not args.quiet, slurm=slurm)
     counts: dict[str, int] = {}
     for s in status.values():
         counts[s] = counts.get(s, 0) + 1
@@ -308,7 +315,16 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("--out", help="sweep directory")
     s.add_argument("--executor", default="local", choices=["local", "ray", "slurm"])
     s.add_argument("--workers", type=int, help="local pool size / Ray CPUs (default: the cores)")
-    s.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    s.add_argument("--address", help="Ray cluster address (default: start a local Ray); every node needs --out on a "
+                   "shared filesystem and tdyn (plus any --import module) installed")
+    g = s.add_argument_group("Slurm resources (--executor slurm; override the spec's slurm: section)")
+    g.add_argument("--slurm-partition", metavar="NAME")
+    g.add_argument("--slurm-time", type=int, metavar="MINUTES", help="time limit per job (default 60)")
+    g.add_argument("--slurm-gpus", type=int, metavar="N", help="GPUs per node (default 0)")
+    g.add_argument("--slurm-cpus", type=int, metavar="N", help="CPUs per task (default 1)")
+    g.add_argument("--slurm-mem-gb", type=float, metavar="GB")
+    g.add_argument("--slurm-account", metavar="NAME")
+    g.add_argument("--slurm-extra", action="append", metavar="FLAG=VALUE", help="a further sbatch flag (repeatable)")
     s.add_argument("--summarize", metavar="DIR", help="(re)write DIR/summary.csv and exit")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=_cmd_sweep)

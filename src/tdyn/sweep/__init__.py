@@ -19,13 +19,15 @@ from typing import Any
 import concurrent.futures as cf
 import numpy as np
 import torch
+from pydantic import ValidationError
 from tqdm.auto import tqdm
 
 from tdyn import runs
-from tdyn.errors import UserError
+from tdyn.errors import ConfigError, UserError
+from tdyn.schema import format_validation_error
 from tdyn.runs import write_csv
 from tdyn.sweep.executors import make_executor
-from tdyn.sweep.spec import JobPlan, SweepSpec, load_spec, plan
+from tdyn.sweep.spec import JobPlan, SlurmOptions, SweepSpec, load_spec, plan
 from tdyn.train import trainer
 from tdyn.train.threads import cli_threads
 
@@ -98,18 +100,33 @@ def job_cost(job: JobPlan) -> tuple:
 
 def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, executor: str = "local",
               workers: int | None = None, address: str | None = None, progress: bool = True,
-              executor_obj: Any = None) -> dict[str, str]:
-    """Run (or continue) a sweep into ``out``; returns run name → status."""
+              executor_obj: Any = None, slurm: dict[str, Any] | None = None) -> dict[str, str]:
+    """Run (or continue) a sweep into ``out``; returns run name → status. ``slurm``: Slurm resources
+    (fields of :class:`~tdyn.sweep.spec.SlurmOptions`) over the spec's ``slurm:`` section."""
     spec = spec_source if isinstance(spec_source, SweepSpec) else load_spec(spec_source)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    if slurm:
+        try:
+            spec = spec.model_copy(update={"slurm": SlurmOptions.model_validate(spec.slurm.model_dump() | slurm)})
+        except ValidationError as e:
+            raise ConfigError(format_validation_error(e, SlurmOptions, "slurm")) from None
     if (out / runs.SWEEP).exists():
-        old = runs.read_json(out / runs.SWEEP)["spec"]
-        if old != spec.model_dump(mode="json"):
+        # the same sweep = the same runs: compared after validation (keys added since get defaults),
+        # leaving out the Slurm resources (a re-run may ask for more time)
+        def runs_of(d):
+            return {k: v for k, v in d.items() if k != "slurm"}
+
+        try:
+            old = SweepSpec.model_validate(runs.read_json(out / runs.SWEEP)["spec"]).model_dump(mode="json")
+        except ValidationError:
+            old = None
+        if old is None or runs_of(old) != runs_of(spec.model_dump(mode="json")):
             raise UserError(f"{str(out)!r} holds a different sweep; choose another --out")
     jobs = plan(spec)
 
-    ex = executor_obj or make_executor(executor, workers=workers, address=address, folder=str(out / ".submitit"))
+    ex = executor_obj or make_executor(executor, workers=workers, address=address, folder=str(out / ".submitit"),
+                                       slurm=spec.slurm.submitit_parameters())
     status: dict[str, str] = {}
     errors: dict[str, str] = {}
     args = {j.id: (str(out / JOBS / j.id), j.config, [str(out / r.name) for r in j.runs])

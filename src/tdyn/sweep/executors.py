@@ -125,11 +125,12 @@ class SlurmExecutor:
 
 
 def make_executor(name: str, *, workers: int | None = None, address: str | None = None,
-                  folder: str | None = None, slurm_cluster: str | None = None):
+                  folder: str | None = None, slurm_cluster: str | None = None, slurm: dict | None = None):
+    """``slurm``: submitit parameters (``SlurmOptions.submitit_parameters()``) for ``name = "slurm"``."""
     if name == "local":
         return LocalExecutor(workers)
     if name == "ray":
         return RayExecutor(address, num_cpus=workers)
     if name == "slurm":
-        return SlurmExecutor(folder or ".submitit", cluster=slurm_cluster)
+        return SlurmExecutor(folder or ".submitit", cluster=slurm_cluster, **(slurm or {}))
     raise UserError(f"--executor {name!r}: allowed: local, ray, slurm")

@@ -58,12 +58,33 @@ class Axes(Strict):
         return self
 
 
+class SlurmOptions(Strict):
+    """What a Slurm job of the sweep asks for (``--executor slurm``; submitit's ``AutoExecutor``).
+    Spec section ``slurm:``; the ``--slurm-*`` options of ``tdyn sweep`` override it."""
+
+    partition: str | None = None
+    time_min: int = Field(60, ge=1)          # submitit's own default (5 min) would kill real jobs
+    gpus_per_node: int = Field(0, ge=0)
+    cpus_per_task: int = Field(1, ge=1)
+    mem_gb: float | None = Field(None, gt=0)
+    account: str | None = None
+    extra: dict[str, str] = {}               # further sbatch flags, e.g. {qos: high} → #SBATCH --qos=high
+
+    def submitit_parameters(self) -> dict[str, Any]:
+        """The parameters of ``submitit.AutoExecutor.update_parameters``."""
+        p = {"timeout_min": self.time_min, "gpus_per_node": self.gpus_per_node, "cpus_per_task": self.cpus_per_task,
+             "slurm_partition": self.partition, "mem_gb": self.mem_gb, "slurm_account": self.account,
+             "slurm_additional_parameters": dict(self.extra) or None}
+        return {k: v for k, v in p.items() if v is not None}
+
+
 class SweepSpec(Strict):
     base: str | None = None          # experiment name or config file
     config: dict[str, Any] | None = None
     set: list[str] = []
     axes: Axes = Axes()
     seeds: list[int] = Field([0], min_length=1)
+    slurm: SlurmOptions = SlurmOptions()
 
     @model_validator(mode="after")
     def _one_base(self):
