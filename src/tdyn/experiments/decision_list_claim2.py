@@ -8,8 +8,6 @@ and the V drift are read back from the runs' metrics (probes ``decision_list.cla
 
 from __future__ import annotations
 
-import functools
-import json
 import math
 
 import numpy as np
@@ -17,8 +15,8 @@ import torch
 from pydantic import Field
 
 from tdyn.data import decision_list as dl
-from tdyn.experiments.common import claim, configure, reading, train_into, with_options
-from tdyn.experiments.decision_list_common import TIME_UNITS, _fmt, curve, dl_config, initial_model
+from tdyn.experiments.common import claim, configure, reading, train_into
+from tdyn.experiments.decision_list_common import TIME_UNITS, PlannedJobs, _fmt, curve, dl_config, initial_model
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig, uniform_perturbation
 from tdyn.report import style
@@ -100,20 +98,10 @@ class Claim2Options(Strict):
     steps: int | None = Field(None, ge=1, description="GD steps of the exploratory runs")
 
 
-def _settings(ctx: ReproduceContext) -> dict:
-    return with_options(claim2_settings(ctx.quick), ctx.options)
-
-
-def claim2_plan(ctx: ReproduceContext) -> tuple[dict, ...]:
-    return _plan(ctx.seed, json.dumps(_settings(ctx)))
-
-
-@functools.lru_cache(maxsize=4)
-def _plan(seed: int, settings: str) -> tuple[dict, ...]:
+def _plan(seed: int, st: dict) -> list[dict]:
     """Every GD job of claim 2 with what is fixed before training: ``name``, ``config``, ``regime`` and the
     numbers the analysis needs (L, n, M, seed, ε, c and its fixed-point iterations, λ_max(0), the η
     factors f with η = f/λ_max(0)). The configs are what ``tdyn config decision-list/claim2`` prints."""
-    st = json.loads(settings)
     jobs = []
 
     def add(regime, L, n, M, s, eps, noise_seed, c, iters, conv, factors, steps, name):
@@ -154,11 +142,10 @@ def _plan(seed: int, settings: str) -> tuple[dict, ...]:
                             hessian_every=st["lambda_every"] if mode == "joint" else None)
             jobs.append({"name": f"free_c{c:g}_{mode}", "config": cfg, "regime": f"free_{mode}", "c": c,
                          "eps": fc["eps"], "eta": eta, "steps": fc["steps"]})
-    return tuple(jobs)
+    return jobs
 
 
-def _configs(ctx: ReproduceContext) -> dict[str, dict]:
-    return {j["name"]: j["config"] for j in claim2_plan(ctx)}
+claim2_plan = PlannedJobs(claim2_settings, _plan)
 
 
 def gd_summary(d, eta: float) -> dict:
@@ -213,9 +200,9 @@ PAPER2 = "abstract §I.C, result (2): joint GD from W₀ = 0, ‖V₀ − cP‖_
 
 @register("decision-list/claim2",
           "Result (2): joint GD from W=0, V0 near cP with η <= 1/λ_max encounters a perfectly classifying iterate",
-          configs=_configs, options=Claim2Options)
+          configs=claim2_plan.configs, options=Claim2Options)
 def claim2(ctx: ReproduceContext) -> dict:
-    st = _settings(ctx)
+    st = claim2_plan.settings(ctx)
     plan = claim2_plan(ctx)
     trained = {j["name"]: train_into(ctx, j["name"], configure(j["config"], ctx.overrides)) for j in plan}
     rows, curves = [], {}

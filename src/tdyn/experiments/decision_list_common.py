@@ -7,9 +7,12 @@ Samplers, δ/γ and "perfect" are tdyn's choices (spec §5, §7); every output n
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -18,6 +21,7 @@ from tdyn import runs
 from tdyn.bench import register_bench
 from tdyn.config import validate_config
 from tdyn.data import decision_list as dl
+from tdyn.experiments.common import with_options
 from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
 from tdyn.tasks import build_task
 from tdyn.theory import decision_list as th
@@ -48,6 +52,27 @@ def dl_config(*, L: int, n: int, M: int, task_seed: int, seeds: list[int], steps
             "optim": {"steps": steps, "groups": {"all": {"params": ["W", "V"], "optimizer": optimizer, "lr": lrs[0]}},
                       "freeze": {p: {"always": True} for p in frozen}},
             "probes": probes, "checkpoint": {"schedule": "log", "num": 6}, "dtype": "float64"}
+
+
+class PlannedJobs:
+    """A reproduction's jobs, fixed before training from its settings (the full or --quick ones with the
+    user's typed options in place) and computed once per (seed, settings): ``plan(ctx)`` → the jobs,
+    ``plan.settings(ctx)`` → the settings. ``build(seed, settings)`` returns the jobs (dicts with
+    ``name`` and ``config``, and whatever the analysis needs)."""
+
+    def __init__(self, settings: Callable[[bool], dict], build: Callable[[int, dict], list[dict]]):
+        self._settings, self._build = settings, build
+        self._cached = functools.lru_cache(maxsize=4)(lambda seed, text: tuple(build(seed, json.loads(text))))
+
+    def settings(self, ctx) -> dict:
+        return with_options(self._settings(ctx.quick), ctx.options)
+
+    def __call__(self, ctx) -> tuple[dict, ...]:
+        return self._cached(ctx.seed, json.dumps(self.settings(ctx)))
+
+    def configs(self, ctx) -> dict[str, dict]:
+        """Every run config by job name (the reproduction's ``configs=``, printed by ``tdyn config``)."""
+        return {j["name"]: j["config"] for j in self(ctx)}
 
 
 def initial_model(cfg: dict, member: int = 0) -> tuple[DecisionListModel, object]:

@@ -6,16 +6,14 @@ per seed, fixed η), joint and frozen-W modes from the same V₀ (``model.W_init
 
 from __future__ import annotations
 
-import functools
-import json
 
 import numpy as np
 import torch
 from pydantic import Field
 
 from tdyn.data import decision_list as dl
-from tdyn.experiments.common import claim, configure, reading, train_into, with_options
-from tdyn.experiments.decision_list_common import curve, dl_config, initial_model
+from tdyn.experiments.common import claim, configure, reading, train_into
+from tdyn.experiments.decision_list_common import PlannedJobs, curve, dl_config, initial_model
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
 from tdyn.probes.decision_list import centred_cosine, perm_recovery
@@ -69,20 +67,10 @@ class UAOptions(Strict):
     gd_eta: float | None = Field(None, gt=0, description="the fixed GD step size")
 
 
-def _settings(ctx: ReproduceContext) -> dict:
-    return with_options(ua_settings(ctx.quick), ctx.options)
-
-
-def ua_plan(ctx: ReproduceContext) -> tuple[dict, ...]:
-    return _plan(ctx.seed, json.dumps(_settings(ctx)))
-
-
-@functools.lru_cache(maxsize=4)
-def _plan(seed: int, settings: str) -> tuple[dict, ...]:
+def _plan(seed: int, st: dict) -> list[dict]:
     """Every training job: per σ, mode (joint / frozen_W) and optimizer. Adam and fixed-η GD train the
     seeds as one ensemble; GD with η = 1/λ_max(0) trains each seed alone (its own η, from the joint
     (W₀, V₀) of that seed, used by both modes)."""
-    st = json.loads(settings)
     geo = {"L": st["L"], "n": st["n"], "M": st["M"], "task_seed": seed, "steps": st["steps"],
            "probe_steps": _log_steps(st["steps"])}
     jobs = []
@@ -105,18 +93,17 @@ def _plan(seed: int, settings: str) -> tuple[dict, ...]:
                     kind, lr = ("adam", st["lr"]) if opt == "adam" else ("sgd", st["gd_eta"])
                     jobs.append(base | {"name": f"s{sigma:g}_{mode}_{opt}", "config": dl_config(
                         **geo, seeds=st["seeds"], lrs=[lr], optimizer=kind, model=model, frozen=frozen)})
-    return tuple(jobs)
+    return jobs
 
 
-def _configs(ctx: ReproduceContext) -> dict[str, dict]:
-    return {j["name"]: j["config"] for j in ua_plan(ctx)}
+ua_plan = PlannedJobs(ua_settings, _plan)
 
 
 @register("decision-list/uniform-attention",
-          "Claim (c): uniform attention (W = 0) is sufficient to push V in the direction of P", configs=_configs,
+          "Claim (c): uniform attention (W = 0) is sufficient to push V in the direction of P", configs=ua_plan.configs,
           options=UAOptions)
 def uniform_attention(ctx: ReproduceContext) -> dict:
-    st = _settings(ctx)
+    st = ua_plan.settings(ctx)
     grows = [first_gradient(L, n, M, s, ctx.seed) for s in dl.SAMPLERS for (n, M) in st["grad_nM"]
              for L in st["grad_L"] if not (s == "B" and n > L)]
     write_csv(ctx.out / "first_gradient.csv", grows, GRAD_COLUMNS)
