@@ -34,7 +34,7 @@ browser:
 	fi
 
 test: $(TEST_STAMP) browser
-	$(BIN)/python -m pytest
+	TDYN_REQUIRE_BROWSER=$$(test -x /usr/bin/chromium && test -x /usr/bin/chromedriver && echo 1) $(BIN)/python -m pytest
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
