@@ -255,13 +255,17 @@ def test_no_worker_survives_a_killed_sweep(tmp_path):
                           str(tmp_path / "o"), "--workers", "2", "--quiet"], cwd=root, env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t0, workers = time.time(), []
-    while time.time() - t0 < 120 and not any(runs.checkpoint_steps(d) for d in (tmp_path / "o").glob("data.seq_len=*")):
+    def training():   # both jobs (one per worker) past their first checkpoint: both workers initialised
+        ds = list((tmp_path / "o").glob("data.seq_len=*"))
+        return len(ds) == 4 and all(runs.is_run_dir(d) and runs.checkpoint_steps(d) for d in ds)
+
+    while time.time() - t0 < 180 and not training():
         time.sleep(0.05)
     workers = [c for c in _children(p.pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
     assert workers, "no pool worker found"
     p.kill()
     p.wait()
-    deadline = time.time() + 5      # a worker left alone trains on for tens of seconds
+    deadline = time.time() + 10     # a worker left alone trains on for tens of seconds
     while time.time() < deadline and any(Path(f"/proc/{w}").exists() and
                                          "Z" not in Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1].split()[0]
                                          for w in workers):

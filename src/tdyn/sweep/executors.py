@@ -18,9 +18,10 @@ from tdyn.errors import UserError
 from tdyn.train.threads import cli_threads
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
     """Linux: the kernel kills this process when its parent dies (``PR_SET_PDEATHSIG``), so a sweep
-    killed with SIGKILL leaves no pool worker training on; elsewhere a no-op."""
+    killed with SIGKILL leaves no pool worker training on; a parent that died before this ran (the worker
+    was still starting) is caught by the ``getppid`` check. Elsewhere a no-op."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -29,13 +30,15 @@ def _die_with_parent() -> None:
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))   # 1 = PR_SET_PDEATHSIG
     except (OSError, AttributeError):
-        pass
+        return
+    if os.getppid() != parent:
+        os._exit(1)
 
 
-def _worker_init(threads: int) -> None:
+def _worker_init(threads: int, parent: int) -> None:
     import torch
 
-    _die_with_parent()
+    _die_with_parent(parent)
     torch.set_num_threads(threads)
 
 
@@ -53,7 +56,7 @@ class LocalExecutor:
         if self._pool is None:
             threads = cli_threads()   # the driver's --threads / $TDYN_THREADS (default 1), as `tdyn run` uses
             self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
-                                                initializer=_worker_init, initargs=(threads,))
+                                                initializer=_worker_init, initargs=(threads, os.getpid()))
         return self._pool
 
     def submit(self, fn: Callable, *args: Any):
