@@ -22,3 +22,18 @@ def exports(package: str, table: dict[str, str]) -> tuple[list[str], Callable[[s
         return getattr(importlib.import_module(mod if not mod.startswith(".") else package + mod), name)
 
     return names, getattr_, lambda: names
+
+
+def callable_package(package: str, target: str) -> None:
+    """Make module ``package`` callable: ``package(*a, **kw)`` calls ``target`` ("module:function"),
+    imported on the first call (``tdyn.train(config, out)``, ``tdyn.sweep(spec, out)``)."""
+    import sys
+    import types
+
+    mod_name, fn_name = target.split(":")
+
+    class _Callable(types.ModuleType):
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            return getattr(importlib.import_module(mod_name), fn_name)(*args, **kwargs)
+
+    sys.modules[package].__class__ = _Callable

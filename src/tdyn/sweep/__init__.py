@@ -11,7 +11,6 @@ import csv
 import logging
 import math
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from tqdm.auto import tqdm
 
 from tdyn import runs
 from tdyn.errors import ConfigError, UserError
+from tdyn.lazy import callable_package
 from tdyn.schema import format_validation_error
 from tdyn.runs import write_csv
 from tdyn.sweep.executors import make_executor
@@ -35,14 +35,8 @@ JOBS = ".jobs"
 log = logging.getLogger(__name__)
 
 
-class _CallablePackage(type(sys)):
-    """``tdyn.sweep(spec, out, **kw)`` is :func:`run_sweep` (spec: a dict, a SweepSpec or a YAML/JSON path)."""
-
-    def __call__(self, spec: Any, out: str | Path, **kw: Any) -> dict[str, str]:
-        return run_sweep(spec, out, **kw)
-
-
-sys.modules[__name__].__class__ = _CallablePackage
+# ``tdyn.sweep(spec, out, **kw)`` is :func:`run_sweep` (spec: a dict, a SweepSpec or a YAML/JSON path)
+callable_package(__name__, "tdyn.sweep:run_sweep")
 
 
 def run_job(job_dir: str, config: dict, run_dirs: list[str]) -> dict[str, str]:
@@ -67,13 +61,7 @@ def _run_job(job_dir: Path, config: dict, dirs: list[Path]) -> dict[str, str]:
     if all(s in ("finished", "diverged") for s in st.values()):
         return st
     try:
-        if (job_dir / runs.ENSEMBLE).exists() and all(runs.is_run_dir(d) for d in dirs):
-            try:
-                trainer.resume(job_dir, progress=False)
-            except UserError:  # killed before its first checkpoint: start again
-                trainer.train(config, job_dir, dirs=dirs, force=True, progress=False)
-        else:
-            trainer.train(config, job_dir, dirs=dirs, force=True, progress=False)
+        trainer.train_or_resume(config, job_dir, dirs=dirs, progress=False)
     except Exception as e:  # the sweep goes on; the job's unfinished runs are marked failed
         return {k: (v if v in ("finished", "diverged") else "failed") for k, v in statuses().items()} \
             | {"error": f"{type(e).__name__}: {e}"}
@@ -135,7 +123,7 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
     _record(out, spec, jobs, status, errors)
 
     bar = tqdm(total=len(jobs), desc="sweep jobs",
-               disable=not (progress and (sys.stderr.isatty() or "ipykernel" in sys.modules)))
+               disable=not (progress and trainer.interactive()))
     pending = dict(args)
     try:
         while pending:

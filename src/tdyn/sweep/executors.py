@@ -15,7 +15,6 @@ from typing import Any, Callable
 
 from tdyn import plugins
 from tdyn.errors import UserError
-from tdyn.train.threads import cli_threads
 
 
 def _die_with_parent(parent: int) -> None:
@@ -35,11 +34,6 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _worker_init(threads: int, parent: int) -> None:
-    import torch
-
-    _die_with_parent(parent)
-    torch.set_num_threads(threads)
 
 
 class LocalExecutor:
@@ -54,9 +48,9 @@ class LocalExecutor:
 
     def _ensure(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
-            threads = cli_threads()   # the driver's --threads / $TDYN_THREADS (default 1), as `tdyn run` uses
+            # threads: run_job sets the driver's --threads in every executor's worker
             self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
-                                                initializer=_worker_init, initargs=(threads, os.getpid()))
+                                                initializer=_die_with_parent, initargs=(os.getpid(),))
         return self._pool
 
     def submit(self, fn: Callable, *args: Any):

@@ -6,19 +6,6 @@ directories — :func:`tdyn.train.trainer.train`, whose keywords it takes (``for
 ``dirs``). The trainer is imported on the first call, so ``import tdyn`` stays light.
 """
 
-from __future__ import annotations
+from tdyn.lazy import callable_package
 
-import sys
-import types
-from pathlib import Path
-from typing import Any
-
-
-class _CallablePackage(types.ModuleType):
-    def __call__(self, config: Any, out: str | Path, **kw: Any) -> list[Path]:
-        from tdyn.train.trainer import train
-
-        return train(config, out, **kw)
-
-
-sys.modules[__name__].__class__ = _CallablePackage
+callable_package(__name__, "tdyn.train.trainer:train")

@@ -41,7 +41,7 @@ _FLUSH_SECONDS = 10.0
 log = logging.getLogger(__name__)
 
 
-def _interactive() -> bool:
+def interactive() -> bool:
     """A progress bar where someone watches: a terminal, or a Jupyter kernel (tqdm.auto draws a widget)."""
     return sys.stderr.isatty() or "ipykernel" in sys.modules
 
@@ -271,7 +271,7 @@ class Job:
         except ValueError:  # not the main thread
             pass
         bar = tqdm(total=T, initial=start, desc=self.cfg.task, unit="step", leave=False,
-                   disable=not (self.progress and _interactive()))
+                   disable=not (self.progress and interactive()))
         sinks = make_sinks(self.cfg, self.dirs, [m.name for m in self.members],
                            [member_config(self.cfg, m) for m in self.members], start)
         log.info("training %s: %d member(s), steps %d..%d", self.cfg.task, S, start, T)
@@ -422,18 +422,19 @@ def same_job(cfg: RunConfig, out: str | Path) -> bool:
     return same(runs.read_config(out))
 
 
-def train_or_resume(cfg: RunConfig | dict, out: str | Path, *, progress: bool = True) -> list[Path]:
+def train_or_resume(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] | None = None,
+                    progress: bool = True) -> list[Path]:
     """Continue the job in ``out`` if it was started from this very config (finished members are kept,
-    unfinished ones resume from their newest common checkpoint), else train it afresh, replacing ``out``
-    (``reproduce --resume`` uses this for every run a reproduction trains)."""
+    unfinished ones resume from their newest common checkpoint), else train it afresh, replacing its
+    run directories (``dirs`` as for :func:`train`). What ``reproduce --resume`` and every sweep job use."""
     if not isinstance(cfg, RunConfig):
         cfg = load_config(cfg)
     if same_job(cfg, out):
         try:
             return resume(out, progress=progress)
-        except UserError:   # nothing to resume from (no checkpoint in common)
+        except UserError:   # nothing to resume from (no checkpoint in common, a member never started)
             pass
-    return train(cfg, out, force=True, progress=progress)
+    return train(cfg, out, dirs=dirs, force=True, progress=progress)
 
 
 def resume(out: str | Path, *, progress: bool = True) -> list[Path]:
