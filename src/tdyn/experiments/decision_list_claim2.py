@@ -16,7 +16,8 @@ from pydantic import Field
 
 from tdyn.data import decision_list as dl
 from tdyn.experiments.common import claim, configure, reading, train_into
-from tdyn.experiments.decision_list_common import TIME_UNITS, PlannedJobs, _fmt, curve, dl_config, initial_model
+from tdyn.experiments.decision_list_common import TIME_UNITS, PlannedJobs, _fmt, curve, lambda_max0
+from tdyn.tasks.decision_list import decision_list_config
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig, uniform_perturbation
 from tdyn.report import style
@@ -80,12 +81,6 @@ def _eps_star_selfconsistent(task, types, n, M, delta, L, noise_seed):
     return eps, c, iters, conv
 
 
-def _lambda0(cfg: dict, seed: int) -> float:
-    """λ_max of the population Hessian at the config's initial (W₀, V₀)."""
-    model, task = initial_model(cfg)
-    return th.top_hessian_eigenvalue(model, task.dist, task.types, gen=torch.Generator().manual_seed(seed))
-
-
 class Claim2Options(Strict):
     """Result (2)'s grid (None: the full or --quick setting)."""
 
@@ -106,10 +101,10 @@ def _plan(seed: int, st: dict) -> list[dict]:
 
     def add(regime, L, n, M, s, eps, noise_seed, c, iters, conv, factors, steps, name):
         model = {"c": c, "V_noise": eps, "V_noise_seed": noise_seed}
-        base = dl_config(L=L, n=n, M=M, task_seed=seed, seeds=[s], steps=steps, lrs=[1.0], model=model,
+        base = decision_list_config(L=L, n=n, M=M, task_seed=seed, seeds=[s], steps=steps, lrs=[1.0], model=model,
                          hessian_every=st["lambda_every"])
-        lam0 = _lambda0(base, s)
-        cfg = dl_config(L=L, n=n, M=M, task_seed=seed, seeds=[s], steps=steps, lrs=[f / lam0 for f in factors],
+        lam0 = lambda_max0(base, s)
+        cfg = decision_list_config(L=L, n=n, M=M, task_seed=seed, seeds=[s], steps=steps, lrs=[f / lam0 for f in factors],
                         model=model, hessian_every=st["lambda_every"])
         jobs.append({"name": name, "config": cfg, "regime": regime, "L": L, "n": n, "M": M, "seed": s, "eps": eps,
                      "c": c, "c_iterations": iters if conv else None, "lambda_max0": lam0, "factors": list(factors)})
@@ -136,9 +131,9 @@ def _plan(seed: int, st: dict) -> list[dict]:
     for c in fc["c"]:
         model = {"c": c, "V_noise": fc["eps"], "V_noise_seed": 11}
         geo = {"L": fc["L"], "n": fc["n"], "M": fc["M"], "task_seed": seed, "seeds": [0], "steps": fc["steps"]}
-        eta = 1.0 / _lambda0(dl_config(**geo, lrs=[1.0], model=model), 0)
+        eta = 1.0 / lambda_max0(decision_list_config(**geo, lrs=[1.0], model=model), 0)
         for mode in ("joint", "W_only"):
-            cfg = dl_config(**geo, lrs=[eta], model=model, frozen=["V"] if mode == "W_only" else [],
+            cfg = decision_list_config(**geo, lrs=[eta], model=model, frozen=["V"] if mode == "W_only" else [],
                             hessian_every=st["lambda_every"] if mode == "joint" else None)
             jobs.append({"name": f"free_c{c:g}_{mode}", "config": cfg, "regime": f"free_{mode}", "c": c,
                          "eps": fc["eps"], "eta": eta, "steps": fc["steps"]})

@@ -28,30 +28,10 @@ from tdyn.theory import decision_list as th
 from tdyn.train.trainer import expand_members
 
 TIME_UNITS = "paper Eqn 2 normalisation: (1/n) sum_j per sequence, averaged over sequences"
-PROBES = ["decision_list.classify", "decision_list.V"]
 
 
 def _fmt(x):
     return "" if x is None else x
-
-
-def dl_config(*, L: int, n: int, M: int, task_seed: int, seeds: list[int], steps: int, lrs: list[float],
-              optimizer: str = "sgd", model: dict | None = None, frozen: list[str] = (), hessian_every: int | None = None,
-              probe_steps: list[int] | None = None) -> dict:
-    """A run config of the ``decision_list`` task: exact population loss (sampler B), float64, members =
-    ``seeds`` × ``lrs`` (one group ``all`` over W and V), ``frozen`` parameters never updated. Probes:
-    classification and V at every step (or at ``probe_steps``), plus λ_max of the Hessian when
-    ``hessian_every`` is given (every non-perfect step, and every ``hessian_every`` steps)."""
-    probes = {"names": PROBES + (["decision_list.hessian"] if hessian_every is not None else []),
-              "every": 1 if probe_steps is None else 0, "steps": list(probe_steps or [])}
-    if hessian_every is not None:
-        probes["options"] = {"decision_list.hessian": {"every": hessian_every}}
-    return {"task": "decision_list", "data": {"L": L, "M": M, "n": n, "sampler": "B", "task_seed": task_seed},
-            "model": dict(model or {}), "seeds": list(seeds),
-            "ensemble": {"lrs": [{"all": lr} for lr in lrs]} if len(lrs) > 1 else {},
-            "optim": {"steps": steps, "groups": {"all": {"params": ["W", "V"], "optimizer": optimizer, "lr": lrs[0]}},
-                      "freeze": {p: {"always": True} for p in frozen}},
-            "probes": probes, "checkpoint": {"schedule": "log", "num": 6}, "dtype": "float64"}
 
 
 class PlannedJobs:
@@ -80,6 +60,13 @@ def initial_model(cfg: dict, member: int = 0) -> tuple[DecisionListModel, object
     rc = validate_config(cfg)
     task = build_task(rc, [expand_members(rc)[member]])
     return task.model, task
+
+
+def lambda_max0(cfg: dict, start_seed: int = 0) -> float:
+    """λ_max of the population Hessian over (W, V) at the config's initial state (member 0), Lanczos from
+    a start vector drawn with ``start_seed``: what η = f/λ_max(0) divides by."""
+    model, task = initial_model(cfg)
+    return th.top_hessian_eigenvalue(model, task.dist, task.types, gen=torch.Generator().manual_seed(start_seed))
 
 
 def curve(d: Path) -> dict[str, np.ndarray]:

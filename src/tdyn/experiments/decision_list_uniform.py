@@ -13,7 +13,8 @@ from pydantic import Field
 
 from tdyn.data import decision_list as dl
 from tdyn.experiments.common import claim, configure, reading, train_into
-from tdyn.experiments.decision_list_common import PlannedJobs, curve, dl_config, initial_model
+from tdyn.experiments.decision_list_common import PlannedJobs, curve, lambda_max0
+from tdyn.tasks.decision_list import decision_list_config
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
 from tdyn.probes.decision_list import centred_cosine, perm_recovery
@@ -77,8 +78,7 @@ def _plan(seed: int, st: dict) -> list[dict]:
     for sigma in st["sigmas"]:
         lam0 = {}
         for sd in st["seeds"]:
-            model, task = initial_model(dl_config(**geo, seeds=[sd], lrs=[1.0], model={"init_std": sigma}))
-            lam0[sd] = th.top_hessian_eigenvalue(model, task.dist, task.types)
+            lam0[sd] = lambda_max0(decision_list_config(**geo, seeds=[sd], lrs=[1.0], model={"init_std": sigma}))
         for mode in ("joint", "frozen_W"):
             model = {"init_std": sigma} | ({"W_init": "zero"} if mode == "frozen_W" else {})
             frozen = ["W"] if mode == "frozen_W" else []
@@ -87,11 +87,11 @@ def _plan(seed: int, st: dict) -> list[dict]:
                 if opt == "gd_1_over_lambda":
                     for sd in st["seeds"]:
                         jobs.append(base | {"name": f"s{sigma:g}_{mode}_{opt}_seed{sd}", "eta": 1.0 / lam0[sd],
-                                            "config": dl_config(**geo, seeds=[sd], lrs=[1.0 / lam0[sd]], model=model,
+                                            "config": decision_list_config(**geo, seeds=[sd], lrs=[1.0 / lam0[sd]], model=model,
                                                                 frozen=frozen)})
                 else:
                     kind, lr = ("adam", st["lr"]) if opt == "adam" else ("sgd", st["gd_eta"])
-                    jobs.append(base | {"name": f"s{sigma:g}_{mode}_{opt}", "config": dl_config(
+                    jobs.append(base | {"name": f"s{sigma:g}_{mode}_{opt}", "config": decision_list_config(
                         **geo, seeds=st["seeds"], lrs=[lr], optimizer=kind, model=model, frozen=frozen)})
     return jobs
 
