@@ -17,8 +17,6 @@ def _setup(args) -> None:
     error: those import no torch): the thread count and the config name resolver."""
     if args.threads < 1:
         raise UserError(f"--threads {args.threads}: must be at least 1")
-    if getattr(args, "workers", None) is not None and args.workers < 1:
-        raise UserError(f"--workers {args.workers}: must be at least 1")
     import torch
 
     from tdyn import config

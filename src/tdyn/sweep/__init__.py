@@ -93,7 +93,6 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
     (fields of :class:`~tdyn.sweep.spec.SlurmOptions`) over the spec's ``slurm:`` section."""
     spec = spec_source if isinstance(spec_source, SweepSpec) else load_spec(spec_source)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     if slurm:
         try:
             spec = spec.model_copy(update={"slurm": SlurmOptions.model_validate(spec.slurm.model_dump() | slurm)})
@@ -115,6 +114,7 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
 
     ex = executor_obj or make_executor(executor, workers=workers, address=address, folder=str(out / ".submitit"),
                                        slurm=spec.slurm.submitit_parameters())
+    out.mkdir(parents=True, exist_ok=True)   # only once spec, plan and executor are valid
     status: dict[str, str] = {}
     errors: dict[str, str] = {}
     args = {j.id: (str(out / JOBS / j.id), j.config, [str(out / r.name) for r in j.runs])

@@ -124,6 +124,8 @@ class SlurmExecutor:
 def make_executor(name: str, *, workers: int | None = None, address: str | None = None,
                   folder: str | None = None, slurm_cluster: str | None = None, slurm: dict | None = None):
     """``slurm``: submitit parameters (``SlurmOptions.submitit_parameters()``) for ``name = "slurm"``."""
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers {workers}: must be at least 1")
     if name == "local":
         return LocalExecutor(workers)
     if name == "ray":

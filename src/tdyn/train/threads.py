@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import os
 
+from tdyn.errors import UserError
+
 DEFAULT_THREADS = 1
 
 
 def cli_threads() -> int:
-    return int(os.environ.get("TDYN_THREADS", DEFAULT_THREADS))
+    """``$TDYN_THREADS`` (default 1): the threads the CLI and every sweep worker train with."""
+    text = os.environ.get("TDYN_THREADS", str(DEFAULT_THREADS))
+    if not text.strip().isdigit() or int(text) < 1:
+        raise UserError(f"TDYN_THREADS={text!r}: must be a whole number of at least 1")
+    return int(text)
 
 
 
