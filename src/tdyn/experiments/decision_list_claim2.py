@@ -277,7 +277,7 @@ def claim2(ctx: ReproduceContext) -> dict:
                             "L0": "population loss at (W0, V0) = (0, cP+E); c by fixed-point iteration",
                             "norm": "entrywise max, E_ij ~ U(-eps/2, eps/2)",
                             "lambda_max": "largest algebraic Hessian eigenvalue over (W, V), Lanczos (ARPACK) on "
-                                          "Hessian-vector products to 1e-12 relative, at every step up to k*, then "
+                                          "Hessian-vector products to 1e-12 relative, at every step t < k* (the iterates GD steps from on its way to k*), then "
                                           "every lambda_every steps; η = f/λ_max(0)",
                             "k_bound": "2 M L0/(A_hi² η), A_hi = L0 − 6eps/n: the window's lower end at the largest "
                                        "admissible A; only meaningful when admissible"}}
@@ -285,7 +285,7 @@ def claim2(ctx: ReproduceContext) -> dict:
 
 def _inside_claim(inside: list[dict], st: dict) -> dict:
     """Result (2) inside its hypotheses: two readings of 'for T ∈ [lo, hi] steps encounters'. A run whose
-    η exceeds 1/λ_max(t) at some step up to k* is outside the hypotheses (λ along the path) and left out."""
+    η exceeds 1/λ_max(t) at some step t < k* is outside the hypotheses (λ along the path) and left out."""
     ok = [r for r in inside if r["max_eta_lambda_to_kstar"] is not None
           and r["max_eta_lambda_to_kstar"] <= 1 + ETA_TOL]
     outside = len(inside) - len(ok)
@@ -312,7 +312,7 @@ def _inside_claim(inside: list[dict], st: dict) -> dict:
         "ε = ε*): GD from W=0, V0=cP+E with η = f/λ_max(0) ≤ 1/λ_max(t) encounters a perfect iterate in the window",
         paper=PAPER2,
         definition="perfect = Err_sup = 0 on every set (exact enumeration over all C(L, n) sets); λ_max = largest "
-                   "Hessian eigenvalue (Lanczos to convergence) checked at every step up to k*; runs with η·λ_max(t) "
+                   "Hessian eigenvalue (Lanczos to convergence) checked at every step t < k*; runs with η·λ_max(t) "
                    f"> 1 + {ETA_TOL:g} before k* are outside the hypotheses and left out",
         measured="k* (first GD step ≥ 1 with Err_sup = 0) per run",
         expected="k* within the window (two readings of its quantifier)",
@@ -334,12 +334,13 @@ def _eta_claim(rows: list[dict]) -> dict:
            for r in rows if r["max_eta_lambda_to_kstar"] is not None and r["max_eta_lambda_to_kstar"] > 1 + ETA_TOL]
     return claim(
         "result2_eta_below_1_over_lambda_along_path",
-        "Inside result (2)'s hypotheses, η = f/λ_max(0) stays <= 1/λ_max(t) at every step up to the first perfect "
-        "iterate k* (η·λ_max(t) <= 1); exploratory runs are reported beside it, not judged",
+        "Inside result (2)'s hypotheses, η = f/λ_max(0) stays <= 1/λ_max(t) at every step t before the first "
+        "perfect iterate k* (the steps GD takes to reach it; η·λ_max(t) <= 1); exploratory runs are reported beside it, not judged",
         (all(r["max_eta_lambda_to_kstar"] <= 1 + ETA_TOL for r in inside) if inside else None),
         reason="no run inside the hypotheses reached a perfect iterate",
         paper=PAPER2 + " — the hypothesis η ≤ 1/λ_max, read along the path",
-        definition=f"λ_max(t) = largest Hessian eigenvalue over (W, V) at step t (Lanczos to 1e-12); tolerance {ETA_TOL:g}",
+        definition=f"λ_max(t) = largest Hessian eigenvalue over (W, V) at step t (Lanczos to 1e-12), every step t < k*; "
+                   f"tolerance {ETA_TOL:g}",
         measured="max over steps 0..k* of η·λ_max(t), per run", expected=f"≤ 1 + {ETA_TOL:g} in every run inside the hypotheses",
         max_eta_lambda_by_regime={g: worst(g) for g in ("inside", "exploratory")},
         runs_inside=len(inside), runs=len(rows), exceeding_runs=bad)
@@ -364,7 +365,7 @@ def _claim2_figure(ctx, curves, free_curves) -> None:
     axes[0, 1].set(xscale="log", yscale="symlog", xlabel="step + 1", ylabel="min logit margin (>0: perfect)",
                    title="perfect ⟺ margin > 0 on every set")
     axes[0, 2].axhline(1, color="k", lw=0.8)
-    axes[0, 2].set(xscale="log", xlabel="step + 1", ylabel="η·λ_max(t)", title="η ≤ 1/λ_max(t)? (every step to k*)")
+    axes[0, 2].set(xscale="log", xlabel="step + 1", ylabel="η·λ_max(t)", title="η ≤ 1/λ_max(t)? (every step before k*)")
     ex = [k for k in curves if k[0] == "exploratory"]
     if ex:
         k0 = ex[0]
