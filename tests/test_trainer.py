@@ -203,3 +203,18 @@ def test_missing_log_extra_is_one_line(cli, tmp_path):
         assert r.returncode == 2 and "pip install 'tdyn[wandb]'" in r.stderr and "Traceback" not in r.stderr
     else:
         assert r.returncode == 0, r.stderr
+
+
+def test_wandb_sink_logs_offline(tmp_path, monkeypatch):
+    """log.wandb: true writes an offline W&B run per member (no network, no login) with the metric stream."""
+    pytest.importorskip("wandb")
+    from tdyn.train.trainer import train
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = {"task": "decision_list", "data": {"L": 5, "M": 2, "n": 3}, "seeds": [0, 1], "dtype": "float64",
+           "optim": {"steps": 4, "groups": {"all": {"params": ["W", "V"], "lr": 1.0}}}, "log": {"wandb": True}}
+    dirs = train(cfg, tmp_path / "e", progress=False)
+    for d in dirs:
+        offline = list((d / "wandb").glob("offline-run-*"))
+        (log,) = offline[0].glob("*.wandb")
+        assert len(offline) == 1 and b"update_norm/W" in log.read_bytes(), d   # the metric stream's keys
