@@ -45,6 +45,24 @@ def test_jobs_run_largest_first():
     assert job_cost(plan(load_spec(spec))[0])[0] == 3 * 12
 
 
+def test_large_jobs_are_split_by_seed_bit_for_bit(tmp_path):
+    """A job above ``job_members`` is cut into seed chunks (Fig 6: 4 jobs of 160 → 8 of 80 by default);
+    the split changes which process trains a run, never its result: final tensors equal bit for bit."""
+    from tdyn.experiments.scan_snap_fig6 import FIG6, fig6_spec
+
+    fig6 = plan(load_spec(fig6_spec(FIG6)))
+    assert [len(j.runs) for j in fig6] == [80] * 8 and {tuple(j.config["seeds"]) for j in fig6} == {(1, 2, 3, 4, 5), (6, 7, 8, 9, 10)}
+    spec = dict(SPEC, seeds=[0, 1, 2])
+    whole, split = plan(load_spec(spec)), plan(load_spec(dict(spec, job_members=4)))
+    assert [len(j.runs) for j in whole] == [6, 6] and [len(j.runs) for j in split] == [4, 2, 4, 2]
+    assert sorted(r.name for j in whole for r in j.runs) == sorted(r.name for j in split for r in j.runs)
+    run_sweep(spec, tmp_path / "a", workers=1, progress=False)
+    run_sweep(dict(spec, job_members=4), tmp_path / "b", workers=1, progress=False)
+    for r in runs.read_json(tmp_path / "a" / "sweep.json")["runs"]:
+        a, b = runs.Run(tmp_path / "a" / r["name"]).params(), runs.Run(tmp_path / "b" / r["name"]).params()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), r["name"]
+
+
 def test_axes_zip_and_random():
     spec = load_spec({"base": "configs/syn_small.yaml", "axes": {
         "zip": {"optim.groups.Y.lr": [1, 2, 3], "optim.groups.Z.lr": [0.1, 0.2, 0.3]},

@@ -83,18 +83,35 @@ class YZModel(nn.Module):
 
     def attention(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """b_T = softmax_t(Z[x_T, x_t]) over the keys (Eqn 1). Returns (b [S, B, T_k], keys)."""
-        Z, _ = self.logits_matrices()
-        S, B, L = x.shape
-        query = x[..., -1]                                    # x_T = m
         keys = x if self.cfg.include_query_key else x[..., :-1]
-        z_m = torch.gather(Z, 1, query[..., None].expand(S, B, Z.shape[-1]))   # rows z_m, [S, B, M]
-        return torch.softmax(torch.gather(z_m, 2, keys), dim=-1), keys
+        return torch.softmax(self._query_logits(x[..., -1], keys), dim=-1), keys
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Output logits Yᵀ LN(Xᵀ b_T) (Eqn 2), shape [S, B, M]."""
+    def _query_logits(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """Z[x_T, k] for every key k (shape of ``keys``), read from the flat [S, M·M] view: no
+        [S, B, M] copy of the query rows z_m, and the backward scatters only into those rows."""
+        Z, _ = self.logits_matrices()
+        S, M = Z.shape[0], Z.shape[-1]
+        flat = (query[..., None] * M + keys).reshape(S, -1)
+        return torch.gather(Z.reshape(S, M * M), 1, flat).view(keys.shape)
+
+    def forward(self, x: torch.Tensor, support: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """Output logits Yᵀ LN(Xᵀ b_T) (Eqn 2), shape [S, B, M].
+
+        ``support``: optionally each sample's distinct keys and their counts, ``(idx, count)`` each
+        [S, B, P] (:func:`key_support`; padding has count 0). Attention depends on the keys only
+        through that multiset, so Xᵀb = softmax_l(Z[x_T, l] + log count_l) on the P support tokens:
+        the same value with P ≈ 20 entries per sample in place of L − 1 = 127 (the task computes the
+        support once per data stream; members that share a stream share it). Without it (or with
+        ``include_query_key``) attention runs over every key position.
+        """
         _, Y = self.logits_matrices()
-        b, keys = self.attention(x)
         M = Y.shape[-1]
+        if support is not None and not self.cfg.include_query_key:
+            keys, count = support
+            z = self._query_logits(x[..., -1], keys)
+            b = torch.softmax(z + count.to(z.dtype).log(), dim=-1)
+        else:
+            b, keys = self.attention(x)
         Xb = torch.zeros(*keys.shape[:2], M, dtype=b.dtype, device=b.device).scatter_add_(2, keys, b)  # Xᵀb
         u = F.normalize(Xb, dim=-1) if self.cfg.normalize else Xb
         if self.cfg.residual:
@@ -103,8 +120,30 @@ class YZModel(nn.Module):
                 u = F.normalize(u, dim=-1)
         return u @ Y                                          # logits_n = Σ_l u_l Y[l, n]
 
-    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def loss(self, x: torch.Tensor, y: torch.Tensor, support=None) -> torch.Tensor:
         """Cross-entropy over all M tokens, averaged over the batch: shape [S]."""
-        logits = self(x)
+        logits = self(x, support)
         S, B, M = logits.shape
         return F.cross_entropy(logits.reshape(S * B, M), y.reshape(S * B), reduction="none").view(S, B).mean(1)
+
+
+def key_support(x: torch.Tensor, M: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each sequence's distinct keys (all tokens but the last) and their counts: ``(idx, count)``,
+    each [..., P] (``count`` int32) with ``idx`` increasing and padded with token 0 at count 0. ``P = width`` (an upper
+    bound the caller knows, e.g. the widest class support, so batches stack) or the widest support in
+    ``x``. Data only: no parameters, no gradient."""
+    keys = x[..., :-1]
+    flat = keys.reshape(-1, keys.shape[-1])
+    count = torch.zeros(flat.shape[0], M, dtype=torch.int32, device=x.device).scatter_add_(
+        1, flat, torch.ones(flat.shape, dtype=torch.int32, device=x.device))
+    present = count > 0
+    n = present.sum(1)
+    P = int(n.max()) if width is None else width
+    if int(n.max()) > P:
+        raise ValueError(f"key_support: a sequence has {int(n.max())} distinct keys, more than width {P}")
+    slot = torch.where(present, present.cumsum(1) - 1, P)        # absent tokens to a discarded slot P
+    idx = torch.zeros(flat.shape[0], P + 1, dtype=torch.long, device=x.device).scatter_(
+        1, slot, torch.arange(M, device=x.device).expand_as(slot))[:, :P]
+    real = torch.arange(P, device=x.device) < n[:, None]
+    idx = torch.where(real, idx, 0)
+    return idx.view(*keys.shape[:-1], P), torch.where(real, count.gather(1, idx), 0).view(*keys.shape[:-1], P)

@@ -171,7 +171,7 @@ def _attention(ctx: ProbeContext) -> dict[str, torch.Tensor]:
 def _decoder(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     """p(correct): on the probe batch (finite L), and in the long-sequence limit (u = f_n), per member."""
     Z, Y, f = _facts(ctx)
-    x, y = ctx.batch
+    x, y = ctx.batch[:2]
     p_batch = torch.softmax(ctx.model(x).double(), -1).gather(-1, y[..., None]).squeeze(-1)
     p_lim = p_correct(Y, f_n(Z, f["table"], f["query"]), f["next_token"])
     return {"p_correct": p_batch.mean(-1), "p_correct_limit": p_lim.mean(-1)}

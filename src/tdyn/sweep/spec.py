@@ -84,6 +84,9 @@ class SweepSpec(Strict):
     set: list[str] = []
     axes: Axes = Axes()
     seeds: list[int] = Field([0], min_length=1)
+    job_members: int | None = Field(None, ge=1, description=(
+        "most members per ensemble job; a larger job is split by seeds (default: an eighth of the sweep's "
+        "runs, at least 16, so that no single job is the makespan of a multi-worker sweep)"))
     slurm: SlurmOptions = SlurmOptions()
 
     @model_validator(mode="after")
@@ -164,11 +167,33 @@ def _override(k: str, v: Any) -> str:
     return f"{k}={json.dumps(v) if isinstance(v, (list, dict)) else v}"
 
 
+_MIN_AUTO_JOB = 16   # the automatic cap never cuts jobs below this many members (ensembles amortise)
+
+
+def seed_chunks(spec: SweepSpec, cells: int, runs: int) -> list[list[int]]:
+    """The seeds of one group of ``cells`` cells, cut into as few consecutive chunks of near-equal size as
+    keep every job at most ``spec.job_members`` members (cells × seeds; ``runs``: the sweep's). Members are independent, so a
+    split changes no result, only which process trains which run (tests/test_sweep.py checks that it is
+    bit for bit); the default cap is an eighth of the sweep's runs (at least 16), so the largest job of a sweep (Fig 6:
+    four jobs of 160) becomes several that the workers share."""
+    seeds = list(spec.seeds)
+    cap = spec.job_members or max(_MIN_AUTO_JOB, math.ceil(runs / 8))
+    k = min(len(seeds), max(1, math.ceil(cells * len(seeds) / cap)))
+    q, r = divmod(len(seeds), k)
+    out, i = [], 0
+    for j in range(k):
+        n = q + (j < r)
+        out.append(seeds[i:i + n])
+        i += n
+    return out
+
+
 def plan(spec: SweepSpec) -> list[JobPlan]:
     """Group the spec's runs into ensemble jobs (seeds × lr sets × init scales on the leading axis)."""
     base = apply_overrides(base_config(spec), spec.set)
     groups: dict[str, list[dict]] = {}
-    for cell in cells(spec):
+    all_cells = cells(spec)
+    for cell in all_cells:
         fixed = {k: v for k, v in cell.items() if not _LR_KEY.match(k) and k != INIT_KEY}
         groups.setdefault(json.dumps(fixed, sort_keys=True, default=str), []).append(cell)
     jobs = []
@@ -185,21 +210,21 @@ def plan(spec: SweepSpec) -> list[JobPlan]:
         for sub in subgroups:
             sub_lr = sorted({lr for c, lr in zip(group, lr_sets) if c in sub})
             sub_sc = sorted({s for c, s in zip(group, scales) if c in sub})
-            d = cfg0.model_dump(mode="json")
-            d["seeds"] = list(spec.seeds)
-            d["ensemble"] = {"lrs": [dict(lr) for lr in sub_lr] if any(sub_lr) else [],
-                             "init_scales": sub_sc if INIT_KEY in sub[0] else []}
-            cfg = validate_config(d)
             by_member = {}
             for c in sub:
                 lr = dict(lr_sets[group.index(c)])
                 sc = float(c.get(INIT_KEY, 1.0))
                 for seed in spec.seeds:
                     by_member[(seed, tuple(sorted(lr.items())), sc)] = Run(run_name(c, seed), c, seed)
-            members = expand_members(cfg)
-            runs_ = [by_member[(m.seed, tuple(sorted({g: m.lrs[g] for g in dict(lr_sets[0])}.items())), m.init_scale)]
-                     for m in members]
-            jobs.append(JobPlan(f"job{len(jobs):04d}", d, runs_))
+            for seeds in seed_chunks(spec, len(sub), len(all_cells) * len(spec.seeds)):
+                d = cfg0.model_dump(mode="json")
+                d["seeds"] = seeds
+                d["ensemble"] = {"lrs": [dict(lr) for lr in sub_lr] if any(sub_lr) else [],
+                                 "init_scales": sub_sc if INIT_KEY in sub[0] else []}
+                members = expand_members(validate_config(d))
+                runs_ = [by_member[(m.seed, tuple(sorted({g: m.lrs[g] for g in dict(lr_sets[0])}.items())),
+                                    m.init_scale)] for m in members]
+                jobs.append(JobPlan(f"job{len(jobs):04d}", d, runs_))
     names = [r.name for j in jobs for r in j.runs]
     if len(set(names)) != len(names):
         raise ConfigError("sweep: two runs have the same overrides; axes must not repeat values")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tdyn.data import scan_snap as data
 from tdyn.data.scan_snap import ScanSnapDataConfig  # noqa: F401  (the data section)
-from tdyn.models.yz import YZConfig, YZModel
+from tdyn.models.yz import YZConfig, YZModel, key_support
 from tdyn.tasks.base import Member, Task, register_task
 from tdyn.train.seeding import generator
 
@@ -30,15 +30,20 @@ class ScanSnapTask(Task):
         self.model = YZModel(mc.model_copy(update={"M": self.dist.M}), S=len(members))
         self.model.reset_parameters([generator(m.seed, "init") for m in members], [m.init_scale for m in members])
         d = self.dist
+        self.support_width = int((d.table > 0).sum(1).max())    # the widest class support
         self.facts = {"table": d.table, "query": d.query, "next_token": d.next_token,
                       "distinct": d.distinct, "common": d.common}
 
     def sample(self, gen):
-        return self.dist.sample(self.data_cfg.batch_size, self.data_cfg.seq_len, gen)
+        """``(x, y, support)``: the tokens, the next tokens, and each sequence's distinct keys with
+        their counts (:func:`~tdyn.models.yz.key_support`, computed here once per data stream)."""
+        x, y = self.dist.sample(self.data_cfg.batch_size, self.data_cfg.seq_len, gen)
+        width = min(self.support_width, self.data_cfg.seq_len - 1)
+        return x, y, key_support(x, self.dist.M, width)
 
     def loss(self, batch):
-        x, y = batch
-        return self.model.loss(x, y)
+        x, y, support = batch
+        return self.model.loss(x, y, support)
 
 
 @register_task("scan_snap", data.ScanSnapDataConfig, YZConfig,

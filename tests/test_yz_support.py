@@ -1,0 +1,54 @@
+"""The Y/Z model's support form (attention over each sequence's distinct keys, weighted by their
+counts) against the key-position form and brute force: same logits and gradients to float tolerance."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tdyn.data.scan_snap import ScanSnapDataConfig, build, syn_medium
+from tdyn.models.yz import YZConfig, YZModel, key_support
+
+
+def test_key_support_matches_brute_force():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 9, (3, 5, 12), generator=g)
+    idx, cnt = key_support(x, M=9)
+    for s in range(3):
+        for b in range(5):
+            keys = x[s, b, :-1].tolist()
+            want = sorted(set(keys))
+            P = len(want)
+            assert idx[s, b, :P].tolist() == want
+            assert cnt[s, b, :P].tolist() == [keys.count(k) for k in want]
+            assert (cnt[s, b, P:] == 0).all() and (idx[s, b, P:] == 0).all()
+    wide, _ = key_support(x, M=9, width=9)
+    assert wide.shape[-1] == 9
+    with pytest.raises(ValueError, match="distinct keys"):
+        key_support(x, M=9, width=2)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_support_form_equals_key_positions(normalize):
+    d = build(ScanSnapDataConfig(**syn_medium(5)))
+    S = 4
+    m = YZModel(YZConfig(M=d.M, init="torch_default", normalize=normalize), S=S).double()
+    m.reset_parameters([torch.Generator().manual_seed(i) for i in range(S)], [3.0] * S)
+    g = torch.Generator().manual_seed(1)
+    xs, ys = zip(*[d.sample(32, 40, g) for _ in range(S)])
+    x, y = torch.stack(xs), torch.stack(ys)
+    support = tuple(t for t in key_support(x, d.M, width=int((d.table > 0).sum(1).max())))
+    grads = []
+    for sup in (support, None):
+        out = m(x, sup)
+        loss = F.cross_entropy(out.reshape(-1, d.M), y.reshape(-1))
+        grads.append((out.detach(), *torch.autograd.grad(loss, [m.Y, m.Z])))
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+    # the attended vector against a brute-force loop over key positions
+    Z = m.Z.detach()
+    s, i = 1, 3
+    keys, q = x[s, i, :-1], x[s, i, -1]
+    w = torch.softmax(Z[s, q, keys], 0)
+    Xb = torch.zeros(d.M, dtype=torch.float64).index_add_(0, keys, w)
+    u = Xb / Xb.norm() if normalize else Xb
+    torch.testing.assert_close(grads[0][0][s, i], u @ m.Y.detach()[s], rtol=1e-12, atol=1e-12)
