@@ -19,10 +19,10 @@ def test_fig6_spec_batches_each_panel():
     from tdyn.train.trainer import expand_members
 
     jobs = plan(load_spec(sw.fig6_spec()))
-    assert len(jobs) == 4 and sum(len(j.runs) for j in jobs) == 640
+    assert len(jobs) == 8 and sum(len(j.runs) for j in jobs) == 640   # each panel's 10 seeds in two jobs of 5
     cfg = validate_config(jobs[-1].config)
     members = expand_members(cfg)
-    assert len(members) == 160 and cfg.data["num_last"] == 10
+    assert len(members) == 80 and cfg.data["num_last"] == 10 and cfg.seeds == [6, 7, 8, 9, 10]
     assert {(m.lrs["Z"], m.lrs["Y"] / m.lrs["Z"]) for m in members} == {(z, r) for z in (0.5, 1, 2, 3) for r in (1, 2, 5, 10)}
     assert cfg.model["init"] == "torch_default" and cfg.optim.groups["Y"].momentum == 0.9
     assert cfg.data["batch_size"] == 128 and cfg.data["seq_len"] == 128 and cfg.optim.steps == 100

@@ -1,5 +1,5 @@
 """Scan and Snap Fig 6 and Figs 11–12 (Tian et al. 2023 App G; spec §5.2, §7.2–7.3): the Syn-Medium
-sweep (640 runs as 4 ensemble jobs), its entropy table, and recall vs attention threshold from the
+sweep (640 runs as 8 ensemble jobs), its entropy table, and recall vs attention threshold from the
 same sweep's final weights (typed option ``--sweep-dir``: Figs 6 and 11–12 given the same directory
 train once); the ``fig6_sweep`` bench."""
 
@@ -66,8 +66,8 @@ def fig6_spec(grid: dict = FIG6, overrides: list[str] = ()) -> dict:
     """The sweep as a ``tdyn sweep`` spec: #query panels × zipped (η_Z, η_Y = ratio·η_Z) × seeds.
 
     The authors' command (spec §5.2): Syn-Medium, SGD momentum 0.9, batch 128, length 128,
-    100 steps, PyTorch-default init. Each panel's 10 seeds × 16 learning-rate pairs train as one
-    ensemble job. Probes only at the start and the end (the sweep needs only the final weights).
+    100 steps, PyTorch-default init. Each panel's 10 seeds × 16 learning-rate pairs train as two
+    ensemble jobs of 5 seeds (the sweep's default ``job_members``, so two workers share the largest panel). Probes only at the start and the end (the sweep needs only the final weights).
     """
     base = yz_config(data.syn_medium(grid["num_last"][0]), steps=grid["steps"], init="torch_default")
     base["probes"] = {"names": [], "every": grid["steps"] or 1}
@@ -397,7 +397,7 @@ def fig11_12(ctx: ReproduceContext) -> dict:
 
 @register_bench("fig6_sweep")
 def _bench_fig6(quick: bool) -> dict:
-    """The Fig 6 sweep (640 runs) with ``tdyn sweep`` (batched into 4 ensemble jobs on the local
+    """The Fig 6 sweep (640 runs) with ``tdyn sweep`` (batched into 8 ensemble jobs on the local
     pool) vs the same runs trained one at a time in this process (``quick``: extrapolated from a
     few runs per panel)."""
 
