@@ -26,7 +26,7 @@ def _imported(argv: list[str]) -> set[str]:
 
 @pytest.mark.parametrize("argv", [["list"], ["--help"], ["reproduce", "--help"], ["reproduce", "scan-snap/fig6", "--help"],
                                   ["reproduce", "nosuch", "--out", "x"], ["config", "nosuch"], ["run", "--resume"],
-                                  ["sweep", "--bogus"]])
+                                  ["sweep", "--bogus"], ["config", "scan-snap/fig6"], ["config", "topic/two-stage", "--quick"]])
 def test_light_commands_import_nothing_heavy(argv):
     assert not (_imported(argv) & HEAVY), argv
 
@@ -36,3 +36,17 @@ def test_catalog_matches_the_registrations():
 
     fresh = json.loads(registry.catalog_text())
     assert registry.catalog() == fresh, "regenerate it: make catalog"
+    assert fresh["scan-snap/fig4"]["configs"]["full"] and fresh["decision-list/claim1"]["configs"] == {}
+
+
+def test_config_from_the_catalog_equals_the_resolved_one(cli):
+    """`tdyn config NAME` (from the catalog, no torch) prints the configs the reproduction resolves."""
+    import yaml
+
+    from tdyn.experiments import registry, runner
+
+    for quick in (False, True):
+        r = cli("config", "scan-snap/fig4", *(["--quick"] if quick else []))
+        ctx = registry.ReproduceContext(out=ROOT, quick=quick)
+        want = {n: c.model_dump(mode="json") for n, c in runner.resolved_configs(registry.get("scan-snap/fig4"), ctx).items()}
+        assert r.returncode == 0 and yaml.safe_load(r.stdout) == want

@@ -118,8 +118,15 @@ def _option_values(args, exp) -> dict:
 def _cmd_config(args) -> int:
     import yaml
 
-    from tdyn.experiments.registry import ReproduceContext, get
+    from tdyn.experiments.registry import ReproduceContext, catalog, get
 
+    cat = catalog().get(args.name)
+    plain = not args.set and args.seed == 0 and not any(getattr(args, k) is not None for k in vars(args)
+                                                         if k.startswith("opt_"))
+    if cat is not None and cat.get("configs") and plain:   # the generated catalog holds them: no torch import
+        print(yaml.safe_dump(cat["configs"]["quick" if args.quick else "full"], sort_keys=False,
+                             allow_unicode=True), end="")
+        return 0
     exp = get(args.name)
     _setup(args)
     from tdyn.experiments import runner

@@ -136,14 +136,26 @@ def _option_entry(field) -> dict:
 
 
 def build_catalog() -> dict[str, dict]:
-    """What ``tdyn list`` and ``tdyn reproduce NAME --help`` show of every built-in reproduction (name,
-    description, kinds, typed options), from the registrations themselves (imports every module)."""
+    """What ``tdyn list``, ``tdyn reproduce NAME --help`` and a plain ``tdyn config NAME [--quick]`` show
+    of every built-in reproduction (name, description, kinds, typed options, the resolved run configs at
+    the default seed 0 without overrides), from the registrations themselves (imports every module)."""
+    from pathlib import Path as _P
+
+    from tdyn.experiments.runner import resolved_configs
+
     out = {}
     for name in MODULES:
         e = get(name)
+        configs = {}
+        if e.configs is not None or e.default_config is not None:
+            for mode in ("full", "quick"):
+                ctx = ReproduceContext(out=_P("."), seed=0, quick=mode == "quick", overrides=[],
+                                       options=e.make_options({}))
+                configs[mode] = {n: c.model_dump(mode="json") for n, c in resolved_configs(e, ctx).items()}
         out[name] = {"description": e.description,
                      "kinds": [k for k, ok in (("reproduce", e.reproduce), ("run", e.default_config)) if ok],
-                     "options": {f: _option_entry(i) for f, i in (e.options.model_fields.items() if e.options else ())}}
+                     "options": {f: _option_entry(i) for f, i in (e.options.model_fields.items() if e.options else ())},
+                     "configs": configs}
     return out
 
 
