@@ -38,6 +38,7 @@ BENCHES: Registry[Callable[[bool], dict]] = Registry("bench", table={
     "scan_snap_ensemble32": "tdyn.bench",
     "plain_vs_handwritten_yz": "tdyn.bench",
     "plain_vs_handwritten_topic": "tdyn.bench",
+    "startup": "tdyn.bench",
 })
 
 
@@ -46,8 +47,21 @@ def register_bench(name: str):
     return BENCHES.decorator(name)
 
 
+#: the device the training entries run on (``tdyn bench --device``); :func:`timed_train` and
+#: :func:`on_device` put it into the configs they train
+DEVICE = "cpu"
+
+
+def on_device(cfg: dict) -> dict:
+    """``cfg`` with ``device`` set to the bench's :data:`DEVICE`."""
+    return dict(cfg, device=DEVICE)
+
+
 def timed_train(cfg: dict) -> float:
-    """Wall seconds of one ``train`` call into a temporary directory."""
+    """Wall seconds of one ``train`` call into a temporary directory (on :data:`DEVICE`)."""
+    cfg = on_device(cfg)
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
         train(cfg, Path(d) / "r", progress=False)
@@ -234,20 +248,115 @@ def _plain_topic(quick: bool) -> dict:
                     5 if quick else 25, {"all": names})
 
 
+def reference_matmul(n: int = 1024, seconds: float = 1.0, device: str = "cpu") -> dict:
+    """This machine's fp32 matmul throughput (GFLOP/s, n×n @ n×n, at 1 thread and at the current
+    thread count): the unit every bench figure can be divided by, so results taken on different
+    machines compare as ratios."""
+    if device == "cuda":
+        a, b = torch.randn(4 * n, 4 * n, device="cuda"), torch.randn(4 * n, 4 * n, device="cuda")
+        a @ b
+        torch.cuda.synchronize()
+        k, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            a @ b
+            k += 1
+        torch.cuda.synchronize()
+        return {"gflops_cuda_fp32": 2 * (4 * n) ** 3 * k / (time.perf_counter() - t0) / 1e9,
+                "cuda_device": torch.cuda.get_device_name()}
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    threads = torch.get_num_threads()
+    out = {}
+    for t in dict.fromkeys((1, threads)):
+        torch.set_num_threads(t)
+        a @ b
+        k, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            a @ b
+            k += 1
+        out[f"gflops_{t}_thread{'s' if t > 1 else ''}"] = 2 * n ** 3 * k / (time.perf_counter() - t0) / 1e9
+    torch.set_num_threads(threads)
+    return out
+
+
+@register_bench("startup")
+def _startup(quick: bool) -> dict:
+    """Whole-process wall seconds (median of 3, 1 if quick) of the light commands (`tdyn list`,
+    `tdyn --help`, `tdyn config scan-snap/fig4`, which import no torch) and of one Syn-Small run as a
+    process (`tdyn run` of configs/syn_small.yaml: 100 steps, one member)."""
+    import statistics
+    import subprocess
+    import sys
+
+    cfg = Path(__file__).resolve().parents[2] / "configs" / "syn_small.yaml"
+
+    def wall(*args: str) -> float:
+        ts = []
+        for _ in range(1 if quick else 3):
+            with tempfile.TemporaryDirectory() as d:
+                argv = [a.replace("{OUT}", str(Path(d) / "r")) for a in args]
+                t0 = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "tdyn", *argv], check=True, capture_output=True)
+                ts.append(time.perf_counter() - t0)
+        return statistics.median(ts)
+
+    out = {"list_s": wall("list"), "help_s": wall("--help"), "config_s": wall("config", "scan-snap/fig4")}
+    if cfg.is_file():
+        out["syn_small_run_process_s"] = wall("run", str(cfg), "--out", "{OUT}", "--quiet")
+    out["python_import_torch_s"] = _wall_python("import torch", 1 if quick else 3)
+    return out
+
+
+def _wall_python(code: str, reps: int) -> float:
+    import statistics
+    import subprocess
+    import sys
+
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def _usage() -> tuple:
+    import resource
+
+    return tuple(resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+
+
+def _usage_delta(before: tuple, after: tuple) -> dict:
+    """Page faults and CPU seconds (user, system) spent between two :func:`_usage` calls, this process
+    and its (waited-for) children together: allocation churn shows up as minor faults and system time."""
+    f = lambda k: sum(getattr(a, k) - getattr(b, k) for a, b in zip(after, before))  # noqa: E731
+    return {"minor_faults": int(f("ru_minflt")), "user_s": f("ru_utime"), "sys_s": f("ru_stime")}
+
+
 def run(out: str | Path, quick: bool = False, only: list[str] | None = None,
-        modules: dict[str, str] | None = None) -> dict:
+        modules: dict[str, str] | None = None, device: str = "cpu") -> dict:
     """Measure ``only`` (default: every entry) and write ``out``. ``modules`` names the module that
-    registers each further entry (the CLI passes the experiments layer's ``BENCH_MODULES``)."""
+    registers each further entry (the CLI passes the experiments layer's ``BENCH_MODULES``).
+    ``device="cuda"``: the training entries train on the GPU (entries that measure CPU-only work, the
+    start-up and exact population computations, run as on CPU) and the reference matmul is the GPU's."""
+    global DEVICE
+    if device == "cuda" and not torch.cuda.is_available():
+        from tdyn.errors import UserError
+        raise UserError("--device cuda: CUDA is not available here")
+    DEVICE = device
     for mod in dict.fromkeys((modules or {}).values()):
         importlib.import_module(mod)
     names = only or [*BENCHES.table, *(modules or {})]
     fns = {n: BENCHES.get(n) for n in names}
-    result = {"machine": runs.machine_info(), "quick": quick, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    result = {"machine": runs.machine_info(), "quick": quick, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "device": device, "torch_threads": torch.get_num_threads(),
+              "reference_matmul": reference_matmul() | (reference_matmul(device="cuda") if device == "cuda" else {})}
+    print("reference_matmul             " + "  ".join(f"{k}={_fmt(v)}" for k, v in result["reference_matmul"].items()))
     for n in names:
-        t0 = time.perf_counter()
+        t0, u0 = time.perf_counter(), _usage()
         result[n] = fns[n](quick)
         result[n]["bench_wall_s"] = time.perf_counter() - t0
-        print(f"{n:<28} " + "  ".join(f"{k}={_fmt(v)}" for k, v in result[n].items()), flush=True)
+        result[n]["usage"] = _usage_delta(u0, _usage())
+        print(f"{n:<28} " + "  ".join(f"{k}={_fmt(v)}" for k, v in result[n].items() if k != "usage"), flush=True)
     runs.write_json(Path(out), result)
     return result
 

@@ -246,7 +246,7 @@ def _cmd_bench(args) -> int:
     from tdyn import bench
     from tdyn.experiments.registry import BENCH_MODULES
 
-    bench.run(args.out, quick=args.quick, only=args.only, modules=BENCH_MODULES)
+    bench.run(args.out, quick=args.quick, only=args.only, modules=BENCH_MODULES, device=args.device)
     print(f"wrote {args.out}")
     return 0
 
@@ -340,6 +340,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("--out", default="bench.json", help="output JSON (default: bench.json)")
     s.add_argument("--quick", action="store_true", help="fewer repetitions (extrapolated where marked)")
     s.add_argument("--only", action="append", metavar="NAME", help="run only this entry (repeatable)")
+    s.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the training entries train (default cpu); cuda also measures the GPU's matmul")
     s.set_defaults(fn=_cmd_bench)
 
     s = sub.add_parser("report", help="summarise a run, sweep or reproduction directory; write DIR/index.html",

@@ -18,7 +18,7 @@ import torch
 from pydantic import Field
 
 from tdyn import runs
-from tdyn.bench import register_bench, timed_train
+from tdyn.bench import on_device, register_bench, timed_train
 from tdyn.config import override_key, validate_config
 from tdyn.data import scan_snap as data
 from tdyn.errors import UserError
@@ -403,9 +403,10 @@ def _bench_fig6(quick: bool) -> dict:
 
 
     spec = fig6_spec(FIG6)
+    spec["config"] = on_device(spec["config"])
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
-        run_sweep(spec, Path(d) / "sweep", progress=False)
+        run_sweep(spec, Path(d) / "sweep", progress=False, workers=1 if spec["config"]["device"] == "cuda" else None)
         batched = time.perf_counter() - t0
         busy = sorted(runs.read_json(Path(d) / "sweep" / runs.SWEEP)["worker_busy_seconds"].values(), reverse=True)
     seq, timed, total_runs = 0.0, 0, 0
