@@ -93,14 +93,18 @@ def writer_tag() -> str:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host."""
+    """Whether process ``pid`` runs on this host (a zombie, dead but not yet reaped, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:   # someone else's process
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):   # no /proc here
+        return True
 
 
 def _umask() -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import concurrent.futures as cf
+from concurrent.futures.process import BrokenProcessPool
 import numpy as np
 import torch
 from pydantic import ValidationError
@@ -193,7 +194,7 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
                 jid = futures[fut]
                 try:
                     res = fut.result()
-                except cf.process.BrokenProcessPool:   # a pool process died: this job's, or another's
+                except BrokenProcessPool:   # a pool process died: this job's, or another's
                     broken.append(jid)
                     continue
                 except Exception as e:  # the executor lost the job for good
