@@ -133,7 +133,7 @@ def test_a_running_process_holds_its_lock_until_killed(tmp_path, caplog):
         holder = f"{p.pid}@{runs.host()}"
         assert runs.lock_holder(out) == holder
         for args in (["run", "--resume", out], ["run", "configs/syn_small.yaml", "--out", out, "--force"]):
-            r = tdyn_cli(*args, "--quiet")
+            r = tdyn_cli(*args, "--quiet", timeout=120)   # refused at once (a second writer would train on)
             assert_rejected(r, holder)
         assert p.poll() is None, "the run ended before the checks"
     finally:
