@@ -163,6 +163,10 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
     seen: dict[str, set[str]] = {}     # job → the dead workers (pid@host) already counted
     _record(out, spec, jobs, status, errors)
 
+    bar = tqdm(total=len(jobs), desc="sweep jobs",
+               disable=not (progress and trainer.interactive()))
+    pending = dict(args)
+
     def done(jid: str, res: dict) -> None:
         pid, secs = res.pop(BUSY, (None, 0.0))
         if pid is not None:
@@ -182,9 +186,6 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
         bar.update(1)
         _record(out, spec, jobs, status, errors, busy)
 
-    bar = tqdm(total=len(jobs), desc="sweep jobs",
-               disable=not (progress and trainer.interactive()))
-    pending = dict(args)
     try:
         while pending:
             futures = {ex.submit(run_job, *a): jid for jid, a in pending.items()}
