@@ -328,3 +328,127 @@ def test_ray_joining_a_cluster_passes_no_num_cpus(monkeypatch):
     RayExecutor(address=None, num_cpus=8)
     assert calls[0]["address"] == "ray://head:10001" and calls[0]["num_cpus"] is None
     assert calls[1]["num_cpus"] == 8
+
+
+# ---------------------------------------------------------------- lost work is never success (issue 17, item 1)
+
+TINY = {"task": "scan_snap", "data": {"num_last": 2, "num_next_per_last": 1, "seq_len": 16, "batch_size": 8},
+        "seeds": [0], "optim": {"steps": 3, "groups": {"Y": {"params": ["Y"], "lr": 1.0}, "Z": {"params": ["Z"], "lr": 1.0}}},
+        "checkpoint": {"schedule": "none"}}
+
+
+def test_sweep_exits_nonzero_while_a_job_failed(cli, tmp_path):
+    """Three jobs: one trains; one raises inside training (a parameterization without the groups' Y);
+    one raises before training starts (an OS error: its job directory's path is taken by a file). Both
+    failures are `failed` with their error in sweep.json, and `tdyn sweep` exits 1 saying so."""
+    import json
+
+    (tmp_path / "base.json").write_text(json.dumps(TINY))
+    spec = {"base": str(tmp_path / "base.json"), "seeds": [0],
+            "axes": {"zip": {"data.seq_len": [16, 32, 16], "model.parameterization": ["yz", "yz", "embedding"]}}}
+    (tmp_path / "s.json").write_text(json.dumps(spec))
+    jobs = {(j.runs[0].axes["data.seq_len"], j.runs[0].axes["model.parameterization"]): j for j in plan(load_spec(spec))}
+    out = tmp_path / "o"
+    (out / ".jobs").mkdir(parents=True)
+    (out / ".jobs" / jobs[32, "yz"].id).write_text("not a directory")
+    r = cli("sweep", tmp_path / "s.json", "--out", out, "--workers", "1", "--quiet")
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr and "not finished" in r.stderr
+    by = {(x["axes"]["data.seq_len"], x["axes"]["model.parameterization"]): x for x in runs.read_sweep(out)["runs"]}
+    assert by[16, "yz"]["status"] == "finished" and "error" not in by[16, "yz"]
+    assert by[32, "yz"]["status"] == "failed" and "FileExistsError" in by[32, "yz"]["error"]
+    assert by[16, "embedding"]["status"] == "failed" and "unknown parameter 'Y'" in by[16, "embedding"]["error"]
+    (out / ".jobs" / jobs[32, "yz"].id).unlink()          # the cause removed, the same command completes
+    r = cli("sweep", tmp_path / "s.json", "--out", out, "--workers", "1", "--quiet")
+    assert r.returncode == 1 and "unknown parameter 'Y'" in r.stderr
+    by = {(x["axes"]["data.seq_len"], x["axes"]["model.parameterization"]): x for x in runs.read_sweep(out)["runs"]}
+    assert by[32, "yz"]["status"] == "finished" and by[16, "embedding"]["status"] == "failed"
+
+
+DYING = '''
+import os, signal, torch
+from tdyn.schema import Strict
+from tdyn.tasks import Task, register_task
+
+
+class DyingData(Strict):
+    die: bool = False
+
+
+class DyingModel(Strict):
+    pass
+
+
+class Dying(Task):
+    """Kills its own process at the first loss (after checkpoint 0): an out-of-memory kill, say."""
+
+    def __init__(self, cfg, members):
+        self.die = DyingData.model_validate(cfg.data).die
+        self.model = torch.nn.Module()
+        self.model.w = torch.nn.Parameter(torch.ones(len(members), 2))
+
+    def sample(self, gen):
+        return None
+
+    def loss(self, batch):
+        if self.die:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return (self.model.w ** 2).sum(1)
+
+
+@register_task("test_dying", DyingData, DyingModel, "kills its process (tests only)")
+def _build(cfg, members):
+    return Dying(cfg, members)
+'''
+
+
+def test_sweep_fails_a_job_whose_worker_keeps_dying(cli, tmp_path):
+    """A job that kills its worker process (SIGKILL at its first step) is retried on a fresh pool, then
+    `failed` as lost; the job queued behind it (never started when the pool broke) is not blamed and
+    finishes; `tdyn sweep` exits 1."""
+    import json
+
+    from tdyn.sweep import MAX_LOST
+
+    (tmp_path / "dying.py").write_text(DYING)
+    spec = {"config": {"task": "test_dying", "optim": {"steps": 3, "groups": {"w": {"params": ["w"], "lr": 0.1}}},
+                       "checkpoint": {"schedule": "none"}},
+            "seeds": [0], "axes": {"grid": {"data.die": [False, True]}}}
+    (tmp_path / "s.json").write_text(json.dumps(spec))
+    out = tmp_path / "o"
+    r = cli("--import", tmp_path / "dying.py", "sweep", tmp_path / "s.json", "--out", out, "--workers", "1", "--quiet")
+    assert r.returncode == 1, r.stderr
+    by = {x["axes"]["data.die"]: x for x in runs.read_sweep(out)["runs"]}
+    assert by[True]["status"] == "failed" and f"lost {MAX_LOST} times" in by[True]["error"]
+    assert by[False]["status"] == "finished" and "error" not in by[False]
+    assert f"lost {MAX_LOST} times" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_lost_job_without_a_word_from_its_worker_is_failed(tmp_path):
+    """An executor that loses a job (its future raises) fails the job's runs with that error; run_sweep's
+    statuses cover every planned run, so nothing lost reads as finished."""
+    import concurrent.futures as cf
+
+    class Losing:
+        name, retry_broken = "losing", False
+
+        def __init__(self):
+            self.pool = cf.ThreadPoolExecutor(1)
+
+        def submit(self, fn, *args):
+            if "seq_len=32" in args[2][0]:
+                f = cf.Future()
+                f.set_exception(ConnectionError("node went away"))
+                return f
+            return self.pool.submit(fn, *args)
+
+    spec = {"config": TINY, "seeds": [0], "axes": {"grid": {"data.seq_len": [16, 32]}}}
+    ex, threads = Losing(), torch.get_num_threads()
+    try:
+        st = run_sweep(spec, tmp_path / "o", executor_obj=ex, progress=False)
+    finally:
+        ex.pool.shutdown()
+        torch.set_num_threads(threads)   # run_job ran in this process
+    assert len(st) == 2 and sorted(st.values()) == ["failed", "finished"]
+    (lost,) = [x for x in runs.read_sweep(tmp_path / "o")["runs"] if x["status"] == "failed"]
+    assert "seq_len=32" in lost["name"] and "node went away" in lost["error"]

@@ -102,8 +102,9 @@ def _cmd_reproduce(args) -> int:
                            device=args.device, progress=not args.quiet,
                            options=exp.make_options(_option_values(args, exp)), resume=args.resume)
     runner.check_overrides(exp, ctx)  # before the directory is made
-    runner.prepare_dir(out, args.force or args.resume)
-    results = runner.run_reproduction(exp, ctx)
+    with runs.Locks() as locks:       # one writer: a second reproduce into DIR is refused naming this one
+        runner.prepare_dir(out, args.force or args.resume, locks=locks)
+        results = runner.run_reproduction(exp, ctx)
     _print_claims(results)
     print(f"wrote {out / runs.RESULTS} ({results['wall_seconds']:.1f}s)")
     return 0
@@ -233,12 +234,21 @@ def _cmd_sweep(args) -> int:
         slurm.setdefault("extra", {})[item.split("=", 1)[0]] = item.split("=", 1)[1]
     status = sweep.run_sweep(args.spec, args.out, executor=args.executor, workers=args.workers,
                              address=args.address, progress=not args.quiet, slurm=slurm)
+    from tdyn import runs
+
     counts: dict[str, int] = {}
     for s in status.values():
         counts[s] = counts.get(s, 0) + 1
     print(f"sweep {args.out}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
           + f" in {time.time() - t0:.1f}s; summary: {Path(args.out) / 'summary.csv'}")
-    return 0 if set(status.values()) <= {"finished", "diverged"} else 1   # a diverged run is a result
+    if set(status.values()) <= set(runs.DONE):   # a diverged run is a result
+        return 0
+    errors = {r["job"]: r["error"] for r in runs.read_sweep(args.out)["runs"] if r.get("error")}
+    for job, err in list(errors.items())[:3]:
+        print(f"tdyn: job {job} failed: {err}", file=sys.stderr)
+    print(f"tdyn: {sum(s not in runs.DONE for s in status.values())} of {len(status)} run(s) not finished "
+          f"(errors in {Path(args.out) / runs.SWEEP}); re-run the same command to continue them", file=sys.stderr)
+    return 1
 
 
 def _cmd_bench(args) -> int:

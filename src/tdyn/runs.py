@@ -1,21 +1,37 @@
 """Run directories: ``config.json``, ``meta.json``, ``metrics.jsonl``, ``checkpoints/*.safetensors``.
 
-Every file is written atomically (temporary file in the same directory, fsync, rename), so a kill
-never leaves a half-written file. Checkpoints are safetensors (no pickle); a checkpoint at step t
-holds the state *before* step t's update (as the Scan and Snap authors' ``iter-t.pth``), the
-optimizer state and the data RNG state; ``final.safetensors`` holds the state after the last update.
+Every file is written atomically (temporary file ``.<name>.tdyn-<pid>@<host>.<random>.tmp`` in the
+same directory, fsync, rename), so a kill never leaves a half-written file. Checkpoints are safetensors
+(no pickle); a checkpoint at step t holds the state *before* step t's update (as the Scan and Snap
+authors' ``iter-t.pth``), the optimizer state and the data RNG state; ``final.safetensors`` holds the
+state after the last update. Each carries the SHA-256 of its tensors in its metadata
+(:func:`tensor_checksum`), verified whenever it is read.
+
+Whatever reads a file checks it: a missing, truncated, garbled or ill-typed file is a
+:class:`CorruptFile` error (a UserError: exit 2) naming the file and what is wrong.
+
+One writer per directory: a process writing a run, job, sweep or reproduction directory holds the
+``fcntl`` lock of its ``.tdyn.lock`` (which names the holder, ``pid@host``) through :class:`Locks`;
+a second writer is refused naming the holder. A lock left by a killed process is released by the
+kernel and taken over.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import functools
+import hashlib
 import io
 import json
+import logging
 import os
 import re
 import shutil
+import socket
+import struct
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +40,18 @@ import numpy as np
 import platform
 import subprocess
 import torch
-from safetensors.torch import load_file, save
+from safetensors.torch import load as load_safetensors, save
 
-from tdyn.config import validate_config
+try:
+    import fcntl
+except ImportError:   # not POSIX: lock files hold pid@host, checked by pid (see _acquire)
+    fcntl = None
+
+from tdyn.config import RunConfig, validate_config
 from tdyn.errors import UserError
 from tdyn.tasks import Member, build_task
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------- file names (defined here only)
 
@@ -42,8 +65,46 @@ SWEEP = "sweep.json"            # a sweep's spec and every run's status
 SUMMARY = "summary.csv"         # a sweep's per-cell summary
 RESULTS = "results.json"        # a reproduction's claims and numbers
 REPRODUCE = "reproduce.json"    # a `reproduce --all` directory's options, metadata, each reproduction's status
+LOCK = ".tdyn.lock"             # the writer's lock (pid@host) while a process writes the directory
+
+STATUSES = ("running", "finished", "diverged", "failed", "interrupted")   # meta.json's status
+DONE = ("finished", "diverged")                                          # a result: nothing left to train
+CHECKSUM = "sha256"             # checkpoint metadata key: tensor_checksum of its tensors
 
 _STEP_RE = re.compile(r"step-(\d+)\.safetensors$")
+_TMP_RE = re.compile(r"\.tdyn-(\d+)@(.+)\.[^.]+\.tmp$")   # a temp file's writer: pid@host
+
+
+class CorruptFile(UserError):
+    """A file of a tdyn directory is missing, truncated, garbled or inconsistent; names it and what is wrong."""
+
+    def __init__(self, path: Path, problem: str):
+        self.path, self.problem = Path(path), problem
+        super().__init__(f"{str(path)!r} {problem}")
+
+
+def host() -> str:
+    return socket.gethostname()
+
+
+def writer_tag() -> str:
+    """``pid@host`` of this process: what lock files and temp file names record."""
+    return f"{os.getpid()}@{host()}"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (a zombie, dead but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # someone else's process
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):   # no /proc here
+        return True
 
 
 def _umask() -> int:
@@ -60,7 +121,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     as the umask allows (``mkstemp`` alone would leave it 0600, unreadable by colleagues)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tdyn-{writer_tag()}.", suffix=".tmp")
     try:
         os.fchmod(fd, _MODE)
         with os.fdopen(fd, "wb") as f:
@@ -93,8 +154,60 @@ def write_csv(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) 
     return Path(path)
 
 
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise CorruptFile(path, "is missing") from None
+    except IsADirectoryError:
+        raise CorruptFile(path, "is a directory, not a file") from None
+    except OSError as e:
+        raise CorruptFile(path, f"cannot be read ({e.strerror})") from None
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")   # NaN / Infinity: tdyn never writes them
+
+
+def _parse_json(data: bytes) -> Any:
+    return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+
+
 def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text())
+    """A JSON file tdyn wrote; missing, truncated, garbled (not UTF-8, not JSON) is a :class:`CorruptFile`."""
+    data = _read_bytes(path)
+    try:
+        return _parse_json(data)
+    except UnicodeDecodeError as e:
+        raise CorruptFile(path, f"is not UTF-8 text (byte {e.start}): garbled") from None
+    except json.JSONDecodeError as e:
+        raise CorruptFile(path, f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}): "
+                                f"truncated or garbled") from None
+    except ValueError as e:
+        raise CorruptFile(path, f"is not valid JSON ({e}): garbled") from None
+
+
+def _json_type(v: Any) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(v), "number")
+
+
+def _object(path: Path, what: str) -> dict:
+    obj = read_json(path)
+    if not isinstance(obj, dict):
+        raise CorruptFile(path, f"holds a JSON {_json_type(obj)}, not {what} (a JSON object)")
+    return obj
+
+
+def _field(path: Path, obj: dict, key: str, typ: type, what: str) -> Any:
+    v = obj.get(key)
+    if not isinstance(v, typ) or (isinstance(v, bool) and typ is not bool):
+        raise CorruptFile(path, f"has {key!r} = {_short(v)}, not {what}")
+    return v
+
+
+def _short(v: Any) -> str:
+    text = json.dumps(v) if not isinstance(v, str) else repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def write_metrics(run_dir: Path, records: list[dict]) -> None:
@@ -102,30 +215,110 @@ def write_metrics(run_dir: Path, records: list[dict]) -> None:
                       "".join(json.dumps(r, allow_nan=False) + "\n" for r in records))
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
+def _record_problem(rec: Any, prev: int | None) -> str | None:
+    if not isinstance(rec, dict):
+        return f"is a JSON {_json_type(rec)}, not a record"
+    step = rec.get("step")
+    if type(step) is not int or step < 0:
+        return f"has step {_short(step)}, not a whole number"
+    if prev is not None and step <= prev:
+        return f"has step {step} after step {prev} (steps must increase)"
+    for k, v in rec.items():
+        if v is not None and not isinstance(v, (int, float)):
+            return f"has {k!r} = {_short(v)}, not a number"
+    return None
+
+
+def scan_metrics(run_dir: Path) -> tuple[list[dict], CorruptFile | None]:
+    """``metrics.jsonl``'s records up to its first bad line, and what is wrong with that line (None
+    when all are good; a missing file gives no records and its problem). Resume keeps such a prefix;
+    every other reader uses :func:`read_metrics`."""
     p = Path(run_dir) / METRICS
-    if not p.exists():
+    try:
+        data = _read_bytes(p)
+    except CorruptFile as e:
+        return [], e
+    recs: list[dict] = []
+    lines = data.split(b"\n")
+    for n, line in enumerate(lines, 1):
+        if n == len(lines) and not line:   # after the last newline
+            break
+        try:
+            rec = _parse_json(line)
+        except ValueError:                  # not UTF-8, not JSON (UnicodeDecodeError is a ValueError)
+            return recs, CorruptFile(p, f"line {n} is not valid JSON: truncated or garbled")
+        problem = _record_problem(rec, recs[-1]["step"] if recs else None)
+        if problem:
+            return recs, CorruptFile(p, f"line {n} {problem}")
+        recs.append(rec)
+    return recs, None
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """Every record of ``metrics.jsonl``; a bad line is a :class:`CorruptFile` naming it. No file yet is
+    no records only for a run that has written nothing else (no checkpoint, still running)."""
+    recs, problem = scan_metrics(run_dir)
+    if problem is None:
+        return recs
+    if not (Path(run_dir) / METRICS).exists() and not checkpoint_steps(run_dir) \
+            and read_meta(run_dir)["status"] == "running":
         return []
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    if not (Path(run_dir) / METRICS).exists():
+        raise CorruptFile(problem.path, "is missing, but the run has checkpoints or has ended")
+    raise problem
 
 
 def read_config(run_dir: Path) -> dict:
-    return read_json(Path(run_dir) / CONFIG)
+    """``config.json`` as written (a JSON object; :func:`load_run_config` validates it)."""
+    return _object(Path(run_dir) / CONFIG, "a run config")
+
+
+def config_from(raw: Any, path: Path) -> RunConfig:
+    """``raw``, read from ``path``, validated as a run config; a bad key is a CorruptFile naming the file."""
+    if not isinstance(raw, dict):
+        raise CorruptFile(path, f"holds {_short(raw)} where a run config (a JSON object) belongs")
+    try:
+        return validate_config(raw)
+    except UserError as e:
+        raise CorruptFile(path, f"is not a valid run config: {e}") from None
+
+
+def load_run_config(run_dir: Path) -> RunConfig:
+    """A run's ``config.json``, validated."""
+    return config_from(read_config(run_dir), Path(run_dir) / CONFIG)
 
 
 def read_meta(run_dir: Path) -> dict:
-    return read_json(Path(run_dir) / META)
+    """``meta.json``, checked: a JSON object with a known ``status`` and a whole-number ``seed``."""
+    path = Path(run_dir) / META
+    meta = _object(path, "run metadata")
+    _field(path, meta, "status", str, f"one of {', '.join(STATUSES)}")
+    if meta["status"] not in STATUSES:
+        raise CorruptFile(path, f"has status {meta['status']!r}, not one of {', '.join(STATUSES)}")
+    _field(path, meta, "seed", int, "a whole number")
+    return meta
 
 
 def _ckpt_name(step: int | str) -> str:
     return FINAL if step == "final" else f"step-{int(step):07d}.safetensors"
 
 
+def tensor_checksum(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over a checkpoint's tensors in key order: for each, the line ``name dtype shape`` and then
+    its bytes (native order). Stored in the checkpoint's metadata (``sha256``), checked on every read."""
+    h = hashlib.sha256()
+    for k in sorted(tensors):
+        t = tensors[k].detach().contiguous().cpu()
+        h.update(f"{k} {str(t.dtype).removeprefix('torch.')} {list(t.shape)}\n".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+    return h.hexdigest()
+
+
 def save_checkpoint(run_dir: Path, step: int | str, tensors: dict[str, torch.Tensor],
                     metadata: dict[str, str] | None = None) -> Path:
-    path = Path(run_dir) / CKPT_DIR / _ckpt_name(step)
+    path = checkpoint_path(run_dir, step)
     tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
-    atomic_write_bytes(path, save(tensors, metadata=metadata))
+    atomic_write_bytes(path, save(tensors, metadata=dict(metadata or {}) | {CHECKSUM: tensor_checksum(tensors)}))
     return path
 
 
@@ -133,15 +326,56 @@ def checkpoint_steps(run_dir: Path) -> list[int]:
     d = Path(run_dir) / CKPT_DIR
     if not d.exists():
         return []
-    return sorted(int(m.group(1)) for f in d.iterdir() if (m := _STEP_RE.search(f.name)))
+    return sorted(int(m.group(1)) for f in d.iterdir() if (m := _STEP_RE.fullmatch(f.name)))
+
+
+def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """A checkpoint file's tensors and metadata, its checksum verified: a truncated, garbled or
+    bit-flipped file (or one without a checksum) is a :class:`CorruptFile`."""
+    data = _read_bytes(path)
+    try:
+        tensors = load_safetensors(data)
+        (n,) = struct.unpack("<Q", data[:8])
+        meta = json.loads(data[8:8 + n]).get("__metadata__") or {}
+        if not isinstance(meta, dict):
+            raise ValueError("bad __metadata__")
+    except Exception as e:   # safetensors' own error type, struct / JSON errors of a damaged header
+        what = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+        raise CorruptFile(path, f"is not a readable safetensors file ({what}): truncated or garbled") from None
+    if CHECKSUM not in meta:
+        raise CorruptFile(path, f"carries no checksum ({CHECKSUM!r} in its metadata): damaged, or written "
+                                f"by a tdyn without checksums")
+    if tensor_checksum(tensors) != meta[CHECKSUM]:
+        raise CorruptFile(path, "fails its checksum: its tensors are damaged (a flipped bit, a partial overwrite)")
+    return tensors, meta
+
+
+def checkpoint_path(run_dir: Path, step: int | str = "final") -> Path:
+    return Path(run_dir) / CKPT_DIR / _ckpt_name(step)
 
 
 def load_checkpoint(run_dir: Path, step: int | str = "final") -> dict[str, torch.Tensor]:
-    name = _ckpt_name(step)
-    path = Path(run_dir) / CKPT_DIR / name
+    """The tensors of checkpoint ``step`` (or ``"final"``), verified (:func:`read_checkpoint`)."""
+    path = checkpoint_path(run_dir, step)
     if not path.exists():
-        raise UserError(f"no checkpoint {name} in {run_dir}")
-    return load_file(path)
+        raise UserError(f"no checkpoint {path.name} in {run_dir}")
+    tensors, meta = read_checkpoint(path)
+    if step != "final" and meta.get("step") != str(int(step)):
+        raise CorruptFile(path, f"holds step {_short(meta.get('step'))}, not {int(step)} as its name says")
+    return tensors
+
+
+def remove_stale_temps(d: Path) -> list[Path]:
+    """Delete the temporary files below ``d`` that no live writer owns: this process's own and those of
+    dead processes on this host (a kill mid-write). Another live process's, another host's and temp
+    files that do not name their writer are kept. Returns the files removed."""
+    me, here, removed = os.getpid(), host(), []
+    for tmp in Path(d).rglob(".*.tmp"):
+        m = _TMP_RE.search(tmp.name)
+        if m and m.group(2) == here and (int(m.group(1)) == me or not pid_alive(int(m.group(1)))):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
 
 
 def params_of(ckpt: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -186,28 +420,214 @@ def is_tdyn_dir(path: Path) -> bool:
     return is_run_dir(path) or any((path / m).exists() for m in MARKERS)
 
 
-def prepare_dir(out: Path, force: bool, *, clear: bool = False, hint: str = "") -> Path:
-    """Create ``out`` for writing. A non-empty ``out`` is a UserError unless ``force``; then with
-    ``clear`` its contents are removed first (a run directory), else its files get overwritten (a
-    reproduction directory). ``force`` applies only to a directory tdyn wrote (:func:`is_tdyn_dir`):
-    anything else is refused, so ``--force`` never deletes or overwrites a user's files.
-    ``hint`` is appended to the error (e.g. "or --resume to continue it")."""
-    out = Path(out)
+def _entries(out: Path) -> list[Path]:
+    """What ``out`` holds besides a lock file (a directory holding only one counts as empty)."""
+    return sorted(p for p in out.iterdir() if p.name != LOCK) if out.is_dir() else []
+
+
+def _check_out(out: Path, force: bool, hint: str) -> None:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {str(out)!r} is a file, not a directory")
-    if out.exists() and any(out.iterdir()):
+    entries = _entries(out)
+    if entries:
         if not force:
             raise UserError(f"output directory {str(out)!r} already exists and is not empty; "
                             f"use --force to overwrite{hint}")
         if not is_tdyn_dir(out):
-            first = sorted(p.name for p in out.iterdir())[0]
-            raise UserError(f"--force: {str(out)!r} is not a tdyn output directory (it holds {first!r}, and no "
+            raise UserError(f"--force: {str(out)!r} is not a tdyn output directory (it holds {entries[0].name!r}, and no "
                             f"{CONFIG}/{META}, {', '.join(MARKERS)}); tdyn deletes only its own outputs — "
                             f"choose another --out")
-        if clear:
-            shutil.rmtree(out)
+
+
+def prepare_dir(out: Path, force: bool, *, clear: bool = False, hint: str = "", locks: "Locks | None" = None) -> Path:
+    """Create ``out`` for writing. A non-empty ``out`` is a UserError unless ``force``; then with
+    ``clear`` its contents are removed first (a run directory), else its files get overwritten (a
+    reproduction directory). ``force`` applies only to a directory tdyn wrote (:func:`is_tdyn_dir`):
+    anything else is refused, so ``--force`` never deletes or overwrites a user's files.
+    ``hint`` is appended to the error (e.g. "or --resume to continue it").
+
+    With ``locks``, ``out``'s lock is taken (a directory another process writes is refused naming it,
+    before anything else is said about it) and kept in ``locks``; clearing then spares the lock files
+    this process holds and stops at a directory below ``out`` that another process writes."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {str(out)!r} is a file, not a directory")
+    if locks is not None and (out / LOCK).exists():
+        locks.acquire(out)
+    _check_out(out, force, hint)
+    if locks is not None and not locks.holds(out):
+        locks.acquire(out)
+        _check_out(out, force, hint)     # again: written by someone else between the check and the lock?
+    if clear and _entries(out):
+        _clear(out)
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def _clear(out: Path) -> None:
+    """Remove ``out``'s contents except the lock files this process holds. A directory below ``out``
+    that another process is writing (its lock held) stops the clear with that process named."""
+    inner = sorted({p.parent for p in Path(out).rglob(LOCK)} - {Path(out)})
+    with Locks() as below:
+        for d in inner:
+            below.acquire(d)
+        _remove_contents(Path(os.path.realpath(out)), held_lock_files())
+    for d in sorted(inner, key=lambda p: len(p.parts), reverse=True):
+        try:
+            d.rmdir()          # emptied: its lock file went with the release
+        except OSError:
+            pass
+
+
+def _remove_contents(root: Path, keep: set[str]) -> None:
+    for p in root.iterdir():
+        if str(p) in keep:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            if any(k.startswith(str(p) + os.sep) for k in keep):
+                _remove_contents(p, keep)
+            else:
+                shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
+# ---------------------------------------------------------------- one writer per directory
+
+
+class LockError(UserError):
+    """The directory is being written by another process (named, ``pid@host``)."""
+
+
+_held: dict[str, list] = {}          # realpath of a directory this process has locked -> [fd, count]
+_held_guard = threading.RLock()
+if hasattr(os, "register_at_fork"):  # a forked child is another writer: it holds nothing
+    os.register_at_fork(after_in_child=_held.clear)
+
+
+def held_lock_files() -> set[str]:
+    """The lock files (real paths) this process holds."""
+    with _held_guard:
+        return {os.path.join(k, LOCK) for k in _held}
+
+
+def lock_holder(d: str | Path) -> str:
+    """``pid@host`` that ``d``'s lock file names (its holder, or a dead writer's), or "" without one."""
+    return _holder(os.path.join(d, LOCK))
+
+
+def _holder(lock: str) -> str:
+    try:
+        with open(lock, "rb") as f:
+            return f.read(300).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def holder_gone(holder: str) -> bool:
+    """Whether the holder ``pid@host`` a lock file names is a process of this host that no longer runs."""
+    pid, _, h = holder.partition("@")
+    return h == host() and pid.isdigit() and not pid_alive(int(pid))
+
+
+def _in_use(d: Path, holder: str) -> str:
+    who = f"pid {holder}" if holder else "another process"
+    why = " (that process has ended, but a process it started still holds the lock)" if holder_gone(holder) else ""
+    return (f"{str(d)!r} is in use by {who}{why}: another tdyn process is writing it (lock file {LOCK}); "
+            f"wait for it to finish or stop it")
+
+
+def _acquire(d: Path) -> str:
+    d = Path(d)
+    d.mkdir(parents=True, exist_ok=True)
+    key = os.path.realpath(d)
+    lock, mine = os.path.join(key, LOCK), writer_tag()
+    with _held_guard:
+        if key in _held:                 # this process already writes it (a nested call)
+            _held[key][1] += 1
+            return key
+        for _ in range(20):
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, _MODE)
+            try:
+                if fcntl is None:
+                    raise OSError(errno.ENOSYS, "no fcntl")
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _holder(lock)
+                os.close(fd)
+                raise LockError(_in_use(d, holder)) from None
+            except OSError as e:
+                if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                    os.close(fd)
+                    raise
+                holder = _holder(lock)   # no locks on this filesystem: the pid the file names decides
+                if holder and holder != mine and not holder_gone(holder):
+                    os.close(fd)
+                    raise LockError(_in_use(d, holder)) from None
+            try:   # a holder releasing removes the file: the one locked must still be the one there
+                st, now_ = os.fstat(fd), os.stat(lock)
+                same = (st.st_ino, st.st_dev) == (now_.st_ino, now_.st_dev)
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            previous = _holder(lock)
+            if previous and previous != mine:
+                log.warning("%s: took over the stale lock of pid %s (no longer running)", d, previous)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (mine + "\n").encode(), 0)
+            _held[key] = [fd, 1]
+            return key
+    raise LockError(f"{str(d)!r}: its lock file {LOCK} keeps being replaced; is another process starting on it?")
+
+
+def _release(key: str) -> None:
+    with _held_guard:
+        entry = _held.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] > 0:
+            return
+        del _held[key]
+        fd, lock = entry[0], os.path.join(key, LOCK)
+        try:
+            st, now_ = os.fstat(fd), os.stat(lock)
+            if (st.st_ino, st.st_dev) == (now_.st_ino, now_.st_dev):
+                os.unlink(lock)          # while still locked: a waiting opener sees it gone and retries
+        except OSError:
+            pass
+        os.close(fd)
+
+
+class Locks:
+    """Directory locks taken together and released together: ``with Locks() as locks: locks.acquire(d)``.
+
+    Each directory's lock is ``fcntl.flock`` on ``d/.tdyn.lock``, which holds the writer's ``pid@host``.
+    A directory another process holds is a :class:`LockError` naming it; a lock file left by a process
+    that died is taken over (the kernel released its lock). The same process may lock a directory
+    again (nested writers: a reproduction training into its own directory)."""
+
+    def __init__(self):
+        self._keys: list[str] = []
+
+    def acquire(self, d: str | Path) -> None:
+        self._keys.append(_acquire(Path(d)))
+
+    def holds(self, d: str | Path) -> bool:
+        return os.path.realpath(d) in self._keys
+
+    def release(self) -> None:
+        for k in reversed(self._keys):
+            _release(k)
+        self._keys = []
+
+    def __enter__(self) -> "Locks":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 # ---------------------------------------------------------------- reading a run directory
@@ -296,7 +716,7 @@ class Run:
 
     def task(self):
         """The run's task built from its config (one member; no weights loaded)."""
-        cfg = validate_config(self.config)
+        cfg = load_run_config(self.path)
         lrs = {g: gc.lr for g, gc in cfg.optim.groups.items()}
         scale = (cfg.ensemble.init_scales or [1.0])[0]
         return build_task(cfg, [Member(cfg.seeds[0], lrs, scale, self.path.name)])
@@ -336,7 +756,7 @@ def load_sweep(path: str | Path):
     dirs = job_dirs(path)
     if not dirs:
         raise UserError(f"{str(path)!r} holds no run directory")
-    axes = {r["name"]: r.get("axes", {}) for r in read_json(path / SWEEP)["runs"]} if (path / SWEEP).exists() else {}
+    axes = {r["name"]: r["axes"] for r in read_sweep(path)["runs"]} if (path / SWEEP).exists() else {}
     rows = []
     for d in dirs:
         run = Run(d)
@@ -360,6 +780,21 @@ def load_sweep(path: str | Path):
     return pd.DataFrame.from_records(rows)
 
 
+def read_ensemble(out: str | Path) -> dict:
+    """A job's ``ensemble.json``, checked: ``config`` (an object), ``members`` and ``dirs`` (lists of names,
+    as many of each). :func:`ensemble_dirs` checks where the directories lie."""
+    path = Path(out) / ENSEMBLE
+    ens = _object(path, "an ensemble manifest")
+    _field(path, ens, "config", dict, "a run config (a JSON object)")
+    for key in ("members", "dirs"):
+        v = _field(path, ens, key, list, "a list of names")
+        if not all(isinstance(x, str) and x for x in v):
+            raise CorruptFile(path, f"has {key!r} = {_short(v)}, not a list of names")
+    if len(ens["members"]) != len(ens["dirs"]):
+        raise CorruptFile(path, f"lists {len(ens['members'])} members but {len(ens['dirs'])} directories")
+    return ens
+
+
 def ensemble_dirs(out: str | Path) -> list[Path]:
     """The member directories ``ensemble.json`` in ``out`` lists, each checked to lie inside ``out`` (or,
     for a sweep's job manifest ``SWEEP_DIR/.jobs/<job>``, inside the sweep directory): a manifest
@@ -367,19 +802,36 @@ def ensemble_dirs(out: str | Path) -> list[Path]:
     out = Path(out)
     root = out.parent.parent if out.parent.name == ".jobs" else out
     dirs = []
-    for p in read_json(out / ENSEMBLE).get("dirs", []):
+    for p in read_ensemble(out)["dirs"]:
         d = out / p
-        if not isinstance(p, str) or not d.resolve().is_relative_to(root.resolve()) or d.resolve() == root.resolve():
+        if not d.resolve().is_relative_to(root.resolve()) or d.resolve() == root.resolve():
             raise UserError(f"{str(out / ENSEMBLE)!r}: member directory {p!r} lies outside {str(root)!r}")
         dirs.append(d)
     return dirs
+
+
+def read_sweep(out: str | Path) -> dict:
+    """A sweep's ``sweep.json``, checked: ``spec`` (an object) and ``runs``, each with a ``name`` (one
+    path component: a directory of the sweep), a ``status`` and its ``axes``."""
+    path = Path(out) / SWEEP
+    sw = _object(path, "a sweep record")
+    _field(path, sw, "spec", dict, "a sweep spec (a JSON object)")
+    for i, r in enumerate(_field(path, sw, "runs", list, "a list of runs")):
+        if not isinstance(r, dict):
+            raise CorruptFile(path, f"has runs[{i}] = {_short(r)}, not a run record")
+        name = _field(path, r, "name", str, "a run name")
+        if name in ("", ".", "..") or Path(name).name != name or "\\" in name or "\0" in name:
+            raise CorruptFile(path, f"has run name {name!r}, not a directory name inside the sweep")
+        _field(path, r, "status", str, "a status")
+        _field(path, r, "axes", dict, "the run's axes (a JSON object)")
+    return sw
 
 
 def job_dirs(out: str | Path) -> list[Path]:
     """The run directories of a job (``ensemble.json``), a sweep (``sweep.json``), or ``out`` itself."""
     out = Path(out)
     if (out / SWEEP).exists():
-        return [out / r["name"] for r in read_json(out / SWEEP)["runs"] if is_run_dir(out / r["name"])]
+        return [out / r["name"] for r in read_sweep(out)["runs"] if is_run_dir(out / r["name"])]
     if (out / ENSEMBLE).exists():
         return [d for d in ensemble_dirs(out) if is_run_dir(d)]
     return [out] if is_run_dir(out) else []

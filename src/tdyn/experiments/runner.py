@@ -105,7 +105,13 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
     """
     out = Path(out)
     exps = [e for e in all_experiments().values() if names is None or e.name in names]
-    prepare_dir(out, force)
+    with runs.Locks() as locks:   # one writer per directory: a second reproduce --all into out is refused
+        prepare_dir(out, force, locks=locks)
+        return _reproduce_all(out, exps, seed=seed, quick=quick, overrides=overrides, device=device,
+                              progress=progress)
+
+
+def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides, device, progress):
     manifest = {"seed": seed, "quick": quick, "overrides": list(overrides or []), "device": device,
                 "started": runs.now(), "ended": None, "metadata": metadata(), "reproductions": []}
     for i, exp in enumerate(exps):

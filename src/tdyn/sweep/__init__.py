@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import concurrent.futures as cf
+from concurrent.futures.process import BrokenProcessPool
 import numpy as np
 import torch
 from pydantic import ValidationError
@@ -40,32 +41,57 @@ callable_package(__name__, "tdyn.sweep:run_sweep")
 
 
 def run_job(job_dir: str, config: dict, run_dirs: list[str]) -> dict[str, str]:
-    """Train (or resume, or skip) one ensemble job; return each run's status. Safe to call again
-    after any interruption: finished runs are kept, unfinished ones continue from checkpoints."""
+    """Train (or resume, or skip) one ensemble job; return each run's status (and ``"error"`` when it
+    failed). Safe to call again after any interruption: finished runs are kept, unfinished ones continue
+    from checkpoints. Never raises: whatever goes wrong, in training or around it (making directories,
+    reading damaged files, the thread setting), fails the job's unfinished runs with the error."""
 
-    job_dir, dirs = Path(job_dir), [Path(d) for d in run_dirs]
-    torch.set_num_threads(cli_threads())   # every executor's worker trains with the driver's --threads
     t0 = time.perf_counter()
-    return _run_job(job_dir, config, dirs) | {BUSY: [os.getpid(), time.perf_counter() - t0]}
+    dirs = [Path(d) for d in run_dirs]
+    try:
+        torch.set_num_threads(cli_threads())   # every executor's worker trains with the driver's --threads
+        res = _run_job(Path(job_dir), config, dirs)
+    except Exception as e:
+        res = _failed(dirs, e)
+    return res | {BUSY: [os.getpid(), time.perf_counter() - t0]}
 
 
 BUSY = "__busy__"   # run_job's (worker pid, seconds busy) entry, popped by run_sweep
+MAX_LOST = 3        # a job whose worker process dies this often is failed (the pool is rebuilt each time)
+
+
+def run_statuses(dirs: list[Path]) -> dict[str, str]:
+    """Each run's status read from its directory and checked against its files
+    (:func:`tdyn.train.trainer.verified_status`): ``pending`` where no run was started, ``damaged``
+    where the files cannot be read or contradict the status (a damaged run is never counted finished)."""
+    st = {}
+    for d in dirs:
+        try:
+            st[d.name] = trainer.verified_status(d) if runs.is_run_dir(d) else "pending"
+        except Exception:
+            st[d.name] = "damaged"
+    return st
+
+
+def _failed(dirs: list[Path], error: BaseException | str) -> dict[str, str]:
+    """The job's runs after ``error``: a run holding its result keeps it, every other one is failed."""
+    msg = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return {n: (s if s in runs.DONE else "failed") for n, s in run_statuses(dirs).items()} | {"error": msg}
 
 
 def _run_job(job_dir: Path, config: dict, dirs: list[Path]) -> dict[str, str]:
-
-    def statuses():
-        return {d.name: (runs.read_meta(d)["status"] if runs.is_run_dir(d) else "pending") for d in dirs}
-
-    st = statuses()
-    if all(s in ("finished", "diverged") for s in st.values()):
+    st = run_statuses(dirs)
+    if all(s in runs.DONE for s in st.values()):
         return st
-    try:
+    try:   # a damaged run is repaired here: resumed from an intact checkpoint, or trained again
         trainer.train_or_resume(config, job_dir, dirs=dirs, progress=False)
     except Exception as e:  # the sweep goes on; the job's unfinished runs are marked failed
-        return {k: (v if v in ("finished", "diverged") else "failed") for k, v in statuses().items()} \
-            | {"error": f"{type(e).__name__}: {e}"}
-    return statuses()
+        return _failed(dirs, e)
+    st = run_statuses(dirs)
+    bad = [n for n, s in st.items() if s not in runs.DONE]
+    if bad:   # training returned, yet a run holds no result: never reported as one
+        return _failed(dirs, f"run {bad[0]} is {st[bad[0]]} after training")
+    return st
 
 
 def _record(out: Path, spec: SweepSpec, jobs: list[JobPlan], status: dict[str, str], errors: dict[str, str],
@@ -89,8 +115,10 @@ def job_cost(job: JobPlan) -> tuple:
 def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, executor: str = "local",
               workers: int | None = None, address: str | None = None, progress: bool = True,
               executor_obj: Any = None, slurm: dict[str, Any] | None = None) -> dict[str, str]:
-    """Run (or continue) a sweep into ``out``; returns run name → status. ``slurm``: Slurm resources
-    (fields of :class:`~tdyn.sweep.spec.SlurmOptions`) over the spec's ``slurm:`` section."""
+    """Run (or continue) a sweep into ``out``; returns every planned run's name → status (``pending``: never
+    ran; ``failed``: its job raised or was lost, the error in ``sweep.json``). ``slurm``: Slurm resources
+    (fields of :class:`~tdyn.sweep.spec.SlurmOptions`) over the spec's ``slurm:`` section. ``out`` is
+    locked while the sweep runs (a second sweep on it is refused naming the first)."""
     spec = spec_source if isinstance(spec_source, SweepSpec) else load_spec(spec_source)
     out = Path(out)
     if slurm:
@@ -105,63 +133,102 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
             return {k: v for k, v in d.items() if k != "slurm"}
 
         try:
-            old = SweepSpec.model_validate(runs.read_json(out / runs.SWEEP)["spec"]).model_dump(mode="json")
-        except ValidationError:
-            old = None
-        if old is None or runs_of(old) != runs_of(spec.model_dump(mode="json")):
+            old = SweepSpec.model_validate(runs.read_sweep(out)["spec"]).model_dump(mode="json")
+        except ValidationError as e:
+            raise runs.CorruptFile(out / runs.SWEEP, f"holds a spec this tdyn cannot read "
+                                   f"({format_validation_error(e, SweepSpec, 'spec')}): damaged, or another "
+                                   f"tdyn version's; choose another --out") from None
+        if runs_of(old) != runs_of(spec.model_dump(mode="json")):
             raise UserError(f"{str(out)!r} holds a different sweep; choose another --out")
     jobs = plan(spec)
 
     ex = executor_obj or make_executor(executor, workers=workers, address=address, folder=str(out / ".submitit"),
                                        slurm=spec.slurm.submitit_parameters())
-    out.mkdir(parents=True, exist_ok=True)   # only once spec, plan and executor are valid
+    try:
+        with runs.Locks() as locks:
+            locks.acquire(out)   # one sweep per directory; made only once spec, plan and executor are valid
+            return _run(spec, jobs, out, ex, progress)
+    finally:
+        if executor_obj is None:
+            ex.shutdown()
+
+
+def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: bool) -> dict[str, str]:
     status: dict[str, str] = {}
     errors: dict[str, str] = {}
     args = {j.id: (str(out / JOBS / j.id), j.config, [str(out / r.name) for r in j.runs])
             for j in sorted(jobs, key=job_cost, reverse=True)}
     busy: dict[int, float] = {}
+    lost: dict[str, int] = {}          # job → times its worker died under it
+    seen: dict[str, set[str]] = {}     # job → the dead workers (pid@host) already counted
     _record(out, spec, jobs, status, errors)
 
     bar = tqdm(total=len(jobs), desc="sweep jobs",
                disable=not (progress and trainer.interactive()))
     pending = dict(args)
+
+    def done(jid: str, res: dict) -> None:
+        pid, secs = res.pop(BUSY, (None, 0.0))
+        if pid is not None:
+            busy[pid] = busy.get(pid, 0.0) + secs
+        if "error" in res:
+            errors[jid] = res.pop("error")
+            # what the worker could not say (a lost job) is read from the runs' directories
+            on_disk = _failed([Path(d) for d in args[jid][2]], errors[jid])
+            res = {k: v for k, v in on_disk.items() if k != "error"} | res
+            log.warning("sweep job %s failed: %s", jid, errors[jid])
+        else:
+            log.info("sweep job %s: %s", jid, ", ".join(f"{k} {v}" for k, v in res.items()))
+        status.update(res)
+        for d in args[jid][2]:   # every run of a job that came back has a status
+            status.setdefault(Path(d).name, "failed")
+        pending.pop(jid)
+        bar.update(1)
+        _record(out, spec, jobs, status, errors, busy)
+
     try:
         while pending:
             futures = {ex.submit(run_job, *a): jid for jid, a in pending.items()}
             log.info("sweep %s: %d job(s) submitted to %s", out, len(futures), getattr(ex, "name", type(ex).__name__))
-            broken = False
+            broken = []
             for fut in cf.as_completed(futures):
                 jid = futures[fut]
                 try:
                     res = fut.result()
-                except cf.process.BrokenProcessPool:
-                    broken = True
+                except BrokenProcessPool:   # a pool process died: this job's, or another's
+                    broken.append(jid)
                     continue
                 except Exception as e:  # the executor lost the job for good
-                    res = {"error": f"{type(e).__name__}: {e}"}
-                pid, secs = res.pop(BUSY, (None, 0.0))
-                if pid is not None:
-                    busy[pid] = busy.get(pid, 0.0) + secs
-                if "error" in res:
-                    errors[jid] = res.pop("error")
-                    log.warning("sweep job %s failed: %s", jid, errors[jid])
-                else:
-                    log.info("sweep job %s: %s", jid, ", ".join(f"{k} {v}" for k, v in res.items()))
-                status.update(res)
-                pending.pop(jid)
-                bar.update(1)
-                _record(out, spec, jobs, status, errors, busy)
-            if broken:  # a pool process was killed: rebuild the pool, resume the unfinished jobs
+                    res = {"error": f"the executor lost it: {type(e).__name__}: {e}"}
+                done(jid, res)
+            if broken:  # rebuild the pool and resume the unfinished jobs; one that keeps dying is failed
                 if not getattr(ex, "retry_broken", False):
                     raise RuntimeError("executor broke")
+                for jid in _lost_jobs(broken, args, seen):
+                    lost[jid] = lost.get(jid, 0) + 1
+                    if lost[jid] >= MAX_LOST:
+                        done(jid, {"error": f"lost {MAX_LOST} times: the worker process running it died (killed, or "
+                                            f"out of memory); re-run the sweep to continue it"})
                 ex.reset()
     finally:
         bar.close()
-        if executor_obj is None:
-            ex.shutdown()
     _record(out, spec, jobs, status, errors, busy)
     summarize(out)
-    return status
+    return {r.name: status.get(r.name, "pending") for j in jobs for r in j.runs}
+
+
+def _lost_jobs(broken: list[str], args: dict[str, tuple], seen: dict[str, set[str]]) -> list[str]:
+    """Which of the jobs a broken pool returned were running in a worker that died: those whose job
+    directory's lock names a dead process not counted before (a worker killed mid-job leaves its lock
+    file). When none does (a worker died before taking a lock), all of them count, so that a job killing
+    every worker it gets cannot keep the sweep going round forever."""
+    struck = []
+    for jid in broken:
+        holder = runs.lock_holder(Path(args[jid][0]))
+        if holder and runs.holder_gone(holder) and holder not in seen.setdefault(jid, set()):
+            seen[jid].add(holder)
+            struck.append(jid)
+    return struck or list(broken)
 
 
 def final_metrics(run_dir: Path) -> dict[str, float]:
@@ -174,7 +241,7 @@ def summarize(out: str | Path) -> Path:
     """``summary.csv``: one row per cell (axes, count, mean and sample std of each final metric)."""
 
     out = Path(out)
-    sweep = runs.read_json(out / runs.SWEEP)
+    sweep = runs.read_sweep(out)
     cells: dict[str, dict] = {}
     for r in sweep["runs"]:
         key = repr(sorted(r["axes"].items()))

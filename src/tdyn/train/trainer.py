@@ -129,6 +129,14 @@ def checkpoint_schedule(cfg: RunConfig) -> set[int]:
     return {s for s in steps if 0 <= s < T}
 
 
+def eval_steps(cfg: RunConfig) -> set[int]:
+    """The steps a member's metrics.jsonl has a record for: the probe grid, the listed probe steps, every
+    checkpoint and the final step (a member that diverges stops at its divergence record)."""
+    T = cfg.optim.steps
+    grid = set(range(0, T, cfg.probes.every)) if cfg.probes.every else set()
+    return grid | {t for t in cfg.probes.steps if 0 <= t <= T} | checkpoint_schedule(cfg) | {T}
+
+
 # ---------------------------------------------------------------- the job
 
 
@@ -176,9 +184,7 @@ class Job:
         self.active = torch.ones(S, dtype=torch.bool)
         self.records: list[list[dict]] = [[] for _ in members]
         self.ckpt_steps = checkpoint_schedule(cfg)
-        T = cfg.optim.steps
-        grid = set(range(0, T, cfg.probes.every)) if cfg.probes.every else set()
-        self.eval_steps = grid | {t for t in cfg.probes.steps if 0 <= t <= T} | self.ckpt_steps | {T}
+        self.eval_steps = eval_steps(cfg)
         self._stop = False
 
     # ---- state
@@ -197,6 +203,17 @@ class Job:
         t |= {f"rng/{k}": gens[i].get_state() for k, gens in self.task.member_generators().items()}
         t |= {f"probe/{k}": v[i] for k, v in probes.items()}
         return t
+
+    def _check_member_state(self, i: int, ckpt: dict[str, torch.Tensor], path: Path) -> None:
+        """``ckpt`` (read from ``path``) holds every tensor member ``i``'s state needs, shaped as here."""
+        live = self._member_state(i, {})
+        for k, ref in live.items():
+            t = ckpt.get(k)
+            if t is None:
+                raise runs.CorruptFile(path, f"lacks {k!r}: not a checkpoint of this run's model")
+            if t.shape != ref.shape or t.dtype != ref.dtype:
+                raise runs.CorruptFile(path, f"holds {k!r} as {t.dtype} {list(t.shape)}, but this run's "
+                                             f"model needs {ref.dtype} {list(ref.shape)}")
 
     def _load_member_state(self, i: int, ckpt: dict[str, torch.Tensor]) -> None:
         with torch.no_grad():
@@ -348,8 +365,8 @@ class Job:
 # ---------------------------------------------------------------- entry points
 
 
-def _prepare_out(out: Path, force: bool) -> None:
-    runs.prepare_dir(out, force, clear=True, hint=" or --resume to continue it")
+def _prepare_out(out: Path, force: bool, locks: runs.Locks) -> None:
+    runs.prepare_dir(out, force, clear=True, hint=" or --resume to continue it", locks=locks)
 
 
 MANIFEST = runs.ENSEMBLE  # kept for callers of trainer.MANIFEST
@@ -361,7 +378,8 @@ def train(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] | None = N
 
     By default members go to ``out`` (one member) or ``out/<member>/``; ``dirs`` places them
     anywhere (one per member, in member order: seeds × lr sets × init scales), with the job's
-    manifest ``out/ensemble.json`` pointing at them (sweeps use this).
+    manifest ``out/ensemble.json`` pointing at them (sweeps use this). ``out`` and every member
+    directory are locked while the job trains (:class:`tdyn.runs.Locks`).
     """
     if not isinstance(cfg, RunConfig):
         cfg = load_config(cfg)
@@ -372,21 +390,25 @@ def train(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] | None = N
     if len(dirs) != len(members):
         raise UserError(f"{len(members)} members but {len(dirs)} run directories")
     job = Job(cfg, members, dirs, progress, out)  # builds (and validates) before anything is written
-    for d in ([out] if not explicit else []) + (dirs if explicit else []):
-        _prepare_out(d, force)
-    if explicit or len(members) > 1:
-        out.mkdir(parents=True, exist_ok=True)
-        runs.write_json(out / MANIFEST, {"config": cfg.model_dump(mode="json"),
-                                         "members": [m.name for m in members],
-                                         "dirs": [os.path.relpath(d, out) for d in dirs]})
-    for m, d in zip(members, dirs):
-        d.mkdir(parents=True, exist_ok=True)
-        runs.write_json(d / runs.CONFIG, member_config(cfg, m))
-        runs.write_json(d / runs.META, {
-            "tdyn_version": tdyn.__version__, "torch_version": torch.__version__, "git_commit": runs.git_commit(),
-            "seed": m.seed, "member": m.name, "lrs": m.lrs, "init_scale": m.init_scale,
-            "started": runs.now(), "ended": None, "status": "running", "message": None})
-    _run_guarded(job, 0)
+    with runs.Locks() as locks:
+        if explicit:
+            locks.acquire(out)
+        for d in ([out] if not explicit else []) + (dirs if explicit else []):
+            _prepare_out(d, force, locks)
+        for d in dirs:
+            if not locks.holds(d):
+                locks.acquire(d)
+        if explicit or len(members) > 1:
+            runs.write_json(out / MANIFEST, {"config": cfg.model_dump(mode="json"),
+                                             "members": [m.name for m in members],
+                                             "dirs": [os.path.relpath(d, out) for d in dirs]})
+        for m, d in zip(members, dirs):
+            runs.write_json(d / runs.CONFIG, member_config(cfg, m))
+            runs.write_json(d / runs.META, {
+                "tdyn_version": tdyn.__version__, "torch_version": torch.__version__, "git_commit": runs.git_commit(),
+                "seed": m.seed, "member": m.name, "lrs": m.lrs, "init_scale": m.init_scale,
+                "started": runs.now(), "ended": None, "status": "running", "message": None})
+        _run_guarded(job, 0)
     return dirs
 
 
@@ -402,8 +424,50 @@ def _run_guarded(job: Job, start: int) -> None:
         raise
 
 
+def check_done(run_dir: str | Path, cfg: RunConfig, status: str) -> None:
+    """A member whose meta.json says ``finished`` or ``diverged`` has the files of that result: no
+    checkpoint at or past the config's last step, one metrics record per evaluated step (up to the
+    divergence record), and for a finished run ``final.safetensors`` of the last step, intact. Anything
+    else is a :class:`tdyn.runs.CorruptFile` naming the file, never a result."""
+    d = Path(run_dir)
+    T = cfg.optim.steps
+    ahead = [s for s in runs.checkpoint_steps(d) if s >= T]
+    if ahead:
+        raise runs.CorruptFile(d / runs.CONFIG, f"trains {T} steps, but {runs.CKPT_DIR}/ holds step {ahead[-1]}: "
+                                                f"the config does not belong to these checkpoints")
+    recs = runs.read_metrics(d)
+    want = sorted(eval_steps(cfg))
+    have = [r["step"] for r in recs]
+    if status == "diverged":
+        if not recs or recs[-1].get("diverged") is not True:
+            raise runs.CorruptFile(d / runs.METRICS, f"does not end with the divergence record its {runs.META} "
+                                                     f"reports (status diverged)")
+        want = [s for s in want if s < have[-1]] + have[-1:]
+    if have != want:
+        missing = sorted(set(want) - set(have))
+        raise runs.CorruptFile(d / runs.METRICS, f"holds {len(have)} records, not one per evaluated step ({len(want)})"
+                               + (f": step {missing[0]} is missing" if missing else "")
+                               + f"; the run is not {status}")
+    if status == "finished":
+        final = runs.checkpoint_path(d, "final")
+        if not final.exists():
+            raise runs.CorruptFile(final, f"is missing, but {runs.META} says the run is finished")
+        _, meta = runs.read_checkpoint(final)
+        if meta.get("step") != str(T):
+            raise runs.CorruptFile(final, f"holds step {meta.get('step')}, but {runs.CONFIG} trains {T} steps")
+
+
+def verified_status(run_dir: str | Path) -> str:
+    """A run's status, checked against its files when it claims a result (:func:`check_done`)."""
+    status = runs.read_meta(run_dir)["status"]
+    if status in runs.DONE:
+        check_done(run_dir, runs.load_run_config(run_dir), status)
+    return status
+
+
 def same_job(cfg: RunConfig, out: str | Path) -> bool:
-    """Whether ``out`` holds a job (ensemble or single run) started from exactly ``cfg``."""
+    """Whether ``out`` holds a job (ensemble or single run) started from exactly ``cfg`` (a damaged
+    manifest or config is not the same job)."""
     out = Path(out)
 
     def same(raw) -> bool:   # compared after validation: keys added to the config format since get their defaults
@@ -412,67 +476,142 @@ def same_job(cfg: RunConfig, out: str | Path) -> bool:
         except UserError:
             return False
 
-    if (out / MANIFEST).exists():
-        want = cfg.model_dump(mode="json")
-        return same(runs.read_json(out / MANIFEST).get("config"))
-    members = expand_members(cfg)
-    if len(members) != 1 or not runs.is_run_dir(out):
+    try:
+        if (out / MANIFEST).exists():
+            want = cfg.model_dump(mode="json")
+            return same(runs.read_ensemble(out)["config"])
+        members = expand_members(cfg)
+        if len(members) != 1 or not runs.is_run_dir(out):
+            return False
+        want = load_config(member_config(cfg, members[0])).model_dump(mode="json")
+        return same(runs.read_config(out))
+    except runs.CorruptFile:
         return False
-    want = load_config(member_config(cfg, members[0])).model_dump(mode="json")
-    return same(runs.read_config(out))
 
 
 def train_or_resume(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] | None = None,
                     progress: bool = True) -> list[Path]:
     """Continue the job in ``out`` if it was started from this very config (finished members are kept,
-    unfinished ones resume from their newest common checkpoint), else train it afresh, replacing its
-    run directories (``dirs`` as for :func:`train`). What ``reproduce --resume`` and every sweep job use."""
+    unfinished ones resume from their newest intact common checkpoint), else train it afresh, replacing
+    its run directories (``dirs`` as for :func:`train`): also when its files are damaged beyond
+    resuming (the repair). What ``reproduce --resume`` and every sweep job use."""
     if not isinstance(cfg, RunConfig):
         cfg = load_config(cfg)
     if same_job(cfg, out):
         try:
             return resume(out, progress=progress)
-        except UserError:   # nothing to resume from (no checkpoint in common, a member never started)
-            pass
+        except runs.LockError:
+            raise
+        except UserError as e:   # nothing to resume from, or damaged: train it again
+            (log.warning if isinstance(e, runs.CorruptFile) else log.info)("%s: %s; training it again", out, e)
     return train(cfg, out, dirs=dirs, force=True, progress=progress)
 
 
 def resume(out: str | Path, *, progress: bool = True) -> list[Path]:
-    """Continue a job from its last checkpoint common to all unfinished members."""
+    """Continue a job from the newest checkpoint that is intact and common to all its unfinished members.
+
+    Its files are checked first: finished and diverged members must hold their result
+    (:func:`check_done`), an ensemble's member configs must match its manifest, and no checkpoint may lie
+    at or past the last step. A checkpoint that fails its checksum (or is unreadable), or whose
+    metrics are not intact up to it, is passed over for an older one, the metrics cut to match; with none
+    left it is a :class:`tdyn.runs.CorruptFile` naming the newest. The job's directories are locked."""
     out = Path(out)
-    if (out / MANIFEST).exists():
-        ens = runs.read_json(out / MANIFEST)
-        cfg = load_config(ens["config"])
-        members = expand_members(cfg)
-        dirs = runs.ensemble_dirs(out)
-    elif runs.is_run_dir(out):
-        cfg = load_config(runs.Run(out).config)
-        members = expand_members(cfg)
-        dirs = [out]
-    else:
+    manifest = (out / MANIFEST).exists()
+    if not manifest and not runs.is_run_dir(out):
         raise UserError(f"{str(out)!r} is not a run directory (no {runs.CONFIG}/{runs.META} or {runs.ENSEMBLE})")
-    member_runs = [runs.Run(d) for d in dirs]
-    todo = [i for i, r in enumerate(member_runs) if r.status not in ("finished", "diverged")]
-    if not todo:
-        return dirs
-    common = set.intersection(*(set(member_runs[i].steps()) for i in todo))
-    if not common:
-        raise UserError(f"{str(out)!r} has no checkpoint to resume from; start it again with --force")
-    step = max(common)
-    for d in dirs:  # temporary files left by a kill mid-write
-        for tmp in d.rglob(".*.tmp"):
-            tmp.unlink()
-    job = Job(cfg, members, dirs, progress, out)
-    for i, (d, run) in enumerate(zip(dirs, member_runs)):
-        if i in todo:
-            job._load_member_state(i, run.checkpoint(step))
-            job.records[i] = [r for r in run.metrics if r["step"] < step]
-            meta = run.meta
-            meta.setdefault("resumed", []).append({"at": runs.now(), "from_step": step})
-            meta["status"], meta["message"] = "running", None
-            runs.write_json(d / runs.META, meta)
+    with runs.Locks() as locks:
+        locks.acquire(out)
+        if manifest:
+            ens = runs.read_ensemble(out)
+            cfg_path = out / MANIFEST
+            cfg = runs.config_from(ens["config"], cfg_path)
+            dirs = runs.ensemble_dirs(out)
         else:
-            job.active[i] = False
-            job.records[i] = run.metrics
-    _run_guarded(job, step)
+            cfg_path = out / runs.CONFIG
+            cfg = runs.load_run_config(out)
+            dirs = [out]
+        members = expand_members(cfg)
+        if manifest and ens["members"] != [m.name for m in members]:
+            raise runs.CorruptFile(cfg_path, f"lists members {', '.join(ens['members'])}, but its config makes "
+                                             f"{', '.join(m.name for m in members)}")
+        member_runs = [runs.Run(d) for d in dirs]
+        for d in dirs:
+            if not locks.holds(d):
+                locks.acquire(d)
+        statuses = [r.status for r in member_runs]
+        if manifest:
+            for m, d in zip(members, dirs):
+                if runs.load_run_config(d).model_dump(mode="json") != load_config(member_config(cfg, m)).model_dump(mode="json"):
+                    raise runs.CorruptFile(d / runs.CONFIG, f"is not member {m.name}'s config in {str(cfg_path)!r}")
+        for d, s in zip(dirs, statuses):
+            if s in runs.DONE:
+                check_done(d, cfg, s)
+        todo = [i for i, s in enumerate(statuses) if s not in runs.DONE]
+        if not todo:
+            return dirs
+        T = cfg.optim.steps
+        for i in todo:
+            ahead = [s for s in member_runs[i].steps() if s >= T]
+            if ahead:
+                where = f"{dirs[i].name}/{runs.CKPT_DIR}/" if manifest else f"{runs.CKPT_DIR}/"
+                raise runs.CorruptFile(cfg_path, f"trains {T} steps, but {where} holds step {ahead[-1]}: the config "
+                                                 f"does not belong to these checkpoints")
+        common = set.intersection(*(set(member_runs[i].steps()) for i in todo))
+        if not common:
+            raise UserError(f"{str(out)!r} has no checkpoint to resume from; start it again with --force")
+        for i in todo:
+            if not (dirs[i] / runs.METRICS).exists():
+                raise runs.CorruptFile(dirs[i] / runs.METRICS, "is missing, but the run has checkpoints: it cannot be "
+                                                               "resumed; start it again with --force")
+        job = Job(cfg, members, dirs, progress, out)
+        step, states, records, passed = _resume_point(job, todo, sorted(common, reverse=True))
+        if passed:
+            log.warning("resuming %s from step %d: passed over %d damaged checkpoint(s): %s", out, step, len(passed),
+                        passed[0])
+        for d in dirs:  # temporary files left by a kill mid-write (never another live writer's)
+            runs.remove_stale_temps(d)
+        for i, (d, run) in enumerate(zip(dirs, member_runs)):
+            if i in todo:
+                job._load_member_state(i, states[i])
+                job.records[i] = records[i]
+                meta = run.meta
+                meta.setdefault("resumed", []).append({"at": runs.now(), "from_step": step}
+                                                      | ({"passed_over": passed} if passed else {}))
+                meta["status"], meta["message"] = "running", None
+                runs.write_json(d / runs.META, meta)
+            else:
+                job.active[i] = False
+                job.records[i] = run.metrics
+        _run_guarded(job, step)
     return dirs
+
+
+def _resume_point(job: Job, todo: list[int], candidates: list[int]):
+    """The newest of ``candidates`` (checkpoint steps, newest first) at which every unfinished member's
+    checkpoint is intact and its metrics hold exactly the records of the evaluated steps before it:
+    (step, states, records cut to it, the problems passed over)."""
+    evals = sorted(job.eval_steps)
+    scans = {i: runs.scan_metrics(job.dirs[i]) for i in todo}
+    passed: list[runs.CorruptFile] = []
+    for c in candidates:
+        want = [s for s in evals if s < c]
+        states, records = {}, {}
+        try:
+            for i in todo:
+                recs, problem = scans[i]
+                keep = [r for r in recs if r["step"] < c]
+                if [r["step"] for r in keep] != want:
+                    raise problem or runs.CorruptFile(job.dirs[i] / runs.METRICS,
+                                                      f"lacks records before step {c} ({len(keep)} of {len(want)})")
+                path = runs.checkpoint_path(job.dirs[i], c)
+                states[i] = runs.load_checkpoint(job.dirs[i], c)
+                job._check_member_state(i, states[i], path)
+                records[i] = keep
+        except runs.CorruptFile as e:
+            passed.append(e)
+            continue
+        return c, states, records, [str(e) for e in passed]
+    first = passed[0]
+    more = f" (and {len(passed) - 1} older checkpoint(s) damaged)" if len(passed) > 1 else ""
+    raise runs.CorruptFile(first.path, f"{first.problem}{more}; no intact checkpoint to resume from — start it "
+                                       f"again with --force")

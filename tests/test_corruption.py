@@ -1,0 +1,304 @@
+"""Damaged files are detected and named (issue 17, item 5).
+
+``CASES`` is the table: one row per corruption (which directory, which file, how it is damaged, which
+command), each driven through the CLI in a subprocess and checked with ``hostile.assert_rejected``: exit
+2, one stderr line naming the file, no traceback, nothing outside the case's directory touched. Adding a
+case is one line. The directories are built once per module and copied per case.
+
+Below the table: checkpoint checksums (every flipped bit of a checkpoint file is refused), resume
+falling back to the newest intact checkpoint (the result equal bit for bit to an uninterrupted run),
+and the checks of a finished run that resume and the sweep make before believing its status.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import tdyn_cli
+from hostile import assert_rejected, tree_state
+from tdyn import runs
+from tdyn.train.trainer import train
+
+# scan_snap samples batches (a data RNG to restore), tiny: 20 steps, checkpoints at 0, 5, 10, 15
+CFG = {"task": "scan_snap", "data": {"num_last": 2, "num_next_per_last": 1, "seq_len": 16, "batch_size": 8},
+       "seeds": [0], "optim": {"steps": 20, "groups": {"Y": {"params": ["Y"], "lr": 1.0}, "Z": {"params": ["Z"], "lr": 1.0}}},
+       "checkpoint": {"schedule": "none", "every": 5}}
+STEPS = [0, 5, 10, 15]
+NEWEST = "checkpoints/step-0000015.safetensors"
+ALL_STEPS = "checkpoints/step-*.safetensors"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    """Finished and unfinished runs, an ensemble and a sweep, built once: {kind: directory}, plus the
+    sweep's spec file (``spec``)."""
+    root = tmp_path_factory.mktemp("built")
+    train(CFG, root / "run", progress=False)
+    shutil.copytree(root / "run", root / "unfinished")            # as if killed before the final state
+    (root / "unfinished" / runs.CKPT_DIR / runs.FINAL).unlink()
+    meta = runs.read_meta(root / "unfinished")
+    runs.write_json(root / "unfinished" / runs.META, meta | {"status": "running", "ended": None})
+    train(dict(CFG, seeds=[0, 1]), root / "ensemble", progress=False)
+    (root / "base.json").write_text(json.dumps(dict(CFG, checkpoint={"schedule": "none"})))
+    spec = {"base": str(root / "base.json"), "set": ["optim.steps=4"], "seeds": [0],
+            "axes": {"grid": {"optim.groups.Y.lr": [1.0, 2.0]}}}
+    (root / "spec.json").write_text(json.dumps(spec))
+    from tdyn.sweep import run_sweep
+
+    assert set(run_sweep(spec, root / "sweep", workers=1, progress=False).values()) == {"finished"}
+    return {k: root / k for k in ("run", "unfinished", "ensemble", "sweep")} | {"spec": root / "spec.json"}
+
+
+# ---------------------------------------------------------------- ways to damage a file
+
+
+def _flip(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1:]
+
+
+def _set(obj, path: str, value) -> None:
+    """Set ``obj``'s field at ``a.b.0.c`` (list indices as numbers)."""
+    *head, last = path.split(".")
+    for k in head:
+        obj = obj[int(k)] if isinstance(obj, list) else obj[k]
+    obj[int(last) if isinstance(obj, list) else last] = value
+
+
+def damage(path: Path, how: str) -> None:
+    """``how``: truncate (keep the first half), empty, garble (8 bytes in the middle → 0xff), bitflip (the
+    last byte's low bit), delete, text:T (replace by T), set:KEY.PATH=JSON (a JSON file's field),
+    drop_line:N / dup_line:N / line:N=T (metrics.jsonl's N-th line, from 1), copy:FILE (another
+    file of the same directory in its place)."""
+    kind, _, arg = how.partition(":")
+    data = path.read_bytes() if path.exists() else b""
+    if kind == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "garble":
+        mid = len(data) // 2
+        path.write_bytes(data[:mid] + b"\xff" * 8 + data[mid + 8:])
+    elif kind == "bitflip":
+        path.write_bytes(_flip(data, len(data) - 1))
+    elif kind == "delete":
+        path.unlink()
+    elif kind == "text":
+        path.write_text(arg)
+    elif kind == "set":
+        key, _, value = arg.partition("=")
+        obj = json.loads(data)
+        _set(obj, key, json.loads(value))
+        path.write_text(json.dumps(obj))
+    elif kind in ("drop_line", "dup_line", "line"):
+        n, _, text = arg.partition("=")
+        lines = data.decode().splitlines(keepends=True)
+        i = int(n) - 1
+        lines[i:i + 1] = {"drop_line": [], "dup_line": [lines[i]] * 2, "line": [text + "\n"]}[kind]
+        path.write_text("".join(lines))
+    elif kind == "copy":
+        shutil.copyfile(path.parent / arg, path)
+    else:
+        raise ValueError(how)
+
+
+COMMANDS = {
+    "resume": ["run", "--resume", "{dir}", "--quiet"],
+    "report": ["report", "{dir}"],
+    "sweep": ["sweep", "{spec}", "--out", "{dir}", "--workers", "1", "--quiet"],
+    "summarize": ["sweep", "--summarize", "{dir}"],
+}
+
+# (case, directory, file (glob) below it, damage, command, what the one stderr line must name — default: the file)
+CASES = [
+    ("meta truncated", "run", "meta.json", "truncate", "resume", None),
+    ("meta garbled", "run", "meta.json", "garble", "resume", None),
+    ("meta empty", "run", "meta.json", "empty", "resume", None),
+    ("meta not an object", "run", "meta.json", "text:[1, 2]", "resume", None),
+    ("meta unknown status", "run", "meta.json", "set:status=\"done\"", "resume", None),
+    ("meta seed not a number", "run", "meta.json", "set:seed=\"zero\"", "resume", None),
+    ("meta deleted", "run", "meta.json", "delete", "resume", None),
+    ("config truncated", "run", "config.json", "truncate", "resume", None),
+    ("config not UTF-8", "run", "config.json", "garble", "resume", None),
+    ("config steps a string", "run", "config.json", "set:optim.steps=\"many\"", "resume", None),
+    ("config steps below checkpoints", "run", "config.json", "set:optim.steps=3", "resume", None),
+    ("config null", "run", "config.json", "text:null", "resume", None),
+    ("metrics deleted", "run", "metrics.jsonl", "delete", "resume", None),
+    ("metrics truncated", "run", "metrics.jsonl", "truncate", "resume", None),
+    ("metrics garbled line", "run", "metrics.jsonl", "line:6={\"step\": 5, \"loss\": 0.7", "resume", None),
+    ("metrics step a string", "run", "metrics.jsonl", "line:3={\"step\": \"x\", \"loss\": 1.0}", "resume", None),
+    ("metrics loss a string", "run", "metrics.jsonl", "line:3={\"step\": 2, \"loss\": \"high\"}", "resume", None),
+    ("metrics line dropped", "run", "metrics.jsonl", "drop_line:8", "resume", None),
+    ("metrics line repeated", "run", "metrics.jsonl", "dup_line:8", "resume", None),
+    ("final deleted", "run", "checkpoints/final.safetensors", "delete", "resume", None),
+    ("final truncated", "run", "checkpoints/final.safetensors", "truncate", "resume", None),
+    ("final bit flipped", "run", "checkpoints/final.safetensors", "bitflip", "resume", None),
+    ("final empty", "run", "checkpoints/final.safetensors", "empty", "resume", None),
+    ("final is an older state", "run", "checkpoints/final.safetensors", "copy:step-0000015.safetensors", "resume", None),
+    ("every checkpoint bit flipped", "unfinished", ALL_STEPS, "bitflip", "resume", NEWEST),
+    ("every checkpoint truncated", "unfinished", ALL_STEPS, "truncate", "resume", NEWEST),
+    ("unfinished, metrics deleted", "unfinished", "metrics.jsonl", "delete", "resume", None),
+    ("unfinished, steps below checkpoints", "unfinished", "config.json", "set:optim.steps=12", "resume", None),
+    ("ensemble manifest truncated", "ensemble", "ensemble.json", "truncate", "resume", None),
+    ("ensemble config not an object", "ensemble", "ensemble.json", "set:config=5", "resume", None),
+    ("ensemble dirs not a list", "ensemble", "ensemble.json", "set:dirs=\"seed0\"", "resume", None),
+    ("ensemble member meta garbled", "ensemble", "seed1/meta.json", "garble", "resume", None),
+    ("ensemble member config edited", "ensemble", "seed1/config.json", "set:optim.groups.Y.lr=3.0", "resume", None),
+    ("ensemble member final bit flipped", "ensemble", "seed0/checkpoints/final.safetensors", "bitflip", "resume", None),
+    ("report: metrics garbled", "run", "metrics.jsonl", "garble", "report", None),
+    ("report: checkpoint bit flipped", "run", "checkpoints/step-0000005.safetensors", "bitflip", "report", None),
+    ("sweep record truncated", "sweep", "sweep.json", "truncate", "sweep", None),
+    ("sweep spec damaged", "sweep", "sweep.json", "set:spec.axes=5", "sweep", None),
+    ("sweep run name escapes", "sweep", "sweep.json", "set:runs.0.name=\"../x\"", "summarize", None),
+    ("sweep runs not a list", "sweep", "sweep.json", "set:runs={}", "summarize", None),
+]
+
+
+@pytest.mark.parametrize("case,kind,target,how,command,names", CASES, ids=[c[0] for c in CASES])
+def test_corruption_is_named(built, tmp_path, case, kind, target, how, command, names):
+    d = tmp_path / "case"
+    shutil.copytree(built[kind], d)
+    files = sorted(d.glob(target))
+    assert files or how == "delete", f"[{case}] {target} matches nothing"
+    for f in files:
+        damage(f, how)
+    args = [a.format(dir=d, spec=built["spec"]) for a in COMMANDS[command]]
+    before = tree_state(tmp_path, exclude=(d,))
+    r = tdyn_cli(*args)
+    assert_rejected(r, names or str(Path(target)), before, tree_state(tmp_path, exclude=(d,)), case=case)
+    # never reported as a result: the run's status was not turned into "finished" by the attempt
+    if kind == "unfinished" and (d / runs.META).exists():
+        assert json.loads((d / runs.META).read_text())["status"] == "running"
+
+
+def test_table_is_large_enough():
+    assert len(CASES) >= 25
+    assert len({c[0] for c in CASES}) == len(CASES)
+
+
+# ---------------------------------------------------------------- checksums
+
+
+def test_every_flipped_bit_of_a_checkpoint_is_refused(built, tmp_path):
+    """Brute force over a trainer's checkpoint file: flipping the low bit of any byte of its header
+    (every byte) or of its tensors (every 31st byte: each lies under the same hash) makes
+    ``load_checkpoint`` refuse it — the header's JSON breaks, the sizes disagree, the step no longer
+    matches the file name, or the tensors, names, dtypes or shapes no longer match the stored SHA-256."""
+    d = tmp_path / "r"
+    shutil.copytree(built["run"], d)
+    path = runs.checkpoint_path(d, 5)
+    good = path.read_bytes()
+    ref = runs.load_checkpoint(d, 5)
+    assert ref.keys() and runs.read_checkpoint(path)[1][runs.CHECKSUM] == runs.tensor_checksum(ref)
+    header = 8 + int.from_bytes(good[:8], "little")
+    accepted = []
+    for at in [*range(header), *range(header, len(good), 31), len(good) - 1]:
+        path.write_bytes(_flip(good, at))
+        try:
+            runs.load_checkpoint(d, 5)
+            accepted.append(at)
+        except runs.CorruptFile:
+            pass
+    assert not accepted, f"flips at bytes {accepted[:10]} of {len(good)} went undetected"
+    path.write_bytes(good)
+    assert all(torch.equal(runs.load_checkpoint(d, 5)[k], ref[k]) for k in ref)
+
+
+def test_checkpoint_without_checksum_is_refused(tmp_path):
+    from safetensors.torch import save
+
+    path = runs.checkpoint_path(tmp_path, 0)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(save({"param/w": torch.ones(3)}, metadata={"step": "0"}))
+    with pytest.raises(runs.CorruptFile, match="no checksum"):
+        runs.load_checkpoint(tmp_path, 0)
+    runs.save_checkpoint(tmp_path, 0, {"param/w": torch.ones(3)}, {"step": "0"})
+    assert torch.equal(runs.load_checkpoint(tmp_path, 0)["param/w"], torch.ones(3))
+
+
+def test_checksum_covers_names_dtypes_and_shapes():
+    t = torch.arange(6, dtype=torch.float32)
+    base = runs.tensor_checksum({"a": t})
+    assert runs.tensor_checksum({"a": t.clone()}) == base
+    for other in ({"b": t}, {"a": t.view(2, 3)}, {"a": t.view(torch.int32)}, {"a": t + 0.5}, {"a": t, "b": t[:0]}):
+        assert runs.tensor_checksum(other) != base
+
+
+# ---------------------------------------------------------------- resume falls back to an intact checkpoint
+
+
+def _same_run(a: Path, b: Path) -> None:
+    assert (a / runs.METRICS).read_text() == (b / runs.METRICS).read_text()
+    fa, fb = runs.load_checkpoint(a), runs.load_checkpoint(b)
+    assert fa.keys() == fb.keys() and all(torch.equal(fa[k], fb[k]) for k in fa)
+
+
+@pytest.mark.parametrize("target,how,from_step", [
+    (NEWEST, "bitflip", 10),                                      # the newest checkpoint is damaged
+    (NEWEST, "truncate", 10),
+    ("metrics.jsonl", "line:13={\"step\": 12, \"lo", 10),          # metrics intact only up to step 11
+    ("metrics.jsonl", "truncate", None),                          # cut somewhere: the newest covered checkpoint
+])
+def test_resume_falls_back_to_the_newest_intact_checkpoint(built, tmp_path, target, how, from_step):
+    """A damaged newest checkpoint (or metrics damaged before it) is passed over: resume continues from
+    the newest checkpoint that is intact and whose metrics are intact up to it, cuts the metrics to it,
+    says so in one warning, and ends equal bit for bit (metrics text and final tensors) to the
+    uninterrupted run."""
+    d = tmp_path / "u"
+    shutil.copytree(built["unfinished"], d)
+    damage(d / target, how)
+    if from_step is None:   # the records that survived the cut decide
+        good = runs.scan_metrics(d)[0]
+        from_step = max(s for s in STEPS if s <= len(good))
+    r = tdyn_cli("run", "--resume", d, "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    meta = runs.read_meta(d)
+    assert meta["status"] == "finished" and meta["resumed"][-1]["from_step"] == from_step
+    if from_step < 15:
+        assert "passed over" in r.stderr and len(meta["resumed"][-1]["passed_over"]) >= 1
+    _same_run(d, built["run"])
+
+
+def test_resume_without_damage_takes_the_newest_checkpoint(built, tmp_path):
+    d = tmp_path / "u"
+    shutil.copytree(built["unfinished"], d)
+    r = tdyn_cli("run", "--resume", d, "--quiet")
+    assert r.returncode == 0 and r.stderr.strip() == "", r.stderr
+    last = runs.read_meta(d)["resumed"][-1]
+    assert last["from_step"] == 15 and "passed_over" not in last
+    _same_run(d, built["run"])
+
+
+def test_scan_metrics_keeps_the_intact_prefix(tmp_path):
+    runs.write_metrics(tmp_path, [{"step": s, "loss": 1.0 / (s + 1)} for s in range(5)])
+    assert [r["step"] for r in runs.read_metrics(tmp_path)] == [0, 1, 2, 3, 4]
+    p = tmp_path / runs.METRICS
+    p.write_text(p.read_text()[:-9])        # the last line cut
+    recs, problem = runs.scan_metrics(tmp_path)
+    assert [r["step"] for r in recs] == [0, 1, 2, 3] and "line 5" in str(problem) and str(p) in str(problem)
+    with pytest.raises(runs.CorruptFile, match="line 5"):
+        runs.read_metrics(tmp_path)
+
+
+def test_sweep_repairs_a_damaged_finished_run(built, tmp_path):
+    """Re-running a finished sweep whose run has a garbled meta.json re-checks it, never counts it
+    finished as it stands, and repairs it (its job trains again, to the same numbers)."""
+    from tdyn.sweep import run_statuses
+
+    d = tmp_path / "sw"
+    shutil.copytree(built["sweep"], d)
+    names = [r["name"] for r in runs.read_sweep(d)["runs"]]
+    ref = {n: (d / n / runs.METRICS).read_text() for n in names}
+    damage(d / names[0] / runs.META, "garble")
+    damage(d / names[1] / runs.CKPT_DIR / runs.FINAL, "bitflip")
+    assert run_statuses([d / n for n in names]) == {names[0]: "damaged", names[1]: "damaged"}
+    r = tdyn_cli(*[a.format(dir=d, spec=built["spec"]) for a in COMMANDS["sweep"]])
+    assert r.returncode == 0, r.stderr
+    assert {x["status"] for x in runs.read_sweep(d)["runs"]} == {"finished"}
+    assert {n: (d / n / runs.METRICS).read_text() for n in names} == ref
+    assert runs.read_meta(d / names[0])["status"] == "finished"
