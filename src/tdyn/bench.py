@@ -23,6 +23,7 @@ from tdyn.config import RunConfig, load_config
 from tdyn.data import scan_snap
 from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig
 from tdyn.data.scan_snap import SYN_SMALL
+from tdyn.errors import UserError
 from tdyn.registry import Registry
 from tdyn.tasks import PlainTask, Task, build_task
 from tdyn.tasks.lda_mlm import QUICK_DATA, dataset, lda_config
@@ -340,7 +341,6 @@ def run(out: str | Path, quick: bool = False, only: list[str] | None = None,
     start-up and exact population computations, run as on CPU) and the reference matmul is the GPU's."""
     global DEVICE
     if device == "cuda" and not torch.cuda.is_available():
-        from tdyn.errors import UserError
         raise UserError("--device cuda: CUDA is not available here")
     DEVICE = device
     for mod in dict.fromkeys((modules or {}).values()):

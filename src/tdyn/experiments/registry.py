@@ -135,30 +135,6 @@ def _option_entry(field) -> dict:
             "list": any(typing.get_origin(a) in (list, tuple) for a in (ann, *typing.get_args(ann)))}
 
 
-def build_catalog() -> dict[str, dict]:
-    """What ``tdyn list``, ``tdyn reproduce NAME --help`` and a plain ``tdyn config NAME [--quick]`` show
-    of every built-in reproduction (name, description, kinds, typed options, the resolved run configs at
-    the default seed 0 without overrides), from the registrations themselves (imports every module)."""
-    from pathlib import Path as _P
-
-    from tdyn.experiments.runner import resolved_configs
-
-    out = {}
-    for name in MODULES:
-        e = get(name)
-        configs = {}
-        if e.configs is not None or e.default_config is not None:
-            for mode in ("full", "quick"):
-                ctx = ReproduceContext(out=_P("."), seed=0, quick=mode == "quick", overrides=[],
-                                       options=e.make_options({}))
-                configs[mode] = {n: c.model_dump(mode="json") for n, c in resolved_configs(e, ctx).items()}
-        out[name] = {"description": e.description,
-                     "kinds": [k for k, ok in (("reproduce", e.reproduce), ("run", e.default_config)) if ok],
-                     "options": {f: _option_entry(i) for f, i in (e.options.model_fields.items() if e.options else ())},
-                     "configs": configs}
-    return out
-
-
 def catalog() -> dict[str, dict]:
     """The generated catalog of the built-in reproductions (``catalog.json``, rewritten by
     ``make catalog``; a test checks it matches the registrations), read without
@@ -195,15 +171,3 @@ BENCH_MODULES = {
     "decision_list_popgrad_L16_n5": "tdyn.experiments.decision_list_common",
     "decision_list_reduced_ode_L10000": "tdyn.experiments.decision_list_common",
 }
-
-
-def catalog_text() -> str:
-    import json
-
-    return json.dumps(build_catalog(), indent=1, ensure_ascii=False) + "\n"
-
-
-def write_catalog() -> Path:
-    """Regenerate ``catalog.json`` from the registrations (``make catalog``)."""
-    CATALOG.write_text(catalog_text(), encoding="utf-8")
-    return CATALOG

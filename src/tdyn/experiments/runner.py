@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 import traceback
@@ -14,7 +15,7 @@ from tdyn.errors import UserError
 from tdyn.config import override_key
 from tdyn.errors import ConfigError
 from tdyn.experiments.common import configure, write_results
-from tdyn.experiments.registry import Experiment, ReproduceContext, all_experiments
+from tdyn.experiments.registry import CATALOG, MODULES, Experiment, ReproduceContext, _option_entry, all_experiments, get
 from tdyn.report.html import build_index, metadata, slug
 from tdyn.runs import REPRODUCE as MANIFEST, prepare_dir  # noqa: F401  (prepare_dir: used by the CLI)
 
@@ -148,3 +149,35 @@ def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides,
     manifest["ended"] = runs.now()
     runs.write_json(out / MANIFEST, manifest)
     return build_index(out, descriptions=descriptions()), [e["name"] for e in manifest["reproductions"] if e["status"] == "failed"]
+
+
+# The catalog (what `tdyn list`, `--help` and `tdyn config NAME` read without importing experiments).
+
+def build_catalog() -> dict[str, dict]:
+    """What ``tdyn list``, ``tdyn reproduce NAME --help`` and a plain ``tdyn config NAME [--quick]`` show
+    of every built-in reproduction (name, description, kinds, typed options, the resolved run configs at
+    the default seed 0 without overrides), from the registrations themselves (imports every module)."""
+    out = {}
+    for name in MODULES:
+        e = get(name)
+        configs = {}
+        if e.configs is not None or e.default_config is not None:
+            for mode in ("full", "quick"):
+                ctx = ReproduceContext(out=Path("."), seed=0, quick=mode == "quick", overrides=[],
+                                       options=e.make_options({}))
+                configs[mode] = {n: c.model_dump(mode="json") for n, c in resolved_configs(e, ctx).items()}
+        out[name] = {"description": e.description,
+                     "kinds": [k for k, ok in (("reproduce", e.reproduce), ("run", e.default_config)) if ok],
+                     "options": {f: _option_entry(i) for f, i in (e.options.model_fields.items() if e.options else ())},
+                     "configs": configs}
+    return out
+
+
+def catalog_text() -> str:
+    return json.dumps(build_catalog(), indent=1, ensure_ascii=False) + "\n"
+
+
+def write_catalog() -> Path:
+    """Regenerate ``catalog.json`` from the registrations (``make catalog``)."""
+    CATALOG.write_text(catalog_text(), encoding="utf-8")
+    return CATALOG
