@@ -46,6 +46,54 @@ def test_optimizers_match_torch(kind, kw, ref):
         torch.testing.assert_close(p.detach()[i], refs[i].detach(), rtol=1e-12, atol=1e-12)
 
 
+def _reference_step(kind, kw, p, grad, state, lr):
+    """The update as written before the in-place optimizer (out of place, fresh temporaries): the
+    floats the in-place form must reproduce bit for bit."""
+    g, lr = grad, lr.view(-1, 1, 1)
+    if kind == "sgd":
+        if kw.get("weight_decay"):
+            g = g.add(p, alpha=kw["weight_decay"])
+        if kw["momentum"] > 0:
+            state.setdefault("m", torch.zeros_like(p)).mul_(kw["momentum"]).add_(g)
+            g = state["m"]
+        return p.sub_(lr * g)
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    if kind == "adamw":
+        p.mul_(1 - lr * kw["weight_decay"])
+    else:
+        g = g.add(p, alpha=kw["weight_decay"])
+    step = state.setdefault("t", torch.zeros(2, dtype=torch.float64)).add_(1)
+    m, v = state.setdefault("m", torch.zeros_like(p)), state.setdefault("v", torch.zeros_like(p))
+    m.lerp_(g, 1 - b1)
+    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+    t = step.view(-1, 1, 1)
+    bc1, bc2_sqrt = (1 - b1 ** t).to(p), (1 - b2 ** t).sqrt().to(p)
+    return p.sub_((lr / bc1) * (m / (v.sqrt() / bc2_sqrt).add_(eps)))
+
+
+@pytest.mark.parametrize("kind, kw", [("sgd", dict(momentum=0.9, weight_decay=0.01)), ("sgd", dict(momentum=0.0)),
+                                      ("adam", dict(weight_decay=0.01)), ("adamw", dict(weight_decay=0.1))])
+def test_in_place_update_equals_the_formula_bit_for_bit_and_allocates_once(kind, kw):
+    """The update's temporaries live in one preallocated buffer per parameter (``out=``/in-place ops,
+    no allocation of a parameter's size per step) and give exactly the out-of-place formula's floats."""
+    g = torch.Generator().manual_seed(1)
+    lrs = torch.tensor([0.05, 0.3])
+    x0, target = torch.randn(2, 64, 33, generator=g), torch.randn(64, 33, generator=g)
+    p = torch.nn.Parameter(x0.clone())
+    opt = EnsembleOptimizer({"p": p}, {"g": GroupConfig(params=["p"], optimizer=kind, lr=1.0, **kw)}, {"g": lrs})
+    ref, state, ptrs = x0.clone(), {}, set()
+    for t in range(1, 11):
+        p.grad = None
+        _toy_loss(p, target).backward()
+        r = ref.clone().requires_grad_(True)
+        _toy_loss(r, target).backward()
+        ref = _reference_step(kind, kw, ref, r.grad, state, lrs)
+        opt.step(set(), torch.ones(2, dtype=torch.bool))
+        ptrs.add(opt.scratch["p"].data_ptr())
+        assert torch.equal(p.detach(), ref), (kind, t, (p.detach() - ref).abs().max().item())
+    assert len(ptrs) == 1 and set(opt.scratch) == {"p"} and not any("scratch" in k for k in opt.state)
+
+
 def _metrics(d):
     return runs.read_metrics(d)
 

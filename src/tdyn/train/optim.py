@@ -32,6 +32,7 @@ class EnsembleOptimizer:
                 self.group_of[p] = g
         self.lrs = lrs
         self.state: dict[str, torch.Tensor] = {}
+        self.scratch: dict[str, torch.Tensor] = {}
         for name, gname in self.group_of.items():
             p = params[name]
             gc = groups[gname]
@@ -42,6 +43,14 @@ class EnsembleOptimizer:
                 self.state[f"exp_avg/{name}"] = torch.zeros_like(p)
                 self.state[f"exp_avg_sq/{name}"] = torch.zeros_like(p)
                 self.state[f"step/{name}"] = torch.zeros(p.shape[0], dtype=torch.float64)
+
+    def _scratch(self, name: str, p: torch.Tensor) -> torch.Tensor:
+        """One preallocated buffer per parameter for the update's temporaries (``out=`` and in-place
+        ops): a step allocates nothing of a parameter's size. Not optimizer state (never saved)."""
+        tmp = self.scratch.get(name)
+        if tmp is None or tmp.shape != p.shape or tmp.dtype != p.dtype or tmp.device != p.device:
+            tmp = self.scratch[name] = torch.empty_like(p)
+        return tmp
 
     @torch.no_grad()
     def step(self, frozen: set[str], active: torch.Tensor) -> None:
@@ -59,20 +68,21 @@ class EnsembleOptimizer:
             keys = [k for k in (f"momentum/{name}", f"exp_avg/{name}", f"exp_avg_sq/{name}", f"step/{name}")
                     if k in self.state]
             old = None if all_active else {k: self.state[k].clone() for k in keys} | {"p": p.detach().clone()}
+            tmp = self._scratch(name, p)
             if gc.optimizer == "sgd":
                 if gc.weight_decay:
-                    g = g.add(p, alpha=gc.weight_decay)
+                    g = torch.add(g, p, alpha=gc.weight_decay, out=tmp)
                 if gc.momentum > 0:
                     buf = self.state[f"momentum/{name}"]
                     buf.mul_(gc.momentum).add_(g)
                     g = buf
-                p.sub_(lr * g)
+                p.sub_(torch.mul(lr, g, out=tmp))
             else:
                 b1, b2 = gc.betas
                 if gc.optimizer == "adamw":
                     p.mul_(1 - lr * gc.weight_decay)
                 elif gc.weight_decay:
-                    g = g.add(p, alpha=gc.weight_decay)
+                    g = torch.add(g, p, alpha=gc.weight_decay, out=tmp)
                 step = self.state[f"step/{name}"]
                 step.add_(1)
                 m, v = self.state[f"exp_avg/{name}"], self.state[f"exp_avg_sq/{name}"]
@@ -81,8 +91,8 @@ class EnsembleOptimizer:
                 t = step.view(shape)
                 bc1 = (1 - b1 ** t).to(p)
                 bc2_sqrt = (1 - b2 ** t).sqrt().to(p)
-                denom = (v.sqrt() / bc2_sqrt).add_(gc.eps)
-                p.sub_((lr / bc1) * (m / denom))
+                denom = torch.sqrt(v, out=tmp).div_(bc2_sqrt).add_(gc.eps)     # (sqrt(v) / bc2_sqrt) + eps
+                p.sub_(torch.div(m, denom, out=tmp).mul_(lr / bc1))           # (m / denom) * (lr / bc1)
             if old is not None:
                 keep = ~active.to(p.device)
                 p.copy_(torch.where(keep.view(shape), old["p"], p))
