@@ -30,3 +30,15 @@ def test_bench_startup_and_device(cli, tmp_path):
     if not torch.cuda.is_available():
         r = cli("bench", "--quick", "--only", "startup", "--device", "cuda", "--out", tmp_path / "c.json")
         assert r.returncode == 2 and "CUDA is not available" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bench_allocation_entry(cli, tmp_path):
+    """The allocation entry trains the same job in two child processes, allocator default vs tuned,
+    and records each one's faults and system time."""
+    out = tmp_path / "bench.json"
+    r = cli("bench", "--quick", "--only", "allocation", "--out", out, timeout=900)
+    assert r.returncode == 0, r.stderr
+    b = json.loads(out.read_text())["allocation"]
+    for k in ("glibc_default", "tuned"):
+        assert b[k]["train_s"] > 0 and b[k]["minor_faults"] > 0 and b[k]["sys_s"] >= 0
+    assert b["fault_ratio"] > 0

@@ -40,6 +40,7 @@ BENCHES: Registry[Callable[[bool], dict]] = Registry("bench", table={
     "plain_vs_handwritten_yz": "tdyn.bench",
     "plain_vs_handwritten_topic": "tdyn.bench",
     "startup": "tdyn.bench",
+    "allocation": "tdyn.bench",
 })
 
 
@@ -304,6 +305,33 @@ def _startup(quick: bool) -> dict:
     if cfg.is_file():
         out["syn_small_run_process_s"] = wall("run", str(cfg), "--out", "{OUT}", "--quiet")
     out["python_import_torch_s"] = _wall_python("import torch", 1 if quick else 3)
+    return out
+
+
+@register_bench("allocation")
+def _allocation(quick: bool) -> dict:
+    """Allocation churn: a Fig 6-sized job (Syn-Medium with 10 last tokens, M = 240, 16 members, 50
+    steps, 20 if quick; one thread) trained in a child
+    process with glibc's default allocator settings (``TDYN_MALLOPT=0``: every freed block above
+    the mmap threshold goes back to the OS and is page-faulted in again the next step) and with
+    :func:`tdyn.train.threads.tune_allocator` (the default): wall seconds, minor page faults and
+    system CPU seconds of each child. (The optimizer's own temporaries live in preallocated buffers
+    either way; see :class:`tdyn.train.optim.EnsembleOptimizer`.)"""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from tdyn.bench import timed_train; from tdyn.tasks.scan_snap import yz_config; "
+            "from tdyn.data.scan_snap import syn_medium; "
+            f"print(timed_train(yz_config(syn_medium(10), steps={20 if quick else 50}, init='torch_default', "
+            "seeds=range(16))))")
+    out = {}
+    for label, flag in (("glibc_default", "0"), ("tuned", "1")):
+        u0 = _usage()
+        r = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                           env=dict(os.environ, TDYN_MALLOPT=flag, TDYN_THREADS="1"))
+        out[label] = {"train_s": float(r.stdout.split()[-1]), **_usage_delta(u0, _usage())}
+    out["fault_ratio"] = out["glibc_default"]["minor_faults"] / max(1, out["tuned"]["minor_faults"])
     return out
 
 
