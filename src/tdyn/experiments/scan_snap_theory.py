@@ -132,24 +132,31 @@ def fig8(ctx: ReproduceContext) -> dict:
 
     style.apply()
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), constrained_layout=True)
+    insets = {j: axes[0, j].inset_axes([0.42, 0.08, 0.3, 0.38]) for j in range(len(FIG8))}
     for j, p in enumerate(FIG8):
         M = p["M"]
         for i, ey in enumerate(p["etas_y"]):
             r = [x for x in rows if x["M"] == M and x["eta_y"] == ey]
             s = [x["s"] for x in r]
             col = style.PALETTE[i]
-            axes[0, j].plot(s, [x["h_star"] for x in r], color=col, label=f"η_Y={ey:g}: h*")
+            # h* is defined at whole s (Lemma 5's recursion): drawn as the staircase it is
+            axes[0, j].plot(s, [x["h_star"] for x in r], color=col, drawstyle="steps-post", label=f"$\\eta_Y={ey:g}$: $h^*$")
             axes[0, j].plot(s, [x["h"] for x in r], color=col, ls="--", lw=1.5)
-            axes[1, j].plot(s, [x["gap"] / (2 * ey / M) for x in r], color=col, label=f"η_Y={ey:g}")
-        axes[0, j].set_title(f"M = {M}: h* (solid, Lem 5), h (dashed, Lem 6)")
-        axes[0, j].set_xlabel("s (times class n seen)")
-        axes[0, j].set_xscale("symlog", linthresh=10)
-        axes[1, j].set_xscale("symlog", linthresh=10)
-        axes[0, j].set_ylabel("h")
-        axes[0, j].legend()
-        axes[1, j].axhline(1.0, color="grey", ls=":", label="bound 2η_Y/M")
-        axes[1, j].set_title(f"M = {M}: (h* − h)/(2η_Y/M)")
-        axes[1, j].set_xlabel("s (times class n seen)")
+            zoom = [x for x in r if x["s"] <= 12]          # the first steps, where the staircase shows
+            inset = insets[j]
+            inset.plot([x["s"] for x in zoom], [x["h_star"] for x in zoom], color=col, drawstyle="steps-post", lw=1)
+            inset.plot(np.linspace(0, 12, 97), th.h_continuous(np.linspace(0, 12, 97), M, ey), color=col, ls="--", lw=1)
+            axes[1, j].plot(s, [x["gap"] / (2 * ey / M) for x in r], color=col, drawstyle="steps-post",
+                            label=f"$\\eta_Y={ey:g}$")
+        axes[0, j].set_title(f"$M = {M}$: $h^*$ (solid, Lem 5), $h$ (dashed, Lem 6)")
+        axes[0, j].set_xlabel("$s$ (times class $n$ seen)")
+        axes[0, j].set_ylabel("$h$")
+        axes[0, j].legend(loc="lower right", fontsize=7)
+        insets[j].set_title("$s \\leq 12$", fontsize=7)
+        insets[j].tick_params(labelsize=6)
+        axes[1, j].axhline(1.0, color="grey", ls=":", label="bound $2\\eta_Y/M$")
+        axes[1, j].set_title(f"$M = {M}$: $(h^* - h)/(2\\eta_Y/M)$")
+        axes[1, j].set_xlabel("$s$ (times class $n$ seen)")
         axes[1, j].set_ylabel("gap / bound")
         axes[1, j].set_ylim(bottom=0)
         axes[1, j].legend()
