@@ -69,28 +69,36 @@ def fig4(ctx: ReproduceContext) -> dict:
 
     style.apply()
     ncols = dist.num_contextual
-    labels = [str(s) for s in FIG4_ROWS] + ["Final"]
-    fig = plt.figure(figsize=(11, 7.5))
-    gs = fig.add_gridspec(3, 2, height_ratios=[1, 1, 0.9], hspace=0.45, wspace=0.3)
+    labels = [str(s) for s in FIG4_ROWS] + [f"final ({cfg.optim.steps})"]
+    imgs = {(j, n): torch.stack([r["c"][k][n, :ncols] for k in FIG4_ROWS + ["final"]]).numpy()
+            for j, r in enumerate(per_run) for n in range(dist.K)}
+    vmax = max(float(i.max()) for i in imgs.values()) or 1.0     # one colour scale for every map compared
+    fig = plt.figure(figsize=(11, 7.5), constrained_layout=True)
+    gs = fig.add_gridspec(3, 2, height_ratios=[1, 1, 0.9])
+    map_axes = []
     for j, r in enumerate(per_run):
         for n in range(dist.K):
             ax = fig.add_subplot(gs[n, j])
-            img = torch.stack([r["c"][k][n, :ncols] for k in FIG4_ROWS + ["final"]]).numpy()
-            im = ax.imshow(img, aspect="auto", cmap="viridis", vmin=0)
+            map_axes.append(ax)
+            im = ax.imshow(imgs[j, n], aspect="auto", cmap="viridis", vmin=0, vmax=vmax)
             for x in (9.5, 19.5):
                 ax.axvline(x, color="w", ls="--", lw=0.8)
             ax.set_yticks(range(len(labels)), labels)
             ax.set_ylabel("iteration")
-            ax.set_title(f"c_n, class n={n + 1}  (η_Y={r['eta_y']:g}, η_Z={r['eta_z']:g})")
+            ax.set_title(f"$c_n$, class $n={n + 1}$  ($\\eta_Y={r['eta_y']:g}$, $\\eta_Z={r['eta_z']:g}$)")
             if n == dist.K - 1:
                 ax.set_xlabel("token (common | distinct seq1 | distinct seq2)")
-            fig.colorbar(im, ax=ax, fraction=0.03, pad=0.01)
+    fig.colorbar(im, ax=map_axes, fraction=0.03, pad=0.01, label="$c_n$ (shared scale)")
     ax = fig.add_subplot(gs[2, :])
+    floor = 1e-9      # a float32 cross-entropy can round to exactly 0: drawn at the floor on the log axis
+    zeros = any(l is not None and l <= 0 for r in per_run for l in r["loss"])
     for r in per_run:
-        ax.plot(r["loss"], label=f"η_Y={r['eta_y']:g}, η_Z={r['eta_z']:g}")
-    ax.axhline(ln_m, color="grey", ls=":", lw=0.8, label="ln M")
+        ax.plot([max(l, floor) if l is not None else np.nan for l in r["loss"]],
+                label=f"$\\eta_Y={r['eta_y']:g}$, $\\eta_Z={r['eta_z']:g}$")
+    ax.axhline(ln_m, color="grey", ls=":", lw=0.8, label="$\\ln M$")
+    ax.set_yscale("log")
     ax.set_xlabel("step (SGD, momentum 0.9, batch 128)")
-    ax.set_ylabel("training loss (nats)")
+    ax.set_ylabel("training loss (nats, log scale)" + (f"\nexact 0 drawn at {floor:g}" if zeros else ""))
     ax.legend()
     style.save(fig, ctx.out / "fig4.png")
 
