@@ -1,4 +1,4 @@
-"""Stage measurements for the two-stage claim (spec topic_structure.md §5.6, §6), on what the paper
+"""Stage measurements for the two-stage claim (docs/reproductions/topic.md#two-stage-mechanism, docs/reproductions/topic.md#two-stage-measurement), on what the paper
 means rather than on parameter norms.
 
 Why not ‖W_Kᵀ W_Q‖: a change of the scores that depends only on the query (a row constant of the
@@ -16,11 +16,11 @@ Definitions (pure functions first, tested on hand-made cases; then the ``topic.s
   query-only, a key-only or a special-key-only score change; it is in logit units, so a same-topic key
   gets e^κ times the attention of a different-topic key, all else equal. ``kappa_se`` = standard
   deviation of the 10 per-topic values / √T (the noise margin: a real topic block shows in every topic).
-* **Attention gap** (corrected classes, spec §7.2): per probe document the same-topic minus
+* **Attention gap** (corrected classes, docs/reproductions/topic.md#corrected-attention-classes): per probe document the same-topic minus
   different-topic attention (relative to uniform); ``gap_doc`` its mean over documents, ``gap_se`` the
   standard error over documents.
 * **W_V half-way** t_V, against a fixed reference, the fitted stage-1 optimum (the convex optimum of the
-  uniform-attention model class on the same static masks, spec §4.3), in two readings:
+  uniform-attention model class on the same static masks, docs/reproductions/topic.md#stage-1-reference-optimum), in two readings:
   *structure*: the W_V block-contrast change reaches half of the optimum's block contrast;
   *loss*: the probe dev loss has covered half of the way from its initial value to the optimum's loss on
   the same documents. Neither moves with the run length (‖ΔW_V‖ "half of final" did).
