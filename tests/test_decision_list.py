@@ -1,4 +1,5 @@
-"""Decision lists: data, model, exact population loss, reduced flow, margin test (docs/reproductions/decision-lists.md#tests)."""
+"""Decision lists: data, model, exact population loss, reduced flow, margin test
+(docs/reproductions/decision-lists.md#tests)."""
 
 import math
 

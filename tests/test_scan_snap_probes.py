@@ -1,4 +1,5 @@
-"""Scan and Snap probes on hand-made Z (docs/reproductions/scan-snap.md#measured-quantities, docs/reproductions/scan-snap.md#attention-dynamics)."""
+"""Scan and Snap probes on hand-made Z (docs/reproductions/scan-snap.md#measured-quantities,
+docs/reproductions/scan-snap.md#attention-dynamics)."""
 
 import math
 

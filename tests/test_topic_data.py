@@ -1,4 +1,5 @@
-"""LDA / theory generators and MLM corruption (docs/reproductions/topic.md#generator-tests, docs/reproductions/topic.md#masked-lm-corruption)."""
+"""LDA / theory generators and MLM corruption (docs/reproductions/topic.md#generator-tests,
+docs/reproductions/topic.md#masked-lm-corruption)."""
 
 import numpy as np
 import pytest

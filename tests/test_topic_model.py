@@ -1,5 +1,7 @@
 """The one-layer masked-LM model, the stage-1 convex optimum and the freeze flags
-(docs/reproductions/topic.md#loss, docs/reproductions/topic.md#model-as-in-the-paper, docs/reproductions/topic.md#stage-1-reference-optimum, docs/reproductions/topic.md#topicstage1, docs/reproductions/topic.md#masked-lm-corruption, docs/reproductions/topic.md#model-flags)."""
+(docs/reproductions/topic.md#loss, docs/reproductions/topic.md#model-as-in-the-paper,
+docs/reproductions/topic.md#stage-1-reference-optimum, docs/reproductions/topic.md#topicstage1,
+docs/reproductions/topic.md#masked-lm-corruption, docs/reproductions/topic.md#model-flags)."""
 
 import math
 

@@ -17,7 +17,8 @@ from tdyn.schema import Strict
 
 
 class ScanSnapDataConfig(Strict):
-    """Defaults are Syn-Small (docs/reproductions/scan-snap.md#syn-small-and-syn-medium); the authors' YAML defaults are overridden by every paper run."""
+    """Defaults are Syn-Small (docs/reproductions/scan-snap.md#syn-small-and-syn-medium); the authors' YAML
+    defaults are overridden by every paper run."""
 
     num_last: int = Field(2, ge=1)
     num_next_per_last: int = Field(1, ge=1)

@@ -1,7 +1,8 @@
 """Decision lists, result (1) (``decision-list/claim1``): W-only gradient flow from W₀ = 0, V = cP,
-c = 4n log L/δ, by the exact reduced (m+1)-dim ODE (docs/reproductions/decision-lists.md#reduced-flow, docs/reproductions/decision-lists.md#decision-listclaim1): T_sup, T_sup(κ), T_pop, T_N against
-4M/(γ log L) under four readings of γ (1, δ, δ/L, the rarest multiplicity pattern); M = 1 is degenerate
-(no decision list). Time units: the paper's Eqn 2 normalisation.
+c = 4n log L/δ, by the exact reduced (m+1)-dim ODE (docs/reproductions/decision-lists.md#reduced-flow,
+docs/reproductions/decision-lists.md#decision-listclaim1): T_sup, T_sup(κ), T_pop, T_N against 4M/(γ log L) under
+four readings of γ (1, δ, δ/L, the rarest multiplicity pattern); M = 1 is degenerate (no decision list). Time
+units: the paper's Eqn 2 normalisation.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 ``decision_list`` task they train, the initial model of a config, metrics of a run as a curve, and the
 benchmarks. The reproductions: ``decision_list_claim1`` (result (1), the reduced ODE),
 ``decision_list_claim2`` (result (2), GD through the trainer), ``decision_list_uniform`` (claim (c)).
-Samplers, δ/γ and "perfect" are tdyn's choices (docs/reproductions/decision-lists.md#samplers-delta-and-gamma, docs/reproductions/decision-lists.md#perfect-classification); every output names the ones it uses.
+Samplers, δ/γ and "perfect" are tdyn's choices (docs/reproductions/decision-lists.md#samplers-delta-and-gamma,
+docs/reproductions/decision-lists.md#perfect-classification); every output names the ones it uses.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Decision lists, claim (c) (``decision-list/uniform-attention``): uniform attention (W = 0) pushes V
-towards P (docs/reproductions/decision-lists.md#decision-listuniform-attention). The first gradient −∇_V F(0, 0) by enumeration; then training through the trainer on
-the ``decision_list`` task (run directories under ``runs/``) with Adam and gradient descent (η = 1/λ_max(0)
-per seed, fixed η), joint and frozen-W modes from the same V₀ (``model.W_init: zero`` keeps the draw).
+towards P (docs/reproductions/decision-lists.md#decision-listuniform-attention). The first gradient −∇_V F(0, 0) by
+enumeration; then training through the trainer on the ``decision_list`` task (run directories under ``runs/``) with
+Adam and gradient descent (η = 1/λ_max(0) per seed, fixed η), joint and frozen-W modes from the same V₀
+(``model.W_init: zero`` keeps the draw).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ GRAD_COLUMNS = ["sampler", "L", "n", "M", "cos_c_first_grad", "perm_recovery_fir
 
 
 def first_gradient(L: int, n: int, M: int, sampler: str, seed: int) -> dict:
-    """−∇_V F at (W, V) = (0, 0): centred cosine with P and argmax recovery (docs/reproductions/decision-lists.md#decision-listuniform-attention)."""
+    """−∇_V F at (W, V) = (0, 0): centred cosine with P and argmax recovery
+    (docs/reproductions/decision-lists.md#decision-listuniform-attention)."""
     task = dl.make_task(L, M, seed=seed)
     model = DecisionListModel(DecisionListModelConfig(L))
     th.population_loss(model, task, th.enumerate_types(task, n, sampler), backward=True)

@@ -163,7 +163,9 @@ def topic_embeddings(ctx: ReproduceContext) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Causal LM on real text (Scan and Snap §8, App G; docs/reproductions/real-text.md#tutorial-language-model, docs/reproductions/real-text.md#causal-attention-entropy, docs/reproductions/real-text.md#wikitext-training-in-the-paper)
+# Causal LM on real text (Scan and Snap §8, App G; docs/reproductions/real-text.md#tutorial-language-model,
+# docs/reproductions/real-text.md#causal-attention-entropy,
+# docs/reproductions/real-text.md#wikitext-training-in-the-paper)
 # ---------------------------------------------------------------------------------------------
 
 LM_PARAMS_ATTN = ("in_W", "in_b", "out_W", "out_b")

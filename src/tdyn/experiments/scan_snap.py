@@ -31,8 +31,9 @@ FIG4_ROWS = [0, 2, 4, 6, 8, 10]
 
 
 def fig4_config(seed: int = 0) -> dict:
-    """The authors' Fig 4 commands (docs/reproductions/scan-snap.md#the-authors-commands), as one ensemble: η_Y ∈ {1, 10} at η_Z = 1; 3 seeds (data
-    streams; zero init) so that each comparison has a seed-to-seed noise to clear."""
+    """The authors' Fig 4 commands (docs/reproductions/scan-snap.md#the-authors-commands), as one ensemble: η_Y ∈
+    {1, 10} at η_Z = 1; 3 seeds (data streams; zero init) so that each comparison has a seed-to-seed noise to
+    clear."""
     cfg = yz_config(data.SYN_SMALL, seeds=(seed, seed + 1, seed + 2))
     cfg["ensemble"] = {"lrs": [{"Y": 1.0, "Z": 1.0}, {"Y": 10.0, "Z": 1.0}]}
     cfg["checkpoint"] = {"schedule": "none", "steps": FIG4_ROWS}
@@ -126,7 +127,8 @@ def fig4(ctx: ReproduceContext) -> dict:
     # the run length)
     steps_of = lambda e, sd: reach[e, sd] if reach[e, sd] is not None else cfg.optim.steps  # noqa: E731
     df = [steps_of(slow_e, sd) - steps_of(fast_e, sd) for sd in seeds]
-    # Thm 2 signs (η_Y = η_Z = 1 runs): max common logit < 0; Spearman ≥ 0.9 (the tolerance of docs/reproductions/scan-snap.md#scan-snapfig4)
+    # Thm 2 signs (η_Y = η_Z = 1 runs): max common logit < 0; Spearman ≥ 0.9 (the tolerance of
+    # docs/reproductions/scan-snap.md#scan-snapfig4)
     maxc, rho = [], []
     for sd in seeds:
         rows_z = by[slow_e, sd]["Z"][dist.query]
@@ -194,8 +196,9 @@ FIG5_ETAS = [0.1, 0.5, 1.0]
 
 
 def fig5_config(seed: int = 0) -> dict:
-    """Fig 4's command with Adam (default betas), η_Y = η_Z ∈ {0.1, 0.5, 1} (docs/reproductions/scan-snap.md#the-authors-commands), zero init; 3 seeds
-    (data streams) so that the rate-to-rate difference can be set against the seed-to-seed one."""
+    """Fig 4's command with Adam (default betas), η_Y = η_Z ∈ {0.1, 0.5, 1}
+    (docs/reproductions/scan-snap.md#the-authors-commands), zero init; 3 seeds (data streams) so that the
+    rate-to-rate difference can be set against the seed-to-seed one."""
     cfg = yz_config(data.SYN_SMALL, optimizer="adam", seeds=(seed, seed + 1, seed + 2))
     cfg["ensemble"] = {"lrs": [{"Y": e, "Z": e} for e in FIG5_ETAS]}
     cfg["checkpoint"] = {"schedule": "none", "steps": FIG4_ROWS}

@@ -1,4 +1,5 @@
-"""Scan and Snap theory simulations, no training (Tian et al. 2023 Figs 3, 8, 9; docs/reproductions/scan-snap.md#theory-simulations).
+"""Scan and Snap theory simulations, no training (Tian et al. 2023 Figs 3, 8, 9;
+docs/reproductions/scan-snap.md#theory-simulations).
 
 All curves come from the closed forms in :mod:`tdyn.theory.scan_snap`: h from Lemma 6, Γ and
 B_n = ¼ ln(1 + 4Γ/C0) from docs/reproductions/scan-snap.md#snap-phase-transition, χ's upper bound e^{2B_n}.
@@ -96,7 +97,7 @@ def fig3(ctx: ReproduceContext) -> dict:
               all(abs(a) < 0.05 for v in asym.values() for a in v.values()),
               paper="Thm 4, Eqn 14 (scan form for t < t'₀, snap form for t ≥ t₀)", tolerance=0.05,
               definition="relative error of Eqn 14's scan form at 0.1t'₀ and snap form at 20t₀ against the exact "
-                         "B_n = ¼ ln(1 + 4Γ/C0) (stated tolerance 5%)",
+                         "B_n = ¼ ln(1 + 4Γ/C0) of docs/reproductions/scan-snap.md#snap-phase-transition (stated tolerance 5%)",
               measured="rel. error of Eqn 14 scan (0.1t₀′) / snap (20t₀) forms vs exact B_n",
               expected="|error| < 5% for every (C0, η_Y)", relative_errors=asym),
     ]

@@ -1,5 +1,6 @@
-"""Scan and Snap Thm 3 (docs/reproductions/scan-snap.md#attention-dynamics, docs/reproductions/scan-snap.md#reproductions): the invariant (1 − e^{−2z})/P(l|n)² across a class's
-distinct tokens, flat in the long-sequence regime with plain SGD."""
+"""Scan and Snap Thm 3 (docs/reproductions/scan-snap.md#attention-dynamics,
+docs/reproductions/scan-snap.md#reproductions): the invariant (1 − e^{−2z})/P(l|n)² across a class's distinct
+tokens, flat in the long-sequence regime with plain SGD."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ from tdyn.tasks.scan_snap import yz_config
 
 
 def thm3_configs(seed: int, quick: bool) -> dict[str, dict]:
-    """Long-sequence regime (docs/reproductions/scan-snap.md#scan-snapthm3: L = 1024, B = 128, plain SGD, η_Z = 0.1, η_Y = 1, 300
-    steps, zero init) and, for contrast, the paper's Fig 4 setting (L = 128, momentum 0.9, η = 1)."""
+    """Long-sequence regime (docs/reproductions/scan-snap.md#scan-snapthm3: L = 1024, B = 128, plain SGD, η_Z =
+    0.1, η_Y = 1, 300 steps, zero init) and, for contrast, the paper's Fig 4 setting (L = 128, momentum 0.9, η =
+    1)."""
     long = yz_config(data.SYN_SMALL | {"seq_len": 512 if quick else 1024}, steps=100 if quick else 300,
                      lr_y=1.0, lr_z=0.1, momentum=0.0, seeds=(seed, seed + 1))
     paper = yz_config(data.SYN_SMALL, steps=100, seeds=(seed, seed + 1))
@@ -94,7 +96,8 @@ def thm3(ctx: ReproduceContext) -> dict:
     pp = {k: v for k, v in final.items() if k.startswith("paper")}
     sl = {k: v for k, v in signs.items() if k.startswith("long")}
     se = lambda v: float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")  # noqa: E731
-    # CV ≤ 0.1 (the tolerance stated in docs/reproductions/scan-snap.md#scan-snapthm3): the worst class per seed, mean and SE over seeds
+    # CV ≤ 0.1 (the tolerance stated in docs/reproductions/scan-snap.md#scan-snapthm3): the worst class per seed,
+    # mean and SE over seeds
     worst = [max(v) for v in lg.values()]
     cv_diff, cv_se = 0.1 - float(np.mean(worst)), se(worst)
     # signs: the extreme logits per seed (min distinct > 0, max common < 0), mean and SE over seeds

@@ -1,6 +1,7 @@
 """Shared by the topic-structure reproductions (Li, Li & Risteski, ICML 2023), synthetic part (spec
-docs/reproductions/topic.md): the model variants E1–E4 of docs/reproductions/topic.md#variants-e1-to-e6, training a reproduction's named config and
-reading its runs back, the fitted stage-1 reference and the stage times, and the heat-map figure.
+docs/reproductions/topic.md): the model variants E1–E4 of docs/reproductions/topic.md#variants-e1-to-e6, training a
+reproduction's named config and reading its runs back, the fitted stage-1 reference and the stage times, and the
+heat-map figure.
 
 One module per figure family uses them: ``topic_embeddings`` (E1), ``topic_stage1`` (E2),
 ``topic_stage2`` (E3 and the p_c = 0 ablation), ``topic_two_stage`` (E4), ``topic_robustness`` (E5, E6).
@@ -9,9 +10,10 @@ Stage times (issue 12 item 6; definitions and tests in ``tdyn.probes.topic_stage
 logged every ``probes.every`` steps:
 
 * ``t_v_structure`` / ``t_v_loss`` = first logged step where W_V is half-way to the fitted stage-1
-  optimum (the convex optimum of the uniform-attention model class, docs/reproductions/topic.md#stage-1-reference-optimum): by block contrast / by
-  probe loss. A fixed reference that does not move with the run length (‖ΔW_V‖ grows without bound
-  under cross-entropy, so "half of its final value" did);
+  optimum (the convex optimum of the uniform-attention model class,
+  docs/reproductions/topic.md#stage-1-reference-optimum): by block contrast / by probe loss. A fixed reference that
+  does not move with the run length (‖ΔW_V‖ grows without bound under cross-entropy, so "half of its final value"
+  did);
 * ``t_kq_kappa`` = stage-2 onset: first logged step where the topic-block score κ of the key-centred
   effective scores reaches ln 1.05 (a same-topic key gets 5% more attention) above 2× its noise;
   ``t_kq_gap`` the same with the corrected same- minus different-topic attention gap ≥ 0.05. Query-only
@@ -42,7 +44,8 @@ from tdyn.tasks.lda_mlm import build_model, dataset, lda_config
 from tdyn.theory.topic import bag_of_words, fit_softmax_regression, softmax_regression_loss
 
 
-# ---------------------------------------------------------------- the variants (docs/reproductions/topic.md#variants-e1-to-e6)
+# ---------------------------------------------------------------- the variants
+# (docs/reproductions/topic.md#variants-e1-to-e6)
 
 
 # E1 with embeddings that are not the logit map (issue 12 item 7): with W_V = I, an identity decoder
@@ -154,10 +157,11 @@ def _stage1_reference(data_json: str, loss: str, max_iter: int = 300) -> dict[st
 
 
 def stage1_reference(data: dict, loss: str = "ce") -> dict[str, float]:
-    """The fitted stage-1 optimum (docs/reproductions/topic.md#stage-1-reference-optimum: the uniform-attention model class is a convex regression
-    on the visible bag of words), fitted on train with the static masks: its W block contrast and its
-    loss on the probe documents. Cross-entropy: unregularised L-BFGS (300 iterations; the contrast of the
-    unregularised fit creeps up slowly with more iterations, its loss does not); squared loss: least squares."""
+    """The fitted stage-1 optimum (docs/reproductions/topic.md#stage-1-reference-optimum: the uniform-attention
+    model class is a convex regression on the visible bag of words), fitted on train with the static masks: its W
+    block contrast and its loss on the probe documents. Cross-entropy: unregularised L-BFGS (300 iterations; the
+    contrast of the unregularised fit creeps up slowly with more iterations, its loss does not); squared loss:
+    least squares."""
     return _stage1_reference(LdaDataConfig.model_validate(data).model_dump_json(), loss)
 
 
@@ -190,8 +194,8 @@ def stage_times(m: dict[str, np.ndarray], ref: dict[str, float] | None = None) -
     * ``two_stage_<tv>_<kq>``: t_v < t_kq (True/False), None with ``reason_<tv>_<kq>`` when undefined;
       ``delay_<tv>_<kq>`` = t_kq / t_v.
 
-    The old norm-based times (docs/reproductions/topic.md#two-stage-measurement: ‖ΔW_V‖ half of its final value, ‖W_Kᵀ W_Q‖ 5% of its final value)
-    are kept for comparison as ``t_value_half_norm`` and ``t_kq_5pct_norm``.
+    The old norm-based times (docs/reproductions/topic.md#two-stage-measurement: ‖ΔW_V‖ half of its final value,
+    ‖W_Kᵀ W_Q‖ 5% of its final value) are kept for comparison as ``t_value_half_norm`` and ``t_kq_5pct_norm``.
     """
     steps = m["step"]
     out: dict[str, Any] = {}

@@ -1,5 +1,6 @@
-"""topic/embeddings (E1, docs/reproductions/topic.md#variants-e1-to-e6, docs/reproductions/topic.md#embedding-result, docs/reproductions/topic.md#topicembeddings): trained embeddings alone learn the
-topic blocks, with uniform attention, W_V = I and d = 32 below the vocabulary size with a trained,
+"""topic/embeddings (E1, docs/reproductions/topic.md#variants-e1-to-e6,
+docs/reproductions/topic.md#embedding-result, docs/reproductions/topic.md#topicembeddings): trained embeddings
+alone learn the topic blocks, with uniform attention, W_V = I and d = 32 below the vocabulary size with a trained,
 untied decoder (so the embedding Gram is not the logit map)."""
 
 from __future__ import annotations

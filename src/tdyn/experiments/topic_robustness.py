@@ -123,8 +123,8 @@ def _table_claims(rows: list[dict], prefix: str) -> list[dict]:
 
 
 def robustness_variants(seed: int = 0, quick: bool = False) -> dict[str, dict]:
-    """E5 (docs/reproductions/topic.md#variants-e1-to-e6): the E4 setting under other optimizers, learning rates, heads, layers, the full
-    BERT block, standard dynamic masking and the authors' embedding LayerNorm."""
+    """E5 (docs/reproductions/topic.md#variants-e1-to-e6): the E4 setting under other optimizers, learning rates,
+    heads, layers, the full BERT block, standard dynamic masking and the authors' embedding LayerNorm."""
     steps, every = (150, 25) if quick else (3000, 50)
 
     def cfg(model=None, data=None, optimizer="adam", lr=0.01):

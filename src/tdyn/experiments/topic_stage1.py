@@ -1,21 +1,23 @@
-"""topic/stage1 (E2; docs/reproductions/topic.md#variants-e1-to-e6, docs/reproductions/topic.md#stage-1-reference-optimum, docs/reproductions/topic.md#stage-1-value-blocks, docs/reproductions/topic.md#topicstage1; issue 12 items 4 and 5): W_V alone
-learns the topic blocks. The two presets, the held-out references of the convex stage-1 class, the
-authors' best-dev checkpoint rule, the value structure over training, the figures, and
-``reproduce_stage1``, which assembles them into claims.
+"""topic/stage1 (E2; docs/reproductions/topic.md#variants-e1-to-e6,
+docs/reproductions/topic.md#stage-1-reference-optimum, docs/reproductions/topic.md#stage-1-value-blocks,
+docs/reproductions/topic.md#topicstage1; issue 12 items 4 and 5): W_V alone learns the topic blocks. The two
+presets, the held-out references of the convex stage-1 class, the authors' best-dev checkpoint rule, the value
+structure over training, the figures, and ``reproduce_stage1``, which assembles them into claims.
 
 Presets (``tdyn reproduce topic/stage1 --preset NAME``; results.json ``setting``):
 
-* ``clean`` (default): the paper's W_V-only model (docs/reproductions/topic.md#model-as-in-the-paper): one-hot embeddings, attention frozen
-  uniform, W_dec = I, no embedding LayerNorm or token-type vector; 3000 Adam steps (lr 0.01, batch 40),
-  three seeds; the final state is analysed.
+* ``clean`` (default): the paper's W_V-only model (docs/reproductions/topic.md#model-as-in-the-paper): one-hot
+  embeddings, attention frozen uniform, W_dec = I, no embedding LayerNorm or token-type vector; 3000 Adam steps (lr
+  0.01, batch 40), three seeds; the final state is analysed.
 * ``authors``: the authors' demo configuration (``lda_bert_demo.ipynb``, ``BertForMaskedLMCustom``
-  ``_noMany``; docs/reproductions/topic.md#model-as-in-the-authors-code, docs/reproductions/topic.md#training-defaults): as ``clean`` plus the always-on embedding LayerNorm LN(W_E x + T₀)
-  with its trained token-type vector T₀, γ and β; their step count (max_epochs 20 × 250 steps = 5000);
-  dev loss on the whole dev split after updates 1, 1001, 2001, …; the **best-dev checkpoint** is
-  analysed, with their early stop (two non-improving evaluations in a row end the run).
+  ``_noMany``; docs/reproductions/topic.md#model-as-in-the-authors-code,
+  docs/reproductions/topic.md#training-defaults): as ``clean`` plus the always-on embedding LayerNorm LN(W_E x +
+  T₀) with its trained token-type vector T₀, γ and β; their step count (max_epochs 20 × 250 steps = 5000); dev loss
+  on the whole dev split after updates 1, 1001, 2001, …; the **best-dev checkpoint** is analysed, with their early
+  stop (two non-improving evaluations in a row end the run).
 
-Held-out references (docs/reproductions/topic.md#stage-1-reference-optimum; issue 12 item 4). The stage-1 class is softmax regression on the
-visible bag of words, logits W h + b:
+Held-out references (docs/reproductions/topic.md#stage-1-reference-optimum; issue 12 item 4). The stage-1 class is
+softmax regression on the visible bag of words, logits W h + b:
 
 * **fitted train minimum**: the unregularised L-BFGS fit on train (zero init); its train loss is the
   class's minimum train loss (up to convergence), a lower bound on any model's train loss;
@@ -79,8 +81,9 @@ def authors_schedule(quick: bool) -> tuple[int, list[int]]:
 
 
 def best_dev_step(evals: list[tuple[int, float]], patience: int = 2) -> tuple[int, int]:
-    """The authors' checkpoint rule (docs/reproductions/topic.md#training-defaults): keep the state at each dev improvement; stop at the
-    ``patience``-th non-improving evaluation in a row. Returns (best step, last evaluated step)."""
+    """The authors' checkpoint rule (docs/reproductions/topic.md#training-defaults): keep the state at each dev
+    improvement; stop at the ``patience``-th non-improving evaluation in a row. Returns (best step, last evaluated
+    step)."""
     best, best_step, bad, last = math.inf, evals[0][0], 0, evals[0][0]
     for step, loss in evals:
         last = step
@@ -202,8 +205,9 @@ def _stage1_preset(ctx: ReproduceContext) -> str:
           "clean (default) and authors via --preset authors)", default_config=stage1_config, options=Stage1Options,
           configs=lambda ctx: {"e2": stage1_config(ctx.seed, ctx.quick, _stage1_preset(ctx))})
 def reproduce_stage1(ctx: ReproduceContext) -> dict:
-    """E2 (docs/reproductions/topic.md#variants-e1-to-e6, docs/reproductions/topic.md#stage-1-reference-optimum, docs/reproductions/topic.md#stage-1-value-blocks, docs/reproductions/topic.md#topicstage1; issue 12 items 4–5), in one of two presets (``--preset NAME``;
-    results.json ``setting``; details in the module docstring):
+    """E2 (docs/reproductions/topic.md#variants-e1-to-e6, docs/reproductions/topic.md#stage-1-reference-optimum,
+    docs/reproductions/topic.md#stage-1-value-blocks, docs/reproductions/topic.md#topicstage1; issue 12 items 4–5),
+    in one of two presets (``--preset NAME``; results.json ``setting``; details in the module docstring):
 
     * ``clean`` (default): the paper's W_V-only model — one-hot embeddings, uniform attention, W_dec = I,
       no embedding LayerNorm / token-type vector; 3000 steps; final state.
@@ -212,11 +216,11 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
 
     Besides the unregularised runs (three seeds), an ℓ2 run (same seeds, the real (λ/2)‖θ‖² at the
     held-out-tuned λ of the convex fit) gives the unique regularised optimum the symmetry argument
-    (docs/reproductions/topic.md#stage-1-value-blocks) needs. Compared: train loss with the fitted train minimum of the convex class; dev loss
-    with the ℓ2-tuned held-out loss and the dev-fit floor (the unregularised fit's held-out loss, the
-    old "convex optimum", overfits and is reported only); W_V's per-topic block contrast against its
-    relabelling noise; the R² of W_V ≈ aI + bB + c11ᵀ over training (unregularised: drift) and for the
-    ℓ2 run and the ℓ2 optimum.
+    (docs/reproductions/topic.md#stage-1-value-blocks) needs. Compared: train loss with the fitted train minimum of
+    the convex class; dev loss with the ℓ2-tuned held-out loss and the dev-fit floor (the unregularised fit's
+    held-out loss, the old "convex optimum", overfits and is reported only); W_V's per-topic block contrast against
+    its relabelling noise; the R² of W_V ≈ aI + bB + c11ᵀ over training (unregularised: drift) and for the ℓ2 run
+    and the ℓ2 optimum.
     """
     preset = _stage1_preset(ctx)
     base = stage1_config(ctx.seed, ctx.quick, preset)

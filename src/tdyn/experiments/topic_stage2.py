@@ -1,6 +1,7 @@
-"""topic/stage2 (E3, docs/reproductions/topic.md#variants-e1-to-e6, docs/reproductions/topic.md#stage-2-attention, docs/reproductions/topic.md#topicstage2): with W_V frozen to the block matrix,
-W_K and W_Q learn same-topic attention; and its ablation topic/no-unchanged-mask (p_c = 0: the effect
-should vanish, docs/reproductions/topic.md#stage-2-attention)."""
+"""topic/stage2 (E3, docs/reproductions/topic.md#variants-e1-to-e6, docs/reproductions/topic.md#stage-2-attention,
+docs/reproductions/topic.md#topicstage2): with W_V frozen to the block matrix, W_K and W_Q learn same-topic
+attention; and its ablation topic/no-unchanged-mask (p_c = 0: the effect should vanish,
+docs/reproductions/topic.md#stage-2-attention)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""topic/two-stage (E4, docs/reproductions/topic.md#variants-e1-to-e6, docs/reproductions/topic.md#two-stage-mechanism, docs/reproductions/topic.md#two-stage-measurement, docs/reproductions/topic.md#topictwo-stage): from small init, W_V moves first
-and W_K, W_Q catch up much later, over the grid optimizer (Adam, SGD) × init scale × learning rate;
-and the ``topic`` bench (training steps per second of the topic/stage1 and topic/two-stage settings).
-Stage times are defined in ``tdyn.experiments.topic_common``."""
+"""topic/two-stage (E4, docs/reproductions/topic.md#variants-e1-to-e6,
+docs/reproductions/topic.md#two-stage-mechanism, docs/reproductions/topic.md#two-stage-measurement,
+docs/reproductions/topic.md#topictwo-stage): from small init, W_V moves first and W_K, W_Q catch up much later,
+over the grid optimizer (Adam, SGD) × init scale × learning rate; and the ``topic`` bench (training steps per
+second of the topic/stage1 and topic/two-stage settings). Stage times are defined in
+``tdyn.experiments.topic_common``."""
 
 from __future__ import annotations
 
@@ -34,10 +36,11 @@ E4_GRID = {"adam": {"lrs": [0.001, 0.01], "init_scales": [1.0, 10.0]},
 
 
 def two_stage_configs(seed: int = 0, quick: bool = False, model: dict | None = None) -> dict[str, dict]:
-    """E4 jobs (docs/reproductions/topic.md#two-stage-measurement, issue 12 item 6): the grid optimizer × init scale × learning rate. Each
-    optimizer is one ensemble over its learning rates and init scales ε ∈ {1e-3, 1e-2} (ε·U[0,1)):
-    10k steps and 3 seeds (the plan asked 20k–50k steps and ≥ 3 seeds, docs/reproductions/topic.md#departures; the full grid took 100 min on this
-    2-core machine, its results are in docs/results/topic__two-stage); quick: 200 steps, one seed."""
+    """E4 jobs (docs/reproductions/topic.md#two-stage-measurement, issue 12 item 6): the grid optimizer × init
+    scale × learning rate. Each optimizer is one ensemble over its learning rates and init scales ε ∈ {1e-3, 1e-2}
+    (ε·U[0,1)): 10k steps and 3 seeds (the plan asked 20k–50k steps and ≥ 3 seeds,
+    docs/reproductions/topic.md#departures; the full grid took 100 min on this 2-core machine, its results are in
+    docs/results/topic__two-stage); quick: 200 steps, one seed."""
     steps, every = (200, 20) if quick else (10_000, 50)
     seeds = [seed] if quick else [seed, seed + 1, seed + 2]
     m = E4 | (model or {})

@@ -1,8 +1,11 @@
-"""The one-layer, one-head masked-LM transformer of Li, Li & Risteski (2023) (docs/reproductions/topic.md#model-as-in-the-paper).
+"""The one-layer, one-head masked-LM transformer of Li, Li & Risteski (2023)
+(docs/reproductions/topic.md#model-as-in-the-paper).
 
-    f(X) = W^dec · W^V E · softmax((W^K E)ᵀ(W^Q E)/√d)      E = W^E X,  X one-hot     (docs/reproductions/topic.md#model-as-in-the-paper)
+    f(X) = W^dec · W^V E · softmax((W^K E)ᵀ(W^Q E)/√d)      E = W^E X,  X one-hot
+    (docs/reproductions/topic.md#model-as-in-the-paper)
 
-written as the authors' code computes it (docs/reproductions/topic.md#model-as-in-the-authors-code, its steps numbered as the equations below):
+written as the authors' code computes it (docs/reproductions/topic.md#model-as-in-the-authors-code, its steps
+numbered as the equations below):
 
     (1) E = W_E X                 (``emb_layernorm``: E = LN(W_E X + T₀)·γ + β, the authors' embedding)
     (2) Q = E W_Qᵀ + b_Q,   K = E W_Kᵀ + b_K,   V = E W_Vᵀ + b_V
@@ -40,7 +43,8 @@ from tdyn.schema import Strict
 
 
 class TopicModelConfig(Strict):
-    """Model flags (docs/reproductions/topic.md#model-flags, docs/reproductions/topic.md#model-interface-in-tdyn). ``d = 0`` means d = |V| (needed by one-hot / identity maps)."""
+    """Model flags (docs/reproductions/topic.md#model-flags, docs/reproductions/topic.md#model-interface-in-tdyn).
+    ``d = 0`` means d = |V| (needed by one-hot / identity maps)."""
 
     d: int = Field(0, ge=0)
     embedding: Literal["one_hot", "trained"] = "one_hot"
@@ -241,7 +245,8 @@ class TopicTransformer(nn.Module):
 
     @staticmethod
     def block_matrix(V: int, v: int, num_special: int) -> torch.Tensor:
-        """B_ij = 1 iff i, j are words of the same topic (``freeze_block_value_matrix``, docs/reproductions/topic.md#model-flags)."""
+        """B_ij = 1 iff i, j are words of the same topic (``freeze_block_value_matrix``,
+        docs/reproductions/topic.md#model-flags)."""
         ids = torch.arange(V)
         t = torch.where(ids >= num_special, (ids - num_special) // v, -1)
         return ((t[:, None] == t[None, :]) & (t[:, None] >= 0)).float()
@@ -252,9 +257,9 @@ class TopicTransformer(nn.Module):
     def reset_parameters(self, gens: list[torch.Generator], scales: list[float]) -> None:
         """Member i draws from ``gens[i]``; ``scales[i]`` multiplies the drawn W_E, W_Q, W_K, W_V.
 
-        Defaults (docs/reproductions/topic.md#model-as-in-the-authors-code): Q/K/V weights and biases U(±1/√d); W_E and T₀ ~ N(0,1) with a zero
-        PAD row; decoder U(±1/√d) with zero bias; γ = 1, β = 0. Small inits (``init``, ``emb_init``):
-        ε·U[0,1) (the authors' ``zero_init_*``, not centred) or N(0, ε²), biases 0.
+        Defaults (docs/reproductions/topic.md#model-as-in-the-authors-code): Q/K/V weights and biases U(±1/√d); W_E
+        and T₀ ~ N(0,1) with a zero PAD row; decoder U(±1/√d) with zero bias; γ = 1, β = 0. Small inits (``init``,
+        ``emb_init``): ε·U[0,1) (the authors' ``zero_init_*``, not centred) or N(0, ε²), biases 0.
         """
         cfg, d = self.cfg, self.d
         bound = 1 / math.sqrt(d)
@@ -311,7 +316,8 @@ class TopicTransformer(nn.Module):
         return p[:, layer]
 
     def embed_table(self) -> torch.Tensor:
-        """ẽ_w for every vocabulary id, [S, V, d]: W_E (one-hot: I), or LN(W_E + T₀)·γ + β (docs/reproductions/topic.md#model-as-in-the-authors-code)."""
+        """ẽ_w for every vocabulary id, [S, V, d]: W_E (one-hot: I), or LN(W_E + T₀)·γ + β
+        (docs/reproductions/topic.md#model-as-in-the-authors-code)."""
         E = self.W_E
         if self.cfg.emb_layernorm:
             E = F.layer_norm(E + self.T_0[:, None, :], (self.d,), eps=1e-12)

@@ -11,7 +11,8 @@ from tdyn.probes import ProbeContext, probe
 
 @probe("corpus_lm.attention")
 def _lm_probe(ctx: ProbeContext) -> dict[str, torch.Tensor]:
-    """Validation loss, attention entropy per layer (docs/reproductions/real-text.md#causal-attention-entropy), and every layer's map of probe window 0."""
+    """Validation loss, attention entropy per layer (docs/reproductions/real-text.md#causal-attention-entropy), and
+    every layer's map of probe window 0."""
     x, y = ctx.batch
     model = ctx.model
     was = model.training
