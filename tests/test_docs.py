@@ -109,4 +109,4 @@ def test_report_links_the_pages(tmp_path, monkeypatch):
     assert f'<a href="https://example.org/tdyn/blob/main/{ref}">{ref}</a>' in text
     monkeypatch.setattr(docs, "DOCS_URL", None)
     if docs.repo_root() is not None:                        # a page inside the checkout links relatively
-        assert docs.href(ref, docs.repo_root() / "runs" / "demo" / "index.html") == "../../" + ref
+        assert docs.href(ref, docs.repo_root() / "runs" / "demo") == "../../" + ref

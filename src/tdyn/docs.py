@@ -57,16 +57,16 @@ def repo_root() -> Path | None:
     return root if (root / DOCS_DIR).is_dir() else None
 
 
-def href(reference: str, page: Path) -> str | None:
-    """A link for ``reference`` from the HTML file ``page``: into :data:`DOCS_URL` when set, else
-    relative when ``page`` lies inside the checkout that holds the pages, else None."""
+def href(reference: str, from_dir: Path) -> str | None:
+    """A link for ``reference`` from a file in the directory ``from_dir``: into :data:`DOCS_URL` when
+    set, else relative when ``from_dir`` lies inside the checkout that holds the pages, else None."""
     if DOCS_URL:
         return DOCS_URL + reference
     root = repo_root()
     if root is None:
         return None
     path, _, frag = reference.partition("#")
-    base = Path(page).resolve().parent
+    base = Path(from_dir).resolve()
     if not (root / path).exists() or not base.is_relative_to(root):
         return None
     rel = Path(os.path.relpath(root / path, base)).as_posix()

@@ -81,11 +81,12 @@ def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _linked(text: Any, page: Path) -> str:
+def _linked(text: Any, base: Path) -> str:
     """``text`` escaped, with each reference to a documentation page (``docs/reproductions/PAGE.md#ANCHOR``)
-    a link to it where :func:`tdyn.docs.href` gives one, else set as code."""
+    a link to it from a page in the directory ``base`` where :func:`tdyn.docs.href` gives one, else set
+    as code."""
     def link(m) -> str:
-        href = docs.href(m.group(0), page)
+        href = docs.href(m.group(0), base)
         return f'<a href="{_e(href)}">{m.group(0)}</a>' if href else f"<code>{m.group(0)}</code>"
     return docs.REF.sub(link, _e(text))
 

@@ -50,7 +50,7 @@ def _short(text: str, n: int = 240) -> str:
 def _name(name: str, link_from: Path | None) -> str:
     """A reproduction's name, linked to its section of docs/reproductions/ from the file ``link_from``."""
     ref = docs.ref(name)
-    href = docs.href(ref, link_from) if ref and link_from is not None else None
+    href = docs.href(ref, Path(link_from).parent) if ref and link_from is not None else None
     return f"[`{_md(name)}`]({href})" if href else f"`{_md(name)}`"
 
 
