@@ -110,3 +110,11 @@ def test_report_links_the_pages(tmp_path, monkeypatch):
     monkeypatch.setattr(docs, "DOCS_URL", None)
     if docs.repo_root() is not None:                        # a page inside the checkout links relatively
         assert docs.href(ref, docs.repo_root() / "runs" / "demo") == "../../" + ref
+
+
+def test_reproduce_help_names_the_section(capsys):
+    from tdyn import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["reproduce", "scan-snap/fig3", "--help"])
+    assert "docs/reproductions/scan-snap.md#scan-snapfig3" in capsys.readouterr().out
