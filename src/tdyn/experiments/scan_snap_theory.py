@@ -29,10 +29,14 @@ def fig3(ctx: ReproduceContext) -> dict:
     (docs/reproductions/scan-snap.md#theory-simulations) sweeps C0 ∈ {0.01, 0.1, 1} and checks only the ordering and t₀.
     """
 
-    c = FIG3
+    c = dict(FIG3)
     K, M, eta_z = c["K"], c["M"], c["eta_z"]
     t = np.linspace(0, c["t_max"], 701 if not ctx.quick else 141)
     t0s = {ey: th.t0(K, M, ey) for ey in c["etas_y"]}
+    G_end = th.Gamma(c["t_max"], K, M, c["etas_y"][0], eta_z)
+    # the C0 at which the largest curve (smallest η_Y) ends at χ = 600, the paper's y-range: one more panel
+    c0_paper = float(4 * G_end / (600 ** 2 - 1))
+    c["C0s"] = [*c["C0s"], c0_paper]
     rows, chi_end, snap_ratio, asym = [], {}, {}, {}
     for C0 in c["C0s"]:
         for ey in c["etas_y"]:
@@ -52,21 +56,21 @@ def fig3(ctx: ReproduceContext) -> dict:
 
 
     style.apply()
-    fig, axes = plt.subplots(1, len(c["C0s"]), figsize=(4.2 * len(c["C0s"]), 3.6))
+    fig, axes = plt.subplots(1, len(c["C0s"]), figsize=(3.6 * len(c["C0s"]), 3.6), constrained_layout=True)
     for ax, C0 in zip(axes, c["C0s"]):
         for i, ey in enumerate(c["etas_y"]):
             col = style.PALETTE[i]
             chi = [r["chi"] for r in rows if r["C0"] == C0 and r["eta_y"] == ey]
-            ax.plot(t, chi, color=col, label=f"η_Y={ey:g}")
+            ax.plot(t, chi, color=col, label=f"$\\eta_Y={ey:g}$")
             ax.axvline(t0s[ey], color=col, ls="--", lw=0.8)
-        ax.set_title(f"C0={C0:g}  (K={K}, M={M}, η_Z={eta_z:g})")
-        ax.set_xlabel("t (samples); dashed: t₀ = 2K ln M/η_Y")
-        ax.set_ylabel("χ_l(t) upper bound e^{2B_n}")
-        ax.legend()
+        ax.set_title(f"$C_0={C0:.3g}$" + (" (paper's scale: $\\chi \\leq 600$)" if C0 == c0_paper else ""), fontsize=9)
+        ax.set_xlabel("$t$ (samples); dashed: $t_0 = 2K \\ln M/\\eta_Y$")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("$\\chi_l(t)$ upper bound $e^{2B_n}$")
+    fig.suptitle(f"Fig 3: $K={K}$, $M={M}$, $\\eta_Z={eta_z:g}$", fontsize=10)
     style.save(fig, ctx.out / "fig3.png")
 
     order = {C0: [chi_end[f"C0={C0:g},eta_y={ey:g}"] for ey in c["etas_y"]] for C0 in c["C0s"]}
-    G_end = th.Gamma(c["t_max"], K, M, c["etas_y"][0], eta_z)
     claims = [
         claim("t0-values", "t₀ = 2K ln M/η_Y = 276.3, 138.2, 69.1, 27.6 for η_Y = 0.5, 1, 2, 5 (docs/reproductions/scan-snap.md#theory-simulations)",
               bool(np.allclose(list(t0s.values()), [276.3, 138.2, 69.1, 27.6], atol=0.05)),
@@ -102,7 +106,7 @@ def fig3(ctx: ReproduceContext) -> dict:
               expected="|error| < 5% for every (C0, η_Y)", relative_errors=asym),
     ]
     return {"experiment": "scan-snap/fig3", "config": c, "t0": {f"{k:g}": v for k, v in t0s.items()},
-            "C0_for_paper_y_range_600": float(4 * G_end / (600 ** 2 - 1)),
+            "C0_for_paper_y_range_600": c0_paper,
             "claims": claims, "files": ["fig3.csv", "fig3.png"]}
 
 

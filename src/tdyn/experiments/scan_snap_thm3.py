@@ -37,6 +37,10 @@ def thm3_configs(seed: int, quick: bool) -> dict[str, dict]:
     return {"long_L_sgd": long, "paper_L128_momentum": paper}
 
 
+#: legend names of the two settings
+LABELS = {"long_L_sgd": "$L = 1024$, plain SGD (Thm 3 regime)", "paper_L128_momentum": "$L = 128$, momentum 0.9 (Fig 4)"}
+
+
 @register("scan-snap/thm3", "Thm 3 invariant (1 − e^{−2z})/P(l|n)² equal across a class's distinct tokens "
           "(long sequences, plain SGD)", configs=lambda ctx: thm3_configs(ctx.seed, ctx.quick))
 def thm3(ctx: ReproduceContext) -> dict:
@@ -75,7 +79,7 @@ def thm3(ctx: ReproduceContext) -> dict:
         for n in range(dist.K):
             rr = [r for r in rows if r["setting"] == setting and f"seed={r['seed']}" == seed and r["class"] == n + 1]
             axes[0].plot([r["step"] for r in rr], [r["cv"] for r in rr], color=col, alpha=0.8,
-                         label=setting if (n == 0 and seed == f"seed={ctx.seed}") else None)
+                         label=LABELS[setting] if (n == 0 and seed == f"seed={ctx.seed}") else None)
         inv = inv_final[key]
         for n in range(dist.K):
             m = dist.distinct[n]
@@ -87,8 +91,8 @@ def thm3(ctx: ReproduceContext) -> dict:
     axes[0].set_xlabel("step")
     axes[0].set_ylabel("CV over distinct tokens, per class")
     axes[0].legend()
-    axes[1].set_xlabel("P(l|n)")
-    axes[1].set_ylabel("(1 − e^{−2z})/P² ÷ class mean (final)")
+    axes[1].set_xlabel("$P(l|n)$")
+    axes[1].set_ylabel("$(1 - e^{-2z})/P^2$ ÷ class mean (final)")
     axes[1].set_title("flat = Thm 3 invariant holds")
     style.save(fig, ctx.out / "thm3.png")
 
