@@ -267,6 +267,11 @@ def heatmaps(path: Path, mats: dict[str, torch.Tensor], v: int, suptitle: str) -
     fig, axes = plt.subplots(1, len(mats), figsize=(4.6 * len(mats), 4), squeeze=False, layout="constrained")
     for ax, (title, M) in zip(axes[0], mats.items()):
         M = M.detach().double().numpy()
+        # centred for display: minus the median word-word entry (the background, off the topic blocks), so
+        # the blocks stand on a zero background instead of a common offset
+        background = float(np.median(M[NUM_SPECIAL:, NUM_SPECIAL:])) if M.shape[0] > NUM_SPECIAL else 0.0
+        M = M - background
+        title = f"{title}\n(centred: minus the median word-word entry {background:.3g})"
         lim = np.abs(M).max() or 1.0
         im = ax.imshow(M, cmap="RdBu_r", vmin=-lim, vmax=lim)
         for x in np.arange(NUM_SPECIAL, M.shape[0], v) - 0.5:

@@ -210,6 +210,8 @@ def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times
         axes[0][j].plot(s, cv, color="C0", label="W_V block contrast")
         axes[0][j].axhline(cv[0] + 0.5 * (ref["contrast"] - cv[0]), color="C0", ls=":", lw=0.8,
                            label="half-way to the fitted optimum's")
+        ok = np.isfinite(m["loss"])
+        axes[1][j].plot(s[ok], m["loss"][ok], color="0.55", lw=0.8, label="training loss (batch)")
         axes[1][j].plot(s, L, color="C3", label="probe dev loss")
         axes[1][j].axhline(L[0] + 0.5 * (ref["probe_loss"] - L[0]), color="C3", ls=":", lw=0.8,
                            label="half-way to the fitted optimum's")
@@ -227,7 +229,7 @@ def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times
                                                      for tv, kq in READINGS), fontsize=7)
         axes[3][j].set_xlabel("step")
         if j == 0:
-            for ax, name in zip(axes[:, j], ("W_V block contrast", "probe dev loss", "κ (logits)",
+            for ax, name in zip(axes[:, j], ("W_V block contrast", "MLM loss (nats)", "κ (logits)",
                                              "same − diff topic attention / uniform")):
                 ax.set_ylabel(name)
                 ax.legend(fontsize=6)
