@@ -231,11 +231,12 @@ def _claim1_figures(ctx, rows, traj, grid, fixed) -> None:
         ax = axes[0, j]
         for i, (n, M) in enumerate(combos):
             sel = [r for r in rows if r["sampler"] == sampler and r["n"] == n and r["M"] == M and r["c"]]
-            col = style.PALETTE[i % 8]
+            sty = style.series(i, marker="o")
+            col = sty["color"]
             pts = [(r["L"], r["T_sup"] * math.log(r["L"])) for r in sel if r["T_sup"]]
             if pts:
                 x, y = zip(*pts)
-                ax.plot(x, y, marker="o", ms=3, color=col, label=f"n={n}, M={M}")
+                ax.plot(x, y, ms=3, **sty, label=f"n={n}, M={M}")
             xs = [r["L"] for r in sel]
             ax.plot(xs, [r["bound_gamma_delta"] * math.log(r["L"]) for r in sel], color=col, ls=":", lw=0.8)
         for M in sorted({M for _, M in combos}):
@@ -280,8 +281,9 @@ def _claim1_figures(ctx, rows, traj, grid, fixed) -> None:
         curves.append((res.w[1:, m - 1] - res.w[1:, m], "W[q,q] − W[out,q]"))
         th_ = _symlog_thresh(*[c for c, _ in curves])
         for i, (cv, lab) in enumerate(curves):
-            col = style.PALETTE[i % 8]
-            ax.plot(t, cv, color=col, label=lab)
+            sty = style.series(i)
+            col = sty["color"]
+            ax.plot(t, cv, **sty, label=lab)
             cross = np.nonzero((cv[:-1] <= 0) & (cv[1:] > 0))[0]
             if len(cross):
                 ax.axvline(t[cross[-1] + 1], color=col, lw=0.7, ls=":")
@@ -323,7 +325,7 @@ def _claim1_figures(ctx, rows, traj, grid, fixed) -> None:
                     pts = sorted((r[x], r["T_sup"]) for r in src if r[z] == zv)
                     if pts:
                         xs, ys = zip(*pts)
-                        ax.plot(xs, ys, "o-", ms=3, color=style.PALETTE[h % 8],
+                        ax.plot(xs, ys, ls="-", ms=3, **style.series(h, marker="o"),
                                 label=f"{z}={zv}" + (" (degenerate)" if z == "M" and zv == 1 else ""))
                 ax.set(yscale="log", xlabel=x, ylabel="T_sup", title=f"{sampler}, L={fc['L']}, {lab}")
                 ax.legend(fontsize=6)

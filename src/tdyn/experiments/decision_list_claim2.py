@@ -358,8 +358,9 @@ def _claim2_figure(ctx, curves, free_curves) -> None:
     ins = [k for k in curves if k[0] == "inside" and k[6] == 0]
     for i, key in enumerate(ins):
         cv = curves[key]
-        col, lab = style.PALETTE[i % 8], f"L,n,M={key[1:4]}, f={key[5]}"
-        axes[0, 0].plot(cv[:, 0] + 1, cv[:, 1], color=col, label=lab)
+        sty, lab = style.series(i), f"L,n,M={key[1:4]}, f={key[5]}"
+        col = sty["color"]
+        axes[0, 0].plot(cv[:, 0] + 1, cv[:, 1], **sty, label=lab)
         axes[0, 1].plot(cv[:, 0] + 1, cv[:, 3], color=col)
         ok = ~np.isnan(cv[:, 6])
         axes[0, 2].plot(cv[ok, 0] + 1, cv[ok, 6], "o-", ms=3, color=col)
@@ -375,16 +376,16 @@ def _claim2_figure(ctx, curves, free_curves) -> None:
         k0 = ex[0]
         for i, key in enumerate(k for k in ex if k[1:4] == k0[1:4] and k[6] == k0[6]):
             cv = curves[key]
-            axes[1, 0].plot(cv[:, 0] + 1, cv[:, 3], color=style.PALETTE[i % 8], label=f"ε={key[4]}, f={key[5]}")
+            axes[1, 0].plot(cv[:, 0] + 1, cv[:, 3], **style.series(i), label=f"ε={key[4]}, f={key[5]}")
         axes[1, 0].axhline(0, color="grey", lw=0.6)
         axes[1, 0].set(xscale="log", yscale="symlog", xlabel="step + 1", ylabel="min logit margin",
                        title=f"exploratory (outside), L,n,M = {k0[1:4]}")
         axes[1, 0].legend(fontsize=6)
     for i, (c, (cj, cw)) in enumerate(free_curves.items()):
-        col = style.PALETTE[i % 8]
-        axes[1, 1].plot(cj[:, 0] + 1, cj[:, 4], color=col, label=f"joint, c={c:g}")
-        axes[1, 2].plot(cj[:, 0] + 1, cj[:, 3], color=col, label=f"joint, c={c:g}")
-        axes[1, 2].plot(cw[:, 0] + 1, cw[:, 3], color=col, ls="--", label=f"W only, c={c:g}")
+        sty = style.series(i)
+        axes[1, 1].plot(cj[:, 0] + 1, cj[:, 4], **sty, label=f"joint, c={c:g}")
+        axes[1, 2].plot(cj[:, 0] + 1, cj[:, 3], **sty, label=f"joint, c={c:g}")
+        axes[1, 2].plot(cw[:, 0] + 1, cw[:, 3], **sty, ls="--", label=f"W only, c={c:g}")
     axes[1, 1].set(xscale="log", yscale="log", xlabel="step + 1", ylabel="max |V_k − V_0|",
                    title="free c (exploratory): V moves")
     axes[1, 1].legend(fontsize=6)

@@ -204,9 +204,10 @@ def _ua_figures(ctx, rows, grows, st) -> None:
                 sel = [r for r in rows if r["mode"] == mode and r["sigma"] == sg and r["optimizer"] == opt]
                 steps = sorted({r["step"] for r in sel})
                 v = np.array([[r["cos_c"] for r in sel if r["step"] == k] for k in steps])
-                col = style.PALETTE[(2 * i + j) % 8]
+                sty = style.series(2 * i + j)
+                col = sty["color"]
                 ax = axes[0, col_i]
-                ax.plot(np.array(steps) + 1, v.mean(1), color=col, ls="-" if mode == "joint" else "--",
+                ax.plot(np.array(steps) + 1, v.mean(1), **sty, ls="-" if mode == "joint" else "--",
                         label=f"{mode}, σ={sg}")
                 ax.fill_between(np.array(steps) + 1, v.min(1), v.max(1), color=col, alpha=0.2)
             sel = [r for r in rows if r["mode"] == mode and r["sigma"] == sigma and r["optimizer"] == opt]
@@ -230,7 +231,8 @@ def _ua_figures(ctx, rows, grows, st) -> None:
         for j, (n, M) in enumerate(st["grad_nM"]):
             pts = [(r["L"], r["cos_c_first_grad"]) for r in grows if r["sampler"] == s and (r["n"], r["M"]) == (n, M)]
             x, y = zip(*pts)
-            ax.plot(x, y, "o-" if s == "B" else "s--", color=style.PALETTE[j % 8], label=f"{s}, n={n}, M={M}")
+            ax.plot(x, y, ls="-" if s == "B" else "--", **style.series(j, marker="o" if s == "B" else "s"),
+                    label=f"{s}, n={n}, M={M}")
     ax.set(xlabel="L", ylabel="centred cos(−∇_V F(0,0), P)", title="C3: first gradient")
     ax.legend(fontsize=7)
     style.save(fig, ctx.out / "first_gradient.png")

@@ -224,10 +224,11 @@ def attention_maps(ctx: ReproduceContext) -> dict:
         shown = cfg["checkpoint"]["steps"][:4]
         for c, s in enumerate(shown):
             A = runs.Run(d).probe("corpus_lm.attention/maps", "final" if s == T else s)[0]
-            axes[r, c].imshow(A.numpy(), cmap="viridis", vmin=0, vmax=1)
+            im = axes[r, c].imshow(A.numpy(), cmap="viridis", vmin=0, vmax=1)
             axes[r, c].set_title(f"{L} layer{'s' if L > 1 else ''}, iteration {s}")
             axes[r, c].set_xlabel("key position")
             axes[r, c].set_ylabel("query position")
+        fig.colorbar(im, ax=list(axes[r]), fraction=0.02, pad=0.01, label="attention weight")
         m = [x for x in runs.Run(d).metrics if "corpus_lm.attention/entropy_layer0" in x]
         rows += [{"n_layers": L, "step": x["step"], "val_loss": x["corpus_lm.attention/val_loss"],
                   "entropy_layer0": x["corpus_lm.attention/entropy_layer0"]} for x in m]
