@@ -88,13 +88,27 @@ def test_report_pages_in_chromium(browser, tmp_path, fake_experiments):
     for _, res in html.reproductions(site):
         expected_claims += [c["claim"] for c in res["claims"]] or [f"{res['experiment']}: reproduction failed"]
     rows = browser.execute_script(
-        "return Array.from(document.querySelectorAll('table.claims tbody tr')).map(r => r.innerText)")
+        "return Array.from(document.querySelectorAll('table.claims tbody tr')).map(r => r.textContent)")
     assert len(rows) == len(expected_claims) == 6 + 3 + 1
     assert all(c in r for c, r in zip(expected_claims, rows))       # escaped text shown as written
     fig4 = runs.read_json(site / "scan-snap__fig4" / "results.json")
     assert all(c["verdict"] in r for c, r in zip(fig4["claims"], rows))
     assert {"scan-snap__fig4/fig4.png", "test__fake/curve.png"} <= {src for src, _ in seen["images"]}
     assert any(raw == f"#{html.anchor('test/fails')}" for raw, _ in seen["links"])
+
+    # at 1280 px: no horizontal scroll, the per-paper summary above the fold, quick results flagged at the top
+    browser.set_window_size(1280, 800)
+    browser.get((site / "index.html").as_uri())
+    fold = browser.execute_script(
+        "const d = document.documentElement, s = document.getElementById('summary').getBoundingClientRect();"
+        "return [d.scrollWidth, d.clientWidth, s.bottom, window.innerHeight,"
+        " document.querySelector('.banner') ? document.querySelector('.banner').getBoundingClientRect().top : null]")
+    browser.save_screenshot(str(ARTIFACTS / "report_index_1280.png"))
+    browser.set_window_size(1300, 900)
+    scroll_w, client_w, summary_bottom, inner_h, banner_top = fold
+    assert scroll_w <= client_w, f"horizontal scroll at 1280 px: {scroll_w} > {client_w}"
+    assert summary_bottom <= inner_h, f"the summary ends at {summary_bottom} px, below the fold ({inner_h} px)"
+    assert banner_top is not None and banner_top < summary_bottom           # a --quick page says so first
 
     seen = open_and_check(browser, site / "scan-snap__fig4" / "runs" / "fig4" / "index.html", "report_ensemble.png")
     assert any("heatmap_param_Z" in src for src, _ in seen["images"])

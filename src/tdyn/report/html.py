@@ -150,9 +150,11 @@ def _num(s: str) -> Any:
             return s
 
 
-def _figure(path: Path, base: Path, caption: str) -> str:
+def _figure(path: Path, base: Path, caption: str, id_: str | None = None) -> str:
+    """A figure scaled to the column (linking to the full-size image); ``id_`` makes it an anchor."""
     src = _rel(path, base)
-    return (f'<figure><a href="{src}"><img src="{src}" alt="{_e(caption)}"></a>'
+    ident = f' id="{_e(id_)}"' if id_ else ""
+    return (f'<figure{ident}><a href="{src}"><img src="{src}" alt="{_e(caption)}"></a>'
             f"<figcaption>{_e(caption)}</figcaption></figure>")
 
 
@@ -173,7 +175,8 @@ body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em
 padding:0 1em;color:#222;line-height:1.4}
 h1{font-size:1.6em}h2{font-size:1.3em;border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
 h3{font-size:1.05em;margin-top:1.2em}
-table{border-collapse:collapse;margin:.5em 0;font-size:.88em}
+table{border-collapse:collapse;margin:.5em 0;font-size:.88em;display:block;max-width:100%;overflow-x:auto}
+td{overflow-wrap:anywhere}
 th,td{border:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}
 th{background:#f2f2f2}table.data td{font-variant-numeric:tabular-nums}
 .verdict{font-weight:bold;white-space:nowrap}
@@ -185,6 +188,12 @@ figure img{max-width:100%;border:1px solid #ddd}figcaption{font-size:.8em;color:
 pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.8em;max-height:30em}
 pre.error{background:#fff0eb;color:#7a2600}.note{font-size:.8em;color:#555}
 dl{display:grid;grid-template-columns:max-content auto;gap:.1em 1em;font-size:.9em}dt{font-weight:bold}
+dd{margin:0;overflow-wrap:anywhere}
+.banner{background:#fff6d6;border:1px solid #e0c45c;padding:.5em .8em}
+details.paper{margin:.3em 0}details.paper>summary{font-size:1.05em;cursor:pointer}
+ul.claimlist{list-style:none;padding-left:1em;margin:.3em 0;font-size:.88em}
+ul.claimlist li{white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+.key{color:#555;font-variant-numeric:tabular-nums}
 """
 
 
@@ -277,6 +286,9 @@ def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cl
             "run time": _e(f"{res['wall_seconds']:.1f} s") if isinstance(res.get("wall_seconds"), (int, float)) else "—",
             "seeds": _e(_seeds(res, cli_seed)), "quick settings": _e(fmt(res.get("quick"))),
             "documentation": _linked(res.get("docs") or docs.ref(name) or "—", page)}
+    figs = _files(rdir, res, ".png")
+    if figs:
+        info["figures"] = " · ".join(f'<a href="#{anchor(name)}-{_fname(p.stem)}">{_e(p.name)}</a>' for p in figs)
     parts.append(_dl(info))
     if "error" in res:
         parts.append(f'<h3>Error</h3><pre class="error">{_e(res["error"])}\n\n{_e(res.get("traceback", ""))}</pre>')
@@ -284,18 +296,71 @@ def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cl
         rows = [[_e(c.get("id", "")), _linked(c.get("claim", ""), page), _verdict(c), _e(fmt(c.get("numbers", {}), max_items=32))]
                 for c in res["claims"]]
         parts.append("<h3>Claims</h3>" + table(["id", "claim", "verdict", "numbers"], rows, raw=True))
-    figs = _files(rdir, res, ".png")
     if figs:
-        parts.append("<h3>Figures</h3>" + "".join(_figure(p, page, p.name) for p in figs))
+        parts.append("<h3>Figures</h3>" + "".join(_figure(p, page, p.name, f"{anchor(name)}-{_fname(p.stem)}")
+                                                 for p in figs))
     for p in _files(rdir, res, ".csv"):
-        parts.append(f"<h3>Table {_e(p.name)}</h3>" + csv_table(p, page))
+        parts.append(_details(f"table {p.name}", csv_table(p, page)))
     other = {k: v for k, v in res.items() if k not in _SECTION_KEYS}
     if other:
-        parts.append("<h3>Other numbers</h3>" + table(["key", "value"], list(other.items())))
+        parts.append(_details("other numbers", table(["key", "value"], list(other.items()))))
     if "config" in res:
         parts.append(_details("config", _json_block(res["config"])))
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def key_number(c: dict) -> str:
+    """A claim's headline number for its one-line summary: the first scalar of its ``numbers`` (else
+    the first entry, clipped)."""
+    numbers = c.get("numbers") or {}
+    for k, v in numbers.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return f"{k} = {fmt(v)}"
+    if numbers:
+        k, v = next(iter(numbers.items()))
+        return _clip(f"{k} = {fmt(v, max_items=3)}", 60)
+    return ""
+
+
+VERDICTS = ("holds", "fails", "inconclusive")
+
+
+def _counts(claims: list[dict]) -> dict[str, int]:
+    vs = [c.get("verdict") for c in claims]
+    return {v: vs.count(v) for v in VERDICTS} | {"other": sum(v not in VERDICTS for v in vs)}
+
+
+def _paper_summaries(results: list[tuple[Path, dict]]) -> str:
+    """One collapsible line per paper (its reproductions and verdict counts) opening onto one line per
+    claim: verdict, quick mark, the claim, its key number, a link to the reproduction's section."""
+    by_paper: dict[str, list[tuple[Path, dict]]] = {}
+    for d, res in results:
+        by_paper.setdefault(res.get("experiment", d.name).split("/", 1)[0], []).append((d, res))
+    blocks = []
+    order = [*PAPERS, *(p for p in by_paper if p not in PAPERS)]
+    for prefix, items in ((p, by_paper[p]) for p in order if p in by_paper):
+        claims = [(res.get("experiment", d.name), c) for d, res in items for c in res.get("claims", [])]
+        n = _counts([c for _, c in claims])
+        errors = [res.get("experiment", d.name) for d, res in items if "error" in res]
+        head = (f'<b title="{_e(paper_of(prefix + "/", full=True))}">{_e(paper_of(prefix + "/"))}</b>: '
+                f"{len(items)} reproduction(s), {len(claims)} claims — "
+                + " · ".join(f'<span class="{v if v != "inconclusive" else "depends"}">{n[v]} {v}</span>' for v in VERDICTS)
+                + (f' <span class="error">{len(errors)} failed to run</span>' if errors else ""))
+        lines = []
+        for name, c in claims:
+            v = c.get("verdict", "—")
+            cls = "holds" if v == "holds" else "fails" if v == "fails" else "depends"
+            quick = ' <span class="quick">(quick)</span>' if c.get("quick") else ""
+            key = key_number(c)
+            lines.append(f'<li><span class="verdict {cls}">{_e(v)}</span>{quick} '
+                         f'<a href="#{anchor(name)}">{_e(name)}</a>: {_e(_clip(str(c.get("claim", "")), 150))}'
+                         + (f' <span class="key">[{_e(key)}]</span>' if key else "") + "</li>")
+        lines += [f'<li><span class="verdict fails">error</span> <a href="#{anchor(e)}">{_e(e)}</a>: did not run to the end</li>'
+                  for e in errors]
+        blocks.append(f'<details class="paper" id="paper-{_e(prefix)}"><summary>{head}</summary>'
+                      f'<ul class="claimlist">{"".join(lines)}</ul></details>')
+    return '<section id="summary"><h2>Summary by paper</h2>' + "".join(blocks) + "</section>"
 
 
 def build_index(out_dir: str | Path, title: str | None = None, descriptions: dict[str, str] | None = None) -> Path:
@@ -311,23 +376,28 @@ def build_index(out_dir: str | Path, title: str | None = None, descriptions: dic
     descriptions = descriptions or {}
 
     claim_rows = [r for d, res in results for r in _claims_rows(res, out, d)]
-    verdicts = [c.get("verdict") for _, res in results for c in res.get("claims", [])]
+    all_claims = [c for _, res in results for c in res.get("claims", [])]
     failed = [res.get("experiment", d.name) for d, res in results if "error" in res]
-    counts = {v: verdicts.count(v) for v in dict.fromkeys(["holds", "fails", *verdicts]) if v}
-    summary = (f"<p>{len(results)} reproduction(s), {len(verdicts)} claims: " +
-               ", ".join(f"{n} {_e(v)}" for v, n in counts.items()) +
+    n = _counts(all_claims)
+    n_quick = sum(bool(c.get("quick")) for c in all_claims)
+    banner = (f'<p class="banner"><b>Quick settings.</b> {n_quick} of {len(all_claims)} verdicts on this page come from '
+              "shortened runs (marked <span class=quick>(quick)</span>), not the papers' settings: they check that "
+              "the pipeline works, not the claims.</p>" if manifest.get("quick") or n_quick else "")
+    summary = (f"<p>{len(results)} reproduction(s), {len(all_claims)} claims: " +
+               ", ".join(f"{n[v]} {v}" for v in VERDICTS) + (f", {n['other']} other" if n["other"] else "") +
                (f"; <span class=error>{len(failed)} reproduction(s) failed: {_e(', '.join(failed))}</span>" if failed else "")
-               + (" — quick settings" if manifest.get("quick") else "") + "</p>")
+               + "</p>")
     toc = "<ul>" + "".join(f'<li><a href="#{anchor(res.get("experiment", d.name))}">{_e(res.get("experiment", d.name))}</a></li>'
                            for d, res in results) + "</ul>"
-    claims = ('<section id="claims"><h2>Claims</h2>' +
-              table(["paper", "claim", "what was measured", "numbers", "expected", "verdict"], claim_rows, raw=True,
-                    cls="claims") + "</section>")
+    claims = ('<section id="claims"><h2>All claims</h2>' + _details(
+        f"the claims table ({len(claim_rows)} rows: paper, claim, what was measured, numbers, expected, verdict)",
+        table(["paper", "claim", "what was measured", "numbers", "expected", "verdict"], claim_rows, raw=True,
+              cls="claims")) + "</section>")
     meta = manifest.get("metadata") or metadata()
     for k in ("started", "ended", "seed", "quick", "overrides", "device"):
         if k in manifest:
             meta = {**meta, k: manifest[k]}
-    body = "\n".join([summary, claims, '<section id="contents"><h2>Reproductions</h2>' + toc + "</section>",
+    body = "\n".join([banner, summary, _paper_summaries(results), claims, '<section id="contents"><h2>Reproductions</h2>' + toc + "</section>",
                       *(_section(d, res, out, descriptions, manifest.get("seed")) for d, res in results),
                       _meta_block(meta, "Run metadata" if manifest else "Metadata (of the process that built this page)")])
     title = title or ("tdyn: which claims hold" if len(results) > 1 else f"tdyn: {results[0][1].get('experiment', out.name)}")
