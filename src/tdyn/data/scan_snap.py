@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from tdyn.errors import ConfigError
 from tdyn.schema import Strict
 
 
@@ -29,6 +30,13 @@ class ScanSnapDataConfig(Strict):
     unique_unnormalized_max: float = Field(1.0, gt=0)
     seq_len: int = Field(128, ge=2)
     batch_size: int = Field(128, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.unique_unnormalized_max < self.unique_unnormalized_min:
+            raise ConfigError(f"data.unique_unnormalized_max = {self.unique_unnormalized_max}: must be >= "
+                              f"data.unique_unnormalized_min = {self.unique_unnormalized_min}")
+        return self
 
 
 SYN_SMALL: dict = {"num_last": 2, "num_next_per_last": 1, "num_common_per_last": 0}
