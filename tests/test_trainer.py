@@ -1,15 +1,17 @@
 """Trainer: optimizers match torch.optim, ensembles equal their members trained alone, freeze
 schedules, exact population losses, divergence handling."""
 
+import itertools
 import json
 import math
 
 import pytest
 import torch
 
-from conftest import quad_config
+from conftest import QuadData, QuadModel, quad_config
 from tdyn import runs
 from tdyn.config import GroupConfig, load_config
+from tdyn.tasks import Task, register_task
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.train.trainer import train
 
@@ -122,6 +124,77 @@ def test_divergence_stops_member_keeps_checkpoint(tmp_path):
     ckpts = runs.checkpoint_steps(bad)
     assert ckpts and max(ckpts) <= step and not (bad / "checkpoints" / "final.safetensors").exists()
     assert all(torch.isfinite(v).all() for v in runs.params_of(runs.load_checkpoint(bad, max(ckpts))).values())
+
+
+class RunawayTask(Task):
+    """Loss 0 whatever w is (``nan_to_num`` of w − w.detach()), gradient 1: SGD walks w down by lr a step
+    until it overflows to −inf, the loss staying finite throughout."""
+
+    def __init__(self, cfg, members):
+        self.model = torch.nn.Module()
+        self.model.w = torch.nn.Parameter(torch.zeros(len(members), 2))
+
+    def sample(self, gen):
+        return None
+
+    def loss(self, batch):
+        w = self.model.w
+        return torch.nan_to_num((w - w.detach()).sum(1))
+
+
+register_task("test_runaway", QuadData, QuadModel, "parameters overflow at a finite loss (tests only)")(RunawayTask)
+
+
+def test_overflowing_norms_are_a_divergence_at_finite_loss(tmp_path):
+    """w (two entries) falls by 1e18 a step; in float32 (largest 3.4e38) its norm √2·t·1e18 overflows once
+    2t²·1e36 does, at step 14, its loss still 0. The member is diverged there (not finished), its message
+    naming the norm and the last good checkpoint (step 12: the one at 16 is never written); the slow member
+    finishes."""
+    cfg = {"task": "test_runaway", "seeds": [0], "ensemble": {"lrs": [{"w": 0.1}, {"w": 1e18}]},
+           "optim": {"steps": 20, "groups": {"w": {"params": ["w"], "lr": 0.1}}},
+           "checkpoint": {"schedule": "none", "every": 4}}
+    slow, fast = train(cfg, tmp_path / "r", progress=False)
+    assert runs.read_meta(slow)["status"] == "finished"
+    meta = runs.read_meta(fast)
+    assert meta["status"] == "diverged", meta
+    assert meta["message"].startswith("diverged at step 14: norm/w = inf")
+    assert "last good checkpoint: step 12" in meta["message"]
+    m = _metrics(fast)
+    assert m[-1] == {"step": 14, "loss": None, "diverged": True}
+    assert all(r["loss"] == 0.0 for r in m[:-1]) and len(m) == 15
+    assert runs.checkpoint_steps(fast) == [0, 4, 8, 12]
+
+
+def test_divergence_at_step_0_says_no_good_checkpoint(tmp_path):
+    """An init scale of 1e30 overflows c/2‖w‖² in float32 at once: the member diverges at step 0, and its
+    message says that no good checkpoint exists (the step-0 checkpoint holds the diverging state)."""
+    cfg = quad_config(ensemble={"init_scales": [1.0, 1e30]})
+    good, bad = train(cfg, tmp_path / "r", progress=False)
+    assert runs.read_meta(good)["status"] == "finished"
+    meta = runs.read_meta(bad)
+    assert meta["status"] == "diverged"
+    assert meta["message"].startswith("diverged at step 0: ") and "no good checkpoint exists" in meta["message"]
+    assert _metrics(bad) == [{"step": 0, "loss": None, "diverged": True}]
+
+
+def test_schedules_are_not_materialised():
+    """10¹² steps with a checkpoint and an evaluation every step: the schedules answer ``in`` and
+    iterate in order without building a set of 10¹² steps; such a checkpoint count is refused."""
+    from tdyn.errors import ConfigError
+    from tdyn.train.trainer import check_resources, checkpoint_schedule, eval_steps, expand_members
+
+    T = 10 ** 12
+    cfg = load_config(quad_config(optim={"steps": T, "groups": {"w": {"params": ["w", "u"], "lr": 0.1}}},
+                                  checkpoint={"schedule": "log", "num": 5, "every": 10 ** 9, "steps": [7]}))
+    ck = checkpoint_schedule(cfg)
+    assert 7 in ck and 3 * 10 ** 9 in ck and 3 * 10 ** 9 + 1 not in ck and T not in ck
+    assert list(itertools.islice(ck, 4)) == [0, 1, 7, 1000]
+    ev = eval_steps(cfg)
+    assert T in ev and T - 1 in ev and list(itertools.islice(ev, 3)) == [0, 1, 2]
+    check_resources(cfg, expand_members(cfg))      # 1000 + 6 checkpoints: allowed
+    dense = load_config(cfg.model_dump() | {"checkpoint": {"schedule": "none", "every": 1}})
+    with pytest.raises(ConfigError, match="checkpoint"):
+        check_resources(dense, expand_members(dense))
 
 
 def test_existing_dir_not_overwritten(tmp_path):

@@ -342,8 +342,8 @@ class Job:
         return scalars, arrays
 
     def _last_good(self, step: int) -> str:
-        """Where a member diverging at ``step`` can be taken up again: its newest checkpoint before it (the
-        one at ``step`` holds the state that diverged)."""
+        """Where a member whose state at ``step`` is the first bad one can be taken up again: its newest
+        checkpoint before ``step``."""
         good = list(itertools.takewhile(lambda s: s < step, self.ckpt_steps))
         if not good:
             return "no good checkpoint exists (it diverges from its initial state: lower the learning rates or " \
@@ -417,18 +417,20 @@ class Job:
                     for n, p in self.params.items():
                         scalars[f"update_norm/{n}"] = (p.detach() - before[n]).reshape(S, -1).norm(dim=1)
                 raw = {k: v.cpu().tolist() for k, v in scalars.items()}
-                why = {i: f"loss = {loss_vals[i]}" for i in range(S) if newly[i]}
+                # member -> (what diverged, whether the state at this step is still good: an update's overflow)
+                why = {i: (f"loss = {loss_vals[i]}", False) for i in range(S) if newly[i]}
                 for k, v in raw.items():   # parameters or updates overflowing: diverged, even at a finite loss
                     if k.startswith(_NORMS):
                         for i, x in enumerate(v):
-                            if self.active[i] and not math.isfinite(x) and i not in why:
-                                why[i] = f"{k} = {x}"
+                            if self.active[i] and not math.isfinite(x) and (i not in why or why[i][1]):
+                                why[i] = (f"{k} = {x}", k.startswith("update_norm/"))
                 newly = newly | torch.tensor([i in why for i in range(S)])
                 sc = {k: [x if math.isfinite(x) else None for x in v] for k, v in raw.items()}
                 for i in range(S):
                     if newly[i]:
                         self.records[i].append({"step": step, "loss": None, "diverged": True})
-                        self._set_status(i, "diverged", f"diverged at step {step}: {why[i]}; {self._last_good(step)}")
+                        self._set_status(i, "diverged", f"diverged at step {step}: {why[i][0]}; "
+                                                        f"{self._last_good(step + why[i][1])}")
                     elif self.active[i] and evaluating:
                         self.records[i].append({"step": step, "loss": loss_vals[i]} | {k: v[i] for k, v in sc.items()})
                         for sink in sinks:
