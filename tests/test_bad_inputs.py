@@ -190,6 +190,7 @@ CASES = [
     ("scan_snap embedding too wide", ss("model.parameterization=embedding", "model.d=100000000"), {}, "parameters"),
     ("topic vocabulary too large", lda("data.num_topics=1000000", "data.words_per_topic=100"), {}, "parameters"),
     ("decision list too long", dl("data.L=10000000"), {}, "parameters"),
+    ("sweep job too large", SWEEP, {"spec.json": spec({"grid": {"data.num_unique_per_next": [10, 100000000]}})}, "parameters"),
     ("ensemble too large", ss("data.num_unique_per_next=20000", "seeds=" + ",".join(map(str, range(4000)))), {}, "parameters"),
     # ---- config files
     ("config missing", ["run", "{d}/nope.yaml", "--out", "{out}"], {}, "nope.yaml"),

@@ -24,7 +24,7 @@ from tdyn.config import (apply_overrides, format_validation_error, load_config, 
                          validate_config)
 from tdyn.errors import ConfigError
 from tdyn.schema import Strict, check_finite
-from tdyn.train.trainer import expand_members
+from tdyn.train.trainer import check_resources, expand_members
 
 _LR_KEY = re.compile(r"^optim\.groups\.([^.]+)\.lr$")
 INIT_KEY = "init_scale"
@@ -245,7 +245,9 @@ def plan(spec: SweepSpec) -> list[JobPlan]:
                 d["seeds"] = seeds
                 d["ensemble"] = {"lrs": [dict(lr) for lr in sub_lr] if any(sub_lr) else [],
                                  "init_scales": sub_sc if INIT_KEY in sub[0] else []}
-                members = expand_members(validate_config(d))
+                job_cfg = validate_config(d)
+                members = expand_members(job_cfg)
+                check_resources(job_cfg, members)   # a job too large for memory: refused before the sweep starts
                 runs_ = [by_member[(m.seed, tuple(sorted({g: m.lrs[g] for g in dict(lr_sets[0])}.items())),
                                     m.init_scale)] for m in members]
                 jobs.append(JobPlan(f"job{len(jobs):04d}", d, runs_))
