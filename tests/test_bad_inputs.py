@@ -18,7 +18,7 @@ import os
 
 import pytest
 
-from hostile import PreloadedCli, assert_rejected, tree_state
+from hostile import assert_rejected, tree_state
 
 SS = {"task": "scan_snap", "data": {"num_last": 2, "num_next_per_last": 1, "seq_len": 16, "batch_size": 8},
       "seeds": [0], "optim": {"steps": 4, "groups": {"Y": {"params": ["Y"], "lr": 1.0}, "Z": {"params": ["Z"], "lr": 1.0}}},
@@ -244,13 +244,6 @@ CASES = [
 ENV = {"TDYN_THREADS zero": {"TDYN_THREADS": "0"}}
 
 
-@pytest.fixture(scope="module")
-def cli():
-    server = PreloadedCli()
-    yield server
-    server.close()
-
-
 def _write(d, files: dict) -> None:
     for name, content in (BASES | files).items():
         p = d / name
@@ -264,14 +257,14 @@ def _write(d, files: dict) -> None:
 
 
 @pytest.mark.parametrize("case,argv,files,names", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_is_refused(cli, tmp_path, case, argv, files, names):
+def test_bad_input_is_refused(preloaded_cli, tmp_path, case, argv, files, names):
     d = tmp_path / "case"
     _write(d, files)
     (d / "cwd").mkdir()
     out = d / "out"
     args = [a.replace("{out}", str(out)).replace("{d}", str(d)) for a in argv]
     before = tree_state(tmp_path, exclude=(out,))
-    r = cli(*args, cwd=d / "cwd", env=ENV.get(case))
+    r = preloaded_cli(*args, cwd=d / "cwd", env=ENV.get(case))
     assert_rejected(r, names, before, tree_state(tmp_path, exclude=(out,)), case=case)
 
 

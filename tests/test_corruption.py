@@ -159,7 +159,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("case,kind,target,how,command,names", CASES, ids=[c[0] for c in CASES])
-def test_corruption_is_named(built, tmp_path, case, kind, target, how, command, names):
+def test_corruption_is_named(built, preloaded_cli, tmp_path, case, kind, target, how, command, names):
     d = tmp_path / "case"
     shutil.copytree(built[kind], d)
     files = sorted(d.glob(target))
@@ -168,7 +168,7 @@ def test_corruption_is_named(built, tmp_path, case, kind, target, how, command, 
         damage(f, how)
     args = [a.format(dir=d, spec=built["spec"]) for a in COMMANDS[command]]
     before = tree_state(tmp_path, exclude=(d,))
-    r = tdyn_cli(*args)
+    r = preloaded_cli(*args)
     assert_rejected(r, names or str(Path(target)), before, tree_state(tmp_path, exclude=(d,)), case=case)
     # never reported as a result: the run's status was not turned into "finished" by the attempt
     if kind == "unfinished" and (d / runs.META).exists():
