@@ -384,6 +384,21 @@ def io_error(e: OSError) -> str:
     return f"{where}: {why}"
 
 
+def out_of_memory(e: BaseException) -> str | None:
+    """One line for an allocation the settings made too large (torch's CPU allocator, CUDA, Python), else
+    None. The parameters are checked before they are built (``tdyn.train.trainer.check_resources``); this
+    catches what no estimate covers, such as a batch of 10¹² tokens."""
+    import re
+
+    text = str(e)
+    if isinstance(e, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower():
+        size = re.search(r"allocate (\d+) bytes", text)
+        what = f" (an allocation of {int(size.group(1)) / 2**30:.3g} GiB)" if size else ""
+        return (f"out of memory{what}: the settings (model, vocabulary, ensemble, batch or sequence sizes) need "
+                f"more memory than this machine has")
+    return None
+
+
 def _experiment_config(name: str, what: str) -> dict:
     """Config sources given by name are experiments' default run configs (the CLI sits above both)."""
     from tdyn.experiments.registry import default_run_config
@@ -417,6 +432,12 @@ def main(argv: list[str] | None = None) -> int:
         if e.filename is None:   # not about a path the user gave: a bug, with its traceback
             raise
         print(f"tdyn: error: {io_error(e)}", file=sys.stderr)
+        return 2
+    except (MemoryError, RuntimeError) as e:
+        why = out_of_memory(e)
+        if why is None:
+            raise
+        print(f"tdyn: error: {why}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         how = {"sweep": "re-run the same `tdyn sweep` command (finished runs are kept, the others resume)",

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
 import yaml
-from pydantic import BaseModel, Field, PositiveFloat, ValidationError, model_validator
+from pydantic import BaseModel, Field, NonNegativeInt, PositiveFloat, ValidationError, model_validator
 
 from tdyn.errors import ConfigError
 from tdyn.schema import Strict, _resolve, format_validation_error
@@ -63,7 +63,7 @@ class ProbeConfig(Strict):
 
     names: list[str] = []
     every: int = Field(1, ge=0)
-    steps: list[int] = []
+    steps: list[NonNegativeInt] = []
     options: dict[str, dict[str, Any]] = {}
 
     @model_validator(mode="after")
@@ -81,7 +81,7 @@ class CheckpointConfig(Strict):
     schedule: Literal["log", "linear", "none"] = "log"
     num: int = Field(10, ge=1)
     every: int | None = Field(None, ge=1)
-    steps: list[int] = []
+    steps: list[NonNegativeInt] = []
 
 
 class LogConfig(Strict):

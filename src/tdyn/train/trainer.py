@@ -126,7 +126,7 @@ class Steps:
     increasing order (each step once), ``|`` and :meth:`at_most` (an upper bound on the count)."""
 
     def __init__(self, ranges: tuple[range, ...] = (), listed=()):
-        self.ranges = tuple(r for r in ranges if len(r))
+        self.ranges = tuple(r for r in ranges if r.start < r.stop)   # not len(): a range past 2⁶³ has none
         self.listed = frozenset(listed)
 
     def __contains__(self, step: int) -> bool:
@@ -143,7 +143,7 @@ class Steps:
         return Steps(self.ranges + other.ranges, self.listed | other.listed)
 
     def at_most(self) -> int:
-        return len(self.listed) + sum(len(r) for r in self.ranges)
+        return len(self.listed) + sum(-(-(r.stop - r.start) // r.step) for r in self.ranges)
 
 
 def checkpoint_schedule(cfg: RunConfig) -> Steps:
