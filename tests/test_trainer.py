@@ -291,3 +291,53 @@ def test_wandb_sink_logs_offline(tmp_path, monkeypatch):
         offline = list((d / "wandb").glob("offline-run-*"))
         (log,) = offline[0].glob("*.wandb")
         assert len(offline) == 1 and b"update_norm/W" in log.read_bytes(), d   # the metric stream's keys
+
+
+_SMALL_LDA = {"num_topics": 3, "words_per_topic": 4, "min_len": 10, "max_len": 12, "num_train": 5, "num_dev": 5,
+              "num_test": 2, "probe_docs": 2}
+
+
+@pytest.mark.parametrize("cfg", [
+    {"task": "scan_snap", "data": {"num_last": 3, "num_next_per_last": 2, "num_common_per_last": 2, "seq_len": 8, "batch_size": 2}},
+    {"task": "scan_snap", "data": {"num_last": 2, "seq_len": 8, "batch_size": 2}, "model": {"parameterization": "embedding", "d": 16}},
+    {"task": "lda_mlm", "data": _SMALL_LDA},
+    {"task": "lda_mlm", "data": _SMALL_LDA, "model": {"embedding": "trained", "d": 8, "decoder": "trained", "n_layers": 2}},
+    {"task": "lda_mlm", "data": _SMALL_LDA, "model": {"embedding": "trained", "d": 8, "decoder": "trained", "block": "bert"}},
+    {"task": "decision_list", "data": {"L": 5, "M": 2, "n": 2}},
+    {"task": "corpus_lm", "data": {"corpus": "fixture", "vocab_size": 50, "bptt": 8, "batch_size": 2, "probe_windows": 2},
+     "model": {"d": 8, "d_hid": 12, "n_layers": 2}},
+], ids=["yz", "embedding", "topic one-hot", "topic trained", "topic bert", "decision list", "corpus lm"])
+def test_size_estimates_match_the_built_models(cfg):
+    """Each built-in task's ``size(cfg)`` (what the memory check multiplies) is, from the config alone, the
+    values of one member's parameters and per-member buffers of the model it builds: exactly, or for the
+    topic model (an estimate within a few vectors) within 10 %, never far below."""
+    from tdyn.tasks import build_task, get_task
+    from tdyn.train.trainer import expand_members
+
+    cfg = load_config(cfg | {"seeds": [0, 1], "optim": {"steps": 1, "groups": {"g": {"params": ["x"], "lr": 0.1}}}})
+    model = build_task(cfg, expand_members(cfg)).model
+    built = sum(t.numel() for t in [*model.parameters(), *model.buffers()] if t.shape[:1] == (2,)) / 2
+    estimate = get_task(cfg.task).size(cfg)
+    if cfg.task == "lda_mlm":
+        assert built <= estimate <= 1.1 * built
+    else:
+        assert estimate == built
+
+
+def test_a_model_too_large_for_memory_is_refused_before_it_is_built(monkeypatch, tmp_path):
+    """With 1 MiB available, Syn-Small's Y and Z (2 × 34² values, × 5 state copies × 4 bytes ≈ 46 KB) fit,
+    and 8 members with 100 distinct tokens per class (M = 214: 2 × 214² = 91,592 values, 14 MiB) do not:
+    the refusal names the estimate and writes nothing."""
+    from tdyn.errors import ConfigError
+    from tdyn.train import trainer
+
+    monkeypatch.setattr(trainer, "available_memory", lambda device: 2 ** 20)
+    base = {"task": "scan_snap", "data": {"num_last": 2, "seq_len": 8, "batch_size": 2},
+            "optim": {"steps": 1, "groups": {"Y": {"params": ["Y"], "lr": 1.0}, "Z": {"params": ["Z"], "lr": 1.0}}},
+            "checkpoint": {"schedule": "none"}}
+    train(base, tmp_path / "fits", progress=False)
+    big = base | {"data": base["data"] | {"num_unique_per_next": 100}, "seeds": list(range(8))}
+    with pytest.raises(ConfigError, match=r"about 9\.16e\+04 parameters per member × 8 member\(s\) need an estimated "
+                                          r"14 MiB .* 1 MiB of cpu memory is available"):
+        train(big, tmp_path / "big", progress=False)
+    assert not (tmp_path / "big").exists()
