@@ -173,6 +173,7 @@ CASES = [
     ("checkpoint step negative", ss("checkpoint.steps=-5"), {}, "checkpoint.steps"),
     ("freeze until negative", ss("optim.freeze.Y.until=-1"), {}, "optim.freeze.Y.until"),
     ("probe unknown", ss("probes.names=no.such"), {}, "no.such"),
+    ("probe option inf", ss("probes.names=scan_snap.attention", "probes.options={scan_snap.attention: {threshold: .inf}}"), {}, "probes.options.scan_snap.attention.threshold"),
     ("unknown key", ss("optim.speed=1"), {}, "optim.speed"),
     ("unknown data key", ss("data.vocab=5"), {}, "data.vocab"),
     ("unknown task", ss("task=nope"), {}, "nope"),

@@ -271,7 +271,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = _Parser(prog="tdyn", description="Training dynamics of one-layer transformers: "
-                                "the papers' data, models, theory checks and figures.")
+                "the papers' data, models, theory checks and figures.")
     from tdyn.train.threads import cli_threads
 
     p.add_argument("--threads", type=int, default=cli_threads(),

@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, Field, NonNegativeInt, PositiveFloat, ValidationError, model_validator
 
 from tdyn.errors import ConfigError
-from tdyn.schema import Strict, _resolve, format_validation_error
+from tdyn.schema import Strict, _resolve, check_finite, format_validation_error
 from tdyn.tasks import TASKS, get_task
 
 #: An Adam β: in [0, 1) (β = 1 never forgets; the bias correction divides by 1 − βᵗ = 0).
@@ -71,6 +71,10 @@ class ProbeConfig(Strict):
         for k in self.options:
             if k not in self.names:
                 raise ConfigError(f"probes.options.{k}: {k!r} is not in probes.names ({', '.join(self.names) or 'none'})")
+        try:
+            check_finite(self.options, "probes.options")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         return self
 
 

@@ -3,7 +3,7 @@ messages of validation errors. Below every other config module: data, models and
 
 Validation at the door (issue 17): every float field of every section is finite (``allow_inf_nan=False``
 on :class:`Strict`, inherited by each section, a plugin's too); values a schema types as ``Any`` (sweep
-axes, experiment options) are checked with :func:`check_finite`."""
+axes, probe options) are checked with :func:`check_finite`."""
 
 from __future__ import annotations
 
