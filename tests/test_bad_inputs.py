@@ -196,7 +196,7 @@ CASES = [
     ("decision list too long", dl("data.L=10000000"), {}, "parameters"),
     ("sweep job too large", SWEEP, {"spec.json": spec({"grid": {"data.num_unique_per_next": [10, 100000000]}})}, "parameters"),
     ("ensemble too large", ss("data.num_unique_per_next=20000", "seeds=" + ",".join(map(str, range(4000)))), {}, "parameters"),
-    ("batch of 10^12 tokens", ss("data.seq_len=1000000000000"), {}, "out of memory"),
+    ("batch past any address space", ss("data.seq_len=10000000000000000"), {}, "out of memory"),   # past any address space: refused even with overcommit
     # ---- config files
     ("config missing", ["run", "{d}/nope.yaml", "--out", "{out}"], {}, "nope.yaml"),
     ("config is a directory", ["run", "{d}/c.yaml", "--out", "{out}"], {"c.yaml": DIR}, "c.yaml"),
