@@ -70,6 +70,17 @@ def cli():
     return tdyn_cli
 
 
+@pytest.fixture(scope="module")
+def preloaded_cli():
+    """Like ``cli`` (the command in a process of its own), forked from a server that imported torch and
+    tdyn once (``hostile.PreloadedCli``): for the tables of hostile inputs, a hundred commands a module."""
+    from hostile import PreloadedCli
+
+    server = PreloadedCli()
+    yield server
+    server.close()
+
+
 from tdyn.probes import probe  # noqa: E402
 
 

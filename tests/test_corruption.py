@@ -22,6 +22,7 @@ import torch
 from conftest import tdyn_cli
 from hostile import assert_rejected, tree_state
 from tdyn import runs
+from tdyn.train.threads import cli_threads
 from tdyn.train.trainer import train
 
 # scan_snap samples batches (a data RNG to restore), tiny: 20 steps, checkpoints at 0, 5, 10, 15
@@ -36,8 +37,19 @@ ALL_STEPS = "checkpoints/step-*.safetensors"
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict[str, Path]:
     """Finished and unfinished runs, an ensemble and a sweep, built once: {kind: directory}, plus the
-    sweep's spec file (``spec``)."""
+    sweep's spec file (``spec``). Trained with the CLI's thread count: the resume tests compare the CLI's
+    continuation bit for bit with these runs, and a reduction's last bits depend on how many threads share
+    it (with torch's default of one per core, a norm at step 16 differed in its 8th digit)."""
     root = tmp_path_factory.mktemp("built")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cli_threads())
+    try:
+        return _build(root)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _build(root: Path) -> dict[str, Path]:
     train(CFG, root / "run", progress=False)
     shutil.copytree(root / "run", root / "unfinished")            # as if killed before the final state
     (root / "unfinished" / runs.CKPT_DIR / runs.FINAL).unlink()
@@ -159,7 +171,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("case,kind,target,how,command,names", CASES, ids=[c[0] for c in CASES])
-def test_corruption_is_named(built, tmp_path, case, kind, target, how, command, names):
+def test_corruption_is_named(built, preloaded_cli, tmp_path, case, kind, target, how, command, names):
     d = tmp_path / "case"
     shutil.copytree(built[kind], d)
     files = sorted(d.glob(target))
@@ -168,7 +180,7 @@ def test_corruption_is_named(built, tmp_path, case, kind, target, how, command, 
         damage(f, how)
     args = [a.format(dir=d, spec=built["spec"]) for a in COMMANDS[command]]
     before = tree_state(tmp_path, exclude=(d,))
-    r = tdyn_cli(*args)
+    r = preloaded_cli(*args)
     assert_rejected(r, names or str(Path(target)), before, tree_state(tmp_path, exclude=(d,)), case=case)
     # never reported as a result: the run's status was not turned into "finished" by the attempt
     if kind == "unfinished" and (d / runs.META).exists():

@@ -1,15 +1,17 @@
 """Trainer: optimizers match torch.optim, ensembles equal their members trained alone, freeze
 schedules, exact population losses, divergence handling."""
 
+import itertools
 import json
 import math
 
 import pytest
 import torch
 
-from conftest import quad_config
+from conftest import QuadData, QuadModel, quad_config
 from tdyn import runs
 from tdyn.config import GroupConfig, load_config
+from tdyn.tasks import Task, register_task
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.train.trainer import train
 
@@ -172,6 +174,77 @@ def test_divergence_stops_member_keeps_checkpoint(tmp_path):
     assert all(torch.isfinite(v).all() for v in runs.params_of(runs.load_checkpoint(bad, max(ckpts))).values())
 
 
+class RunawayTask(Task):
+    """Loss 0 whatever w is (``nan_to_num`` of w − w.detach()), gradient 1: SGD walks w down by lr a step
+    until it overflows to −inf, the loss staying finite throughout."""
+
+    def __init__(self, cfg, members):
+        self.model = torch.nn.Module()
+        self.model.w = torch.nn.Parameter(torch.zeros(len(members), 2))
+
+    def sample(self, gen):
+        return None
+
+    def loss(self, batch):
+        w = self.model.w
+        return torch.nan_to_num((w - w.detach()).sum(1))
+
+
+register_task("test_runaway", QuadData, QuadModel, "parameters overflow at a finite loss (tests only)")(RunawayTask)
+
+
+def test_overflowing_norms_are_a_divergence_at_finite_loss(tmp_path):
+    """w (two entries) falls by 1e18 a step; in float32 (largest 3.4e38) its norm √2·t·1e18 overflows once
+    2t²·1e36 does, at step 14, its loss still 0. The member is diverged there (not finished), its message
+    naming the norm and the last good checkpoint (step 12: the one at 16 is never written); the slow member
+    finishes."""
+    cfg = {"task": "test_runaway", "seeds": [0], "ensemble": {"lrs": [{"w": 0.1}, {"w": 1e18}]},
+           "optim": {"steps": 20, "groups": {"w": {"params": ["w"], "lr": 0.1}}},
+           "checkpoint": {"schedule": "none", "every": 4}}
+    slow, fast = train(cfg, tmp_path / "r", progress=False)
+    assert runs.read_meta(slow)["status"] == "finished"
+    meta = runs.read_meta(fast)
+    assert meta["status"] == "diverged", meta
+    assert meta["message"].startswith("diverged at step 14: norm/w = inf")
+    assert "last good checkpoint: step 12" in meta["message"]
+    m = _metrics(fast)
+    assert m[-1] == {"step": 14, "loss": None, "diverged": True}
+    assert all(r["loss"] == 0.0 for r in m[:-1]) and len(m) == 15
+    assert runs.checkpoint_steps(fast) == [0, 4, 8, 12]
+
+
+def test_divergence_at_step_0_says_no_good_checkpoint(tmp_path):
+    """An init scale of 1e30 overflows c/2‖w‖² in float32 at once: the member diverges at step 0, and its
+    message says that no good checkpoint exists (the step-0 checkpoint holds the diverging state)."""
+    cfg = quad_config(ensemble={"init_scales": [1.0, 1e30]})
+    good, bad = train(cfg, tmp_path / "r", progress=False)
+    assert runs.read_meta(good)["status"] == "finished"
+    meta = runs.read_meta(bad)
+    assert meta["status"] == "diverged"
+    assert meta["message"].startswith("diverged at step 0: ") and "no good checkpoint exists" in meta["message"]
+    assert _metrics(bad) == [{"step": 0, "loss": None, "diverged": True}]
+
+
+def test_schedules_are_not_materialised():
+    """10¹² steps with a checkpoint and an evaluation every step: the schedules answer ``in`` and
+    iterate in order without building a set of 10¹² steps; such a checkpoint count is refused."""
+    from tdyn.errors import ConfigError
+    from tdyn.train.trainer import check_resources, checkpoint_schedule, eval_steps, expand_members
+
+    T = 10 ** 12
+    cfg = load_config(quad_config(optim={"steps": T, "groups": {"w": {"params": ["w", "u"], "lr": 0.1}}},
+                                  checkpoint={"schedule": "log", "num": 5, "every": 10 ** 9, "steps": [7]}))
+    ck = checkpoint_schedule(cfg)
+    assert 7 in ck and 3 * 10 ** 9 in ck and 3 * 10 ** 9 + 1 not in ck and T not in ck
+    assert list(itertools.islice(ck, 4)) == [0, 1, 7, 1000]
+    ev = eval_steps(cfg)
+    assert T in ev and T - 1 in ev and list(itertools.islice(ev, 3)) == [0, 1, 2]
+    check_resources(cfg, expand_members(cfg))      # 1000 + 6 checkpoints: allowed
+    dense = load_config(cfg.model_dump() | {"checkpoint": {"schedule": "none", "every": 1}})
+    with pytest.raises(ConfigError, match="checkpoint"):
+        check_resources(dense, expand_members(dense))
+
+
 def test_existing_dir_not_overwritten(tmp_path):
     from tdyn.errors import UserError
 
@@ -266,3 +339,53 @@ def test_wandb_sink_logs_offline(tmp_path, monkeypatch):
         offline = list((d / "wandb").glob("offline-run-*"))
         (log,) = offline[0].glob("*.wandb")
         assert len(offline) == 1 and b"update_norm/W" in log.read_bytes(), d   # the metric stream's keys
+
+
+_SMALL_LDA = {"num_topics": 3, "words_per_topic": 4, "min_len": 10, "max_len": 12, "num_train": 5, "num_dev": 5,
+              "num_test": 2, "probe_docs": 2}
+
+
+@pytest.mark.parametrize("cfg", [
+    {"task": "scan_snap", "data": {"num_last": 3, "num_next_per_last": 2, "num_common_per_last": 2, "seq_len": 8, "batch_size": 2}},
+    {"task": "scan_snap", "data": {"num_last": 2, "seq_len": 8, "batch_size": 2}, "model": {"parameterization": "embedding", "d": 16}},
+    {"task": "lda_mlm", "data": _SMALL_LDA},
+    {"task": "lda_mlm", "data": _SMALL_LDA, "model": {"embedding": "trained", "d": 8, "decoder": "trained", "n_layers": 2}},
+    {"task": "lda_mlm", "data": _SMALL_LDA, "model": {"embedding": "trained", "d": 8, "decoder": "trained", "block": "bert"}},
+    {"task": "decision_list", "data": {"L": 5, "M": 2, "n": 2}},
+    {"task": "corpus_lm", "data": {"corpus": "fixture", "vocab_size": 50, "bptt": 8, "batch_size": 2, "probe_windows": 2},
+     "model": {"d": 8, "d_hid": 12, "n_layers": 2}},
+], ids=["yz", "embedding", "topic one-hot", "topic trained", "topic bert", "decision list", "corpus lm"])
+def test_size_estimates_match_the_built_models(cfg):
+    """Each built-in task's ``size(cfg)`` (what the memory check multiplies) is, from the config alone, the
+    values of one member's parameters and per-member buffers of the model it builds: exactly, or for the
+    topic model (an estimate within a few vectors) within 10 %, never far below."""
+    from tdyn.tasks import build_task, get_task
+    from tdyn.train.trainer import expand_members
+
+    cfg = load_config(cfg | {"seeds": [0, 1], "optim": {"steps": 1, "groups": {"g": {"params": ["x"], "lr": 0.1}}}})
+    model = build_task(cfg, expand_members(cfg)).model
+    built = sum(t.numel() for t in [*model.parameters(), *model.buffers()] if t.shape[:1] == (2,)) / 2
+    estimate = get_task(cfg.task).size(cfg)
+    if cfg.task == "lda_mlm":
+        assert built <= estimate <= 1.1 * built
+    else:
+        assert estimate == built
+
+
+def test_a_model_too_large_for_memory_is_refused_before_it_is_built(monkeypatch, tmp_path):
+    """With 1 MiB available, Syn-Small's Y and Z (2 × 34² values, × 5 state copies × 4 bytes ≈ 46 KB) fit,
+    and 8 members with 100 distinct tokens per class (M = 214: 2 × 214² = 91,592 values, 14 MiB) do not:
+    the refusal names the estimate and writes nothing."""
+    from tdyn.errors import ConfigError
+    from tdyn.train import trainer
+
+    monkeypatch.setattr(trainer, "available_memory", lambda device: 2 ** 20)
+    base = {"task": "scan_snap", "data": {"num_last": 2, "seq_len": 8, "batch_size": 2},
+            "optim": {"steps": 1, "groups": {"Y": {"params": ["Y"], "lr": 1.0}, "Z": {"params": ["Z"], "lr": 1.0}}},
+            "checkpoint": {"schedule": "none"}}
+    train(base, tmp_path / "fits", progress=False)
+    big = base | {"data": base["data"] | {"num_unique_per_next": 100}, "seeds": list(range(8))}
+    with pytest.raises(ConfigError, match=r"about 9\.16e\+04 parameters per member × 8 member\(s\) need an estimated "
+                                          r"14 MiB .* 1 MiB of cpu memory is available"):
+        train(big, tmp_path / "big", progress=False)
+    assert not (tmp_path / "big").exists()

@@ -264,10 +264,17 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the one-line errors of every other bad input (no usage block): exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="tdyn", description="Training dynamics of one-layer transformers: "
-                                "the papers' data, models, theory checks and figures.")
+    p = _Parser(prog="tdyn", description="Training dynamics of one-layer transformers: "
+                "the papers' data, models, theory checks and figures.")
     from tdyn.train.threads import cli_threads
 
     p.add_argument("--threads", type=int, default=cli_threads(),
@@ -368,6 +375,33 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def io_error(e: OSError) -> str:
+    """One line for an I/O error on a path (a file where a directory is expected, unwritable, too long a
+    name, missing): the path, what failed, and the second path of a rename or link."""
+    import errno
+
+    why = e.strerror or type(e).__name__
+    if e.errno == errno.ENAMETOOLONG:
+        why += f" (a name may have at most {os.pathconf('/', 'PC_NAME_MAX')} bytes)"
+    where = repr(os.fsdecode(e.filename)) + (f" -> {os.fsdecode(e.filename2)!r}" if e.filename2 else "")
+    return f"{where}: {why}"
+
+
+def out_of_memory(e: BaseException) -> str | None:
+    """One line for an allocation the settings made too large (torch's CPU allocator, CUDA, Python), else
+    None. The parameters are checked before they are built (``tdyn.train.trainer.check_resources``); this
+    catches what no estimate covers, such as a batch of 10¹² tokens."""
+    import re
+
+    text = str(e)
+    if isinstance(e, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower():
+        size = re.search(r"allocate (\d+) bytes", text)
+        what = f" (an allocation of {int(size.group(1)) / 2**30:.3g} GiB)" if size else ""
+        return (f"out of memory{what}: the settings (model, vocabulary, ensemble, batch or sequence sizes) need "
+                f"more memory than this machine has")
+    return None
+
+
 def _experiment_config(name: str, what: str) -> dict:
     """Config sources given by name are experiments' default run configs (the CLI sits above both)."""
     from tdyn.experiments.registry import default_run_config
@@ -396,6 +430,17 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except UserError as e:
         print(f"tdyn: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.filename is None:   # not about a path the user gave: a bug, with its traceback
+            raise
+        print(f"tdyn: error: {io_error(e)}", file=sys.stderr)
+        return 2
+    except (MemoryError, RuntimeError) as e:
+        why = out_of_memory(e)
+        if why is None:
+            raise
+        print(f"tdyn: error: {why}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         how = {"sweep": "re-run the same `tdyn sweep` command (finished runs are kept, the others resume)",

@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 import typing
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Annotated, Any, Callable, Literal
 
 import yaml
-from pydantic import BaseModel, Field, PositiveFloat, ValidationError, model_validator
+from pydantic import BaseModel, Field, NonNegativeInt, PositiveFloat, ValidationError, model_validator
 
 from tdyn.errors import ConfigError
-from tdyn.schema import Strict, _resolve, format_validation_error
+from tdyn.schema import Strict, _resolve, check_finite, format_validation_error
 from tdyn.tasks import TASKS, get_task
+
+#: An Adam β: in [0, 1) (β = 1 never forgets; the bias correction divides by 1 − βᵗ = 0).
+Beta = Annotated[float, Field(ge=0, lt=1)]
 
 
 class GroupConfig(Strict):
@@ -24,7 +27,7 @@ class GroupConfig(Strict):
     lr: float = Field(gt=0)
     momentum: float = Field(0.0, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[Beta, Beta] = (0.9, 0.999)
     eps: float = Field(1e-8, gt=0)
 
 
@@ -50,7 +53,7 @@ class OptimConfig(Strict):
 class EnsembleConfig(Strict):
     """Members = seeds × lr sets × init scales; each member trains as if alone."""
 
-    lrs: list[dict[str, float]] = []
+    lrs: list[dict[str, PositiveFloat]] = []
     init_scales: list[PositiveFloat] = []
 
 
@@ -60,7 +63,7 @@ class ProbeConfig(Strict):
 
     names: list[str] = []
     every: int = Field(1, ge=0)
-    steps: list[int] = []
+    steps: list[NonNegativeInt] = []
     options: dict[str, dict[str, Any]] = {}
 
     @model_validator(mode="after")
@@ -68,6 +71,10 @@ class ProbeConfig(Strict):
         for k in self.options:
             if k not in self.names:
                 raise ConfigError(f"probes.options.{k}: {k!r} is not in probes.names ({', '.join(self.names) or 'none'})")
+        try:
+            check_finite(self.options, "probes.options")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         return self
 
 
@@ -78,7 +85,7 @@ class CheckpointConfig(Strict):
     schedule: Literal["log", "linear", "none"] = "log"
     num: int = Field(10, ge=1)
     every: int | None = Field(None, ge=1)
-    steps: list[int] = []
+    steps: list[NonNegativeInt] = []
 
 
 class LogConfig(Strict):
@@ -133,17 +140,47 @@ def _sub(cls: type[BaseModel], value: dict, prefix: str) -> BaseModel:
 # ---------------------------------------------------------------- loading and overrides
 
 
+#: The most values (mappings, lists and scalars, each alias counted every time it is used) a config
+#: file may hold once loaded: YAML aliases can make a file of a few hundred bytes stand for 10⁹ values
+#: ("billion laughs"), which copying or validating the document would then expand.
+MAX_CONFIG_VALUES = 1_000_000
+
+
+def document_size(data: Any, limit: int = MAX_CONFIG_VALUES) -> int:
+    """How many values ``data`` holds when its shared (aliased) parts are counted each time they are
+    reached; stops counting past ``limit`` (so a recursive alias ends too)."""
+    n, stack = 0, [data]
+    while stack and n <= limit:
+        x = stack.pop()
+        n += 1
+        if isinstance(x, dict):
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+    return n
+
+
 def read_config_file(path: str | Path) -> dict:
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"config file {str(p)!r} does not exist")
-    text = p.read_text()
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} is not a file")
+    kind = "JSON" if p.suffix == ".json" else "YAML"
     try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise ConfigError(f"config file {str(p)!r} is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {str(e).splitlines()[0]}") from None
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {e.start})") from None
+    try:
+        data = json.loads(text) if kind == "JSON" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError, RecursionError) as e:
+        raise ConfigError(f"config file {str(p)!r} is not valid {kind}: {str(e).splitlines()[0] if str(e) else 'nested too deeply'}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(p)!r} must hold a mapping at top level")
+    if document_size(data) > MAX_CONFIG_VALUES:
+        raise ConfigError(f"config file {str(p)!r} expands to more than {MAX_CONFIG_VALUES:,} values "
+                          f"(YAML aliases used over and over?); a config is far smaller")
     return data
 
 

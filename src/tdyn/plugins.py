@@ -46,6 +46,13 @@ def add(specs: list[str]) -> None:
 
 
 def _import(spec: str) -> None:
+    try:
+        _import_one(spec)
+    except SyntaxError as e:   # the user's file does not parse: where, on one line (other errors keep their traceback)
+        raise UserError(f"--import {spec}: {e.filename}, line {e.lineno}: {e.msg}") from None
+
+
+def _import_one(spec: str) -> None:
     if spec.endswith(".py"):
         path = Path(spec)
         if not path.is_file():

@@ -1,9 +1,14 @@
-"""The base of every typed config section (pydantic, ``extra="forbid"``) and the one-line messages
-of validation errors. Below every other config module: data, models and tasks import only this."""
+"""The base of every typed config section (pydantic, ``extra="forbid"``, finite floats) and the one-line
+messages of validation errors. Below every other config module: data, models and tasks import only this.
+
+Validation at the door (issue 17): every float field of every section is finite (``allow_inf_nan=False``
+on :class:`Strict`, inherited by each section, a plugin's too); values a schema types as ``Any`` (sweep
+axes, probe options) are checked with :func:`check_finite`."""
 
 from __future__ import annotations
 
 import json
+import math
 import types
 import typing
 from typing import Any, Union
@@ -12,9 +17,23 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class Strict(BaseModel):
-    """Base for every config section: unknown keys are errors."""
+    """Base for every config section: unknown keys are errors, and so are non-finite floats (inf, NaN:
+    ``.inf`` in YAML, ``Infinity`` in JSON, ``inf`` on the command line) in any float field."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+def check_finite(value: Any, key: str) -> None:
+    """Raise ``ValueError`` naming the first non-finite float found in ``value`` (nested lists and dicts;
+    ``key`` is where ``value`` sits) — for fields typed ``Any``, which pydantic does not check."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{key} = {value}: must be a finite number")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            check_finite(v, f"{key}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            check_finite(v, f"{key}.{i}")
 
 
 # ---------------------------------------------------------------- errors
@@ -40,6 +59,8 @@ def format_validation_error(e: ValidationError, cls: type[BaseModel] | None = No
     if err["type"] == "missing":
         return f"config error: missing required key {key!r}"
     msg = err["msg"]
+    if err["type"] == "value_error":   # a validator's own message says what is wrong with the value
+        return f"config error: {key}: {msg.removeprefix('Value error, ')}"
     shown = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
     return f"config error: {key} = {shown}: {msg}"
 

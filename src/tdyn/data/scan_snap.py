@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from tdyn.errors import ConfigError
 from tdyn.schema import Strict
 
 
@@ -30,6 +31,20 @@ class ScanSnapDataConfig(Strict):
     unique_unnormalized_max: float = Field(1.0, gt=0)
     seq_len: int = Field(128, ge=2)
     batch_size: int = Field(128, ge=1)
+
+    @property
+    def vocab_size(self) -> int:
+        """M: global commons, per-query commons, distinct tokens, query ids, next-token ids."""
+        K = self.num_last * self.num_next_per_last
+        return (self.num_common + self.num_last * self.num_common_per_last + K * self.num_unique_per_next
+                + self.num_last + K)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.unique_unnormalized_max < self.unique_unnormalized_min:
+            raise ConfigError(f"data.unique_unnormalized_max = {self.unique_unnormalized_max}: must be >= "
+                              f"data.unique_unnormalized_min = {self.unique_unnormalized_min}")
+        return self
 
 
 SYN_SMALL: dict = {"num_last": 2, "num_next_per_last": 1, "num_common_per_last": 0}
@@ -79,7 +94,8 @@ def build(cfg: ScanSnapDataConfig) -> SequenceClasses:
     off_distinct = off_group + n_last * cfg.num_common_per_last
     off_query = off_distinct + K * cfg.num_unique_per_next
     off_next = off_query + n_last
-    M = off_next + K
+    M = cfg.vocab_size
+    assert M == off_next + K
     group = torch.arange(K) // n_next
     weights = torch.zeros(K, M, dtype=torch.float64)
     weights[:, :cfg.num_common] = cfg.common_unnormalized_prob

@@ -47,6 +47,11 @@ def uniform_perturbation(L: int, eps: float, seed: int, dtype: torch.dtype = tor
     return eps * (torch.rand(L, L, generator=g, dtype=torch.float64) - 0.5).to(dtype)
 
 
+def member_size(L: int) -> int:
+    """Values in one member's parameters (W and V, L × L each)."""
+    return 2 * L * L
+
+
 class DecisionListModel(nn.Module):
     def __init__(self, cfg: DecisionListModelConfig, S: int = 1):
         super().__init__()

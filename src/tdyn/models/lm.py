@@ -60,6 +60,12 @@ def _layer_norm(x, g, b):
     return F.layer_norm(x, x.shape[-1:]) * g[:, None, None] + b[:, None, None]
 
 
+def member_size(cfg: LMConfig, V: int) -> int:
+    """Values in one member's parameters for vocabulary size ``V``, from the config alone."""
+    d, h = cfg.d, cfg.d_hid
+    return 2 * V * d + V + cfg.n_layers * (4 * d * d + 8 * d + 2 * h * d + h + d)
+
+
 class CausalLM(nn.Module):
     def __init__(self, cfg: LMConfig, S: int):
         super().__init__()

@@ -195,6 +195,15 @@ class Block(nn.Module):
         return H, A
 
 
+def member_size(cfg: TopicModelConfig, V: int) -> int:
+    """Values in one member's parameters and buffers for vocabulary size ``V`` (an estimate from the config
+    alone, within a few vectors): embedding and decoder (trained, or identity buffers) and per layer
+    W_Q, W_K, W_V with biases, plus the BERT tail's W_O and FFN."""
+    d = cfg.d or V
+    layer = 3 * d * d + 3 * d + (3 * d * d + 8 * d if cfg.block == "bert" else 0)
+    return 2 * V * d + V + 3 * d + cfg.n_layers * layer
+
+
 class TopicTransformer(nn.Module):
     """See the module docstring. ``vocab_size``, ``words_per_topic`` and ``num_special`` come from
     the task (the block matrix B needs the vocabulary layout, docs/reproductions/topic.md#model-flags)."""

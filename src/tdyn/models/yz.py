@@ -40,6 +40,11 @@ class YZConfig(Strict):
     init: Literal["zero", "torch_default"] = "zero"
 
 
+def member_size(cfg: YZConfig, M: int) -> int:
+    """Values in one member's parameters for vocabulary size ``M``, from the config alone."""
+    return 2 * M * M if cfg.parameterization == "yz" else M * cfg.d + 3 * cfg.d * cfg.d
+
+
 class YZModel(nn.Module):
     def __init__(self, cfg: YZConfig, S: int = 1):
         super().__init__()

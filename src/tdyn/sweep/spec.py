@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tdyn.config import (apply_overrides, format_validation_error, load_config, read_config_file, read_source,
                          validate_config)
 from tdyn.errors import ConfigError
-from tdyn.schema import Strict
-from tdyn.train.trainer import expand_members
+from tdyn.schema import Strict, check_finite
+from tdyn.train.trainer import check_resources, expand_members
 
 _LR_KEY = re.compile(r"^optim\.groups\.([^.]+)\.lr$")
 INIT_KEY = "init_scale"
@@ -38,6 +38,21 @@ class RandomAxis(Strict):
     high: float | None = None
     values: list[Any] = []
 
+    @model_validator(mode="after")
+    def _check(self):
+        if self.kind == "choice":
+            if not self.values:
+                raise ValueError("a choice axis needs a non-empty list of values")
+            check_finite(self.values, "values")
+            return self
+        if self.low is None or self.high is None:
+            raise ValueError(f"a {self.kind} axis needs low and high")
+        if self.low > self.high:
+            raise ValueError(f"low = {self.low:g} > high = {self.high:g}: the range must be ordered (low <= high)")
+        if self.kind == "loguniform" and self.low <= 0:
+            raise ValueError(f"low = {self.low:g}: a loguniform range must be positive")
+        return self
+
 
 class RandomAxes(Strict):
     n: int = Field(ge=1)
@@ -49,6 +64,15 @@ class Axes(Strict):
     grid: dict[str, list[Any]] = {}
     zip: dict[str, list[Any]] = {}
     random: RandomAxes | None = None
+
+    @field_validator("grid", "zip")
+    @classmethod
+    def _values(cls, axes: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for k, v in axes.items():
+            if not v:
+                raise ValueError(f"axis {k!r} is empty: give it at least one value (or remove it)")
+            check_finite(v, k)
+        return axes
 
     @model_validator(mode="after")
     def _zip_lengths(self):
@@ -221,7 +245,9 @@ def plan(spec: SweepSpec) -> list[JobPlan]:
                 d["seeds"] = seeds
                 d["ensemble"] = {"lrs": [dict(lr) for lr in sub_lr] if any(sub_lr) else [],
                                  "init_scales": sub_sc if INIT_KEY in sub[0] else []}
-                members = expand_members(validate_config(d))
+                job_cfg = validate_config(d)
+                members = expand_members(job_cfg)
+                check_resources(job_cfg, members)   # a job too large for memory: refused before the sweep starts
                 runs_ = [by_member[(m.seed, tuple(sorted({g: m.lrs[g] for g in dict(lr_sets[0])}.items())),
                                     m.init_scale)] for m in members]
                 jobs.append(JobPlan(f"job{len(jobs):04d}", d, runs_))

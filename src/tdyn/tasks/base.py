@@ -132,6 +132,9 @@ class TaskSpec:
     model_config: type[BaseModel]
     build: Callable[..., Task]  # build(cfg: RunConfig, members: list[Member]) -> Task
     description: str = ""
+    #: size(cfg) -> the number of values in one member's parameters and buffers, estimated from the
+    #: config alone (nothing built), so that a model too large for memory is refused before allocation
+    size: Callable[..., int] | None = None
 
 
 #: Every task, by name; the table of built-in task modules is filled in by ``tdyn.tasks``.
@@ -139,11 +142,12 @@ TASKS: Registry[TaskSpec] = Registry("task", label="task", hint=plugins.HINT)
 
 
 def register_task(name: str, data_config: type[BaseModel], model_config: type[BaseModel],
-                  description: str = ""):
-    """Decorator: ``@register_task("scan_snap", DataCfg, ModelCfg)`` on ``build(cfg, members)``."""
+                  description: str = "", size: Callable[..., int] | None = None):
+    """Decorator: ``@register_task("scan_snap", DataCfg, ModelCfg)`` on ``build(cfg, members)``; ``size``:
+    see :attr:`TaskSpec.size` (without it, no memory check before building)."""
 
     def deco(build):
-        TASKS.register(name, TaskSpec(name, data_config, model_config, build, description))
+        TASKS.register(name, TaskSpec(name, data_config, model_config, build, description, size))
         return build
 
     return deco

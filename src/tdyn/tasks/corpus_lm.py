@@ -12,7 +12,7 @@ import torch
 from pydantic import Field
 
 from tdyn.data import corpora
-from tdyn.models.lm import CausalLM, LMConfig
+from tdyn.models.lm import CausalLM, LMConfig, member_size
 from tdyn.schema import Strict
 from tdyn.tasks.base import Member, Task, register_task
 from tdyn.train.seeding import derive_seed, generator
@@ -73,6 +73,11 @@ class CorpusLMTask(Task):
         return {"dropout": self.model.dropout_gens}
 
 
-@register_task("corpus_lm", CorpusLMData, LMConfig, "tutorial causal LM on an offline real-text corpus")
+def _size(cfg) -> int:
+    """Without data.vocab_size the vocabulary is the corpus's (bounded by it): the layers alone."""
+    return member_size(cfg.typed_model(), cfg.typed_data().vocab_size or 0)
+
+
+@register_task("corpus_lm", CorpusLMData, LMConfig, "tutorial causal LM on an offline real-text corpus", size=_size)
 def _build_lm(cfg, members):
     return CorpusLMTask(cfg, members)

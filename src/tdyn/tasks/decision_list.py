@@ -15,7 +15,7 @@ import torch
 from pydantic import Field
 
 from tdyn.data import decision_list as dl
-from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig, uniform_perturbation
+from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig, member_size, uniform_perturbation
 from tdyn.schema import Strict
 from tdyn.tasks.base import Member, Task, register_task
 from tdyn.theory import decision_list as th
@@ -69,8 +69,12 @@ class DecisionListTrainTask(Task):
         return th.population_loss(self.model, self.dist, self.types)
 
 
+def _size(cfg) -> int:
+    return member_size(cfg.typed_data().L)
+
+
 @register_task("decision_list", DecisionListData, DecisionListModelConfig,
-               "decision lists, exact population loss of f_{W,V} (population-loss GD)")
+               "decision lists, exact population loss of f_{W,V} (population-loss GD)", size=_size)
 def _build(cfg, members):
     return DecisionListTrainTask(cfg, members)
 

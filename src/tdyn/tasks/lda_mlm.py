@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 
 from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig, LdaDataset
-from tdyn.models.topic import TopicModelConfig, TopicTransformer
+from tdyn.models.topic import TopicModelConfig, TopicTransformer, member_size
 from tdyn.tasks.base import Member, Task, register_task
 from tdyn.train.seeding import generator
 
@@ -47,7 +47,12 @@ class LdaMlmTask(Task):
         return self.ds.probe_batch()
 
 
-@register_task("lda_mlm", LdaDataConfig, TopicModelConfig, "masked LM on LDA documents with the one-layer model")
+def _size(cfg) -> int:
+    return member_size(cfg.typed_model(), cfg.typed_data().vocab_size)
+
+
+@register_task("lda_mlm", LdaDataConfig, TopicModelConfig, "masked LM on LDA documents with the one-layer model",
+               size=_size)
 def _build(cfg, members):
     return LdaMlmTask(cfg, members)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tdyn.data import scan_snap as data
 from tdyn.data.scan_snap import ScanSnapDataConfig  # noqa: F401  (the data section)
-from tdyn.models.yz import YZConfig, YZModel, key_support
+from tdyn.models.yz import YZConfig, YZModel, key_support, member_size
 from tdyn.tasks.base import Member, Task, register_task
 from tdyn.train.seeding import generator
 
@@ -46,8 +46,12 @@ class ScanSnapTask(Task):
         return self.model.loss(x, y, support)
 
 
+def _size(cfg) -> int:
+    return member_size(cfg.typed_model(), cfg.typed_data().vocab_size)
+
+
 @register_task("scan_snap", data.ScanSnapDataConfig, YZConfig,
-               "Scan and Snap next-token prediction with the Y/Z model")
+               "Scan and Snap next-token prediction with the Y/Z model", size=_size)
 def _build(cfg, members):
     return ScanSnapTask(cfg, members)
 

@@ -14,6 +14,8 @@ e.g. running statistics), optimizer state (``optim/...``), random streams (``rng
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import math
 import os
@@ -31,13 +33,15 @@ from tdyn import runs
 from tdyn.config import RunConfig, load_config
 from tdyn.errors import ConfigError, UserError
 from tdyn.probes import ProbeContext, get_probes
-from tdyn.tasks import DTYPES, Member, build_task
+from tdyn.tasks import DTYPES, Member, build_task, get_task
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.train.seeding import generator
 from tdyn.train.sinks import make_sinks
 from tdyn.train.threads import tune_allocator
 
 _FLUSH_SECONDS = 10.0
+#: The measured scalars whose overflow (inf/NaN) is a divergence: parameter norms and update norms.
+_NORMS = ("norm/", "update_norm/")
 log = logging.getLogger(__name__)
 
 
@@ -116,7 +120,33 @@ def _stack(batches: list[Any], index: torch.Tensor) -> Any:
     raise TypeError(f"cannot stack batch of type {type(first).__name__}")
 
 
-def checkpoint_schedule(cfg: RunConfig) -> set[int]:
+class Steps:
+    """A set of training steps held as arithmetic progressions (``range``) and listed steps, never
+    materialised: ``every: 1`` over 10¹² steps costs nothing until iterated. ``in``, iteration in
+    increasing order (each step once), ``|`` and :meth:`at_most` (an upper bound on the count)."""
+
+    def __init__(self, ranges: tuple[range, ...] = (), listed=()):
+        self.ranges = tuple(r for r in ranges if r.start < r.stop)   # not len(): a range past 2⁶³ has none
+        self.listed = frozenset(listed)
+
+    def __contains__(self, step: int) -> bool:
+        return step in self.listed or any(step in r for r in self.ranges)
+
+    def __iter__(self):
+        last = None
+        for s in heapq.merge(sorted(self.listed), *self.ranges):
+            if s != last:
+                yield s
+                last = s
+
+    def __or__(self, other: "Steps") -> "Steps":
+        return Steps(self.ranges + other.ranges, self.listed | other.listed)
+
+    def at_most(self) -> int:
+        return len(self.listed) + sum(-(-(r.stop - r.start) // r.step) for r in self.ranges)
+
+
+def checkpoint_schedule(cfg: RunConfig) -> Steps:
     T = cfg.optim.steps
     c = cfg.checkpoint
     steps = {0} | {s for s in c.steps if s < T}
@@ -124,17 +154,66 @@ def checkpoint_schedule(cfg: RunConfig) -> set[int]:
         steps |= {min(T - 1, int(round(10 ** (i * math.log10(T - 1) / max(c.num - 1, 1))))) for i in range(c.num)}
     elif c.schedule == "linear":
         steps |= {int(round(i * T / c.num)) for i in range(c.num)}
-    if c.every:
-        steps |= set(range(0, T, c.every))
-    return {s for s in steps if 0 <= s < T}
+    return Steps((range(0, T, c.every),) if c.every else (), {s for s in steps if 0 <= s < T})
 
 
-def eval_steps(cfg: RunConfig) -> set[int]:
+def eval_steps(cfg: RunConfig) -> Steps:
     """The steps a member's metrics.jsonl has a record for: the probe grid, the listed probe steps, every
     checkpoint and the final step (a member that diverges stops at its divergence record)."""
     T = cfg.optim.steps
-    grid = set(range(0, T, cfg.probes.every)) if cfg.probes.every else set()
-    return grid | {t for t in cfg.probes.steps if 0 <= t <= T} | checkpoint_schedule(cfg) | {T}
+    grid = Steps((range(0, T, cfg.probes.every),) if cfg.probes.every else ())
+    return grid | Steps((), {t for t in cfg.probes.steps if 0 <= t <= T} | {T}) | checkpoint_schedule(cfg)
+
+
+#: The most checkpoints per member a config may ask for (each is a file of the member's whole state).
+MAX_CHECKPOINTS = 100_000
+#: What one member's parameter costs in memory, in parameter-sized tensors: the parameter, its gradient,
+#: two optimizer moments (Adam's; SGD's momentum is one) and the update norms' copy.
+_STATE_COPIES = 5
+
+
+def available_memory(device: str) -> int:
+    """Bytes free for new tensors on ``device``: MemAvailable on the host (or the free pages), the free
+    memory of the current GPU."""
+    if device == "cuda":
+        return int(torch.cuda.mem_get_info()[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    return ""
+
+
+def check_resources(cfg: RunConfig, members: list[Member]) -> None:
+    """Refuse, before anything is allocated or written, a run whose checkpoints would be too many, or
+    whose model (its size per member from the task's ``size``, times the ensemble, with gradients and
+    optimizer state) would not fit in the available memory: a one-line ConfigError with the estimate."""
+    n_ckpt = checkpoint_schedule(cfg).at_most()
+    if n_ckpt > MAX_CHECKPOINTS:
+        raise ConfigError(f"checkpoint: the schedule asks for up to {n_ckpt:,} checkpoints per member (at most "
+                          f"{MAX_CHECKPOINTS:,}); raise checkpoint.every or list checkpoint.steps")
+    size = get_task(cfg.task).size
+    if size is None:
+        return
+    per_member = size(cfg)
+    need = per_member * len(members) * DTYPES[cfg.dtype].itemsize * _STATE_COPIES
+    free = available_memory(cfg.device)
+    if need > free:
+        raise ConfigError(f"model too large: about {per_member:.3g} parameters per member × {len(members)} "
+                          f"member(s) need an estimated {_bytes(need)} with gradients and optimizer state, but "
+                          f"{_bytes(free)} of {cfg.device} memory is available; reduce the model, its vocabulary "
+                          f"or the ensemble")
 
 
 # ---------------------------------------------------------------- the job
@@ -151,6 +230,7 @@ class Job:
             raise UserError("device = \"cuda\": CUDA is not available here; use device=cpu")
         self.device = torch.device(cfg.device)
         self.dtype = DTYPES[cfg.dtype]
+        check_resources(cfg, members)
         self.task = build_task(cfg, members)
         self.model = self.task.model.to(self.device)
         self.task.facts = self._to_device(self.task.facts)  # probes compare facts with parameters
@@ -261,6 +341,15 @@ class Job:
             scalars[f"norm/{n}"] = p.detach().reshape(S, -1).norm(dim=1)
         return scalars, arrays
 
+    def _last_good(self, step: int) -> str:
+        """Where a member whose state at ``step`` is the first bad one can be taken up again: its newest
+        checkpoint before ``step``."""
+        good = list(itertools.takewhile(lambda s: s < step, self.ckpt_steps))
+        if not good:
+            return "no good checkpoint exists (it diverges from its initial state: lower the learning rates or " \
+                   "the init scale)"
+        return f"last good checkpoint: step {good[-1]}"
+
     def _clip(self) -> None:
         clip = self.cfg.optim.grad_clip
         if clip is None:
@@ -327,12 +416,21 @@ class Job:
                 if before is not None:
                     for n, p in self.params.items():
                         scalars[f"update_norm/{n}"] = (p.detach() - before[n]).reshape(S, -1).norm(dim=1)
-                sc = {k: [x if math.isfinite(x) else None for x in v.cpu().tolist()] for k, v in scalars.items()}
+                raw = {k: v.cpu().tolist() for k, v in scalars.items()}
+                # member -> (what diverged, whether the state at this step is still good: an update's overflow)
+                why = {i: (f"loss = {loss_vals[i]}", False) for i in range(S) if newly[i]}
+                for k, v in raw.items():   # parameters or updates overflowing: diverged, even at a finite loss
+                    if k.startswith(_NORMS):
+                        for i, x in enumerate(v):
+                            if self.active[i] and not math.isfinite(x) and (i not in why or why[i][1]):
+                                why[i] = (f"{k} = {x}", k.startswith("update_norm/"))
+                newly = newly | torch.tensor([i in why for i in range(S)])
+                sc = {k: [x if math.isfinite(x) else None for x in v] for k, v in raw.items()}
                 for i in range(S):
                     if newly[i]:
                         self.records[i].append({"step": step, "loss": None, "diverged": True})
-                        self._set_status(i, "diverged", f"diverged at step {step}: loss = {loss_vals[i]}; "
-                                         f"last good checkpoint kept")
+                        self._set_status(i, "diverged", f"diverged at step {step}: {why[i][0]}; "
+                                                        f"{self._last_good(step + why[i][1])}")
                     elif self.active[i] and evaluating:
                         self.records[i].append({"step": step, "loss": loss_vals[i]} | {k: v[i] for k, v in sc.items()})
                         for sink in sinks:
@@ -436,16 +534,18 @@ def check_done(run_dir: str | Path, cfg: RunConfig, status: str) -> None:
         raise runs.CorruptFile(d / runs.CONFIG, f"trains {T} steps, but {runs.CKPT_DIR}/ holds step {ahead[-1]}: "
                                                 f"the config does not belong to these checkpoints")
     recs = runs.read_metrics(d)
-    want = sorted(eval_steps(cfg))
+    wanted = iter(eval_steps(cfg))
     have = [r["step"] for r in recs]
     if status == "diverged":
         if not recs or recs[-1].get("diverged") is not True:
             raise runs.CorruptFile(d / runs.METRICS, f"does not end with the divergence record its {runs.META} "
                                                      f"reports (status diverged)")
-        want = [s for s in want if s < have[-1]] + have[-1:]
+        wanted = itertools.chain(itertools.takewhile(lambda s: s < have[-1], wanted), have[-1:])
+    want = list(itertools.islice(wanted, len(have) + 1))   # never more than the file could match
     if have != want:
         missing = sorted(set(want) - set(have))
-        raise runs.CorruptFile(d / runs.METRICS, f"holds {len(have)} records, not one per evaluated step ({len(want)})"
+        count = len(want) if len(want) <= len(have) else f"more than {len(have)}"
+        raise runs.CorruptFile(d / runs.METRICS, f"holds {len(have)} records, not one per evaluated step ({count})"
                                + (f": step {missing[0]} is missing" if missing else "")
                                + f"; the run is not {status}")
     if status == "finished":
@@ -590,7 +690,7 @@ def _resume_point(job: Job, todo: list[int], candidates: list[int]):
     """The newest of ``candidates`` (checkpoint steps, newest first) at which every unfinished member's
     checkpoint is intact and its metrics hold exactly the records of the evaluated steps before it:
     (step, states, records cut to it, the problems passed over)."""
-    evals = sorted(job.eval_steps)
+    evals = list(itertools.takewhile(lambda s: s < candidates[0], job.eval_steps))
     scans = {i: runs.scan_metrics(job.dirs[i]) for i in todo}
     passed: list[runs.CorruptFile] = []
     for c in candidates:
