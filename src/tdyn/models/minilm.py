@@ -67,6 +67,9 @@ class MiniLM:
         root = root or model_dir()
         self.sd = load_file(str(root / "model.safetensors"))
         self.cfg = json.loads((root / "config.json").read_text())
+        if (self.cfg["hidden_act"], self.cfg.get("position_embedding_type", "absolute")) != ("gelu", "absolute"):
+            raise UserError(f"{root}: forward() is BERT with erf GELU and absolute positions; config.json says "
+                            f"{self.cfg['hidden_act']!r}, {self.cfg.get('position_embedding_type')!r}")
         self.vocab = (root / "vocab.txt").read_text(encoding="utf-8").splitlines()
         self.index = {w: i for i, w in enumerate(self.vocab)}
         self.tokenizer = load_tokenizer(root)
