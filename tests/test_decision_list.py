@@ -1,4 +1,5 @@
-"""Decision lists: data, model, exact population loss, reduced flow, margin test (spec §9)."""
+"""Decision lists: data, model, exact population loss, reduced flow, margin test
+(docs/reproductions/decision-lists.md#tests)."""
 
 import math
 
@@ -92,7 +93,7 @@ def test_gradient_vs_finite_differences_and_conservation():
     model = _model(L, scale=0.7)
     th.population_loss(model, task, types).sum().backward()
     gW, gV = model.W.grad.clone(), model.V.grad.clone()
-    # column sums of the gradients vanish (gauge invariance, spec §4.2)
+    # column sums of the gradients vanish (gauge invariance, docs/reproductions/decision-lists.md#gauge-invariance)
     assert gW.sum(1).abs().max() < 1e-12 and gV.sum(1).abs().max() < 1e-12
     h = 1e-6
     for P, G in ((model.W, gW), (model.V, gV)):

@@ -1,4 +1,5 @@
-"""Scan and Snap probes on hand-made Z (spec §7, §6.2)."""
+"""Scan and Snap probes on hand-made Z (docs/reproductions/scan-snap.md#measured-quantities,
+docs/reproductions/scan-snap.md#attention-dynamics)."""
 
 import math
 
@@ -11,7 +12,7 @@ from tdyn.probes import scan_snap as pr
 
 def syn_small_facts():
     """Syn-Small by hand: 10 commons (weight 1), classes 0/1 own tokens 10–19 / 20–29 with weights
-    0.1..1.0, queries 30/31, next tokens 32/33 (spec §4.3)."""
+    0.1..1.0, queries 30/31, next tokens 32/33 (docs/reproductions/scan-snap.md#syn-small-and-syn-medium)."""
     M, K = 34, 2
     w = torch.zeros(K, M, dtype=torch.float64)
     w[:, :10] = 1.0

@@ -1,4 +1,5 @@
-"""Scan and Snap closed forms (spec §6, §13 test 7): Lemma 6/7, Γ, B_n, t₀."""
+"""Scan and Snap closed forms (docs/reproductions/scan-snap.md#theory,
+docs/reproductions/scan-snap.md#theory-simulations): Lemma 6/7, Γ, B_n, t₀."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,5 @@
-"""LDA / theory generators and MLM corruption (spec topic_structure.md §2.3, §2.5, §9f–g)."""
+"""LDA / theory generators and MLM corruption (docs/reproductions/topic.md#generator-tests,
+docs/reproductions/topic.md#masked-lm-corruption)."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,7 @@
 """The one-layer masked-LM model, the stage-1 convex optimum and the freeze flags
-(spec topic_structure.md §2.6, §3, §4.3, §9a, §9g, §9i)."""
+(docs/reproductions/topic.md#loss, docs/reproductions/topic.md#model-as-in-the-paper,
+docs/reproductions/topic.md#stage-1-reference-optimum, docs/reproductions/topic.md#topicstage1,
+docs/reproductions/topic.md#masked-lm-corruption, docs/reproductions/topic.md#model-flags)."""
 
 import math
 
@@ -236,7 +238,7 @@ def test_optim_freeze_keeps_parameters_bit_identical(tmp_path):
 
 
 def test_zero_init_attention_with_eps_zero_stays_zero(tmp_path):
-    """spec §3.3 / §9i: with ε = 0 all keys and queries are 0, so W_K, W_Q never move."""
+    """docs/reproductions/topic.md#model-flags: with ε = 0 all keys and queries are 0, so W_K, W_Q never move."""
     p0, _, pT, _ = _train(tmp_path, E4 | {"init_eps": 0.0})
     for n in ("W_K", "W_Q", "b_K", "b_Q"):
         assert torch.equal(pT[n], torch.zeros_like(pT[n]))

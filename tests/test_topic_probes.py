@@ -1,4 +1,5 @@
-"""Topic probes: vectorised = brute-force loops on small cases (spec topic_structure.md §7, §9h)."""
+"""Topic probes: vectorised = brute-force loops on small cases (docs/reproductions/topic.md#measured-quantities,
+docs/reproductions/topic.md#corrected-attention-classes)."""
 
 import math
 

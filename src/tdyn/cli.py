@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from tdyn import docs
 from tdyn.errors import UserError
 
 
@@ -153,6 +154,8 @@ def _add_options(p: argparse.ArgumentParser, argv: list[str], command: str) -> N
     from tdyn.experiments.registry import EXPERIMENTS, _option_entry, catalog
 
     cat = catalog()
+    if (name in cat or name in EXPERIMENTS._items) and docs.ref(name):
+        p.epilog = f"{name} is documented in {docs.ref(name)} (setting, definitions, claims, departures)."
     if name in cat:
         options = cat[name]["options"]
     elif name in EXPERIMENTS._items and EXPERIMENTS._items[name].options is not None:

@@ -1,10 +1,12 @@
-"""Offline real-text corpora read from installed packages (spec corpora.md §2, §4, §6).
+"""Offline real-text corpora read from installed packages (docs/reproductions/real-text.md#corpora,
+docs/reproductions/real-text.md#reading-the-files, docs/reproductions/real-text.md#choices-for-tdyn).
 
 * a registry of named corpora (``wiki``: Wikipedia lead extracts, ``bbc``: BBC News, ``fixture``: a tiny
   self-written text shipped with tdyn for tests), located with ``importlib.util.find_spec`` so that no
   package code runs; a missing package raises a :class:`UserError` naming the install command;
 * seeded train/val/test splits by document;
-* the torchtext ``basic_english`` tokenizer and a frequency vocabulary with ``<unk>`` (scan_snap.md §9.1);
+* the torchtext ``basic_english`` tokenizer and a frequency vocabulary with ``<unk>``
+  (docs/reproductions/real-text.md#wikitext-training-in-the-paper);
 * token arrays cached on disk as ``.npy`` files opened memory-mapped, keyed by a hash of the corpus
   content, the tokenizer and the vocabulary/split settings.
 """
@@ -78,7 +80,7 @@ def get_corpus(name: str) -> Corpus:
 
 
 def package_dir(corpus: Corpus) -> Path:
-    """The corpus's data root, found without importing the package (corpora.md §4)."""
+    """The corpus's data root, found without importing the package (docs/reproductions/real-text.md#reading-the-files)."""
     if corpus.package is None:
         return Path(__file__).parent
     spec = importlib.util.find_spec(corpus.package)
@@ -95,7 +97,8 @@ def read_corpus(name: str) -> tuple[list[str], list[str]]:
 
 
 def provenance(name: str, docs: list[str]) -> dict:
-    """Corpus name, package version and a content hash of the documents (corpora.md §6)."""
+    """Corpus name, package version and a content hash of the documents
+    (docs/reproductions/real-text.md#choices-for-tdyn)."""
     c = get_corpus(name)
     version = None
     if c.package is not None:

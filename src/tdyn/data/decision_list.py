@@ -1,12 +1,14 @@
-"""Decision-list data (paper §I.B; spec §5): the seeded task, samplers A/B, labels, δ and γ.
+"""Decision-list data (paper §I.B; docs/reproductions/decision-lists.md#samplers-delta-and-gamma): the seeded task,
+samplers A/B, labels, δ and γ.
 
 A task is a permutation π of [L] and, for every token a, a list L_a = (a_1, …, a_m = a). The label of a
 position holding a is π(a_k*) with k* the first list index whose token is present in the sequence.
 Lists are stored padded to M columns by repeating a (the last entry is always present, so padding never
 changes the first present entry).
 
-Samplers (spec §5.1, not specified by the paper): "A" draws n i.i.d. tokens from the token law μ; "B"
-draws n distinct tokens (successive sampling without replacement from μ, by Gumbel top-k).
+Samplers (docs/reproductions/decision-lists.md#samplers, not specified by the paper): "A" draws n i.i.d. tokens
+from the token law μ; "B" draws n distinct tokens (successive sampling without replacement from μ, by Gumbel
+top-k).
 """
 
 from __future__ import annotations
@@ -57,8 +59,9 @@ def check_sampler(sampler: str) -> None:
 
 
 def make_task(L: int, M: int, seed: int, *, equal_lengths: bool = True, zipf: float = 0.0) -> DecisionListTask:
-    """Seeded task (spec §5.1): uniform π; list prefixes drawn without replacement from [L]∖{a};
-    m_a = M (default) or m_a ~ Unif{1..M}; μ ∝ (rank+1)^(−zipf) over a random token order (zipf = 0: uniform)."""
+    """Seeded task (docs/reproductions/decision-lists.md#samplers): uniform π; list prefixes drawn without
+    replacement from [L]∖{a}; m_a = M (default) or m_a ~ Unif{1..M}; μ ∝ (rank+1)^(−zipf) over a random token order
+    (zipf = 0: uniform)."""
     if not 1 <= M <= L:
         raise ConfigError(f"M = {M} is not allowed; allowed: 1 <= M <= L = {L}")
     rng = np.random.default_rng(seed)
@@ -106,7 +109,8 @@ def labels(task: DecisionListTask, s: torch.Tensor) -> torch.Tensor:
 
 
 def event_probs(L: int, n: int, m: int, sampler: Sampler) -> np.ndarray:
-    """p(k | q) = P(k* = k | s_j = q) for k = 1..m (spec §5.3 closed forms; equal lists, uniform tokens)."""
+    """p(k | q) = P(k* = k | s_j = q) for k = 1..m (docs/reproductions/decision-lists.md#delta-and-gamma closed
+    forms; equal lists, uniform tokens)."""
     check_sampler(sampler)
     k = np.arange(1, m + 1)
     if sampler == "A":
@@ -120,7 +124,8 @@ def event_probs(L: int, n: int, m: int, sampler: Sampler) -> np.ndarray:
 
 
 def delta_gamma(L: int, n: int, m: int, sampler: Sampler) -> dict:
-    """δ = min_k p(k|q), γ = min_k p(q) p(k|q) with p(q) = 1/L (spec §5.3). ``positive`` flags δ > 0."""
+    """δ = min_k p(k|q), γ = min_k p(q) p(k|q) with p(q) = 1/L
+    (docs/reproductions/decision-lists.md#delta-and-gamma). ``positive`` flags δ > 0."""
     p = event_probs(L, n, m, sampler)
     delta = float(p.min())
     return {"delta": delta, "gamma_joint": delta / L, "positive": delta > 0}

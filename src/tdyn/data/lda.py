@@ -1,14 +1,15 @@
-"""Topic-model documents and masked-LM corruption (Li, Li & Risteski 2023; spec topic_structure.md §2).
+"""Topic-model documents and masked-LM corruption (Li, Li & Risteski 2023; docs/reproductions/topic.md#setting).
 
-* ``lda``: the authors' generator (spec §2.2): T topics with disjoint uniform blocks of v words
-  (topic t = words {vt, …, vt+v−1}), θ ~ Dirichlet(α·1_T), length N uniform on {min_len..max_len},
-  per word z ~ Cat(θ), w ~ Uniform(block z).
-* ``theory``: the idealised generator (spec §2.1): τ uniform on {1..tau_max} topics drawn without
-  replacement, each word's topic uniform among them.
+* ``lda``: the authors' generator (docs/reproductions/topic.md#lda-generator): T topics with disjoint uniform
+  blocks of v words (topic t = words {vt, …, vt+v−1}), θ ~ Dirichlet(α·1_T), length N uniform on
+  {min_len..max_len}, per word z ~ Cat(θ), w ~ Uniform(block z).
+* ``theory``: the idealised generator (docs/reproductions/topic.md#theory-generator): τ uniform on {1..tau_max}
+  topics drawn without replacement, each word's topic uniform among them.
 
 Documents are padded arrays ``words [n, N_max]`` (−1 beyond ``lengths``). Sequences are
-``[START, w₁+4, …, w_N+4, END]`` right-padded with PAD (spec §2.4). MLM corruption follows
-``dataset.py`` lines 160–199 (spec §2.5), vectorised over the batch.
+``[START, w₁+4, …, w_N+4, END]`` right-padded with PAD (docs/reproductions/topic.md#vocabulary-and-sequences). MLM
+corruption follows ``dataset.py`` lines 160–199 (docs/reproductions/topic.md#masked-lm-corruption), vectorised over
+the batch.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ IGNORE = -100
 
 
 class LdaDataConfig(Strict):
-    """Defaults are the authors' notebook and YAML (spec §2.2, §2.5, §4.1)."""
+    """Defaults are the authors' notebook and YAML (docs/reproductions/topic.md#lda-generator,
+    docs/reproductions/topic.md#masked-lm-corruption, docs/reproductions/topic.md#training-defaults)."""
 
     generator: Literal["lda", "theory"] = "lda"
     num_topics: int = Field(10, ge=1)
@@ -50,7 +52,7 @@ class LdaDataConfig(Strict):
     attend_to_selected: bool = False
     max_select_tries: int = Field(100, ge=1)
     batch_size: int = Field(40, ge=1)
-    probe_docs: int = Field(200, ge=1)            # dev documents the probes read (spec §6)
+    probe_docs: int = Field(200, ge=1)            # dev documents the probes read (docs/reproductions/topic.md#two-stage-measurement)
 
     @model_validator(mode="after")
     def _check(self):
@@ -100,7 +102,8 @@ def generate_documents(cfg: LdaDataConfig, n: int, rng: np.random.Generator) -> 
 
 
 def to_sequences(words: np.ndarray, lengths: np.ndarray, seq_len: int) -> torch.Tensor:
-    """[START, w+4 …, END] right-padded with PAD to ``seq_len`` (spec §2.4): int64 [n, seq_len]."""
+    """[START, w+4 …, END] right-padded with PAD to ``seq_len``
+    (docs/reproductions/topic.md#vocabulary-and-sequences): int64 [n, seq_len]."""
     n, m = words.shape
     ids = np.full((n, seq_len), PAD, dtype=np.int64)
     ids[:, 0] = START
@@ -110,7 +113,7 @@ def to_sequences(words: np.ndarray, lengths: np.ndarray, seq_len: int) -> torch.
 
 
 def write_documents(path: str | Path, words: np.ndarray, lengths: np.ndarray) -> None:
-    """The authors' file format: one line ``"w1 … wN END"`` per document (spec §2.2)."""
+    """The authors' file format: one line ``"w1 … wN END"`` per document (docs/reproductions/topic.md#lda-generator)."""
     lines = [" ".join(map(str, words[i, :lengths[i]].tolist())) + " END\n" for i in range(len(lengths))]
     Path(path).write_text("".join(lines))
 
@@ -150,7 +153,8 @@ class MlmBatch:
 
 
 def corrupt(ids: torch.Tensor, cfg: LdaDataConfig, gen: torch.Generator, vocab_size: int) -> MlmBatch:
-    """BERT corruption as ``dataset.py`` 160–199 (spec §2.5), for a batch ``ids`` [B, L].
+    """BERT corruption as ``dataset.py`` 160–199 (docs/reproductions/topic.md#masked-lm-corruption), for a batch
+    ``ids`` [B, L].
 
     Select positions with r < p_m among non-PAD/START/END tokens (rows with no selection are redrawn,
     up to ``max_select_tries``); replace a selected token by MASK (prob 1−p_c−p_r), a uniform id over
@@ -180,7 +184,8 @@ def corrupt(ids: torch.Tensor, cfg: LdaDataConfig, gen: torch.Generator, vocab_s
 
 
 class LdaDataset:
-    """Train/dev/test documents drawn from ``data_seed`` (and static masks, spec §2.5)."""
+    """Train/dev/test documents drawn from ``data_seed`` (and static masks,
+    docs/reproductions/topic.md#masked-lm-corruption)."""
 
     def __init__(self, cfg: LdaDataConfig):
         self.cfg = cfg
@@ -204,7 +209,8 @@ class LdaDataset:
 
     def probe_batch(self) -> dict[str, torch.Tensor]:
         """The first ``probe_docs`` dev documents: masked (for the dev loss) and clean (all word
-        keys visible, for the attention statistics; spec §7.1 uses mask_prob = 0)."""
+        keys visible, for the attention statistics;
+        docs/reproductions/topic.md#attention-statistic-of-the-authors-code uses mask_prob = 0)."""
         n = min(self.cfg.probe_docs, self.cfg.num_dev)
         m = self.masked["dev"]
         clean = self.splits["dev"][:n]

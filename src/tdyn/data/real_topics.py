@@ -1,4 +1,6 @@
-"""LDA topics on a real corpus and word→topic assignment (topic_structure.md §8.2–8.3, corpora.md §7.5).
+"""LDA topics on a real corpus and word→topic assignment
+(docs/reproductions/real-text.md#the-papers-wikipedia-pipeline,
+docs/reproductions/real-text.md#realtopic-embeddings).
 
 scikit-learn's ``LatentDirichletAllocation`` (batch variational Bayes, seeded) on bag-of-words counts of
 the ``basic_english`` tokens; English stop words and tokens without a letter are dropped.
@@ -21,7 +23,8 @@ class TopicModel:
 
 def fit_lda(docs: list[str], K: int, seed: int, *, max_features: int = 20000, max_df: float = 0.5,
             min_df: int = 5, max_iter: int = 10) -> TopicModel:
-    """LDA with K topics on ``docs`` (seeded; documents are shuffled first, corpora.md §4)."""
+    """LDA with K topics on ``docs`` (seeded; documents are shuffled first,
+    docs/reproductions/real-text.md#reading-the-files)."""
     from sklearn.decomposition import LatentDirichletAllocation
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, CountVectorizer
 
@@ -41,7 +44,8 @@ def fit_lda(docs: list[str], K: int, seed: int, *, max_features: int = 20000, ma
 
 
 def word_topics(tm: TopicModel, k: int = 1, tau: float = 0.0) -> dict[str, list[int]]:
-    """Top-k topics of each word by normalised P(topic | word) ∝ P(word | topic), keeping those ≥ τ (§8.3)."""
+    """Top-k topics of each word by normalised P(topic | word) ∝ P(word | topic), keeping those ≥ τ
+    (docs/reproductions/real-text.md#the-papers-wikipedia-pipeline)."""
     p = tm.topic_word / tm.topic_word.sum(axis=0, keepdims=True)   # [K, V], columns sum to 1
     order = np.argsort(-p, axis=0)[:k]                               # [k, V]
     return {w: [int(t) for t in order[:, j] if p[t, j] >= tau] for j, w in enumerate(tm.words)}

@@ -1,4 +1,4 @@
-"""Scan and Snap's sequence-class distribution (Tian et al. 2023 §3.2; spec scan_snap.md §4).
+"""Scan and Snap's sequence-class distribution (Tian et al. 2023 §3.2; docs/reproductions/scan-snap.md#data).
 
 Class k (next token n_k, query m = ψ(n_k)) draws its L−1 context tokens i.i.d. from P(l|n_k),
 supported on the global commons, its query group's commons and its own distinct tokens. Token ids
@@ -17,7 +17,8 @@ from tdyn.schema import Strict
 
 
 class ScanSnapDataConfig(Strict):
-    """Defaults are Syn-Small (spec §4.3); the authors' YAML defaults are overridden by every paper run."""
+    """Defaults are Syn-Small (docs/reproductions/scan-snap.md#syn-small-and-syn-medium); the authors' YAML
+    defaults are overridden by every paper run."""
 
     num_last: int = Field(2, ge=1)
     num_next_per_last: int = Field(1, ge=1)

@@ -1,7 +1,8 @@
 """Decision lists, result (1) (``decision-list/claim1``): W-only gradient flow from W₀ = 0, V = cP,
-c = 4n log L/δ, by the exact reduced (m+1)-dim ODE (spec §6.3, §8.1): T_sup, T_sup(κ), T_pop, T_N against
-4M/(γ log L) under four readings of γ (1, δ, δ/L, the rarest multiplicity pattern); M = 1 is degenerate
-(no decision list). Time units: the paper's Eqn 2 normalisation.
+c = 4n log L/δ, by the exact reduced (m+1)-dim ODE (docs/reproductions/decision-lists.md#reduced-flow,
+docs/reproductions/decision-lists.md#decision-listclaim1): T_sup, T_sup(κ), T_pop, T_N against 4M/(γ log L) under
+four readings of γ (1, δ, δ/L, the rarest multiplicity pattern); M = 1 is degenerate (no decision list). Time
+units: the paper's Eqn 2 normalisation.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from tdyn.theory import decision_list as th
 from tdyn.train.seeding import generator
 
 # ---------------------------------------------------------------- claim 1
-KAPPAS = (0.1, 1.0)   # T_sup(κ): first time every logit margin >= κ (spec §7; κ = 0⁺ is T_sup itself)
-GAMMAS = {  # the readings of result (1)'s γ (footnote 1 leaves it open; spec §5.3 candidates + issue 12)
+KAPPAS = (0.1, 1.0)   # T_sup(κ): first time every logit margin >= κ (docs/reproductions/decision-lists.md#perfect-classification; κ = 0⁺ is T_sup itself)
+GAMMAS = {  # the readings of result (1)'s γ (footnote 1 leaves it open; docs/reproductions/decision-lists.md#delta-and-gamma candidates + issue 12)
     "1": "γ = 1",
     "delta": "γ = δ = min_k P(k* = k | s_j = q), the conditional mass of the rarest determining event",
     "joint": "γ = δ/L = min_k P(s_j = q)·P(k* = k | q), the joint mass of the rarest determining event",
@@ -123,7 +124,7 @@ def claim1(ctx: ReproduceContext) -> dict:
             for n in grid["n"]:
                 for M in grid["M"]:
                     dg = dl.delta_gamma(L, n, M, sampler)
-                    if not dg["positive"]:  # a determining event has zero mass: c undefined (spec §9 item 7)
+                    if not dg["positive"]:  # a determining event has zero mass: c undefined (docs/reproductions/decision-lists.md#tests)
                         rows.append({k: None for k in CLAIM1_COLUMNS} | {"sampler": sampler, "L": L, "n": n,
                                                                            "M": M, "delta": dg["delta"],
                                                                            "degenerate": M == 1})
@@ -136,7 +137,7 @@ def claim1(ctx: ReproduceContext) -> dict:
               ["T_pop_1e-3", "T_N"]
     write_csv(ctx.out / "claim1_hitting_times.csv", [{k: _fmt(r.get(k)) for k in tn_cols} for r in rows], tn_cols)
 
-    # T_sup against n and M at one fixed c (spec §8.1 A3)
+    # T_sup against n and M at one fixed c (docs/reproductions/decision-lists.md#decision-listclaim1)
     fc = grid["fixed_c"]
     fixed = []
     for sampler in dl.SAMPLERS:
@@ -149,11 +150,11 @@ def claim1(ctx: ReproduceContext) -> dict:
     _claim1_figures(ctx, rows, traj, grid, fixed)
 
     claims = []
-    notions = [("T_sup", "Err_sup = 0: every (support type, query) pair strictly correct (spec §7, primary)", "strict")]
+    notions = [("T_sup", "Err_sup = 0: every (support type, query) pair strictly correct (docs/reproductions/decision-lists.md#perfect-classification, primary)", "strict")]
     notions += [(f"T_sup_kappa_{k:g}", f"every full-support logit margin z_y − max_(r≠y) z_r ≥ κ = {k:g} "
-                 "(T_sup(κ), spec §7)", f"kappa_{k:g}") for k in KAPPAS]
-    notions += [("T_pop_1e-3", "Acc_pop ≥ 1 − 1e-3 (spec §7)", "pop"),
-                ("T_N", f"all N = {grid['N']} fixed sampled sequences correct (spec §7)", "N")]
+                 "(T_sup(κ), docs/reproductions/decision-lists.md#perfect-classification)", f"kappa_{k:g}") for k in KAPPAS]
+    notions += [("T_pop_1e-3", "Acc_pop ≥ 1 − 1e-3 (docs/reproductions/decision-lists.md#perfect-classification)", "pop"),
+                ("T_N", f"all N = {grid['N']} fixed sampled sequences correct (docs/reproductions/decision-lists.md#perfect-classification)", "N")]
     for sampler in dl.SAMPLERS:
         ok = [r for r in rows if r["sampler"] == sampler and r["c"] is not None and not r["degenerate"]]
         for tkey, pdef, tag in notions:
@@ -163,7 +164,7 @@ def claim1(ctx: ReproduceContext) -> dict:
                 f"Sampler {sampler}, perfect = {pdef}: T <= 4M/(γ log L) for every non-degenerate (L, n, M ≥ 2) "
                 "in the grid, under each reading of γ",
                 paper=PAPER1,
-                definition=f"T = first gradient-flow time with {pdef}; sampler {sampler} (spec §5.1); γ read four "
+                definition=f"T = first gradient-flow time with {pdef}; sampler {sampler} (docs/reproductions/decision-lists.md#samplers); γ read four "
                            "ways (readings); M = 1 configurations are degenerate (no decision list: the label is "
                            "always π(q)) and excluded",
                 measured=f"{tkey} per (L, n, M), sampler {sampler}",
@@ -180,10 +181,10 @@ def claim1(ctx: ReproduceContext) -> dict:
                 if len(v) >= 2:
                     flat[f"n={n},M={M}"] = max(v) / min(v)
         claims.append(claim(f"law_1_over_logL_{sampler}",
-                            f"Sampler {sampler} (hypothesis, spec §8.1): T_sup·log L roughly constant in L (L >= 30, "
+                            f"Sampler {sampler} (hypothesis, docs/reproductions/decision-lists.md#decision-listclaim1): T_sup·log L roughly constant in L (L >= 30, "
                             "T_sup > 0, M ≥ 2); number = max/min ratio over L, held if <= 3 for every (n, M)",
                             all(x <= 3 for x in flat.values()) if flat else None,
-                            paper="spec §8.1 hypothesis (the 1/log L form of result (1)'s bound)",
+                            paper="docs/reproductions/decision-lists.md#decision-listclaim1 hypothesis (the 1/log L form of result (1)'s bound)",
                             definition="T_sup = first time Err_sup = 0 (strict, full support)",
                             measured="max/min over L ≥ 30 of T_sup·log L, per (n, M)",
                             expected="≤ 3 for every (n, M)", max_over_min=flat))
@@ -191,10 +192,10 @@ def claim1(ctx: ReproduceContext) -> dict:
     degenerate = [{k: r[k] for k in ("sampler", "L", "n", "M", "T_sup", "bound_gamma_1")} for r in rows
                   if r["degenerate"] and r["c"] is not None]
     return {"experiment": "decision-list/claim1", "claims": claims, "grid": grid, "time_units": TIME_UNITS,
-            "method": "exact reduced (m+1)-dim W-only ODE (spec §6.3) in float64, LSODA rtol 1e-8 atol 1e-10, "
-                      "events at the closed-form full-support margin test (spec §6.4) and at min logit margin ≥ κ; "
+            "method": "exact reduced (m+1)-dim W-only ODE (docs/reproductions/decision-lists.md#reduced-flow) in float64, LSODA rtol 1e-8 atol 1e-10, "
+                      "events at the closed-form full-support margin test (docs/reproductions/decision-lists.md#margin-test) and at min logit margin ≥ κ; "
                       "equal list lengths m = M, uniform tokens",
-            "definitions": {"delta": "min_k P(k*=k | s_j=q) (spec §5.3)",
+            "definitions": {"delta": "min_k P(k*=k | s_j=q) (docs/reproductions/decision-lists.md#delta-and-gamma)",
                             "gamma": GAMMAS,
                             "perfect": "T_sup: Err_sup = 0 with strict argmax; T_sup(κ): every full-support logit "
                                        "margin ≥ κ; T_pop: 1 - Acc_pop <= 1e-3; T_N: all N fixed sampled sequences "
@@ -230,11 +231,12 @@ def _claim1_figures(ctx, rows, traj, grid, fixed) -> None:
         ax = axes[0, j]
         for i, (n, M) in enumerate(combos):
             sel = [r for r in rows if r["sampler"] == sampler and r["n"] == n and r["M"] == M and r["c"]]
-            col = style.PALETTE[i % 8]
+            sty = style.series(i, marker="o")
+            col = sty["color"]
             pts = [(r["L"], r["T_sup"] * math.log(r["L"])) for r in sel if r["T_sup"]]
             if pts:
                 x, y = zip(*pts)
-                ax.plot(x, y, marker="o", ms=3, color=col, label=f"n={n}, M={M}")
+                ax.plot(x, y, ms=3, **sty, label=f"n={n}, M={M}")
             xs = [r["L"] for r in sel]
             ax.plot(xs, [r["bound_gamma_delta"] * math.log(r["L"]) for r in sel], color=col, ls=":", lw=0.8)
         for M in sorted({M for _, M in combos}):
@@ -279,8 +281,9 @@ def _claim1_figures(ctx, rows, traj, grid, fixed) -> None:
         curves.append((res.w[1:, m - 1] - res.w[1:, m], "W[q,q] − W[out,q]"))
         th_ = _symlog_thresh(*[c for c, _ in curves])
         for i, (cv, lab) in enumerate(curves):
-            col = style.PALETTE[i % 8]
-            ax.plot(t, cv, color=col, label=lab)
+            sty = style.series(i)
+            col = sty["color"]
+            ax.plot(t, cv, **sty, label=lab)
             cross = np.nonzero((cv[:-1] <= 0) & (cv[1:] > 0))[0]
             if len(cross):
                 ax.axvline(t[cross[-1] + 1], color=col, lw=0.7, ls=":")
@@ -309,7 +312,7 @@ def _claim1_figures(ctx, rows, traj, grid, fixed) -> None:
         ax.legend(fontsize=7)
     style.save(fig, ctx.out / "claim1_overtaking.png")
 
-    # T_sup against n and against M, at formula c and at fixed c (spec §8.1 A3)
+    # T_sup against n and against M, at formula c and at fixed c (docs/reproductions/decision-lists.md#decision-listclaim1)
     fc = grid["fixed_c"]
     fig, axes = plt.subplots(2, 4, figsize=(17, 8), gridspec_kw={"hspace": 0.35, "wspace": 0.3})
     for i, sampler in enumerate(dl.SAMPLERS):
@@ -322,7 +325,7 @@ def _claim1_figures(ctx, rows, traj, grid, fixed) -> None:
                     pts = sorted((r[x], r["T_sup"]) for r in src if r[z] == zv)
                     if pts:
                         xs, ys = zip(*pts)
-                        ax.plot(xs, ys, "o-", ms=3, color=style.PALETTE[h % 8],
+                        ax.plot(xs, ys, ls="-", ms=3, **style.series(h, marker="o"),
                                 label=f"{z}={zv}" + (" (degenerate)" if z == "M" and zv == 1 else ""))
                 ax.set(yscale="log", xlabel=x, ylabel="T_sup", title=f"{sampler}, L={fc['L']}, {lab}")
                 ax.legend(fontsize=6)

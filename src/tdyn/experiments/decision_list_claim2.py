@@ -1,9 +1,10 @@
 """Decision lists, result (2) (``decision-list/claim2``): joint GD on the exact population loss from
-W₀ = 0, V₀ = cP + E, η = f/λ_max (spec §8.2), trained through the trainer on the ``decision_list`` task
-(run directories under ``runs/``, resumable with ``tdyn reproduce … --resume``): inside the hypotheses
-(sampler B, L = n + M − 1, ε = ε*), the exploratory regime (small L, outside them), and a free-c run where
-V moves (joint against W-only GD). c, ε and η are fixed before training (:func:`claim2_plan`); k*, η·λ_max(t)
-and the V drift are read back from the runs' metrics (probes ``decision_list.classify``, ``.V``, ``.hessian``).
+W₀ = 0, V₀ = cP + E, η = f/λ_max (docs/reproductions/decision-lists.md#decision-listclaim2), trained through the
+trainer on the ``decision_list`` task (run directories under ``runs/``, resumable with ``tdyn reproduce …
+--resume``): inside the hypotheses (sampler B, L = n + M − 1, ε = ε*), the exploratory regime (small L, outside
+them), and a free-c run where V moves (joint against W-only GD). c, ε and η are fixed before training
+(:func:`claim2_plan`); k*, η·λ_max(t) and the V drift are read back from the runs' metrics (probes
+``decision_list.classify``, ``.V``, ``.hessian``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from tdyn.theory import decision_list as th
 
 
 def admissibility(L0: float, n: int, m: int, eps: float) -> dict:
-    """Result (2)'s hypotheses (spec §8.2): some A with sqrt(4mL0/ε) < A < L0 − 6ε/n exists?"""
+    """Result (2)'s hypotheses (docs/reproductions/decision-lists.md#decision-listclaim2): some A with sqrt(4mL0/ε)
+    < A < L0 − 6ε/n exists?"""
     hi, lo = L0 - 6 * eps / n, math.sqrt(4 * m * L0 / eps)
     eps_star = (n * math.sqrt(m * L0) / 6) ** (2 / 3)
     return {"admissible": hi > lo, "threshold_holds": n * L0 ** 2 > 162 * m, "eps_star": eps_star,
@@ -35,7 +37,8 @@ def admissibility(L0: float, n: int, m: int, eps: float) -> dict:
 
 
 def fixed_point_c(task, types, n: int, eps: float, delta: float, E: torch.Tensor, iters: int = 30) -> tuple[float, int, bool]:
-    """c = 10 n² ℒ₀(c)/δ + 4εn with ℒ₀ = F(0, cP + E) (spec §8.2); returns (c, iterations, converged)."""
+    """c = 10 n² ℒ₀(c)/δ + 4εn with ℒ₀ = F(0, cP + E) (docs/reproductions/decision-lists.md#decision-listclaim2);
+    returns (c, iterations, converged)."""
     model = DecisionListModel(DecisionListModelConfig(task.L))
     c = 4 * eps * n
     for i in range(1, iters + 1):
@@ -67,7 +70,8 @@ def claim2_settings(quick: bool) -> dict:
 
 
 def _eps_star_selfconsistent(task, types, n, M, delta, L, noise_seed):
-    """ε = ε*(ℒ₀) (spec §8.2) with ℒ₀ = F(0, cP + E) itself depending on ε through c and E: 3 sweeps."""
+    """ε = ε*(ℒ₀) (docs/reproductions/decision-lists.md#decision-listclaim2) with ℒ₀ = F(0, cP + E) itself
+    depending on ε through c and E: 3 sweeps."""
     eps = (n * math.sqrt(M * math.log(n)) / 6) ** (2 / 3)
     for _ in range(3):
         E = uniform_perturbation(L, eps, noise_seed)
@@ -223,7 +227,7 @@ def claim2(ctx: ReproduceContext) -> dict:
         free_curves[c] = (joint["curve"], wonly["curve"])
     write_csv(ctx.out / "claim2_free_c.csv", [{k: _fmt(r[k]) for k in FREE_C_COLUMNS} for r in free], FREE_C_COLUMNS)
 
-    # sampler A: the fixed point for c (hypothesis: diverges, spec §5.2)
+    # sampler A: the fixed point for c (hypothesis: diverges, docs/reproductions/decision-lists.md#why-sampler-b-is-primary)
     L, n, M = st["configs"][0]
     task = dl.make_task(L, M, seed=ctx.seed)
     cA, itA, convA = fixed_point_c(task, th.enumerate_types(task, n, "A"), n, 1.0,
@@ -262,9 +266,9 @@ def claim2(ctx: ReproduceContext) -> dict:
         expected="joint GD finds a perfect iterate while V moves", runs=free))
     claims.append(claim(
         "sampler_A_c_fixed_point_diverges",
-        "Sampler A: the fixed-point iteration for c = 10n²ℒ₀/δ + 4εn has no fixed point (spec §5.2 hypothesis)",
+        "Sampler A: the fixed-point iteration for c = 10n²ℒ₀/δ + 4εn has no fixed point (docs/reproductions/decision-lists.md#why-sampler-b-is-primary hypothesis)",
         not convA, L=L, n=n, M=M, eps=1.0, c_after_iterations=cA, iterations=itA,
-        paper="spec §5.2 hypothesis on result (2)'s c under sampler A",
+        paper="docs/reproductions/decision-lists.md#why-sampler-b-is-primary hypothesis on result (2)'s c under sampler A",
         definition="ℒ₀ = F(0, cP) under sampler A (i.i.d. tokens); iterate c ← 10n²ℒ₀(c)/δ + 4εn from c = 4εn",
         measured="fixed-point iteration for c, sampler A, ε = 1 (30 iterations)",
         expected="does not converge (no fixed point)"))
@@ -354,8 +358,9 @@ def _claim2_figure(ctx, curves, free_curves) -> None:
     ins = [k for k in curves if k[0] == "inside" and k[6] == 0]
     for i, key in enumerate(ins):
         cv = curves[key]
-        col, lab = style.PALETTE[i % 8], f"L,n,M={key[1:4]}, f={key[5]}"
-        axes[0, 0].plot(cv[:, 0] + 1, cv[:, 1], color=col, label=lab)
+        sty, lab = style.series(i), f"L,n,M={key[1:4]}, f={key[5]}"
+        col = sty["color"]
+        axes[0, 0].plot(cv[:, 0] + 1, cv[:, 1], **sty, label=lab)
         axes[0, 1].plot(cv[:, 0] + 1, cv[:, 3], color=col)
         ok = ~np.isnan(cv[:, 6])
         axes[0, 2].plot(cv[ok, 0] + 1, cv[ok, 6], "o-", ms=3, color=col)
@@ -371,16 +376,16 @@ def _claim2_figure(ctx, curves, free_curves) -> None:
         k0 = ex[0]
         for i, key in enumerate(k for k in ex if k[1:4] == k0[1:4] and k[6] == k0[6]):
             cv = curves[key]
-            axes[1, 0].plot(cv[:, 0] + 1, cv[:, 3], color=style.PALETTE[i % 8], label=f"ε={key[4]}, f={key[5]}")
+            axes[1, 0].plot(cv[:, 0] + 1, cv[:, 3], **style.series(i), label=f"ε={key[4]}, f={key[5]}")
         axes[1, 0].axhline(0, color="grey", lw=0.6)
         axes[1, 0].set(xscale="log", yscale="symlog", xlabel="step + 1", ylabel="min logit margin",
                        title=f"exploratory (outside), L,n,M = {k0[1:4]}")
         axes[1, 0].legend(fontsize=6)
     for i, (c, (cj, cw)) in enumerate(free_curves.items()):
-        col = style.PALETTE[i % 8]
-        axes[1, 1].plot(cj[:, 0] + 1, cj[:, 4], color=col, label=f"joint, c={c:g}")
-        axes[1, 2].plot(cj[:, 0] + 1, cj[:, 3], color=col, label=f"joint, c={c:g}")
-        axes[1, 2].plot(cw[:, 0] + 1, cw[:, 3], color=col, ls="--", label=f"W only, c={c:g}")
+        sty = style.series(i)
+        axes[1, 1].plot(cj[:, 0] + 1, cj[:, 4], **sty, label=f"joint, c={c:g}")
+        axes[1, 2].plot(cj[:, 0] + 1, cj[:, 3], **sty, label=f"joint, c={c:g}")
+        axes[1, 2].plot(cw[:, 0] + 1, cw[:, 3], **sty, ls="--", label=f"W only, c={c:g}")
     axes[1, 1].set(xscale="log", yscale="log", xlabel="step + 1", ylabel="max |V_k − V_0|",
                    title="free c (exploratory): V moves")
     axes[1, 1].legend(fontsize=6)

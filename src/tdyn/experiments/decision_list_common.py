@@ -1,8 +1,9 @@
-"""Decision lists (spec decision_lists.md): what the three reproductions share — the run configs of the
+"""Decision lists (docs/reproductions/decision-lists.md): what the three reproductions share — the run configs of the
 ``decision_list`` task they train, the initial model of a config, metrics of a run as a curve, and the
 benchmarks. The reproductions: ``decision_list_claim1`` (result (1), the reduced ODE),
 ``decision_list_claim2`` (result (2), GD through the trainer), ``decision_list_uniform`` (claim (c)).
-Samplers, δ/γ and "perfect" are tdyn's choices (spec §5, §7); every output names the ones it uses.
+Samplers, δ/γ and "perfect" are tdyn's choices (docs/reproductions/decision-lists.md#samplers-delta-and-gamma,
+docs/reproductions/decision-lists.md#perfect-classification); every output names the ones it uses.
 """
 
 from __future__ import annotations

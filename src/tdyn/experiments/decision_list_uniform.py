@@ -1,7 +1,8 @@
 """Decision lists, claim (c) (``decision-list/uniform-attention``): uniform attention (W = 0) pushes V
-towards P (spec §8.3). The first gradient −∇_V F(0, 0) by enumeration; then training through the trainer on
-the ``decision_list`` task (run directories under ``runs/``) with Adam and gradient descent (η = 1/λ_max(0)
-per seed, fixed η), joint and frozen-W modes from the same V₀ (``model.W_init: zero`` keeps the draw).
+towards P (docs/reproductions/decision-lists.md#decision-listuniform-attention). The first gradient −∇_V F(0, 0) by
+enumeration; then training through the trainer on the ``decision_list`` task (run directories under ``runs/``) with
+Adam and gradient descent (η = 1/λ_max(0) per seed, fixed η), joint and frozen-W modes from the same V₀
+(``model.W_init: zero`` keeps the draw).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ GRAD_COLUMNS = ["sampler", "L", "n", "M", "cos_c_first_grad", "perm_recovery_fir
 
 
 def first_gradient(L: int, n: int, M: int, sampler: str, seed: int) -> dict:
-    """−∇_V F at (W, V) = (0, 0): centred cosine with P and argmax recovery (spec §8.3, C3)."""
+    """−∇_V F at (W, V) = (0, 0): centred cosine with P and argmax recovery
+    (docs/reproductions/decision-lists.md#decision-listuniform-attention)."""
     task = dl.make_task(L, M, seed=seed)
     model = DecisionListModel(DecisionListModelConfig(L))
     th.population_loss(model, task, th.enumerate_types(task, n, sampler), backward=True)
@@ -152,15 +154,15 @@ def uniform_attention(ctx: ReproduceContext) -> dict:
               f"At (W,V)=(0,0) the column argmax of −∇_V F recovers π at L = {max(st['grad_L'])} "
               "for every (sampler, n, M) (exact enumeration)",
               all(r["perm_recovery_first_grad"] == 1.0 for r in big),
-              paper=PAPERC + " (the first step from W = V = 0, spec §8.3 derivation)",
+              paper=PAPERC + " (the first step from W = V = 0, docs/reproductions/decision-lists.md#decision-listuniform-attention derivation)",
               definition="−∇_V F(0, 0) on the exact population loss; recovery = mean_t 1[argmax_r G[r,t] = π(t)]",
               measured="argmax recovery of π from −∇_V F(0,0) at the largest L",
               expected="= 1 for every (sampler, n, M)",
               cos_c=[(r["sampler"], r["n"], r["M"], r["cos_c_first_grad"]) for r in big]),
         claim("first_gradient_cosine_rises_with_L",
-              "Hypothesis (spec §8.3): the centred cosine of −∇_V F(0,0) with P rises with L at fixed (n, M) "
+              "Hypothesis (docs/reproductions/decision-lists.md#decision-listuniform-attention): the centred cosine of −∇_V F(0,0) with P rises with L at fixed (n, M) "
               f"= {st['grad_nM'][0]}", all(np.all(np.diff(v) > 0) for v in by_L.values()),
-              paper="spec §8.3 hypothesis on the abstract §II claim",
+              paper="docs/reproductions/decision-lists.md#decision-listuniform-attention hypothesis on the abstract §II claim",
               definition="cos_c = cosine of column-centred −∇_V F(0,0) and column-centred P",
               measured="centred cosine of −∇_V F(0,0) with P, vs L, per sampler",
               expected="strictly increasing in L for each sampler", cos_by_L=by_L,
@@ -169,15 +171,15 @@ def uniform_attention(ctx: ReproduceContext) -> dict:
               f"W frozen at 0 (uniform attention), V trained from the same V_0 as the joint runs ({setting}): "
               "argmax recovery of π = 1 for every seed and σ at the end, for each optimizer",
               paper=PAPERC,
-              definition="recovery = mean_t 1[argmax_r V[r,t] = π(t)] (spec §8.3); the optimizer is not given by the "
+              definition="recovery = mean_t 1[argmax_r V[r,t] = π(t)] (docs/reproductions/decision-lists.md#decision-listuniform-attention); the optimizer is not given by the "
                          "paper: each is a reading",
               measured="argmax recovery of π from the final V (W frozen at 0)",
               expected="= 1 for every seed, σ and optimizer", readings=frozen_rd),
         claim("joint_training_perfect",
               f"Joint training of (W, V) from small init ({setting}): perfect classification (Err_sup = 0) at the "
               "end, for each optimizer",
-              paper="spec §8.3 hypothesis (joint training from small init; the abstract's §II outlook)",
-              definition="Err_sup = fraction of misclassified (set, query) pairs, strict argmax (spec §7)",
+              paper="docs/reproductions/decision-lists.md#decision-listuniform-attention hypothesis (joint training from small init; the abstract's §II outlook)",
+              definition="Err_sup = fraction of misclassified (set, query) pairs, strict argmax (docs/reproductions/decision-lists.md#perfect-classification)",
               measured="Err_sup after the final step of joint training",
               expected="= 0 for every seed, σ and optimizer", readings=joint_rd),
     ]
@@ -202,9 +204,10 @@ def _ua_figures(ctx, rows, grows, st) -> None:
                 sel = [r for r in rows if r["mode"] == mode and r["sigma"] == sg and r["optimizer"] == opt]
                 steps = sorted({r["step"] for r in sel})
                 v = np.array([[r["cos_c"] for r in sel if r["step"] == k] for k in steps])
-                col = style.PALETTE[(2 * i + j) % 8]
+                sty = style.series(2 * i + j)
+                col = sty["color"]
                 ax = axes[0, col_i]
-                ax.plot(np.array(steps) + 1, v.mean(1), color=col, ls="-" if mode == "joint" else "--",
+                ax.plot(np.array(steps) + 1, v.mean(1), **sty, ls="-" if mode == "joint" else "--",
                         label=f"{mode}, σ={sg}")
                 ax.fill_between(np.array(steps) + 1, v.min(1), v.max(1), color=col, alpha=0.2)
             sel = [r for r in rows if r["mode"] == mode and r["sigma"] == sigma and r["optimizer"] == opt]
@@ -228,7 +231,8 @@ def _ua_figures(ctx, rows, grows, st) -> None:
         for j, (n, M) in enumerate(st["grad_nM"]):
             pts = [(r["L"], r["cos_c_first_grad"]) for r in grows if r["sampler"] == s and (r["n"], r["M"]) == (n, M)]
             x, y = zip(*pts)
-            ax.plot(x, y, "o-" if s == "B" else "s--", color=style.PALETTE[j % 8], label=f"{s}, n={n}, M={M}")
+            ax.plot(x, y, ls="-" if s == "B" else "--", **style.series(j, marker="o" if s == "B" else "s"),
+                    label=f"{s}, n={n}, M={M}")
     ax.set(xlabel="L", ylabel="centred cos(−∇_V F(0,0), P)", title="C3: first gradient")
     ax.legend(fontsize=7)
     style.save(fig, ctx.out / "first_gradient.png")

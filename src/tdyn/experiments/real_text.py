@@ -1,5 +1,5 @@
 """Real-text checks (issue 6): topic structure of pretrained embeddings (Li et al.) and attention
-dynamics of a small causal LM on text (Tian et al. Figs 7, 10), on the offline corpora of corpora.md.
+dynamics of a small causal LM on text (Tian et al. Figs 7, 10), on the offline corpora of docs/reproductions/real-text.md.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def topic_embeddings(ctx: ReproduceContext) -> dict:
                 f"{kind} of pretrained input embeddings is higher within an LDA topic than across topics ({name})",
                 decide(s - d - null["mean"], null["std"]),
                 reason="same- minus different-topic difference within 2σ of the shuffled-topic null",
-                paper="Li et al. §1 (and §8 of the spec): pretrained BERT embeddings are more similar within an "
+                paper="Li et al. §1 (and docs/reproductions/real-text.md#the-papers-wikipedia-pipeline): pretrained BERT embeddings are more similar within an "
                       "LDA topic than across topics",
                 definition=f"mean pairwise {kind} of the MiniLM input embeddings of the {n_top} top words of each "
                            f"of K = {K} LDA topics; same topic = distinct words sharing a topic, different topic = "
@@ -163,7 +163,9 @@ def topic_embeddings(ctx: ReproduceContext) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# Causal LM on real text (Scan and Snap §8, App G; scan_snap.md §3.4, §7.4, §9)
+# Causal LM on real text (Scan and Snap §8, App G; docs/reproductions/real-text.md#tutorial-language-model,
+# docs/reproductions/real-text.md#causal-attention-entropy,
+# docs/reproductions/real-text.md#wikitext-training-in-the-paper)
 # ---------------------------------------------------------------------------------------------
 
 LM_PARAMS_ATTN = ("in_W", "in_b", "out_W", "out_b")
@@ -222,10 +224,11 @@ def attention_maps(ctx: ReproduceContext) -> dict:
         shown = cfg["checkpoint"]["steps"][:4]
         for c, s in enumerate(shown):
             A = runs.Run(d).probe("corpus_lm.attention/maps", "final" if s == T else s)[0]
-            axes[r, c].imshow(A.numpy(), cmap="viridis", vmin=0, vmax=1)
+            im = axes[r, c].imshow(A.numpy(), cmap="viridis", vmin=0, vmax=1)
             axes[r, c].set_title(f"{L} layer{'s' if L > 1 else ''}, iteration {s}")
             axes[r, c].set_xlabel("key position")
             axes[r, c].set_ylabel("query position")
+        fig.colorbar(im, ax=list(axes[r]), fraction=0.02, pad=0.01, label="attention weight")
         m = [x for x in runs.Run(d).metrics if "corpus_lm.attention/entropy_layer0" in x]
         rows += [{"n_layers": L, "step": x["step"], "val_loss": x["corpus_lm.attention/val_loss"],
                   "entropy_layer0": x["corpus_lm.attention/entropy_layer0"]} for x in m]

@@ -10,7 +10,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from tdyn import runs
+from tdyn import docs, runs
 from tdyn.errors import UserError
 from tdyn.config import override_key
 from tdyn.errors import ConfigError
@@ -88,6 +88,8 @@ def run_reproduction(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
     if ctx.options is not None and ctx.options != exp.make_options():  # recorded when not the defaults
         results.setdefault("options", ctx.options.model_dump(mode="json"))
     results.setdefault("experiment", exp.name)
+    if docs.ref(exp.name):
+        results.setdefault("docs", docs.ref(exp.name))   # the reproduction's section in docs/reproductions/
     results["quick"] = ctx.quick
     for c in results.get("claims", []):  # every verdict carries its setting: quick ones are labelled as such
         c["quick"] = ctx.quick

@@ -31,8 +31,9 @@ FIG4_ROWS = [0, 2, 4, 6, 8, 10]
 
 
 def fig4_config(seed: int = 0) -> dict:
-    """The authors' Fig 4 commands (spec §5.2), as one ensemble: η_Y ∈ {1, 10} at η_Z = 1; 3 seeds (data
-    streams; zero init) so that each comparison has a seed-to-seed noise to clear."""
+    """The authors' Fig 4 commands (docs/reproductions/scan-snap.md#the-authors-commands), as one ensemble: η_Y ∈
+    {1, 10} at η_Z = 1; 3 seeds (data streams; zero init) so that each comparison has a seed-to-seed noise to
+    clear."""
     cfg = yz_config(data.SYN_SMALL, seeds=(seed, seed + 1, seed + 2))
     cfg["ensemble"] = {"lrs": [{"Y": 1.0, "Z": 1.0}, {"Y": 10.0, "Z": 1.0}]}
     cfg["checkpoint"] = {"schedule": "none", "steps": FIG4_ROWS}
@@ -69,28 +70,36 @@ def fig4(ctx: ReproduceContext) -> dict:
 
     style.apply()
     ncols = dist.num_contextual
-    labels = [str(s) for s in FIG4_ROWS] + ["Final"]
-    fig = plt.figure(figsize=(11, 7.5))
-    gs = fig.add_gridspec(3, 2, height_ratios=[1, 1, 0.9], hspace=0.45, wspace=0.3)
+    labels = [str(s) for s in FIG4_ROWS] + [f"final ({cfg.optim.steps})"]
+    imgs = {(j, n): torch.stack([r["c"][k][n, :ncols] for k in FIG4_ROWS + ["final"]]).numpy()
+            for j, r in enumerate(per_run) for n in range(dist.K)}
+    vmax = max(float(i.max()) for i in imgs.values()) or 1.0     # one colour scale for every map compared
+    fig = plt.figure(figsize=(11, 7.5), constrained_layout=True)
+    gs = fig.add_gridspec(3, 2, height_ratios=[1, 1, 0.9])
+    map_axes = []
     for j, r in enumerate(per_run):
         for n in range(dist.K):
             ax = fig.add_subplot(gs[n, j])
-            img = torch.stack([r["c"][k][n, :ncols] for k in FIG4_ROWS + ["final"]]).numpy()
-            im = ax.imshow(img, aspect="auto", cmap="viridis", vmin=0)
+            map_axes.append(ax)
+            im = ax.imshow(imgs[j, n], aspect="auto", cmap="viridis", vmin=0, vmax=vmax)
             for x in (9.5, 19.5):
                 ax.axvline(x, color="w", ls="--", lw=0.8)
             ax.set_yticks(range(len(labels)), labels)
             ax.set_ylabel("iteration")
-            ax.set_title(f"c_n, class n={n + 1}  (η_Y={r['eta_y']:g}, η_Z={r['eta_z']:g})")
+            ax.set_title(f"$c_n$, class $n={n + 1}$  ($\\eta_Y={r['eta_y']:g}$, $\\eta_Z={r['eta_z']:g}$)")
             if n == dist.K - 1:
                 ax.set_xlabel("token (common | distinct seq1 | distinct seq2)")
-            fig.colorbar(im, ax=ax, fraction=0.03, pad=0.01)
+    fig.colorbar(im, ax=map_axes, fraction=0.03, pad=0.01, label="$c_n$ (shared scale)")
     ax = fig.add_subplot(gs[2, :])
+    floor = 1e-9      # a float32 cross-entropy can round to exactly 0: drawn at the floor on the log axis
+    zeros = any(l is not None and l <= 0 for r in per_run for l in r["loss"])
     for r in per_run:
-        ax.plot(r["loss"], label=f"η_Y={r['eta_y']:g}, η_Z={r['eta_z']:g}")
-    ax.axhline(ln_m, color="grey", ls=":", lw=0.8, label="ln M")
+        ax.plot([max(l, floor) if l is not None else np.nan for l in r["loss"]],
+                label=f"$\\eta_Y={r['eta_y']:g}$, $\\eta_Z={r['eta_z']:g}$")
+    ax.axhline(ln_m, color="grey", ls=":", lw=0.8, label="$\\ln M$")
+    ax.set_yscale("log")
     ax.set_xlabel("step (SGD, momentum 0.9, batch 128)")
-    ax.set_ylabel("training loss (nats)")
+    ax.set_ylabel("training loss (nats, log scale)" + (f"\nexact 0 drawn at {floor:g}" if zeros else ""))
     ax.legend()
     style.save(fig, ctx.out / "fig4.png")
 
@@ -126,7 +135,8 @@ def fig4(ctx: ReproduceContext) -> dict:
     # the run length)
     steps_of = lambda e, sd: reach[e, sd] if reach[e, sd] is not None else cfg.optim.steps  # noqa: E731
     df = [steps_of(slow_e, sd) - steps_of(fast_e, sd) for sd in seeds]
-    # Thm 2 signs (η_Y = η_Z = 1 runs): max common logit < 0; Spearman ≥ 0.9 (spec §13 test 4's tolerance)
+    # Thm 2 signs (η_Y = η_Z = 1 runs): max common logit < 0; Spearman ≥ 0.9 (the tolerance of
+    # docs/reproductions/scan-snap.md#scan-snapfig4)
     maxc, rho = [], []
     for sd in seeds:
         rows_z = by[slow_e, sd]["Z"][dist.query]
@@ -139,7 +149,7 @@ def fig4(ctx: ReproduceContext) -> dict:
     claims = [
         claim("step0-loss", "With zero init the step-0 loss is exactly ln M",
               all(abs(r["loss"][0] - ln_m) < 1e-5 for r in all_runs),
-              paper="spec §3.3 derivation (all logits 0 at zero init: the classifier spans all M ids)",
+              paper="docs/reproductions/scan-snap.md#yz-model-as-trained derivation (all logits 0 at zero init: the classifier spans all M ids)",
               definition="training loss logged before the first update, every run; stated tolerance 1e-5",
               measured="step-0 training loss of each run", expected="= ln M (within 1e-5) in every run",
               step0_loss=[r["loss"][0] for r in all_runs], ln_M=ln_m, tolerance=1e-5),
@@ -152,7 +162,7 @@ def fig4(ctx: ReproduceContext) -> dict:
               min_lead_over_runner_up=min(lead)),
         claim("sparsifies", "Attention sparsifies: distinct-token entropy of c_n falls during training", sp_held,
               reason="an entropy drop is within 2 SE of 0", paper="Fig 4; Thm 3 (winners take more attention)",
-              definition="Fig 6 entropy (spec §7.2) of the final weights vs its step-0 value (2.1513 at Z = 0), per "
+              definition="Fig 6 entropy (docs/reproductions/scan-snap.md#distinct-token-entropy) of the final weights vs its step-0 value (2.1513 at Z = 0), per "
                          "seed; mean drop per η_Y decided with a 2-SE margin over seeds",
               measured="step-0 minus final distinct-token entropy, per η_Y",
               expected="> 0 beyond 2 SE for every η_Y", entropy_step0=ent0,
@@ -160,7 +170,7 @@ def fig4(ctx: ReproduceContext) -> dict:
         claim("larger-eta-y-denser", f"η_Y={fast_e:g} ends with a less sparse map than η_Y={slow_e:g}",
               decide(float(np.mean(dd)), se(dd)), reason="the entropy difference is within 2 SE",
               paper="Fig 4 (right vs left); §6 prediction (c)",
-              definition="final distinct-token entropy (spec §7.2), paired per seed: H(fast) − H(slow); 2-SE margin",
+              definition="final distinct-token entropy (docs/reproductions/scan-snap.md#distinct-token-entropy), paired per seed: H(fast) − H(slow); 2-SE margin",
               measured="final distinct-token entropy of c_n", expected="H(η_Y=10) > H(η_Y=1) beyond 2 SE",
               entropy_final={f"eta_y={e:g},seed={sd}": v for (e, sd), v in ent.items()},
               **margin(float(np.mean(dd)), se(dd), noise_source="SE over seeds of the paired difference")),
@@ -174,7 +184,7 @@ def fig4(ctx: ReproduceContext) -> dict:
               **margin(float(np.mean(df)), se(df), noise_source="SE over seeds of the paired difference")),
         claim("thm2-signs", f"Thm 2 (η_Y=η_Z={slow_e:g}): common-token logits negative; distinct logits ordered by P(l|n)",
               sign_held, reason="the largest common logit is within 2 SE of 0",
-              paper="Thm 2 (b) / Cor 2 (common logits fall); Thm 3 (order by P(l|n)); spec §13 test 4",
+              paper="Thm 2 (b) / Cor 2 (common logits fall); Thm 3 (order by P(l|n)); docs/reproductions/scan-snap.md#scan-snapfig4",
               definition="final query-row logits of the η_Y = η_Z runs: the largest common logit per seed (mean, 2-SE "
                          "margin below 0) and Spearman(z, P(l|n)) over each class's distinct tokens ≥ 0.9 (spec's "
                          "stated tolerance) in every seed and class",
@@ -194,8 +204,9 @@ FIG5_ETAS = [0.1, 0.5, 1.0]
 
 
 def fig5_config(seed: int = 0) -> dict:
-    """Fig 4's command with Adam (default betas), η_Y = η_Z ∈ {0.1, 0.5, 1} (spec §5.2), zero init; 3 seeds
-    (data streams) so that the rate-to-rate difference can be set against the seed-to-seed one."""
+    """Fig 4's command with Adam (default betas), η_Y = η_Z ∈ {0.1, 0.5, 1}
+    (docs/reproductions/scan-snap.md#the-authors-commands), zero init; 3 seeds (data streams) so that the
+    rate-to-rate difference can be set against the seed-to-seed one."""
     cfg = yz_config(data.SYN_SMALL, optimizer="adam", seeds=(seed, seed + 1, seed + 2))
     cfg["ensemble"] = {"lrs": [{"Y": e, "Z": e} for e in FIG5_ETAS]}
     cfg["checkpoint"] = {"schedule": "none", "steps": FIG4_ROWS}

@@ -1,7 +1,8 @@
-"""Scan and Snap Fig 6 and Figs 11–12 (Tian et al. 2023 App G; spec §5.2, §7.2–7.3): the Syn-Medium
-sweep (640 runs as 8 ensemble jobs), its entropy table, and recall vs attention threshold from the
-same sweep's final weights (typed option ``--sweep-dir``: Figs 6 and 11–12 given the same directory
-train once); the ``fig6_sweep`` bench."""
+"""Scan and Snap Fig 6 and Figs 11–12 (Tian et al. 2023 App G;
+docs/reproductions/scan-snap.md#the-authors-commands, docs/reproductions/scan-snap.md#distinct-token-entropy,
+docs/reproductions/scan-snap.md#recall-at-threshold): the Syn-Medium sweep (640 runs as 8 ensemble jobs), its
+entropy table, and recall vs attention threshold from the same sweep's final weights (typed option ``--sweep-dir``:
+Figs 6 and 11–12 given the same directory train once); the ``fig6_sweep`` bench."""
 
 from __future__ import annotations
 
@@ -65,9 +66,10 @@ FIG6_QUICK = {"num_last": [1, 3], "etas_z": [0.5, 3.0], "ratios": [1.0, 2.0, 10.
 def fig6_spec(grid: dict = FIG6, overrides: list[str] = ()) -> dict:
     """The sweep as a ``tdyn sweep`` spec: #query panels × zipped (η_Z, η_Y = ratio·η_Z) × seeds.
 
-    The authors' command (spec §5.2): Syn-Medium, SGD momentum 0.9, batch 128, length 128,
-    100 steps, PyTorch-default init. Each panel's 10 seeds × 16 learning-rate pairs train as two
-    ensemble jobs of 5 seeds (the sweep's default ``job_members``, so two workers share the largest panel). Probes only at the start and the end (the sweep needs only the final weights).
+    The authors' command (docs/reproductions/scan-snap.md#the-authors-commands): Syn-Medium, SGD momentum 0.9,
+    batch 128, length 128, 100 steps, PyTorch-default init. Each panel's 10 seeds × 16 learning-rate pairs train as
+    two ensemble jobs of 5 seeds (the sweep's default ``job_members``, so two workers share the largest panel).
+    Probes only at the start and the end (the sweep needs only the final weights).
     """
     base = yz_config(data.syn_medium(grid["num_last"][0]), steps=grid["steps"], init="torch_default")
     base["probes"] = {"names": [], "every": grid["steps"] or 1}
@@ -137,8 +139,9 @@ def fig6_configs(ctx: ReproduceContext) -> dict[str, dict]:
 @register("scan-snap/fig6", "Syn-Medium sweep (640 runs): distinct-token entropy vs η_Y/η_Z per η_Z — "
           "larger η_Z sparser; rises past ratio ≈ 2", configs=fig6_configs, options=SweepOptions)
 def fig6(ctx: ReproduceContext) -> dict:
-    """Entropy of the final attention's renormalised distinct-token distribution (spec §7.2),
-    mean ± sample std over 10 seeds, per (#query/#next, η_Z, ratio)."""
+    """Entropy of the final attention's renormalised distinct-token distribution
+    (docs/reproductions/scan-snap.md#distinct-token-entropy), mean ± sample std over 10 seeds, per (#query/#next,
+    η_Z, ratio)."""
 
     grid, records = fig6_sweep(ctx)
     rows, Hs = [], {}
@@ -170,7 +173,8 @@ def fig6(ctx: ReproduceContext) -> dict:
     axes[0, 0].legend()
     style.save(fig, ctx.out / "fig6.png")
 
-    # ---- the paper's trends (spec §8, §13 test 6), each comparison decided with a margin of 2 standard errors
+    # ---- the paper's trends (docs/reproductions/scan-snap.md#figures,
+    # docs/reproductions/scan-snap.md#scan-snapfig6), each comparison decided with a margin of 2 standard errors
     # of the paired per-seed difference (runs with the same seed share init and data stream)
     ez, rt, panels = grid["etas_z"], grid["ratios"], grid["num_last"]
     word = {True: "holds", False: "fails", None: "inconclusive"}
@@ -203,7 +207,7 @@ def fig6(ctx: ReproduceContext) -> dict:
     def nums(cells):
         return {k: n for k, (_, n) in cells.items()}
 
-    defn = ("per seed: the Fig 6 entropy (spec §7.2) of the final weights; per comparison: the paired per-seed "
+    defn = ("per seed: the Fig 6 entropy (docs/reproductions/scan-snap.md#distinct-token-entropy) of the final weights; per comparison: the paired per-seed "
             "difference, mean ± SE over seeds, decided with a margin of 2 SE; the claim holds if every comparison "
             "holds, fails if any fails, else inconclusive")
     v1, r1 = verdict(dec)
@@ -242,7 +246,7 @@ RECALL_THRESHOLDS = {1: (0.028, 0.038), 3: (0.012, 0.016), 5: (0.0075, 0.0105), 
 #: each reading is (name, description, threshold axis from (num_last, M), fit).
 DESCENT_READINGS = (
     ("lsq-paper-axis", "−(least-squares slope) of recall vs threshold over the panel's plotted threshold axis "
-     "(spec §7.3: 11 thresholds)", lambda nl, M: np.linspace(*RECALL_THRESHOLDS[nl], 11), "lsq"),
+     "(docs/reproductions/scan-snap.md#recall-at-threshold: 11 thresholds)", lambda nl, M: np.linspace(*RECALL_THRESHOLDS[nl], 11), "lsq"),
     ("secant-paper-axis", "(recall at the axis's first threshold − at its last)/(axis width), the panel's plotted "
      "axis", lambda nl, M: np.linspace(*RECALL_THRESHOLDS[nl], 11), "secant"),
     ("lsq-wide-axis", "−(least-squares slope) of recall vs threshold over [0.5/M, 2/M] (31 thresholds; the plotted "
@@ -254,16 +258,16 @@ DESCENT_READINGS = (
           "weights: smaller ratio or larger η_Z → sparser, read from the descent rate",
           configs=fig6_configs, options=SweepOptions)
 def fig11_12(ctx: ReproduceContext) -> dict:
-    """Recall (spec §7.3: softmax over all M tokens per query, tag ≥ threshold, share of the query's
-    distinct tokens tagged), mean over seeds; Fig 11 curves per ratio, Fig 12 curves per η_Z.
-    Reuses the Fig 6 runs under the same ``sweep_dir`` (trains them only if absent).
+    """Recall (docs/reproductions/scan-snap.md#recall-at-threshold: softmax over all M tokens per query, tag ≥
+    threshold, share of the query's distinct tokens tagged), mean over seeds; Fig 11 curves per ratio, Fig 12
+    curves per η_Z. Reuses the Fig 6 runs under the same ``sweep_dir`` (trains them only if absent).
 
-    **How the paper reads the curves** (App G and the Fig 11/12 captions; spec §7.3): sparsity is read
-    from the *descent rate* of recall against threshold — a sparser attention map gives a slower
-    descent — not from the level of recall. The two claims (smaller η_Y/η_Z ⇒ sparser; larger η_Z ⇒
-    sparser) are judged per panel and cell by the descent rate: per seed, the rate of each run's
-    recall curve; per cell, the paired seed difference between the two ends of the swept axis
-    (ratio 1 vs 10 at fixed η_Z; η_Z 0.5 vs 3 at fixed ratio) and its standard error. The paper leaves
+    **How the paper reads the curves** (App G and the Fig 11/12 captions;
+    docs/reproductions/scan-snap.md#recall-at-threshold): sparsity is read from the *descent rate* of recall
+    against threshold — a sparser attention map gives a slower descent — not from the level of recall. The two
+    claims (smaller η_Y/η_Z ⇒ sparser; larger η_Z ⇒ sparser) are judged per panel and cell by the descent rate: per
+    seed, the rate of each run's recall curve; per cell, the paired seed difference between the two ends of the
+    swept axis (ratio 1 vs 10 at fixed η_Z; η_Z 0.5 vs 3 at fixed ratio) and its standard error. The paper leaves
     the fit open, so each reading in ``DESCENT_READINGS`` is measured side by side.
     """
 
@@ -369,7 +373,7 @@ def fig11_12(ctx: ReproduceContext) -> dict:
     axes[0, 0].legend(fontsize=7)
     style.save(fig, ctx.out / "descent_rate.png")
 
-    definition = ("descent rate of a run's recall–threshold curve (recall: spec §7.3), per seed; per cell the paired "
+    definition = ("descent rate of a run's recall–threshold curve (recall: docs/reproductions/scan-snap.md#recall-at-threshold), per seed; per cell the paired "
                   "seed-mean difference between the two ends of the swept axis, decided with a margin of 2 standard "
                   "errors; a reading holds if every (panel, cell) holds, fails if any cell fails")
     claims = [

@@ -1,5 +1,6 @@
-"""Scan and Snap Thm 4's two times measured in training (spec §5.3, §6.5): the decoder switch vs
-t'₀ = K ln M/η_Y and the attention snap (B_n leaving its scan law) vs t₀ = 2K ln M/η_Y."""
+"""Scan and Snap Thm 4's two times measured in training (docs/reproductions/scan-snap.md#seeds-and-time-units,
+docs/reproductions/scan-snap.md#theory-on-trained-models): the decoder switch vs t'₀ = K ln M/η_Y and the attention
+snap (B_n leaving its scan law) vs t₀ = 2K ln M/η_Y."""
 
 from __future__ import annotations
 
@@ -24,19 +25,22 @@ from tdyn.theory import scan_snap as th
 # ---------------------------------------------------------------- snap time
 
 #: The paper's Syn-Medium data (10 common tokens shared by every class, ρ = f_1ᵀf_2 ≈ 0.72 at Z = 0: Assumption 2
-#: is not met), under the theory's protocol (plain SGD, zero init, long sequences; spec §6.5).
+#: is not met), under the theory's protocol (plain SGD, zero init, long sequences;
+#: docs/reproductions/scan-snap.md#theory-on-trained-models).
 SNAP = {"num_last": [1, 3, 5], "etas_y": [0.5, 1.0, 2.0, 4.0], "eta_z": 0.1, "batch_size": 64, "seq_len": 512,
         "seeds": 3, "t0_factor": 4}
 SNAP_QUICK = {"num_last": [1, 3], "etas_y": [1.0, 4.0], "eta_z": 0.1, "batch_size": 64, "seq_len": 256, "seeds": 2,
               "t0_factor": 4}
-#: Thm 4's setting: one common token, all K classes on one query (§6.3), common weight 0.2 so that the classes are
+#: Thm 4's setting: one common token, all K classes on one query
+#: (docs/reproductions/scan-snap.md#snap-phase-transition), common weight 0.2 so that the classes are
 #: nearly orthogonal (ρ ≈ 0.01; Assumption 2: |λ₁(E)| = (K−1)ρ < 1/K), η_Y ≫ η_Z, long sequences.
 #: Small η_Y so that the departure comes after ≳ 10 steps, where B_n is well above the SGD noise.
 SNAP_THM = {"K": [2, 4], "etas_y": [0.1, 0.2, 0.4], "eta_z": 0.02, "batch_size": 64, "seq_len": 512,
             "num_common": 1, "common_weight": 0.2, "seeds": 3, "t0_factor": 3}
 SNAP_THM_QUICK = {"K": [2], "etas_y": [0.2, 0.4], "eta_z": 0.02, "batch_size": 64, "seq_len": 256,
                   "num_common": 1, "common_weight": 0.2, "seeds": 2, "t0_factor": 3}
-#: Stated tolerance for "measured = predicted" (as spec §13 test 9's batch invariance): ±25%.
+#: Stated tolerance for "measured = predicted" (the batch-invariance tolerance;
+#: docs/reproductions/scan-snap.md#scan-snapsnap-time): ±25%.
 SNAP_TOL = 0.25
 #: The open definition of "B_n(t) leaves its scan-phase law": the local log-log slope of G = e^{4B_n} − 1
 #: (2 in the scan law, → 0 in the snap law) first falls below the level.
@@ -53,16 +57,18 @@ def _snap_cfg(dat: dict, K: int, M: int, seed: int, grid: dict) -> dict:
 
 
 def snap_config(num_last: int, seed: int, grid: dict = SNAP) -> dict:
-    """The paper's data: Syn-Medium with K = 2·num_last, plain SGD (spec §6.5), zero init, η_Y grid at
-    fixed η_Z, probes every step, ``t0_factor``× the largest predicted t₀ (at least 60 steps)."""
+    """The paper's data: Syn-Medium with K = 2·num_last, plain SGD
+    (docs/reproductions/scan-snap.md#theory-on-trained-models), zero init, η_Y grid at fixed η_Z, probes every
+    step, ``t0_factor``× the largest predicted t₀ (at least 60 steps)."""
     dat = data.syn_medium(num_last)
     dist = data.build(data.ScanSnapDataConfig(**dat))
     return _snap_cfg(dat, dist.K, dist.M, seed, grid)
 
 
 def snap_theorem_config(K: int, seed: int, grid: dict = SNAP_THM) -> dict:
-    """Thm 4's setting (§6.3): one query with K next tokens, one common token of weight
-    ``common_weight`` (the distinct weights as in the paper), otherwise as :func:`snap_config`."""
+    """Thm 4's setting (docs/reproductions/scan-snap.md#snap-phase-transition): one query with K next tokens, one
+    common token of weight ``common_weight`` (the distinct weights as in the paper), otherwise as
+    :func:`snap_config`."""
     dat = {"num_last": 1, "num_next_per_last": K, "num_common": grid["num_common"], "num_common_per_last": 0,
            "common_unnormalized_prob": grid["common_weight"]}
     dist = data.build(data.ScanSnapDataConfig(**dat))
@@ -120,8 +126,9 @@ def scan_departure(B: np.ndarray, level: float) -> float:
 
 
 def theory_B(steps: int, K: int, M: int, eta_y: float, eta_z: float, C0: float = 1.0) -> np.ndarray:
-    """§6.3's exact B_n = ¼ ln(1 + 4Γ/C0) per optimiser step 0..steps, with Γ the left Riemann sum
-    η_Z Σ_{j<t} γ(j) (step t's attention update uses the decoder after j = t − 1 updates, as in training)."""
+    """The exact B_n = ¼ ln(1 + 4Γ/C0) (docs/reproductions/scan-snap.md#snap-phase-transition) per optimiser step
+    0..steps, with Γ the left Riemann sum η_Z Σ_{j<t} γ(j) (step t's attention update uses the decoder after j = t
+    − 1 updates, as in training)."""
     g = th.gamma(np.arange(steps + 1, dtype=np.float64), K, M, eta_y)
     G = eta_z * np.concatenate([[0.0], np.cumsum(g)[:-1]])
     return th.B_from_Gamma(G, C0)
@@ -167,8 +174,9 @@ def snap_settings(ctx: ReproduceContext) -> dict:
           "vs t₀ = 2K ln M/η_Y, in Thm 4's setting and on the paper's Syn-Medium data", configs=lambda ctx: {
               f"{setting}_{name}": raw for setting, (grid, make) in snap_settings(ctx).items() for name, raw in make(grid)})
 def snap_time_reproduction(ctx: ReproduceContext) -> dict:
-    """The two times of Thm 4 measured separately in training (optimiser steps; spec §5.3: to first order
-    batch-independent), each against its prediction, with the constant tested and not only the 1/η_Y scaling.
+    """The two times of Thm 4 measured separately in training (optimiser steps;
+    docs/reproductions/scan-snap.md#seeds-and-time-units: to first order batch-independent), each against its
+    prediction, with the constant tested and not only the 1/η_Y scaling.
 
     **Markers.**
 
@@ -179,14 +187,15 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
       quantity Lemma 9 bounds, and it needs no model of the attention.
     * *Attention snap* — the time B_n(t) leaves its scan-phase law (Thm 4, Eqn 14: B_n = ¼ ln(1 + at²)
       before t'₀, ¼ ln(1 + b ln² t) after t₀). B_n is read as −(mean common logit) of the class's query
-      row, exact in §6.3's setting (e^{−4z_common} = 1 + 4Γ/C0 and B_n = η_Z∫ξ_n = −z_common); G := e^{4B_n} − 1
-      ∝ Γ grows as t² in the scan law and as ln² t in the snap law, so its local log-log slope falls from 2
-      towards 0. The departure is the first step at which that slope is below a level; the paper leaves the
-      level open, so two readings (1.5: first clear departure; 1: half-way to the snap law) are measured side
-      by side. The *prediction* is the same function applied to §6.3's exact B_n(t) (Lemma 6's h, Γ as the
-      same left Riemann sum over steps; C0 cancels). The ratio to the paper's t₀ is reported beside it:
-      by these definitions the exact theory itself leaves the scan law at about 0.35–0.8 t₀, i.e. around
-      t'₀ — t₀ = 2(1+o(1))K ln M/η_Y is where the snap law has taken over, not where the scan law ends.
+      row, exact in the setting of docs/reproductions/scan-snap.md#snap-phase-transition (e^{−4z_common} = 1 +
+      4Γ/C0 and B_n = η_Z∫ξ_n = −z_common); G := e^{4B_n} − 1 ∝ Γ grows as t² in the scan law and as ln² t in the
+      snap law, so its local log-log slope falls from 2 towards 0. The departure is the first step at which that
+      slope is below a level; the paper leaves the level open, so two readings (1.5: first clear departure; 1:
+      half-way to the snap law) are measured side by side. The *prediction* is the same function applied to the
+      exact B_n(t) of docs/reproductions/scan-snap.md#snap-phase-transition (Lemma 6's h, Γ as the same left
+      Riemann sum over steps; C0 cancels). The ratio to the paper's t₀ is reported beside it: by these definitions
+      the exact theory itself leaves the scan law at about 0.35–0.8 t₀, i.e. around t'₀ — t₀ = 2(1+o(1))K ln M/η_Y
+      is where the snap law has taken over, not where the scan law ends.
     * *Peak-growth marker* (the earlier definition, ``snap_time``): the step at which the leading distinct
       logit grows fastest. By Thm 2(a) ż_{l₀} ∝ γ(t), which peaks just before the decoder switch, so it
       measures the decoder switch, not the attention snap. Its earlier agreement with t₀ (≈ 0.87×) was a
@@ -200,7 +209,8 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
     where B_n is well above the SGD noise), 3 seeds, 3 t₀ of training. (ii) The paper's Syn-Medium data (``SNAP``): num_last ∈
     {1, 3, 5} (K ∈ {2, 6, 10}, 10 common tokens), same protocol, η_Y ∈ {0.5, 1, 2, 4}, 3 seeds. The
     theory's constants are judged only in (i); (ii) trains 4 t₀ so that the late departures fit in; in (ii) the theorem's hypotheses fail, so those numbers
-    are reported with an inconclusive verdict, and (ii) tests the spec §6.5 Remark-1 interval instead.
+    are reported with an inconclusive verdict, and (ii) tests the
+    docs/reproductions/scan-snap.md#theory-on-trained-models Remark-1 interval instead.
     """
 
     quick = ctx.quick
@@ -284,7 +294,7 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
                                 s=40, lw=0.8, label="Lemma 5–6 p = ½ time" if lab and setting == "theorem" else None)
             axes[1].scatter(r["snap_slope<1_pred"], r["snap_slope<1"], color=col, marker=mk[setting], s=18, label=lab)
     for ax, xl, yl in ((axes[0], "t'₀ = K ln M/η_Y (steps)", "decoder switch: first step p(correct) ≥ ½"),
-                       (axes[1], "predicted departure (same definition on §6.3's exact B_n)",
+                       (axes[1], "predicted departure (same definition on the exact B_n)",
                         "attention snap: B_n leaves scan law (slope < 1)")):
         lim = np.array([0, max(max(c.get_offsets()[:, 0].max(), c.get_offsets()[:, 1].max()) for c in ax.collections) * 1.1])
         ax.plot(lim, lim, color="grey", ls=":", label="measured = predicted")
@@ -374,11 +384,11 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
               definition="decoder switch / t'₀ − 1 (mean over seeds of the per-seed mean over (K, η_Y)), decided with a "
                          "2-SE margin", measured="decoder switch / t'₀", expected="> 1 beyond 2 SE", readings=lemma9),
         claim("attention-snap-constant", "Thm 4's setting: B_n(t) leaves its scan-phase law when the exact theory "
-              f"(§6.3) says it does (measured/predicted within 1 ± {tol:g}); ratios to t₀ = 2K ln M/η_Y reported",
-              paper="Thm 4, Eqn 14 (scan law before t'₀, snap law after t₀ = 2(1+o(1))K ln M/η_Y); §6.3",
-              definition="B_n := −(mean common logit of the query row) (exact in §6.3); departure = first step at which "
+              f"(docs/reproductions/scan-snap.md#snap-phase-transition) says it does (measured/predicted within 1 ± {tol:g}); ratios to t₀ = 2K ln M/η_Y reported",
+              paper="Thm 4, Eqn 14 (scan law before t'₀, snap law after t₀ = 2(1+o(1))K ln M/η_Y); docs/reproductions/scan-snap.md#snap-phase-transition",
+              definition="B_n := −(mean common logit of the query row) (exact in docs/reproductions/scan-snap.md#snap-phase-transition); departure = first step at which "
                          "the centred log-log slope of e^{4B_n} − 1 falls below the level; prediction = the same "
-                         "function on §6.3's exact B_n(t); noise = SE over seeds",
+                         "function on the exact B_n(t) of docs/reproductions/scan-snap.md#snap-phase-transition; noise = SE over seeds",
               measured="attention-snap time / predicted (ratio to t₀ beside it)", expected=f"within 1 ± {tol:g}",
               readings=snap_T),
         claim("inverse-eta-y", "Thm 4's setting: both times scale as 1/η_Y at fixed K (log-log exponent −1 ± "
@@ -401,7 +411,7 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
               reason=f"outside Thm 4's hypotheses: 10 common tokens shared by every class, ρ = f_nᵀf_n' ≈ "
                      f"{np.mean([v for (s, _), v in rho.items() if s == 'paper']):.2f} at Z = 0, so Assumption 2 "
                      "(|λ₁(E)| < 1/K) fails; the numbers are reported, not judged",
-              paper="Thm 4 (needs Assumption 2 and §6.3's single common token)",
+              paper="Thm 4 (needs Assumption 2 and the single common token of docs/reproductions/scan-snap.md#snap-phase-transition)",
               definition="as in the theorem-setting claims", measured="ratios to t'₀, t₀ and to the predictions",
               expected="n/a (hypotheses not met)",
               switch_over_t0prime=P["switch_over_t0prime"], switch_over_lemma6=P["switch_over_lemma6"],
@@ -411,7 +421,7 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
         claim("stage-switch-interval", "The paper's data: the decoder switch lies between K ln M/η_Y and "
               "K ln M/((1−ρ)η_Y) (correlated classes train at the effective rate (1−ρ)η_Y)",
               in_held, reason=in_why,
-              paper="Remark 1 (effective rate (1−ρ)η_Y); spec §6.5 hypothesis",
+              paper="Remark 1 (effective rate (1−ρ)η_Y); docs/reproductions/scan-snap.md#theory-on-trained-models hypothesis",
               definition="first (interpolated) step with p(correct) ≥ ½ on the probe batch, mean over seeds per "
                          "(K, η_Y); inside the interval by 2 SE over seeds at both ends (a run that never reaches ½ "
                          "makes its cell inconclusive); ρ = mean f_nᵀf_n' at Z = 0",

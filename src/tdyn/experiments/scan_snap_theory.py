@@ -1,7 +1,8 @@
-"""Scan and Snap theory simulations, no training (Tian et al. 2023 Figs 3, 8, 9; spec §6.4).
+"""Scan and Snap theory simulations, no training (Tian et al. 2023 Figs 3, 8, 9;
+docs/reproductions/scan-snap.md#theory-simulations).
 
 All curves come from the closed forms in :mod:`tdyn.theory.scan_snap`: h from Lemma 6, Γ and
-B_n = ¼ ln(1 + 4Γ/C0) from §6.3, χ's upper bound e^{2B_n}.
+B_n = ¼ ln(1 + 4Γ/C0) from docs/reproductions/scan-snap.md#snap-phase-transition, χ's upper bound e^{2B_n}.
 """
 
 from __future__ import annotations
@@ -24,14 +25,18 @@ FIG3 = {"K": 10, "M": 1000, "eta_z": 0.5, "etas_y": [0.5, 1.0, 2.0, 5.0], "t_max
 def fig3(ctx: ReproduceContext) -> dict:
     """χ_{l₀}(t) ≤ e^{2B_n(t)} = sqrt(1 + 4Γ(t)/C0) for K = 10, M = 1000, η_Z = 0.5.
 
-    C0 is not stated in the paper (its y-range of about 600 depends on it); the spec's default
-    sweeps C0 ∈ {0.01, 0.1, 1} and checks only the ordering and t₀.
+    C0 is not stated in the paper (its y-range of about 600 depends on it); tdyn's default
+    (docs/reproductions/scan-snap.md#theory-simulations) sweeps C0 ∈ {0.01, 0.1, 1} and checks only the ordering and t₀.
     """
 
-    c = FIG3
+    c = dict(FIG3)
     K, M, eta_z = c["K"], c["M"], c["eta_z"]
     t = np.linspace(0, c["t_max"], 701 if not ctx.quick else 141)
     t0s = {ey: th.t0(K, M, ey) for ey in c["etas_y"]}
+    G_end = th.Gamma(c["t_max"], K, M, c["etas_y"][0], eta_z)
+    # the C0 at which the largest curve (smallest η_Y) ends at χ = 600, the paper's y-range: one more panel
+    c0_paper = float(4 * G_end / (600 ** 2 - 1))
+    c["C0s"] = [*c["C0s"], c0_paper]
     rows, chi_end, snap_ratio, asym = [], {}, {}, {}
     for C0 in c["C0s"]:
         for ey in c["etas_y"]:
@@ -51,26 +56,26 @@ def fig3(ctx: ReproduceContext) -> dict:
 
 
     style.apply()
-    fig, axes = plt.subplots(1, len(c["C0s"]), figsize=(4.2 * len(c["C0s"]), 3.6))
+    fig, axes = plt.subplots(1, len(c["C0s"]), figsize=(3.6 * len(c["C0s"]), 3.6), constrained_layout=True)
     for ax, C0 in zip(axes, c["C0s"]):
         for i, ey in enumerate(c["etas_y"]):
             col = style.PALETTE[i]
             chi = [r["chi"] for r in rows if r["C0"] == C0 and r["eta_y"] == ey]
-            ax.plot(t, chi, color=col, label=f"η_Y={ey:g}")
+            ax.plot(t, chi, color=col, label=f"$\\eta_Y={ey:g}$")
             ax.axvline(t0s[ey], color=col, ls="--", lw=0.8)
-        ax.set_title(f"C0={C0:g}  (K={K}, M={M}, η_Z={eta_z:g})")
-        ax.set_xlabel("t (samples); dashed: t₀ = 2K ln M/η_Y")
-        ax.set_ylabel("χ_l(t) upper bound e^{2B_n}")
-        ax.legend()
+        ax.set_title(f"$C_0={C0:.3g}$" + (" (paper's scale: $\\chi \\leq 600$)" if C0 == c0_paper else ""), fontsize=9)
+        ax.set_xlabel("$t$ (samples); dashed: $t_0 = 2K \\ln M/\\eta_Y$")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("$\\chi_l(t)$ upper bound $e^{2B_n}$")
+    fig.suptitle(f"Fig 3: $K={K}$, $M={M}$, $\\eta_Z={eta_z:g}$", fontsize=10)
     style.save(fig, ctx.out / "fig3.png")
 
     order = {C0: [chi_end[f"C0={C0:g},eta_y={ey:g}"] for ey in c["etas_y"]] for C0 in c["C0s"]}
-    G_end = th.Gamma(c["t_max"], K, M, c["etas_y"][0], eta_z)
     claims = [
-        claim("t0-values", "t₀ = 2K ln M/η_Y = 276.3, 138.2, 69.1, 27.6 for η_Y = 0.5, 1, 2, 5 (spec §6.4)",
+        claim("t0-values", "t₀ = 2K ln M/η_Y = 276.3, 138.2, 69.1, 27.6 for η_Y = 0.5, 1, 2, 5 (docs/reproductions/scan-snap.md#theory-simulations)",
               bool(np.allclose(list(t0s.values()), [276.3, 138.2, 69.1, 27.6], atol=0.05)),
               paper="Thm 4 (t₀ = 2K ln M/η_Y); Fig 3's marked snap times", tolerance=0.05,
-              definition="t₀ = 2K ln M/η_Y with the (1 + o(1)) factor dropped, against the spec's values rounded to 0.1 "
+              definition="t₀ = 2K ln M/η_Y with the (1 + o(1)) factor dropped, against the values of docs/reproductions/scan-snap.md#theory-simulations rounded to 0.1 "
                          "(stated tolerance ±0.05)",
               measured="t₀ = 2K ln M/η_Y for η_Y = 0.5, 1, 2, 5 (K = 10, M = 1000)",
               expected="276.3, 138.2, 69.1, 27.6 (within ±0.05)", t0=list(t0s.values())),
@@ -95,13 +100,13 @@ def fig3(ctx: ReproduceContext) -> dict:
         claim("asymptotic-forms", "Eqn 14's scan and snap forms match the exact B_n within 5% in their regimes",
               all(abs(a) < 0.05 for v in asym.values() for a in v.values()),
               paper="Thm 4, Eqn 14 (scan form for t < t'₀, snap form for t ≥ t₀)", tolerance=0.05,
-              definition="relative error of Eqn 14's scan form at 0.1t'₀ and snap form at 20t₀ against §6.3's exact "
-                         "B_n = ¼ ln(1 + 4Γ/C0) (stated tolerance 5%)",
+              definition="relative error of Eqn 14's scan form at 0.1t'₀ and snap form at 20t₀ against the exact "
+                         "B_n = ¼ ln(1 + 4Γ/C0) of docs/reproductions/scan-snap.md#snap-phase-transition (stated tolerance 5%)",
               measured="rel. error of Eqn 14 scan (0.1t₀′) / snap (20t₀) forms vs exact B_n",
               expected="|error| < 5% for every (C0, η_Y)", relative_errors=asym),
     ]
     return {"experiment": "scan-snap/fig3", "config": c, "t0": {f"{k:g}": v for k, v in t0s.items()},
-            "C0_for_paper_y_range_600": float(4 * G_end / (600 ** 2 - 1)),
+            "C0_for_paper_y_range_600": c0_paper,
             "claims": claims, "files": ["fig3.csv", "fig3.png"]}
 
 
@@ -132,24 +137,31 @@ def fig8(ctx: ReproduceContext) -> dict:
 
     style.apply()
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), constrained_layout=True)
+    insets = {j: axes[0, j].inset_axes([0.42, 0.08, 0.3, 0.38]) for j in range(len(FIG8))}
     for j, p in enumerate(FIG8):
         M = p["M"]
         for i, ey in enumerate(p["etas_y"]):
             r = [x for x in rows if x["M"] == M and x["eta_y"] == ey]
             s = [x["s"] for x in r]
             col = style.PALETTE[i]
-            axes[0, j].plot(s, [x["h_star"] for x in r], color=col, label=f"η_Y={ey:g}: h*")
+            # h* is defined at whole s (Lemma 5's recursion): drawn as the staircase it is
+            axes[0, j].plot(s, [x["h_star"] for x in r], color=col, drawstyle="steps-post", label=f"$\\eta_Y={ey:g}$: $h^*$")
             axes[0, j].plot(s, [x["h"] for x in r], color=col, ls="--", lw=1.5)
-            axes[1, j].plot(s, [x["gap"] / (2 * ey / M) for x in r], color=col, label=f"η_Y={ey:g}")
-        axes[0, j].set_title(f"M = {M}: h* (solid, Lem 5), h (dashed, Lem 6)")
-        axes[0, j].set_xlabel("s (times class n seen)")
-        axes[0, j].set_xscale("symlog", linthresh=10)
-        axes[1, j].set_xscale("symlog", linthresh=10)
-        axes[0, j].set_ylabel("h")
-        axes[0, j].legend()
-        axes[1, j].axhline(1.0, color="grey", ls=":", label="bound 2η_Y/M")
-        axes[1, j].set_title(f"M = {M}: (h* − h)/(2η_Y/M)")
-        axes[1, j].set_xlabel("s (times class n seen)")
+            zoom = [x for x in r if x["s"] <= 12]          # the first steps, where the staircase shows
+            inset = insets[j]
+            inset.plot([x["s"] for x in zoom], [x["h_star"] for x in zoom], color=col, drawstyle="steps-post", lw=1)
+            inset.plot(np.linspace(0, 12, 97), th.h_continuous(np.linspace(0, 12, 97), M, ey), color=col, ls="--", lw=1)
+            axes[1, j].plot(s, [x["gap"] / (2 * ey / M) for x in r], color=col, drawstyle="steps-post",
+                            label=f"$\\eta_Y={ey:g}$")
+        axes[0, j].set_title(f"$M = {M}$: $h^*$ (solid, Lem 5), $h$ (dashed, Lem 6)")
+        axes[0, j].set_xlabel("$s$ (times class $n$ seen)")
+        axes[0, j].set_ylabel("$h$")
+        axes[0, j].legend(loc="lower right", fontsize=7)
+        insets[j].set_title("$s \\leq 12$", fontsize=7)
+        insets[j].tick_params(labelsize=6)
+        axes[1, j].axhline(1.0, color="grey", ls=":", label="bound $2\\eta_Y/M$")
+        axes[1, j].set_title(f"$M = {M}$: $(h^* - h)/(2\\eta_Y/M)$")
+        axes[1, j].set_xlabel("$s$ (times class $n$ seen)")
         axes[1, j].set_ylabel("gap / bound")
         axes[1, j].set_ylim(bottom=0)
         axes[1, j].legend()
@@ -229,7 +241,7 @@ def fig9(ctx: ReproduceContext) -> dict:
         claim("B-at-t0-independent-of-eta-z", "At fixed ν, B_n(t₀) does not depend on η_Z (Thm 4, Fig 9)",
               all(s < 1e-9 for s in spread.values()),
               paper="Thm 4 (B_n(t₀) depends on K, M, ν only); Fig 9",
-              definition="§6.3's exact B_n at t₀ = 2K ln M/η_Y across η_Z at fixed ν (deterministic; numerical "
+              definition="the exact B_n of docs/reproductions/scan-snap.md#snap-phase-transition at t₀ = 2K ln M/η_Y across η_Z at fixed ν (deterministic; numerical "
                          "tolerance 1e-9 relative)",
               measured="B_n(t₀) across η_Z at fixed ν = η_Y/η_Z",
               expected="relative spread (max − min)/mean < 1e-9 per ν", relative_spread=spread,
@@ -237,7 +249,7 @@ def fig9(ctx: ReproduceContext) -> dict:
         claim("both-rates-up-sparser", "Scaling η_Y and η_Z up together gives a larger B_n at the end of the "
               "window (prediction (b): sparser attention)", all(bool(np.all(np.diff(v) > 0)) for v in at_end.values()),
               paper="§6 prediction (b); Fig 9",
-              definition="§6.3's exact B_n at the end of the plotted window vs η_Z at fixed ν (deterministic; the "
+              definition="the exact B_n of docs/reproductions/scan-snap.md#snap-phase-transition at the end of the plotted window vs η_Z at fixed ν (deterministic; the "
                          "smallest step between neighbouring η_Z is reported as the margin)",
               min_step=min(float(np.min(np.diff(v))) for v in at_end.values()),
               measured="B_n at the end of the window vs η_Z at fixed ν = η_Y/η_Z",

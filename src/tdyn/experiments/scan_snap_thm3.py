@@ -1,5 +1,6 @@
-"""Scan and Snap Thm 3 (spec §6.2, §13): the invariant (1 − e^{−2z})/P(l|n)² across a class's
-distinct tokens, flat in the long-sequence regime with plain SGD."""
+"""Scan and Snap Thm 3 (docs/reproductions/scan-snap.md#attention-dynamics,
+docs/reproductions/scan-snap.md#reproductions): the invariant (1 − e^{−2z})/P(l|n)² across a class's distinct
+tokens, flat in the long-sequence regime with plain SGD."""
 
 from __future__ import annotations
 
@@ -25,14 +26,19 @@ from tdyn.tasks.scan_snap import yz_config
 
 
 def thm3_configs(seed: int, quick: bool) -> dict[str, dict]:
-    """Long-sequence regime (spec §13 test 8: L = 1024, B = 128, plain SGD, η_Z = 0.1, η_Y = 1, 300
-    steps, zero init) and, for contrast, the paper's Fig 4 setting (L = 128, momentum 0.9, η = 1)."""
+    """Long-sequence regime (docs/reproductions/scan-snap.md#scan-snapthm3: L = 1024, B = 128, plain SGD, η_Z =
+    0.1, η_Y = 1, 300 steps, zero init) and, for contrast, the paper's Fig 4 setting (L = 128, momentum 0.9, η =
+    1)."""
     long = yz_config(data.SYN_SMALL | {"seq_len": 512 if quick else 1024}, steps=100 if quick else 300,
                      lr_y=1.0, lr_z=0.1, momentum=0.0, seeds=(seed, seed + 1))
     paper = yz_config(data.SYN_SMALL, steps=100, seeds=(seed, seed + 1))
     for c in (long, paper):
         c["checkpoint"] = {"schedule": "log", "num": 12, "steps": []}
     return {"long_L_sgd": long, "paper_L128_momentum": paper}
+
+
+#: legend names of the two settings
+LABELS = {"long_L_sgd": "$L = 1024$, plain SGD (Thm 3 regime)", "paper_L128_momentum": "$L = 128$, momentum 0.9 (Fig 4)"}
 
 
 @register("scan-snap/thm3", "Thm 3 invariant (1 − e^{−2z})/P(l|n)² equal across a class's distinct tokens "
@@ -73,7 +79,7 @@ def thm3(ctx: ReproduceContext) -> dict:
         for n in range(dist.K):
             rr = [r for r in rows if r["setting"] == setting and f"seed={r['seed']}" == seed and r["class"] == n + 1]
             axes[0].plot([r["step"] for r in rr], [r["cv"] for r in rr], color=col, alpha=0.8,
-                         label=setting if (n == 0 and seed == f"seed={ctx.seed}") else None)
+                         label=LABELS[setting] if (n == 0 and seed == f"seed={ctx.seed}") else None)
         inv = inv_final[key]
         for n in range(dist.K):
             m = dist.distinct[n]
@@ -85,8 +91,8 @@ def thm3(ctx: ReproduceContext) -> dict:
     axes[0].set_xlabel("step")
     axes[0].set_ylabel("CV over distinct tokens, per class")
     axes[0].legend()
-    axes[1].set_xlabel("P(l|n)")
-    axes[1].set_ylabel("(1 − e^{−2z})/P² ÷ class mean (final)")
+    axes[1].set_xlabel("$P(l|n)$")
+    axes[1].set_ylabel("$(1 - e^{-2z})/P^2$ ÷ class mean (final)")
     axes[1].set_title("flat = Thm 3 invariant holds")
     style.save(fig, ctx.out / "thm3.png")
 
@@ -94,7 +100,8 @@ def thm3(ctx: ReproduceContext) -> dict:
     pp = {k: v for k, v in final.items() if k.startswith("paper")}
     sl = {k: v for k, v in signs.items() if k.startswith("long")}
     se = lambda v: float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")  # noqa: E731
-    # CV ≤ 0.1 (spec §13 test 8's stated tolerance): the worst class per seed, mean and SE over seeds
+    # CV ≤ 0.1 (the tolerance stated in docs/reproductions/scan-snap.md#scan-snapthm3): the worst class per seed,
+    # mean and SE over seeds
     worst = [max(v) for v in lg.values()]
     cv_diff, cv_se = 0.1 - float(np.mean(worst)), se(worst)
     # signs: the extreme logits per seed (min distinct > 0, max common < 0), mean and SE over seeds
@@ -110,9 +117,9 @@ def thm3(ctx: ReproduceContext) -> dict:
     sp_se = math.sqrt(se(cv_paper) ** 2 + se(cv_long) ** 2)
     claims = [
         claim("invariant-cv", "Long sequences, plain SGD: per class, the invariant's coefficient of variation over "
-              "the 10 distinct tokens is ≤ 0.1 at the end (spec §13 test 8)", decide(cv_diff, cv_se),
+              "the 10 distinct tokens is ≤ 0.1 at the end (docs/reproductions/scan-snap.md#scan-snapthm3)", decide(cv_diff, cv_se),
               reason="the worst-class CV is within 2 SE of 0.1",
-              paper="Thm 3 (Eqn 108–111; spec §6.2 derivation: (1 − e^{−2z})/P(l|n)² equal across distinct tokens)",
+              paper="Thm 3 (Eqn 108–111; docs/reproductions/scan-snap.md#attention-dynamics derivation: (1 − e^{−2z})/P(l|n)² equal across distinct tokens)",
               definition="per class, std/|mean| (population std) of e^{−2z(0)}(1 − e^{−2(z − z(0))})/P(l|n)² over its "
                          "distinct tokens (z(0) = 0 here: zero init); worst class per seed; 0.1 − its seed mean, "
                          "decided with a margin of 2 SE over seeds",
@@ -129,7 +136,7 @@ def thm3(ctx: ReproduceContext) -> dict:
               min_distinct=margin(float(np.mean(mind)), se(mind)), neg_max_common=margin(-float(np.mean(maxc)), se(maxc))),
         claim("short-momentum-spreads", "At L = 128 with momentum the invariant spreads more: larger final CV "
               "than the long-sequence runs", decide(sp_diff, sp_se), reason="the CV difference is within 2 SE",
-              paper="spec §6.5 (Lemma 2's long-sequence limit fails when P(l|n)·T ≈ 1)",
+              paper="docs/reproductions/scan-snap.md#theory-on-trained-models (Lemma 2's long-sequence limit fails when P(l|n)·T ≈ 1)",
               definition="per seed, the mean over classes of the final CV; difference of the seed means (L = 128 "
                          "momentum − long L SGD), noise = the two SEs combined, 2-SE margin",
               measured="final Thm 3 invariant CV: L = 128 momentum vs long-L plain SGD",

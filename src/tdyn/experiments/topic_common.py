@@ -1,6 +1,7 @@
 """Shared by the topic-structure reproductions (Li, Li & Risteski, ICML 2023), synthetic part (spec
-topic_structure.md): the model variants E1–E4 of spec §3.4, training a reproduction's named config and
-reading its runs back, the fitted stage-1 reference and the stage times, and the heat-map figure.
+docs/reproductions/topic.md): the model variants E1–E4 of docs/reproductions/topic.md#variants-e1-to-e6, training a
+reproduction's named config and reading its runs back, the fitted stage-1 reference and the stage times, and the
+heat-map figure.
 
 One module per figure family uses them: ``topic_embeddings`` (E1), ``topic_stage1`` (E2),
 ``topic_stage2`` (E3 and the p_c = 0 ablation), ``topic_two_stage`` (E4), ``topic_robustness`` (E5, E6).
@@ -9,9 +10,10 @@ Stage times (issue 12 item 6; definitions and tests in ``tdyn.probes.topic_stage
 logged every ``probes.every`` steps:
 
 * ``t_v_structure`` / ``t_v_loss`` = first logged step where W_V is half-way to the fitted stage-1
-  optimum (the convex optimum of the uniform-attention model class, spec §4.3): by block contrast / by
-  probe loss. A fixed reference that does not move with the run length (‖ΔW_V‖ grows without bound
-  under cross-entropy, so "half of its final value" did);
+  optimum (the convex optimum of the uniform-attention model class,
+  docs/reproductions/topic.md#stage-1-reference-optimum): by block contrast / by probe loss. A fixed reference that
+  does not move with the run length (‖ΔW_V‖ grows without bound under cross-entropy, so "half of its final value"
+  did);
 * ``t_kq_kappa`` = stage-2 onset: first logged step where the topic-block score κ of the key-centred
   effective scores reaches ln 1.05 (a same-topic key gets 5% more attention) above 2× its noise;
   ``t_kq_gap`` the same with the corrected same- minus different-topic attention gap ≥ 0.05. Query-only
@@ -42,7 +44,8 @@ from tdyn.tasks.lda_mlm import build_model, dataset, lda_config
 from tdyn.theory.topic import bag_of_words, fit_softmax_regression, softmax_regression_loss
 
 
-# ---------------------------------------------------------------- the variants (spec §3.4)
+# ---------------------------------------------------------------- the variants
+# (docs/reproductions/topic.md#variants-e1-to-e6)
 
 
 # E1 with embeddings that are not the logit map (issue 12 item 7): with W_V = I, an identity decoder
@@ -60,7 +63,7 @@ E4 = {"attention": "trained", "value": "trained", "decoder": "identity", "init":
 
 
 def stage_config(model: dict, seed: int, quick: bool, data: dict | None = None) -> dict:
-    """E1–E3 (spec §9): 3000 steps over three seeds; quick: 300 steps, one seed."""
+    """E1–E3 (docs/reproductions/topic.md#reproductions): 3000 steps over three seeds; quick: 300 steps, one seed."""
     return lda_config(model, data=data, steps=300 if quick else 3000,
                       seeds=[seed] if quick else [seed, seed + 1, seed + 2], quick=quick)
 
@@ -154,10 +157,11 @@ def _stage1_reference(data_json: str, loss: str, max_iter: int = 300) -> dict[st
 
 
 def stage1_reference(data: dict, loss: str = "ce") -> dict[str, float]:
-    """The fitted stage-1 optimum (spec §4.3: the uniform-attention model class is a convex regression
-    on the visible bag of words), fitted on train with the static masks: its W block contrast and its
-    loss on the probe documents. Cross-entropy: unregularised L-BFGS (300 iterations; the contrast of the
-    unregularised fit creeps up slowly with more iterations, its loss does not); squared loss: least squares."""
+    """The fitted stage-1 optimum (docs/reproductions/topic.md#stage-1-reference-optimum: the uniform-attention
+    model class is a convex regression on the visible bag of words), fitted on train with the static masks: its W
+    block contrast and its loss on the probe documents. Cross-entropy: unregularised L-BFGS (300 iterations; the
+    contrast of the unregularised fit creeps up slowly with more iterations, its loss does not); squared loss:
+    least squares."""
     return _stage1_reference(LdaDataConfig.model_validate(data).model_dump_json(), loss)
 
 
@@ -171,7 +175,7 @@ def fit_least_squares(h: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, t
 
 
 def squared_regression_loss(W: torch.Tensor, b: torch.Tensor, h: torch.Tensor, C: torch.Tensor) -> float:
-    """Mean over labelled positions of ‖W h + b − e_y‖²/|V| (the model's squared loss, spec §2.6)."""
+    """Mean over labelled positions of ‖W h + b − e_y‖²/|V| (the model's squared loss, docs/reproductions/topic.md#loss)."""
     z = h @ W.T + b
     V = z.shape[1]
     per = (z ** 2).sum(1, keepdim=True) - 2 * z + 1                     # ‖z − e_y‖² for every y
@@ -190,8 +194,8 @@ def stage_times(m: dict[str, np.ndarray], ref: dict[str, float] | None = None) -
     * ``two_stage_<tv>_<kq>``: t_v < t_kq (True/False), None with ``reason_<tv>_<kq>`` when undefined;
       ``delay_<tv>_<kq>`` = t_kq / t_v.
 
-    The old norm-based times (spec §6: ‖ΔW_V‖ half of its final value, ‖W_Kᵀ W_Q‖ 5% of its final value)
-    are kept for comparison as ``t_value_half_norm`` and ``t_kq_5pct_norm``.
+    The old norm-based times (docs/reproductions/topic.md#two-stage-measurement: ‖ΔW_V‖ half of its final value,
+    ‖W_Kᵀ W_Q‖ 5% of its final value) are kept for comparison as ``t_value_half_norm`` and ``t_kq_5pct_norm``.
     """
     steps = m["step"]
     out: dict[str, Any] = {}
@@ -231,7 +235,7 @@ def run_reference(d: Path) -> dict[str, float]:
 
 
 PER_READING = [f"{k}_{tv}_{kq}" for tv, kq in READINGS for k in ("two_stage", "delay")]
-GAP_DEF = ("corrected attention classes (spec §7.2, word pairs only, specials excluded): per probe document the "
+GAP_DEF = ("corrected attention classes (docs/reproductions/topic.md#corrected-attention-classes, word pairs only, specials excluded): per probe document the "
            "mean same-topic (different ids) minus different-topic attention, relative to uniform; mean over "
            "documents, noise = its standard error over documents")
 TWO_STAGE_DEF = ("t_V = first logged step where W_V is half-way to the fitted stage-1 optimum (the convex "
@@ -263,6 +267,11 @@ def heatmaps(path: Path, mats: dict[str, torch.Tensor], v: int, suptitle: str) -
     fig, axes = plt.subplots(1, len(mats), figsize=(4.6 * len(mats), 4), squeeze=False, layout="constrained")
     for ax, (title, M) in zip(axes[0], mats.items()):
         M = M.detach().double().numpy()
+        # centred for display: minus the median word-word entry (the background, off the topic blocks), so
+        # the blocks stand on a zero background instead of a common offset
+        background = float(np.median(M[NUM_SPECIAL:, NUM_SPECIAL:])) if M.shape[0] > NUM_SPECIAL else 0.0
+        M = M - background
+        title = f"{title}\n(centred: minus the median word-word entry {background:.3g})"
         lim = np.abs(M).max() or 1.0
         im = ax.imshow(M, cmap="RdBu_r", vmin=-lim, vmax=lim)
         for x in np.arange(NUM_SPECIAL, M.shape[0], v) - 0.5:

@@ -1,5 +1,6 @@
-"""topic/embeddings (E1, spec topic_structure.md §3.4, §5.2, §9b): trained embeddings alone learn the
-topic blocks, with uniform attention, W_V = I and d = 32 below the vocabulary size with a trained,
+"""topic/embeddings (E1, docs/reproductions/topic.md#variants-e1-to-e6,
+docs/reproductions/topic.md#embedding-result, docs/reproductions/topic.md#topicembeddings): trained embeddings
+alone learn the topic blocks, with uniform attention, W_V = I and d = 32 below the vocabulary size with a trained,
 untied decoder (so the embedding Gram is not the logit map)."""
 
 from __future__ import annotations
@@ -60,9 +61,9 @@ def reproduce_embeddings(ctx: ReproduceContext) -> dict:
     return {"experiment": "topic/embeddings", "setting": setting, "config": cfg.model_dump(mode="json"), "runs": rows,
             "per_topic_contrast": per_topic,
             "claims": [claim("e1-blocks", "Same-topic embeddings have a larger inner product (and cosine) than "
-                             "different-topic ones, for every topic and seed (spec §9b), with embeddings separate "
+                             "different-topic ones, for every topic and seed (docs/reproductions/topic.md#topicembeddings), with embeddings separate "
                              "from the output map", paper="Abstract and §4 (embedding layer encodes topic structure: "
-                             "higher average inner product of embeddings between same-topic words); spec §5.2, §9b",
+                             "higher average inner product of embeddings between same-topic words); docs/reproductions/topic.md#embedding-result, docs/reproductions/topic.md#topicembeddings",
                              definition="block contrast of W_E W_Eᵀ (dot) and of the cosine Gram on the word ids "
                              "(same-topic off-diagonal mean − different-topic mean; per topic: the rows of that "
                              "topic), noise = std over topics/√T; " + setting,

@@ -1,4 +1,4 @@
-"""topic/robustness (E5) and topic/squared-loss (E6) (spec topic_structure.md §3.4): does each claim
+"""topic/robustness (E5) and topic/squared-loss (E6) (docs/reproductions/topic.md#variants-e1-to-e6): does each claim
 — W_V's topic blocks, same-topic attention, two stages — still hold under other optimizers, learning
 rates, heads, layers, the full BERT block, dynamic masking, the authors' embedding LayerNorm, and the
 squared loss? One table of variants, three claims per variant."""
@@ -91,7 +91,7 @@ def _table_claims(rows: list[dict], prefix: str) -> list[dict]:
         out.append(claim(f"{prefix}-{r['variant']}-value-blocks", f"{r['variant']}: W_V block contrast > 0 for every topic",
                          _value_verdict(r),
                          reason="the smallest per-topic contrast is within 2× its relabelling noise",
-                         paper="spec §5.3, §9a: W_V learns the topic blocks (same-topic > different-topic entries)",
+                         paper="docs/reproductions/topic.md#stage-1-value-blocks, docs/reproductions/topic.md#topicstage1: W_V learns the topic blocks (same-topic > different-topic entries)",
                          definition="per topic t: mean same-topic off-diagonal entry of the final W_V (layer 0; rows "
                                     "of t, word ids) minus the mean entry in other topics' columns; noise = std of "
                                     "that contrast over 200 random word relabellings of the same matrix (k = 2)",
@@ -104,14 +104,14 @@ def _table_claims(rows: list[dict], prefix: str) -> list[dict]:
                              gap_held, reason=None if gap_held is not None else "attention gap inside its noise band "
                              "(K/Q did not move enough to show)",
                              paper="Abstract and §5 (self-attention encodes topic structure), robustness discussion; "
-                             "spec §3.4 E5/E6", definition=GAP_DEF,
+                             "docs/reproductions/topic.md#variants-e1-to-e6 E5/E6", definition=GAP_DEF,
                              measured="final attention gap ± SE over probe documents", expected="gap > 2·SE",
                              gap=r["attention_gap_doc"], se=r["attention_gap_se"]))
             rd = stage_readings(r)
             out.append(claim(f"{prefix}-{r['variant']}-two-stage", f"{r['variant']}: two stages (W_V half-way to its "
                              "stage-1 optimum before W_K, W_Q give same-topic attention)",
                              paper="Introduction / project page: two stages for 'a wide variety of optimizers and "
-                             "hyperparameters'; spec §5.6, §6", definition=TWO_STAGE_DEF,
+                             "hyperparameters'; docs/reproductions/topic.md#two-stage-mechanism, docs/reproductions/topic.md#two-stage-measurement", definition=TWO_STAGE_DEF,
                              measured="t_V (structure, loss), t_KQ (κ, gap), delay factor t_KQ/t_V",
                              expected="t_V < t_KQ under every reading", readings=rd,
                              t_v_structure=r["t_v_structure"], t_v_loss=r["t_v_loss"], t_kq_kappa=r["t_kq_kappa"],
@@ -123,8 +123,8 @@ def _table_claims(rows: list[dict], prefix: str) -> list[dict]:
 
 
 def robustness_variants(seed: int = 0, quick: bool = False) -> dict[str, dict]:
-    """E5 (spec §3.4): the E4 setting under other optimizers, learning rates, heads, layers, the full
-    BERT block, standard dynamic masking and the authors' embedding LayerNorm."""
+    """E5 (docs/reproductions/topic.md#variants-e1-to-e6): the E4 setting under other optimizers, learning rates,
+    heads, layers, the full BERT block, standard dynamic masking and the authors' embedding LayerNorm."""
     steps, every = (150, 25) if quick else (3000, 50)
 
     def cfg(model=None, data=None, optimizer="adam", lr=0.01):

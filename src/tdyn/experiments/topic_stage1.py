@@ -1,21 +1,23 @@
-"""topic/stage1 (E2; spec topic_structure.md §3.4, §4.3, §5.3, §9a; issue 12 items 4 and 5): W_V alone
-learns the topic blocks. The two presets, the held-out references of the convex stage-1 class, the
-authors' best-dev checkpoint rule, the value structure over training, the figures, and
-``reproduce_stage1``, which assembles them into claims.
+"""topic/stage1 (E2; docs/reproductions/topic.md#variants-e1-to-e6,
+docs/reproductions/topic.md#stage-1-reference-optimum, docs/reproductions/topic.md#stage-1-value-blocks,
+docs/reproductions/topic.md#topicstage1; issue 12 items 4 and 5): W_V alone learns the topic blocks. The two
+presets, the held-out references of the convex stage-1 class, the authors' best-dev checkpoint rule, the value
+structure over training, the figures, and ``reproduce_stage1``, which assembles them into claims.
 
 Presets (``tdyn reproduce topic/stage1 --preset NAME``; results.json ``setting``):
 
-* ``clean`` (default): the paper's W_V-only model (spec §3.1): one-hot embeddings, attention frozen
-  uniform, W_dec = I, no embedding LayerNorm or token-type vector; 3000 Adam steps (lr 0.01, batch 40),
-  three seeds; the final state is analysed.
+* ``clean`` (default): the paper's W_V-only model (docs/reproductions/topic.md#model-as-in-the-paper): one-hot
+  embeddings, attention frozen uniform, W_dec = I, no embedding LayerNorm or token-type vector; 3000 Adam steps (lr
+  0.01, batch 40), three seeds; the final state is analysed.
 * ``authors``: the authors' demo configuration (``lda_bert_demo.ipynb``, ``BertForMaskedLMCustom``
-  ``_noMany``; spec §3.2, §4.1): as ``clean`` plus the always-on embedding LayerNorm LN(W_E x + T₀)
-  with its trained token-type vector T₀, γ and β; their step count (max_epochs 20 × 250 steps = 5000);
-  dev loss on the whole dev split after updates 1, 1001, 2001, …; the **best-dev checkpoint** is
-  analysed, with their early stop (two non-improving evaluations in a row end the run).
+  ``_noMany``; docs/reproductions/topic.md#model-as-in-the-authors-code,
+  docs/reproductions/topic.md#training-defaults): as ``clean`` plus the always-on embedding LayerNorm LN(W_E x +
+  T₀) with its trained token-type vector T₀, γ and β; their step count (max_epochs 20 × 250 steps = 5000); dev loss
+  on the whole dev split after updates 1, 1001, 2001, …; the **best-dev checkpoint** is analysed, with their early
+  stop (two non-improving evaluations in a row end the run).
 
-Held-out references (spec §4.3; issue 12 item 4). The stage-1 class is softmax regression on the
-visible bag of words, logits W h + b:
+Held-out references (docs/reproductions/topic.md#stage-1-reference-optimum; issue 12 item 4). The stage-1 class is
+softmax regression on the visible bag of words, logits W h + b:
 
 * **fitted train minimum**: the unregularised L-BFGS fit on train (zero init); its train loss is the
   class's minimum train loss (up to convergence), a lower bound on any model's train loss;
@@ -52,9 +54,9 @@ from tdyn.theory.topic import (bag_of_words, doc_losses, fit_softmax_regression,
                                softmax_regression_loss)
 
 PRESETS = {
-    "clean": "the paper's W_V-only model (spec §3.1): one-hot embeddings, attention frozen uniform, W_dec = I, "
+    "clean": "the paper's W_V-only model (docs/reproductions/topic.md#model-as-in-the-paper): one-hot embeddings, attention frozen uniform, W_dec = I, "
              "no embedding LayerNorm or token-type vector; 3000 Adam steps (lr 0.01, batch 40); final state analysed",
-    "authors": "the authors' demo config (lda_bert_demo.ipynb, BertForMaskedLMCustom _noMany; spec §3.2, §4.1): "
+    "authors": "the authors' demo config (lda_bert_demo.ipynb, BertForMaskedLMCustom _noMany; docs/reproductions/topic.md#model-as-in-the-authors-code, docs/reproductions/topic.md#training-defaults): "
                "clean + embedding LayerNorm LN(W_E x + T₀) with a trained token-type vector T₀, γ, β; "
                "max_epochs 20 × 250 = 5000 Adam steps; dev loss after updates 1, 1001, 2001, …; best-dev "
                "checkpoint analysed, early stop after two non-improving evaluations",
@@ -73,14 +75,15 @@ class Stage1Options(Strict):
 
 def authors_schedule(quick: bool) -> tuple[int, list[int]]:
     """(steps, evaluation steps) of the authors' preset: 5000 steps, evaluations after updates
-    1, 1001, …, 4001 (spec §4.1); quick: 500 steps, evaluations after 1, 101, …, 401."""
+    1, 1001, …, 4001 (docs/reproductions/topic.md#training-defaults); quick: 500 steps, evaluations after 1, 101, …, 401."""
     steps, every = (500, 100) if quick else (5000, 1000)
     return steps, list(range(1, steps, every))
 
 
 def best_dev_step(evals: list[tuple[int, float]], patience: int = 2) -> tuple[int, int]:
-    """The authors' checkpoint rule (spec §4.1): keep the state at each dev improvement; stop at the
-    ``patience``-th non-improving evaluation in a row. Returns (best step, last evaluated step)."""
+    """The authors' checkpoint rule (docs/reproductions/topic.md#training-defaults): keep the state at each dev
+    improvement; stop at the ``patience``-th non-improving evaluation in a row. Returns (best step, last evaluated
+    step)."""
     best, best_step, bad, last = math.inf, evals[0][0], 0, evals[0][0]
     for step, loss in evals:
         last = step
@@ -202,8 +205,9 @@ def _stage1_preset(ctx: ReproduceContext) -> str:
           "clean (default) and authors via --preset authors)", default_config=stage1_config, options=Stage1Options,
           configs=lambda ctx: {"e2": stage1_config(ctx.seed, ctx.quick, _stage1_preset(ctx))})
 def reproduce_stage1(ctx: ReproduceContext) -> dict:
-    """E2 (spec §3.4, §4.3, §5.3, §9a; issue 12 items 4–5), in one of two presets (``--preset NAME``;
-    results.json ``setting``; details in the module docstring):
+    """E2 (docs/reproductions/topic.md#variants-e1-to-e6, docs/reproductions/topic.md#stage-1-reference-optimum,
+    docs/reproductions/topic.md#stage-1-value-blocks, docs/reproductions/topic.md#topicstage1; issue 12 items 4–5),
+    in one of two presets (``--preset NAME``; results.json ``setting``; details in the module docstring):
 
     * ``clean`` (default): the paper's W_V-only model — one-hot embeddings, uniform attention, W_dec = I,
       no embedding LayerNorm / token-type vector; 3000 steps; final state.
@@ -212,11 +216,11 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
 
     Besides the unregularised runs (three seeds), an ℓ2 run (same seeds, the real (λ/2)‖θ‖² at the
     held-out-tuned λ of the convex fit) gives the unique regularised optimum the symmetry argument
-    (spec §5.3) needs. Compared: train loss with the fitted train minimum of the convex class; dev loss
-    with the ℓ2-tuned held-out loss and the dev-fit floor (the unregularised fit's held-out loss, the
-    old "convex optimum", overfits and is reported only); W_V's per-topic block contrast against its
-    relabelling noise; the R² of W_V ≈ aI + bB + c11ᵀ over training (unregularised: drift) and for the
-    ℓ2 run and the ℓ2 optimum.
+    (docs/reproductions/topic.md#stage-1-value-blocks) needs. Compared: train loss with the fitted train minimum of
+    the convex class; dev loss with the ℓ2-tuned held-out loss and the dev-fit floor (the unregularised fit's
+    held-out loss, the old "convex optimum", overfits and is reported only); W_V's per-topic block contrast against
+    its relabelling noise; the R² of W_V ≈ aI + bB + c11ᵀ over training (unregularised: drift) and for the ℓ2 run
+    and the ℓ2 optimum.
     """
     preset = _stage1_preset(ctx)
     base = stage1_config(ctx.seed, ctx.quick, preset)
@@ -303,7 +307,7 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
     claims = [
         claim("e2-train-bound", "Train cross-entropy of E2 lies within 0.02 nats above the fitted train minimum of "
               "its convex model class, every seed", train_held, reason=train_reason,
-              paper="spec §4.3 (stage-1 class = softmax regression on the visible bag of words); the stage-1 "
+              paper="docs/reproductions/topic.md#stage-1-reference-optimum (stage-1 class = softmax regression on the visible bag of words); the stage-1 "
                     "W_V reaches the optimum of its class",
               definition="train CE (per selected token, static masks) minus the train loss of the unregularised "
                          "L-BFGS fit on train (the class's minimum train loss); noise = document-resampling SE "
@@ -314,7 +318,7 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
               fitted_train_minimum=refs["unregularised"]["train_loss"]),
         claim("e2-convex", "Dev cross-entropy of E2 is within 0.02 nats of the best held-out loss of its model class "
               "(the ℓ2-tuned fit); the dev-fit floor lies below both", dev_held, reason=dev_reason,
-              paper="spec §9a (dev CE close to the optimum of the stage-1 class), with the held-out optimum read "
+              paper="docs/reproductions/topic.md#topicstage1 (dev CE close to the optimum of the stage-1 class), with the held-out optimum read "
                     "as the best achievable held-out loss (issue 12 item 4): the unregularised fit has about one "
                     "document per parameter and overfits, so its held-out loss is no lower bound",
               definition="seed-mean dev CE minus the dev CE of the softmax-regression fit on train with "
@@ -327,21 +331,21 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
               unregularised_fit_dev_loss=refs["unregularised"]["dev_loss"]),
         claim("e2-blocks", "W_V block contrast > 0 for all topics, every seed (unregularised runs)",
               all_seeds(blocks)[0], reason="a seed's smallest per-topic contrast is within 2× its relabelling noise",
-              paper="spec §9a, §5.3: W_V learns the topic blocks (same-topic > different-topic entries)",
+              paper="docs/reproductions/topic.md#topicstage1, docs/reproductions/topic.md#stage-1-value-blocks: W_V learns the topic blocks (same-topic > different-topic entries)",
               definition=contrast_def, measured="min per-topic W_V block contrast and its relabelling noise, per seed",
               expected="> 2 × noise for every topic and seed",
               min_topic_contrast=[r["wv_contrast_min_topic"] for r in unreg],
               contrast_noise=[r["wv_contrast_noise"] for r in unreg]),
         claim("e2-blocks-l2", f"With ℓ2 (λ = {lam:g}), W_V block contrast > 0 for all topics, every seed",
               all_seeds(blocks_l2)[0], reason="a seed's smallest per-topic contrast is within 2× its relabelling noise",
-              paper="spec §5.3 (the unique regularised optimum is block-structured)", definition=contrast_def,
+              paper="docs/reproductions/topic.md#stage-1-value-blocks (the unique regularised optimum is block-structured)", definition=contrast_def,
               measured="min per-topic W_V block contrast and its relabelling noise, per seed (ℓ2 run)",
               expected="> 2 × noise for every topic and seed",
               min_topic_contrast=[r["wv_contrast_min_topic"] for r in l2rows],
               contrast_noise=[r["wv_contrast_noise"] for r in l2rows]),
         claim("e2-form", f"With ℓ2 (λ = {lam:g}, the held-out-tuned strength), W_V ≈ a·I + b·B + c·11ᵀ on the "
               "words: R² ≥ 0.9", None,
-              paper="spec §5.3 (derivation: the data law is invariant under topic and within-topic word "
+              paper="docs/reproductions/topic.md#stage-1-value-blocks (derivation: the data law is invariant under topic and within-topic word "
                     "permutations, so a unique — e.g. ℓ2-regularised — optimum has the form aI + bB + c11ᵀ)",
               definition=form_def, measured="R² of the ℓ2 run (min over seeds) and of the ℓ2 optimum itself",
               expected="R² ≥ 0.9",
@@ -351,9 +355,9 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
                                 r2=opt_vs["r2"], form=opt_vs["form"])]),
         claim("e2-form-unregularised", "Without ℓ2, W_V ≈ a·I + b·B + c·11ᵀ (R² ≥ 0.9)", None,
               reason="outside the symmetry argument's hypotheses: without ℓ2 the optimum is not unique (logits "
-                     "diverge, spec §5.5), so this R² measures drift, not structure; see e2-form and "
+                     "diverge, docs/reproductions/topic.md#why-exact-optima-need-a-regulariser), so this R² measures drift, not structure; see e2-form and "
                      "r2_over_training",
-              paper="spec §5.3", definition=form_def + "; at the analysed state and over training",
+              paper="docs/reproductions/topic.md#stage-1-value-blocks", definition=form_def + "; at the analysed state and over training",
               measured="R² (raw and gauge-fixed) at the end, and its peak over training, per seed",
               expected="not decided (no unique optimum)",
               r2_final=[r["r2_final"] for r in unreg], r2_peak=[r["r2_peak"] for r in unreg],

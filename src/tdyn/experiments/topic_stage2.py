@@ -1,6 +1,7 @@
-"""topic/stage2 (E3, spec topic_structure.md §3.4, §5.4, §9c): with W_V frozen to the block matrix,
-W_K and W_Q learn same-topic attention; and its ablation topic/no-unchanged-mask (p_c = 0: the effect
-should vanish, spec §5.4)."""
+"""topic/stage2 (E3, docs/reproductions/topic.md#variants-e1-to-e6, docs/reproductions/topic.md#stage-2-attention,
+docs/reproductions/topic.md#topicstage2): with W_V frozen to the block matrix, W_K and W_Q learn same-topic
+attention; and its ablation topic/no-unchanged-mask (p_c = 0: the effect should vanish,
+docs/reproductions/topic.md#stage-2-attention)."""
 
 from __future__ import annotations
 
@@ -93,15 +94,15 @@ def reproduce_stage2(ctx: ReproduceContext) -> dict:
     kq_held, kq_why = all_seeds([decide(r["kappa"], r["kappa_se"]) for r in rows])
     claims = [
         claim("e3-attention", "Corrected same-topic attention exceeds different-topic attention, every seed "
-              "(spec §9c)", gap_held, reason=gap_why,
+              "(docs/reproductions/topic.md#topicstage2)", gap_held, reason=gap_why,
               paper="Abstract and §5 (self-attention encodes topic structure: higher average pairwise attention "
-              "between same-topic words), with W_V fixed to the block solution; spec §5.4, §9c",
+              "between same-topic words), with W_V fixed to the block solution; docs/reproductions/topic.md#stage-2-attention, docs/reproductions/topic.md#topicstage2",
               definition=GAP_DEF, measured="final attention gap ± SE over probe documents, per seed",
               expected="gap > 2·SE for every seed", gap=[r["gap_doc"] for r in rows], se=[r["gap_se"] for r in rows],
               same_topic=[r["same_topic"] for r in rows], diff_topic=[r["diff_topic"] for r in rows]),
         claim("e3-kq-blocks", "The scores W_K, W_Q learn have a topic block: same-topic keys score higher "
-              "than different-topic keys, every seed (spec §5.4)", kq_held, reason=kq_why,
-              paper="§5 (stage 2: with W_V block-structured, key/query learn same-topic attention); spec §5.4",
+              "than different-topic keys, every seed (docs/reproductions/topic.md#stage-2-attention)", kq_held, reason=kq_why,
+              paper="§5 (stage 2: with W_V block-structured, key/query learn same-topic attention); docs/reproductions/topic.md#stage-2-attention",
               definition=KAPPA_DEF, measured="final topic-block score κ ± SE over topics, per seed",
               expected="κ > 2·SE for every seed", kappa=[r["kappa"] for r in rows], se=[r["kappa_se"] for r in rows],
               min_topic_kappa=[min(p) for p in per_topic],
@@ -115,7 +116,7 @@ def reproduce_stage2(ctx: ReproduceContext) -> dict:
 # ---------------------------------------------------------------- ablation: p_c = 0
 
 
-@register("topic/no-unchanged-mask", "Ablation p_c = 0: the same-topic attention effect of E3 should vanish (spec §5.4)",
+@register("topic/no-unchanged-mask", "Ablation p_c = 0: the same-topic attention effect of E3 should vanish (docs/reproductions/topic.md#stage-2-attention)",
           configs=lambda ctx: {"pc0.1": stage2_config(ctx.seed, ctx.quick, 0.1),
                                "pc0": stage2_config(ctx.seed, ctx.quick, 0.0)})
 def reproduce_no_unchanged(ctx: ReproduceContext) -> dict:
@@ -137,8 +138,8 @@ def reproduce_no_unchanged(ctx: ReproduceContext) -> dict:
         held, why = abs(g0) <= 0.25 * g1, None
     return {"experiment": "topic/no-unchanged-mask", "gap_pc_0.1": g1, "gap_pc_0": g0, "runs": rows,
             "claims": [claim("pc0-vanishes", "At p_c = 0 the same- minus different-topic attention gap shrinks "
-                             "toward 0: |gap(p_c=0)| ≤ 0.25·gap(p_c=0.1) (spec §5.4, §9c)", held, reason=why,
-                             paper="spec §5.4 derivation (the paper's masking: only unchanged selected queries "
+                             "toward 0: |gap(p_c=0)| ≤ 0.25·gap(p_c=0.1) (docs/reproductions/topic.md#stage-2-attention, docs/reproductions/topic.md#topicstage2)", held, reason=why,
+                             paper="docs/reproductions/topic.md#stage-2-attention derivation (the paper's masking: only unchanged selected queries "
                              "carry topic information to the loss), checked against the §5 attention result",
                              definition=GAP_DEF + "; seed-mean at each p_c",
                              measured="seed-mean final attention gap ± SE at p_c = 0 and p_c = 0.1",

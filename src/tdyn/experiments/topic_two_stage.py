@@ -1,7 +1,9 @@
-"""topic/two-stage (E4, spec topic_structure.md §3.4, §5.6, §6, §9d): from small init, W_V moves first
-and W_K, W_Q catch up much later, over the grid optimizer (Adam, SGD) × init scale × learning rate;
-and the ``topic`` bench (training steps per second of the topic/stage1 and topic/two-stage settings).
-Stage times are defined in ``tdyn.experiments.topic_common``."""
+"""topic/two-stage (E4, docs/reproductions/topic.md#variants-e1-to-e6,
+docs/reproductions/topic.md#two-stage-mechanism, docs/reproductions/topic.md#two-stage-measurement,
+docs/reproductions/topic.md#topictwo-stage): from small init, W_V moves first and W_K, W_Q catch up much later,
+over the grid optimizer (Adam, SGD) × init scale × learning rate; and the ``topic`` bench (training steps per
+second of the topic/stage1 and topic/two-stage settings). Stage times are defined in
+``tdyn.experiments.topic_common``."""
 
 from __future__ import annotations
 
@@ -34,10 +36,11 @@ E4_GRID = {"adam": {"lrs": [0.001, 0.01], "init_scales": [1.0, 10.0]},
 
 
 def two_stage_configs(seed: int = 0, quick: bool = False, model: dict | None = None) -> dict[str, dict]:
-    """E4 jobs (spec §6, issue 12 item 6): the grid optimizer × init scale × learning rate. Each
-    optimizer is one ensemble over its learning rates and init scales ε ∈ {1e-3, 1e-2} (ε·U[0,1)):
-    10k steps and 3 seeds (the spec asks 20k–50k steps and ≥ 3 seeds; the full grid took 100 min on this
-    2-core machine, its results are in docs/results/topic__two-stage); quick: 200 steps, one seed."""
+    """E4 jobs (docs/reproductions/topic.md#two-stage-measurement, issue 12 item 6): the grid optimizer × init
+    scale × learning rate. Each optimizer is one ensemble over its learning rates and init scales ε ∈ {1e-3, 1e-2}
+    (ε·U[0,1)): 10k steps and 3 seeds (the plan asked 20k–50k steps and ≥ 3 seeds,
+    docs/reproductions/topic.md#departures; the full grid took 100 min on this 2-core machine, its results are in
+    docs/results/topic__two-stage); quick: 200 steps, one seed."""
     steps, every = (200, 20) if quick else (10_000, 50)
     seeds = [seed] if quick else [seed, seed + 1, seed + 2]
     m = E4 | (model or {})
@@ -125,7 +128,7 @@ def _summaries(rows: list[dict]) -> list[dict]:
 def init_scale_effect(cells: list[dict]) -> list[dict]:
     """Per optimizer and lr: stage-2 onset (κ) and W_V half-way (loss) at ε = 1e-3 over ε = 1e-2. Under
     SGD the K/Q gradient is O(ε·‖W_V‖), so a smaller ε delays K/Q; Adam normalises each coordinate's step
-    (≈ lr whatever the gradient's size), so it does not (spec §5.6 note)."""
+    (≈ lr whatever the gradient's size), so it does not (docs/reproductions/topic.md#two-stage-mechanism note)."""
     out = []
     for c in cells:
         big = next((x for x in cells if x["optimizer"] == c["optimizer"] and x["lr"] == c["lr"]
@@ -169,7 +172,7 @@ def reproduce_two_stage(ctx: ReproduceContext) -> dict:
             f"{c['optimizer']} lr {c['lr']:g}, ε = {c['eps']:g}: W_V is half-way to the stage-1 optimum before "
             "W_K, W_Q start to give same-topic attention (two stages), every seed",
             paper="Introduction / project page: 'in stage 1, only the value matrix changes significantly; in stage 2, "
-                  "the key and query matrices catch up much later', from small init, SGD or Adam; spec §5.6, §6, §9d",
+                  "the key and query matrices catch up much later', from small init, SGD or Adam; docs/reproductions/topic.md#two-stage-mechanism, docs/reproductions/topic.md#two-stage-measurement, docs/reproductions/topic.md#topictwo-stage",
             definition=TWO_STAGE_DEF, measured="t_V (structure, loss), t_KQ (κ, gap), delay factor t_KQ/t_V, per seed",
             expected="t_V < t_KQ for every seed under every reading", readings=rd,
             t_v_structure=c["t_v_structure"], t_v_loss=c["t_v_loss"], t_kq_kappa=c["t_kq_kappa"],
@@ -207,6 +210,8 @@ def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times
         axes[0][j].plot(s, cv, color="C0", label="W_V block contrast")
         axes[0][j].axhline(cv[0] + 0.5 * (ref["contrast"] - cv[0]), color="C0", ls=":", lw=0.8,
                            label="half-way to the fitted optimum's")
+        ok = np.isfinite(m["loss"])
+        axes[1][j].plot(s[ok], m["loss"][ok], color="0.55", lw=0.8, label="training loss (batch)")
         axes[1][j].plot(s, L, color="C3", label="probe dev loss")
         axes[1][j].axhline(L[0] + 0.5 * (ref["probe_loss"] - L[0]), color="C3", ls=":", lw=0.8,
                            label="half-way to the fitted optimum's")
@@ -224,7 +229,7 @@ def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times
                                                      for tv, kq in READINGS), fontsize=7)
         axes[3][j].set_xlabel("step")
         if j == 0:
-            for ax, name in zip(axes[:, j], ("W_V block contrast", "probe dev loss", "κ (logits)",
+            for ax, name in zip(axes[:, j], ("W_V block contrast", "MLM loss (nats)", "κ (logits)",
                                              "same − diff topic attention / uniform")):
                 ax.set_ylabel(name)
                 ax.legend(fontsize=6)
@@ -234,7 +239,7 @@ def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times
 
 def _stage_heatmaps(path: Path, d: Path, v: int) -> None:
     """W_V − W_V(0) and the key-centred word scores of one run at the checkpoints nearest to t_V,
-    t_KQ (κ) and the end (spec §6 plots)."""
+    t_KQ (κ) and the end (docs/reproductions/topic.md#two-stage-measurement plots)."""
     import matplotlib.pyplot as plt
 
     t = stage_times(metrics_table(d), run_reference(d))

@@ -3,7 +3,7 @@
     f_{W,V}(X) = σ(V X σ(Xᵀ W X))      σ = column-wise softmax; X = one-hot tokens (L × n)
 
 W[key, query] is the key token's score for the query token; column j of the attention is position j's
-attention; no mask, no positional encoding, no 1/√d (spec §4.1).
+attention; no mask, no positional encoding, no 1/√d (docs/reproductions/decision-lists.md#forward-pass).
 """
 
 from __future__ import annotations

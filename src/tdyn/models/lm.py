@@ -1,4 +1,5 @@
-"""The PyTorch-tutorial causal LM used by Scan and Snap on WikiText (scan_snap.md §3.4), as an ensemble.
+"""The PyTorch-tutorial causal LM used by Scan and Snap on WikiText
+(docs/reproductions/real-text.md#tutorial-language-model), as an ensemble.
 
 Every parameter has a leading ensemble axis S. Per member (the tutorial's ``TransformerModel``):
 
@@ -136,5 +137,6 @@ class CausalLM(nn.Module):
 
 
 def attention_entropy(A: torch.Tensor) -> torch.Tensor:
-    """Mean over (batch, query) of −Σ_k a_qk ln(a_qk + 1e−8) (scan_snap.md §7.4); A [..., B, T, T] -> [...]."""
+    """Mean over (batch, query) of −Σ_k a_qk ln(a_qk + 1e−8)
+    (docs/reproductions/real-text.md#causal-attention-entropy); A [..., B, T, T] -> [...]."""
     return -(A * torch.log(A + 1e-8)).sum(-1).mean((-1, -2))

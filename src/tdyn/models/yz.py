@@ -1,4 +1,4 @@
-"""Scan and Snap's one-layer attention + decoder (Tian et al. 2023 §3, Eqn 1–2; spec §3).
+"""Scan and Snap's one-layer attention + decoder (Tian et al. 2023 §3, Eqn 1–2; docs/reproductions/scan-snap.md#model).
 
 Two parameterisations of the same forward pass:
 
@@ -34,7 +34,7 @@ class YZConfig(Strict):
     M: int | None = Field(None, ge=1, exclude=True)
     parameterization: Literal["yz", "embedding"] = "yz"
     d: int = Field(128, ge=1)
-    residual: bool = False            # ū = LN(LN(Xᵀb) + e_query) (§7 extension)
+    residual: bool = False            # ū = LN(LN(Xᵀb) + e_query) (the paper's §7 extension)
     include_query_key: bool = False   # the authors' attn_include_base_token
     normalize: bool = True            # LN(x) = x/‖x‖₂ on the attended vector
     init: Literal["zero", "torch_default"] = "zero"

@@ -1,5 +1,5 @@
 """Probe of the corpus LM task (``tdyn.tasks.corpus_lm``): validation loss, attention entropy per
-layer (scan_snap.md §7.4) and every layer's attention map on probe window 0."""
+layer (docs/reproductions/real-text.md#causal-attention-entropy) and every layer's attention map on probe window 0."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from tdyn.probes import ProbeContext, probe
 
 @probe("corpus_lm.attention")
 def _lm_probe(ctx: ProbeContext) -> dict[str, torch.Tensor]:
-    """Validation loss, attention entropy per layer (§7.4), and every layer's map of probe window 0."""
+    """Validation loss, attention entropy per layer (docs/reproductions/real-text.md#causal-attention-entropy), and
+    every layer's map of probe window 0."""
     x, y = ctx.batch
     model = ctx.model
     was = model.training

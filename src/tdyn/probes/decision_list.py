@@ -1,6 +1,7 @@
 """Probes of the decision-list task (``tdyn.tasks.decision_list``): exact classification on the task's
 enumerated (or Monte Carlo) sequence types, V against the permutation matrix P, and the top Hessian
-eigenvalue of the population loss (spec decision_lists.md §7, §8).
+eigenvalue of the population loss (docs/reproductions/decision-lists.md#perfect-classification,
+docs/reproductions/decision-lists.md#reproductions).
 
 Pure functions first (``centred_cosine``, ``perm_recovery``), then the ``@probe`` adapters. Every value
 is per member ([S]); the Hessian probe reports NaN (logged as null) at steps where it does not run.
@@ -18,7 +19,8 @@ from tdyn.theory import decision_list as th
 
 
 def centred_cosine(V: torch.Tensor, P: torch.Tensor) -> torch.Tensor:
-    """cos between column-centred V and column-centred P (spec §4.2); V (..., L, L) → (...)."""
+    """cos between column-centred V and column-centred P (docs/reproductions/decision-lists.md#gauge-invariance); V
+    (..., L, L) → (...)."""
     Vc = V - V.mean(-2, keepdim=True)
     Pc = P - P.mean(-2, keepdim=True)
     return (Vc * Pc).sum((-1, -2)) / (Vc.norm(dim=(-1, -2)) * Pc.norm())
@@ -40,7 +42,8 @@ def member_model(model: DecisionListModel, i: int) -> DecisionListModel:
 @probe("decision_list.classify")
 def _classify(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     """Err_sup (misclassified (set, query) pairs, strict argmax), Acc_pop and the minimum logit margin
-    over the task's types (spec §7): ``perfect`` = 1 where Err_sup = 0."""
+    over the task's types (docs/reproductions/decision-lists.md#perfect-classification): ``perfect`` = 1 where
+    Err_sup = 0."""
     cl = th.classify(ctx.model, ctx.task.dist, ctx.task.types)
     return {"err_sup": cl.err_sup, "acc_pop": cl.acc_pop, "min_margin": cl.min_margin,
             "perfect": cl.perfect.double()}

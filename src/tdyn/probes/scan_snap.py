@@ -1,4 +1,5 @@
-"""Scan and Snap measurements (Tian et al. 2023 §5–6; spec scan_snap.md §6.2, §7).
+"""Scan and Snap measurements (Tian et al. 2023 §5–6; docs/reproductions/scan-snap.md#attention-dynamics,
+docs/reproductions/scan-snap.md#measured-quantities).
 
 Pure functions of the attention logits Z [S, M, M] (query m's logit on key l is Z[..., m, l]) and
 the decoder Y [S, M, M], with a leading ensemble axis S, and of the distribution's facts passed as
@@ -22,7 +23,8 @@ def _class_logits(Z: torch.Tensor, table: torch.Tensor, query: torch.Tensor) -> 
 
 
 def c_n(Z: torch.Tensor, table: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
-    """Eqn 5 (spec §7.1): c_{l|n} = P(l|n)e^{Z[ψ(n),l]} / Σ_l' P(l'|n)e^{Z[ψ(n),l']}, shape [S, K, M]."""
+    """Eqn 5 (docs/reproductions/scan-snap.md#class-attention-maps): c_{l|n} = P(l|n)e^{Z[ψ(n),l]} / Σ_l'
+    P(l'|n)e^{Z[ψ(n),l']}, shape [S, K, M]."""
     return torch.softmax(_class_logits(Z, table, query), dim=-1)
 
 
@@ -33,8 +35,9 @@ def f_n(Z: torch.Tensor, table: torch.Tensor, query: torch.Tensor) -> torch.Tens
 
 def distinct_distribution(Z: torch.Tensor, table: torch.Tensor, query: torch.Tensor,
                           distinct: torch.Tensor) -> torch.Tensor:
-    """c_n restricted to class n's distinct tokens and renormalised (spec §7.2): the softmax over
-    the distinct tokens of ln P(l|n) + Z[ψ(n), l]; zero elsewhere. Shape [S, K, M]."""
+    """c_n restricted to class n's distinct tokens and renormalised
+    (docs/reproductions/scan-snap.md#distinct-token-entropy): the softmax over the distinct tokens of ln P(l|n) +
+    Z[ψ(n), l]; zero elsewhere. Shape [S, K, M]."""
     logits = _class_logits(Z, table, query).masked_fill(~distinct, float("-inf"))
     return torch.softmax(logits, dim=-1)
 
@@ -46,12 +49,13 @@ def class_entropy(Z: torch.Tensor, table: torch.Tensor, query: torch.Tensor, dis
 
 
 def distinct_entropy(Z: torch.Tensor, table: torch.Tensor, query: torch.Tensor, distinct: torch.Tensor) -> torch.Tensor:
-    """The Fig 6 metric (spec §7.2): H_n averaged over the K classes, shape [S]."""
+    """The Fig 6 metric (docs/reproductions/scan-snap.md#distinct-token-entropy): H_n averaged over the K classes,
+    shape [S]."""
     return class_entropy(Z, table, query, distinct).mean(-1)
 
 
 def recall(Z: torch.Tensor, query: torch.Tensor, distinct: torch.Tensor, thresholds: torch.Tensor) -> torch.Tensor:
-    """Recall at attention thresholds (Figs 11–12; spec §7.3), shape [S, T].
+    """Recall at attention thresholds (Figs 11–12; docs/reproductions/scan-snap.md#recall-at-threshold), shape [S, T].
 
     For each query m: softmax(z_m) over all M tokens, tag entries ≥ threshold; recall = tagged
     distinct tokens of the classes in ψ⁻¹(m) / their number; averaged over the queries.
@@ -86,7 +90,8 @@ def descent_rate(thresholds, recall, how: str = "lsq"):
 def thm3_invariant(Z: torch.Tensor, table: torch.Tensor, query: torch.Tensor, distinct: torch.Tensor,
                    Z0: torch.Tensor | None = None) -> torch.Tensor:
     """e^{−2z_{ml}(0)}(1 − e^{−2(z_{ml} − z_{ml}(0))})/P(l|n)² = (e^{−2z_{ml}(0)} − e^{−2z_{ml}})/P(l|n)²
-    on class n's distinct tokens (Thm 3, Eqn 108–111; spec §6.2), NaN elsewhere; shape [S, K, M].
+    on class n's distinct tokens (Thm 3, Eqn 108–111; docs/reproductions/scan-snap.md#attention-dynamics), NaN
+    elsewhere; shape [S, K, M].
 
     Equal across a class's distinct tokens in theory: ż_l = η_Z f_{nl}² ξ_n with f_{nl}² ∝ P(l|n)²e^{2z_l}
     and a factor common to the class, so d(e^{−2z_l})/dt = −2P(l|n)²·(the same factor) and
@@ -117,7 +122,8 @@ def logit_signs(Z: torch.Tensor, table: torch.Tensor, query: torch.Tensor, disti
     ``common_negative`` / ``distinct_positive``: fractions of (class, token) pairs with
     z < 0 on the class's common tokens / z > 0 on its distinct tokens; ``max_common`` and
     ``min_distinct``: the extreme logits; ``mean_common``: the mean common logit over (class, common
-    token) pairs (−B_n(t) in §6.3's setting, where e^{−4z_common} = 1 + 4Γ/C0 and B_n = −z_common).
+    token) pairs (−B_n(t) in the setting of docs/reproductions/scan-snap.md#snap-phase-transition, where
+    e^{−4z_common} = 1 + 4Γ/C0 and B_n = −z_common).
     """
     z = Z[..., query, :]                                                    # [S, K, M]
     com = common & (table > 0)                                              # [K, M]

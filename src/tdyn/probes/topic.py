@@ -1,5 +1,6 @@
-"""Topic-structure probes (spec topic_structure.md §7): attention by token-pair class, block contrast
-of W_V, W_Vᵀ W_V, W_E W_Eᵀ and W_Kᵀ W_Q, embedding Gram by class, and the stage norms (§6).
+"""Topic-structure probes (docs/reproductions/topic.md#measured-quantities): attention by token-pair class, block contrast
+of W_V, W_Vᵀ W_V, W_E W_Eᵀ and W_Kᵀ W_Q, embedding Gram by class, and the stage norms
+(docs/reproductions/topic.md#two-stage-measurement).
 
 Pure functions of tensors first (vectorised; tests compare them with brute-force loops), then the
 registered probes that apply them to a model of ``tdyn.models.topic`` on the task's probe batch.
@@ -16,14 +17,16 @@ CLASSES = ("self", "same_token", "same_topic", "diff_topic")
 
 
 def topic_of(ids: torch.Tensor, v: int, num_special: int) -> torch.Tensor:
-    """Corrected topic map (spec §7.2): (id − ns)//v for words, −1 for special ids."""
+    """Corrected topic map (docs/reproductions/topic.md#corrected-attention-classes): (id − ns)//v for words, −1
+    for special ids."""
     return torch.where(ids >= num_special, torch.div(ids - num_special, v, rounding_mode="floor"), -1)
 
 
 def pair_classes(tokens: torch.Tensor, v: int, num_special: int) -> dict[str, torch.Tensor]:
-    """Boolean masks [..., L, L] of the ordered word-position pairs (i, j) in each class (spec §7.2):
-    ``self`` (i = j), ``same_token`` (i ≠ j, same id), ``same_topic`` (different ids, same topic),
-    ``diff_topic``. Pairs involving a special id (PAD, MASK, START, END) are in no class."""
+    """Boolean masks [..., L, L] of the ordered word-position pairs (i, j) in each class
+    (docs/reproductions/topic.md#corrected-attention-classes): ``self`` (i = j), ``same_token`` (i ≠ j, same id),
+    ``same_topic`` (different ids, same topic), ``diff_topic``. Pairs involving a special id (PAD, MASK, START,
+    END) are in no class."""
     t = topic_of(tokens, v, num_special)
     word = t >= 0
     both = word[..., :, None] & word[..., None, :]
@@ -40,9 +43,10 @@ def attention_classes(A: torch.Tensor, tokens: torch.Tensor, keys: torch.Tensor,
     keys, so uniform attention reads 1 in every class).
 
     A [S, B, L, L] (heads averaged), tokens [S, B, L], keys [S, B, L]. Returns, each [S]: the pooled
-    average per class (sum over all pairs of all documents / count, as coded, §7.1), ``<class>_doc``
-    the mean over documents of the per-document average, ``gap`` = same_topic − diff_topic (pooled),
-    ``gap_doc``, and ``start_mass`` = mean attention of word queries on START keys (unscaled).
+    average per class (sum over all pairs of all documents / count, as coded,
+    docs/reproductions/topic.md#attention-statistic-of-the-authors-code), ``<class>_doc`` the mean over documents
+    of the per-document average, ``gap`` = same_topic − diff_topic (pooled), ``gap_doc``, and ``start_mass`` = mean
+    attention of word queries on START keys (unscaled).
     """
     n = keys.sum(-1).to(A.dtype)                                    # visible keys per document
     R = A * n[..., None, None]
@@ -62,7 +66,7 @@ def attention_classes(A: torch.Tensor, tokens: torch.Tensor, keys: torch.Tensor,
 
 
 def block_contrast(M: torch.Tensor, v: int, num_special: int) -> dict[str, torch.Tensor]:
-    """Block statistics of a |V|×|V| matrix on its word ids (spec §7.4), M [S, V, V].
+    """Block statistics of a |V|×|V| matrix on its word ids (docs/reproductions/topic.md#block-contrast), M [S, V, V].
 
     Returns ``diag``, ``same`` (same-topic off-diagonal mean), ``diff`` (different-topic mean) and
     ``contrast`` = same − diff, each [S]; ``per_topic`` [S, T]: for the rows of topic t, the mean
@@ -86,7 +90,8 @@ def block_contrast(M: torch.Tensor, v: int, num_special: int) -> dict[str, torch
 
 
 def embedding_gram(E: torch.Tensor, v: int, num_special: int) -> dict[str, torch.Tensor]:
-    """Block statistics of the dot-product Gram E Eᵀ and the cosine Gram, E [S, V, d] (spec §7.3)."""
+    """Block statistics of the dot-product Gram E Eᵀ and the cosine Gram, E [S, V, d]
+    (docs/reproductions/topic.md#embedding-similarity)."""
     dot = E @ E.transpose(1, 2)
     En = E / E.norm(dim=-1, keepdim=True).clamp(min=1e-12)
     cos = En @ En.transpose(1, 2)
@@ -96,7 +101,8 @@ def embedding_gram(E: torch.Tensor, v: int, num_special: int) -> dict[str, torch
 
 def stage_norms(W_V: torch.Tensor, W_V0: torch.Tensor, W_K: torch.Tensor | None,
                 W_Q: torch.Tensor | None) -> dict[str, torch.Tensor]:
-    """‖W_V − W_V(0)‖_F, ‖W_K‖_F, ‖W_Q‖_F, ‖W_Kᵀ W_Q‖_F, each [S] (spec §6); inputs [S, d, d]."""
+    """‖W_V − W_V(0)‖_F, ‖W_K‖_F, ‖W_Q‖_F, ‖W_Kᵀ W_Q‖_F, each [S]
+    (docs/reproductions/topic.md#two-stage-measurement); inputs [S, d, d]."""
     S = W_V.shape[0]
     f = lambda x: x.reshape(S, -1).norm(dim=1)  # noqa: E731
     out = {"dV": f(W_V - W_V0)}

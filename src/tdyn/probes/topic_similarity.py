@@ -1,4 +1,5 @@
-"""Same-token / same-topic / different-topic statistics of embeddings and attention (topic_structure.md §7.3, §8).
+"""Same-token / same-topic / different-topic statistics of embeddings and attention
+(docs/reproductions/topic.md#embedding-similarity, docs/reproductions/real-text.md#the-papers-wikipedia-pipeline).
 
 Vectorised over all ordered pairs (i ≠ j) of the given rows; a pair is *same-topic* when the two
 words share at least one topic and *different-topic* otherwise. ``same_token`` is the diagonal

@@ -1,5 +1,5 @@
-"""Stage measurements for the two-stage claim (spec topic_structure.md §5.6, §6), on what the paper
-means rather than on parameter norms.
+"""Stage measurements for the two-stage claim (docs/reproductions/topic.md#two-stage-mechanism,
+docs/reproductions/topic.md#two-stage-measurement), on what the paper means rather than on parameter norms.
 
 Why not ‖W_Kᵀ W_Q‖: a change of the scores that depends only on the query (a row constant of the
 query×key score matrix), only on the key, or only on the special keys START/END leaves the same- vs
@@ -16,17 +16,17 @@ Definitions (pure functions first, tested on hand-made cases; then the ``topic.s
   query-only, a key-only or a special-key-only score change; it is in logit units, so a same-topic key
   gets e^κ times the attention of a different-topic key, all else equal. ``kappa_se`` = standard
   deviation of the 10 per-topic values / √T (the noise margin: a real topic block shows in every topic).
-* **Attention gap** (corrected classes, spec §7.2): per probe document the same-topic minus
-  different-topic attention (relative to uniform); ``gap_doc`` its mean over documents, ``gap_se`` the
-  standard error over documents.
+* **Attention gap** (corrected classes, docs/reproductions/topic.md#corrected-attention-classes): per probe
+  document the same-topic minus different-topic attention (relative to uniform); ``gap_doc`` its mean over
+  documents, ``gap_se`` the standard error over documents.
 * **W_V half-way** t_V, against a fixed reference, the fitted stage-1 optimum (the convex optimum of the
-  uniform-attention model class on the same static masks, spec §4.3), in two readings:
-  *structure*: the W_V block-contrast change reaches half of the optimum's block contrast;
-  *loss*: the probe dev loss has covered half of the way from its initial value to the optimum's loss on
-  the same documents. Neither moves with the run length (‖ΔW_V‖ "half of final" did).
-  Also reported, not used in the verdict: the *plateau* reading, half of the contrast's own stage-1
-  plateau, the value at the first logged step t_p after which it grows by at most 5% over a doubling
-  of the step count (undefined, None, when it never does: a creeping contrast has no plateau).
+  uniform-attention model class on the same static masks, docs/reproductions/topic.md#stage-1-reference-optimum),
+  in two readings: *structure*: the W_V block-contrast change reaches half of the optimum's block contrast; *loss*:
+  the probe dev loss has covered half of the way from its initial value to the optimum's loss on the same
+  documents. Neither moves with the run length (‖ΔW_V‖ "half of final" did). Also reported, not used in the
+  verdict: the *plateau* reading, half of the contrast's own stage-1 plateau, the value at the first logged step
+  t_p after which it grows by at most 5% over a doubling of the step count (undefined, None, when it never does: a
+  creeping contrast has no plateau).
 * **Stage-2 onset** t_KQ: the first logged step where the topic-block score κ ≥ ln 1.05 (a same-topic
   key gets ≥ 5% more attention) *and* κ > 2·kappa_se; the gap reading: gap_doc ≥ 0.05 (5% more than
   uniform) and > 2·gap_se. Never reached → K/Q never moved above noise → inconclusive.

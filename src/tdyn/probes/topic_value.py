@@ -1,4 +1,5 @@
-"""Value-structure checks for the topic model (spec topic_structure.md §5.3, §7.4; issue 12 item 5).
+"""Value-structure checks for the topic model (docs/reproductions/topic.md#stage-1-value-blocks,
+docs/reproductions/topic.md#block-contrast; issue 12 item 5).
 
 Definitions (each has a hand-made test in ``tests/test_topic_value.py``):
 
@@ -17,7 +18,8 @@ Definitions (each has a hand-made test in ``tests/test_topic_value.py``):
 * **Effective map** ``effective_value_map``: with uniform attention the one-layer model computes
   logits = W_dec(W_V Ẽᵀ h + b_V) + b_dec for the visible bag of words h (Ẽ the embedding table, LN'd
   in the authors' setting), so (W_eff, b_eff) = (W_dec W_V Ẽᵀ, W_dec b_V + b_dec) is the model's point
-  in the convex stage-1 class (spec §4.3). In the clean setting (one-hot, W_dec = I) W_eff = W_V.
+  in the convex stage-1 class (docs/reproductions/topic.md#stage-1-reference-optimum). In the clean setting
+  (one-hot, W_dec = I) W_eff = W_V.
 """
 
 from __future__ import annotations

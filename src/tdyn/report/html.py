@@ -29,7 +29,7 @@ import platform
 from urllib.parse import quote
 
 import tdyn
-from tdyn import runs, sweep
+from tdyn import docs, runs, sweep
 from tdyn.errors import UserError
 from tdyn.report import style
 
@@ -51,7 +51,7 @@ PAPERS = {  # experiment-name prefix -> (short name for the claims table, full r
 MAX_NUMBERS_CHARS = 240  # numbers cell of the claims table (the full numbers are in the section)
 # results.json keys shown in their own place in a section (the rest are listed as "other numbers")
 _SECTION_KEYS = {"experiment", "claims", "config", "files", "wall_seconds", "seed", "seeds", "quick",
-                 "status", "error", "traceback", "description"}
+                 "status", "error", "traceback", "description", "docs"}
 
 
 # ---------------------------------------------------------------- small helpers
@@ -79,6 +79,16 @@ def metadata() -> dict[str, Any]:
 
 def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
+
+
+def _linked(text: Any, base: Path) -> str:
+    """``text`` escaped, with each reference to a documentation page (``docs/reproductions/PAGE.md#ANCHOR``)
+    a link to it from a page in the directory ``base`` where :func:`tdyn.docs.href` gives one, else set
+    as code."""
+    def link(m) -> str:
+        href = docs.href(m.group(0), base)
+        return f'<a href="{_e(href)}">{m.group(0)}</a>' if href else f"<code>{m.group(0)}</code>"
+    return docs.REF.sub(link, _e(text))
 
 
 def fmt(v: Any, max_items: int = 8) -> str:
@@ -250,7 +260,7 @@ def _claims_rows(res: dict, page: Path, rdir: Path) -> list[list[str]]:
     for c in res["claims"]:
         numbers = c.get("numbers", {})
         measured = c.get("measured") or ", ".join(numbers) or "—"
-        rows.append([_e(paper_of(name)), f"{_e(c.get('claim', ''))} <span class=note>({link}: {_e(c.get('id', ''))})</span>",
+        rows.append([_e(paper_of(name)), f"{_linked(c.get('claim', ''), page)} <span class=note>({link}: {_e(c.get('id', ''))})</span>",
                      _e(fmt(measured)), _e(_clip(fmt(numbers, max_items=4), MAX_NUMBERS_CHARS)), _e(fmt(c.get("expected") or "see claim")),
                      _verdict(c)])
     return rows
@@ -261,16 +271,17 @@ def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cl
     desc = descriptions.get(name) or res.get("description", "")
     parts = [f'<section id="{anchor(name)}"><h2>{_e(name)}</h2>']
     if desc:
-        parts.append(f"<p>{_e(desc)}</p>")
+        parts.append(f"<p>{_linked(desc, page)}</p>")
     info = {"paper": _e(paper_of(name, full=True)), "directory": (f'<a href="{_rel(rdir / RESULTS, page)}">{_e(_relpath(rdir / RESULTS, page))}</a>'
                           if (rdir / RESULTS).exists() else _e(_relpath(rdir, page) + "/ (no results.json)")),
             "run time": _e(f"{res['wall_seconds']:.1f} s") if isinstance(res.get("wall_seconds"), (int, float)) else "—",
-            "seeds": _e(_seeds(res, cli_seed)), "quick settings": _e(fmt(res.get("quick")))}
+            "seeds": _e(_seeds(res, cli_seed)), "quick settings": _e(fmt(res.get("quick"))),
+            "documentation": _linked(res.get("docs") or docs.ref(name) or "—", page)}
     parts.append(_dl(info))
     if "error" in res:
         parts.append(f'<h3>Error</h3><pre class="error">{_e(res["error"])}\n\n{_e(res.get("traceback", ""))}</pre>')
     if res.get("claims"):
-        rows = [[_e(c.get("id", "")), _e(c.get("claim", "")), _verdict(c), _e(fmt(c.get("numbers", {}), max_items=32))]
+        rows = [[_e(c.get("id", "")), _linked(c.get("claim", ""), page), _verdict(c), _e(fmt(c.get("numbers", {}), max_items=32))]
                 for c in res["claims"]]
         parts.append("<h3>Claims</h3>" + table(["id", "claim", "verdict", "numbers"], rows, raw=True))
     figs = _files(rdir, res, ".png")

@@ -278,16 +278,17 @@ def plot_metric(summary_csv: str | Path, metric: str, x: str, curve: str, path: 
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2), squeeze=False)
     for ax, pv in zip(axes[0], panels):
         sub = [r for r in rows if panel is None or r[panel] == pv]
-        for cv in sorted({r[curve] for r in sub}, key=_num):
+        for k, cv in enumerate(sorted({r[curve] for r in sub}, key=_num)):
             pts = sorted(((_num(r[x]), float(r[f"{metric}_mean"]), float(r[f"{metric}_std"] or "nan"))
                           for r in sub if r[curve] == cv))
             xs, ys, es = zip(*pts)
-            ax.errorbar(xs, ys, yerr=[0 if math.isnan(e) else e for e in es], marker="o", capsize=2, label=f"{curve}={cv}")
+            ax.errorbar(xs, ys, yerr=[0 if math.isnan(e) else e for e in es], capsize=2, label=f"{curve}={cv}",
+                        **style.series(k, marker="o"))
         ax.set_xlabel(x)
         ax.set_ylabel(metric)
         if pv is not None:
             ax.set_title(f"{panel}={pv}")
-        ax.legend()
+        ax.legend(fontsize=7, ncol=2 if len(ax.get_lines()) > 8 else 1)
     style.save(fig, path)
     return Path(path)
 

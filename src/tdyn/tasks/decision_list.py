@@ -1,7 +1,8 @@
-"""The decision-list task (spec decision_lists.md): the exact population loss of f_{W,V} on a decision
+"""The decision-list task (docs/reproductions/decision-lists.md): the exact population loss of f_{W,V} on a decision
 list (``tdyn.data.decision_list``, enumerated or Monte Carlo sequence types from
 ``tdyn.theory.decision_list``) with the one-layer model (``tdyn.models.decision_list``); the trainer runs
-population-loss GD (spec §6.1). Config sections: ``data`` = :class:`DecisionListData`, ``model`` =
+population-loss GD (docs/reproductions/decision-lists.md#enumeration-over-types). Config sections: ``data`` =
+:class:`DecisionListData`, ``model`` =
 :class:`DecisionListModelConfig` (init: W₀, V₀ ~ init_std·N(0,1) per member, V₀ += c·P + E with
 E ~ V_noise·U(−½, ½), W₀ = 0 with ``W_init: zero``). Probes: ``tdyn.probes.decision_list``.
 """
@@ -33,7 +34,8 @@ class DecisionListData(Strict):
 
 
 class DecisionListTrainTask(Task):
-    """Exact population loss (``sample`` → None): the trainer runs population-loss GD (spec §6.1)."""
+    """Exact population loss (``sample`` → None): the trainer runs population-loss GD
+    (docs/reproductions/decision-lists.md#enumeration-over-types)."""
 
     def __init__(self, cfg, members: list[Member]):
         d = DecisionListData.model_validate(cfg.data)

@@ -63,7 +63,8 @@ def param_names(model: dict) -> list[str]:
 
 def lda_config(model: dict, *, data: dict | None = None, steps: int = 3000, optimizer: str = "adam",
                lr: float = 0.01, seeds=(0, 1, 2), every: int = 50, quick: bool = False) -> dict:
-    """A run config: the authors' defaults (Adam lr 0.01, batch 40, spec §4.1), one parameter group."""
+    """A run config: the authors' defaults (Adam lr 0.01, batch 40, docs/reproductions/topic.md#training-defaults),
+    one parameter group."""
     group = {"params": param_names(model), "optimizer": optimizer, "lr": lr}
     return {"task": "lda_mlm", "data": (QUICK_DATA if quick else {}) | (data or {}), "model": dict(model),
             "seeds": list(seeds), "optim": {"steps": steps, "groups": {"all": group}},

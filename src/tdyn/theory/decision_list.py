@@ -1,12 +1,15 @@
 """Exact population loss of the decision-list model, the reduced W-only flow, perfect classification.
 
-* Enumeration over types (spec §6.1): the loss of a sequence depends only on its token counts, so the
-  population loss is Σ_types P(type)·ℒ(representative sequence), over n-subsets (sampler B) or
-  multisets (sampler A); chunked, vectorised, any token law μ.
-* The exact (m+1)-dimensional W-only flow for uniform tokens, equal lists, W₀ = 0, V = cP (spec §6.3),
-  including the 1/(L−m) metric factor on the shared out-of-list coordinate.
-* The closed-form full-support margin test at V = cP (spec §6.4), and the three notions of §7.
-* λ_max of the population Hessian by Hessian-vector products and power iteration (spec §8.2).
+* Enumeration over types (docs/reproductions/decision-lists.md#enumeration-over-types): the loss of a sequence
+  depends only on its token counts, so the population loss is Σ_types P(type)·ℒ(representative sequence), over
+  n-subsets (sampler B) or multisets (sampler A); chunked, vectorised, any token law μ.
+* The exact (m+1)-dimensional W-only flow for uniform tokens, equal lists, W₀ = 0, V = cP
+  (docs/reproductions/decision-lists.md#reduced-flow), including the 1/(L−m) metric factor on the shared
+  out-of-list coordinate.
+* The closed-form full-support margin test at V = cP (docs/reproductions/decision-lists.md#margin-test), and the
+  three notions of docs/reproductions/decision-lists.md#perfect-classification.
+* λ_max of the population Hessian by Hessian-vector products and power iteration
+  (docs/reproductions/decision-lists.md#decision-listclaim2).
 Time units follow the paper's Eqn 2 normalisation ((1/n)Σ_j per sequence, averaged over sequences).
 """
 
@@ -47,7 +50,8 @@ class Types:
 
 
 def enumerate_types(task: DecisionListTask, n: int, sampler: Sampler) -> Types:
-    """All n-subsets (B) or n-multisets (A) of [L] with their probabilities under μ (spec §6.1)."""
+    """All n-subsets (B) or n-multisets (A) of [L] with their probabilities under μ
+    (docs/reproductions/decision-lists.md#enumeration-over-types)."""
     check_sampler(sampler)
     ar = torch.arange(task.L)
     if sampler == "B":
@@ -101,8 +105,9 @@ def all_sequences(task: DecisionListTask, n: int, sampler: Sampler) -> Types:
 
 
 def sampled_types(task: DecisionListTask, n: int, sampler: Sampler, N: int, gen: torch.Generator) -> Types:
-    """A fixed Monte Carlo evaluation set (spec §6.5): N sampled sequences (rows sorted, which leaves the
-    loss unchanged) with weight 1/N each; every function taking ``Types`` then gives the MC estimate."""
+    """A fixed Monte Carlo evaluation set (docs/reproductions/decision-lists.md#monte-carlo): N sampled sequences
+    (rows sorted, which leaves the loss unchanged) with weight 1/N each; every function taking ``Types`` then gives
+    the MC estimate."""
     s = dl_sample(task, N, n, sampler, gen).sort(-1).values
     return Types(s, torch.full((N,), 1.0 / N, dtype=torch.float64))
 
@@ -145,7 +150,8 @@ def position_margins(model: DecisionListModel, task: DecisionListTask, s: torch.
 
 
 def classify(model: DecisionListModel, task: DecisionListTask, types: Types, chunk: int = 65536) -> Classification:
-    """Err_sup, Acc_pop and the minimum margin over a full support (spec §7), by enumeration."""
+    """Err_sup, Acc_pop and the minimum margin over a full support
+    (docs/reproductions/decision-lists.md#perfect-classification), by enumeration."""
     wrong = npairs = 0
     acc = 0.0
     mins = []
@@ -165,7 +171,8 @@ def classify(model: DecisionListModel, task: DecisionListTask, types: Types, chu
 # ----------------------------------------------------------------------------- closed-form margins at V = cP
 def support_margins(list_scores: torch.Tensor, other_scores: torch.Tensor, L: int, n: int,
                     sampler: Sampler) -> torch.Tensor:
-    """Per query, min over the full-support constraints of W[a_k,q] − W[t,q] − log N_max (spec §6.4).
+    """Per query, min over the full-support constraints of W[a_k,q] − W[t,q] − log N_max
+    (docs/reproductions/decision-lists.md#margin-test).
 
     ``list_scores`` (Q, m) = W[a_1..a_m, q]; ``other_scores`` (Q, R) = W[t, q] for tokens t outside L_q
     (−inf entries are ignored). Perfect classification at V = cP (c > 0) ⟺ every returned value > 0.
@@ -205,9 +212,9 @@ def full_support_margins(W: torch.Tensor, task: DecisionListTask, n: int, sample
 # ----------------------------------------------------------------------------- reduced (m+1)-dim flow
 @dataclasses.dataclass
 class ReducedConfigs:
-    """Configurations of one query's sequence (spec §6.3): slot counts (K, m + n) over list slots
-    a_1..a_m then up to n out-of-list slots, log weights (sum to log 1/L incl. the c_q/n factor),
-    the slot of a*, the number of distinct present tokens."""
+    """Configurations of one query's sequence (docs/reproductions/decision-lists.md#reduced-flow): slot counts (K,
+    m + n) over list slots a_1..a_m then up to n out-of-list slots, log weights (sum to log 1/L incl. the c_q/n
+    factor), the slot of a*, the number of distinct present tokens."""
 
     L: int
     n: int
@@ -266,7 +273,8 @@ def _lcomb(a: int, b: int) -> float:
 
 
 def reduced_loss(w: torch.Tensor, cf: ReducedConfigs, c: float) -> torch.Tensor:
-    """F_q(w) = Σ_configs weight·ℓ, ℓ = −cα_{a*} + log(Σ_present e^{cα_t} + (L − k)) (spec §6.3)."""
+    """F_q(w) = Σ_configs weight·ℓ, ℓ = −cα_{a*} + log(Σ_present e^{cα_t} + (L − k))
+    (docs/reproductions/decision-lists.md#reduced-flow)."""
     score = w[cf.slot_index]
     present = cf.counts > 0
     logits = torch.where(present, cf.counts.clamp_min(1e-300).log() + score, -torch.inf)
@@ -303,7 +311,8 @@ def reduced_acc_pop(w: torch.Tensor, cf: ReducedConfigs) -> float:
 
 def reduced_sample_correct(w: torch.Tensor, task: DecisionListTask, s: torch.Tensor) -> torch.Tensor:
     """For the reduced state w (W[a_k,q] = w_k, W[t,q] = w_out off the list) and V = cP: whether every
-    position of each sequence s (N, n) is strictly correct (spec §6.4 rule), (N,) bool."""
+    position of each sequence s (N, n) is strictly correct (docs/reproductions/decision-lists.md#margin-test rule),
+    (N,) bool."""
     lst = task.lists[s]                                              # (N, n_query, M)
     m = task.M
     hit = s[:, None, :, None] == lst[:, :, None, :]                  # (N, q, key, M)
@@ -318,9 +327,10 @@ def reduced_sample_correct(w: torch.Tensor, task: DecisionListTask, s: torch.Ten
 
 
 def gamma_pattern(L: int, n: int, m: int, sampler: Sampler) -> float:
-    """Mass of the rarest multiplicity pattern: min over the reduced configurations of one query (spec §6.3:
-    the counts of the list tokens and the multiplicity pattern of the out-of-list tokens under A; the
-    presence pattern of a_1..a_{m−1} under B) of P(pattern)·c_q/n. A candidate γ for result (1)."""
+    """Mass of the rarest multiplicity pattern: min over the reduced configurations of one query
+    (docs/reproductions/decision-lists.md#reduced-flow: the counts of the list tokens and the multiplicity pattern
+    of the out-of-list tokens under A; the presence pattern of a_1..a_{m−1} under B) of P(pattern)·c_q/n. A
+    candidate γ for result (1)."""
     return float(reduced_configs(L, n, m, sampler).logw.min().exp())
 
 
@@ -430,9 +440,11 @@ def solve_reduced_flow(L: int, n: int, m: int, sampler: Sampler, c: float, t_max
                        samples: tuple[DecisionListTask, torch.Tensor] | None = None,
                        kappas: tuple[float, ...] = ()) -> FlowResult:
     """Gradient flow on W (V = cP, W₀ = 0) in the reduced coordinates, float64; LSODA with events at
-    full-support perfection (spec §6.3–6.4) and at min logit margin >= κ for each κ in ``kappas``
-    (T_sup(κ), spec §7); the run stops at the last of these. T_pop(ε) and T_N (on ``samples`` =
-    (task, sequences)) by a grid search on the dense solution + bisection; both are <= T_sup."""
+    full-support perfection (docs/reproductions/decision-lists.md#reduced-flow,
+    docs/reproductions/decision-lists.md#margin-test) and at min logit margin >= κ for each κ in ``kappas``
+    (T_sup(κ), docs/reproductions/decision-lists.md#perfect-classification); the run stops at the last of these.
+    T_pop(ε) and T_N (on ``samples`` = (task, sequences)) by a grid search on the dense solution + bisection; both
+    are <= T_sup."""
     cf = reduced_configs(L, n, m, sampler)
 
     def rhs(_, y):

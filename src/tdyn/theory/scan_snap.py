@@ -1,14 +1,14 @@
-"""Scan and Snap's closed forms (Tian et al. 2023 §4–6, Lemmas 5–9, Thm 3–4; spec scan_snap.md §6).
+"""Scan and Snap's closed forms (Tian et al. 2023 §4–6, Lemmas 5–9, Thm 3–4; docs/reproductions/scan-snap.md#theory).
 
 Time ``t`` counts training samples (batch-1 steps); class n has been seen ``s = t/K`` times
 (uniform classes). ``h`` is the decoder's per-class progress, ``γ`` the speed-control coefficient,
 ``Γ = η_Z∫γ`` and ``B_n = η_Z∫ξ_n`` the attention's integrated drive in the one-common-token
-setting of §6.3 (normalisers constant, C0 := ρ₀⁴/K). All functions are vectorised over ``t``
-(numpy arrays or scalars, float64).
+setting of docs/reproductions/scan-snap.md#snap-phase-transition (normalisers constant, C0 := ρ₀⁴/K). All functions
+are vectorised over ``t`` (numpy arrays or scalars, float64).
 
-Convention (spec §6.3 step 3): ``B_n(t) = ¼ ln((C0 + 4Γ)/C0)`` so that B_n(0) = 0; the paper's
-Eqn 124 / Eqn 14 write ``¼ ln(C0 + 4Γ)``, i.e. ours minus the constant ¼ ln C0. The asymptotic
-forms below use the same convention (the paper's value is ``... + 0.25*np.log(C0)``).
+Convention (docs/reproductions/scan-snap.md#snap-phase-transition step 3): ``B_n(t) = ¼ ln((C0 + 4Γ)/C0)`` so that
+B_n(0) = 0; the paper's Eqn 124 / Eqn 14 write ``¼ ln(C0 + 4Γ)``, i.e. ours minus the constant ¼ ln C0. The
+asymptotic forms below use the same convention (the paper's value is ``... + 0.25*np.log(C0)``).
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def gamma(t, K: int, M: int, eta_y: float) -> np.ndarray:
 
 
 def Gamma(t, K: int, M: int, eta_y: float, eta_z: float) -> np.ndarray:
-    """§6.3: Γ(t) = η_Z∫_0^t γ = η_Z K (M−1)² h(t/K)²/(2η_Y) (from ḣ = η_Y/(e^{Mh} + M − 1))."""
+    """docs/reproductions/scan-snap.md#snap-phase-transition: Γ(t) = η_Z∫_0^t γ = η_Z K (M−1)² h(t/K)²/(2η_Y) (from
+    ḣ = η_Y/(e^{Mh} + M − 1))."""
     h = h_continuous(np.asarray(t, dtype=np.float64) / K, M, eta_y)
     return eta_z * K * (M - 1) ** 2 * h ** 2 / (2 * eta_y)
 
@@ -66,7 +67,8 @@ def Gamma(t, K: int, M: int, eta_y: float, eta_z: float) -> np.ndarray:
 
 
 def common_logit(t, K: int, M: int, eta_y: float, eta_z: float, C0: float) -> np.ndarray:
-    """§6.3: the solution of ż = −C0⁻¹η_Z γ e^{4z}, z(0) = 0, namely e^{−4z} = 1 + 4Γ/C0."""
+    """docs/reproductions/scan-snap.md#snap-phase-transition: the solution of ż = −C0⁻¹η_Z γ e^{4z}, z(0) = 0,
+    namely e^{−4z} = 1 + 4Γ/C0."""
     return -0.25 * np.log1p(4 * Gamma(t, K, M, eta_y, eta_z) / C0)
 
 
@@ -76,7 +78,7 @@ def B_from_Gamma(G, C0: float) -> np.ndarray:
 
 
 def B_n(t, K: int, M: int, eta_y: float, eta_z: float, C0: float) -> np.ndarray:
-    """Exact B_n(t) = ¼ ln(1 + 4Γ(t)/C0) (§6.3)."""
+    """Exact B_n(t) = ¼ ln(1 + 4Γ(t)/C0) (docs/reproductions/scan-snap.md#snap-phase-transition)."""
     return B_from_Gamma(Gamma(t, K, M, eta_y, eta_z), C0)
 
 
@@ -108,7 +110,7 @@ def chi_bounds(B, f0: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def chi_upper(t, K: int, M: int, eta_y: float, eta_z: float, C0: float) -> np.ndarray:
-    """The χ upper bound e^{2B_n} = sqrt(1 + 4Γ/C0) plotted in Fig 3 (spec §6.4)."""
+    """The χ upper bound e^{2B_n} = sqrt(1 + 4Γ/C0) plotted in Fig 3 (docs/reproductions/scan-snap.md#theory-simulations)."""
     return np.exp(2 * B_n(t, K, M, eta_y, eta_z, C0))
 
 
@@ -133,6 +135,6 @@ def switch_time(K: int, M: int, eta_y: float) -> float:
 
 
 def stage_switch_bounds(K: int, M: int, eta_y: float, rho: float) -> tuple[float, float]:
-    """Spec §6.5 hypothesis for p(correct) = ½: between K ln M/η_Y and K ln M/((1−ρ)η_Y)
-    (Remark 1: correlated classes, f_nᵀf_n' = ρ, train at the effective rate (1−ρ)η_Y)."""
+    """docs/reproductions/scan-snap.md#theory-on-trained-models hypothesis for p(correct) = ½: between K ln M/η_Y
+    and K ln M/((1−ρ)η_Y) (Remark 1: correlated classes, f_nᵀf_n' = ρ, train at the effective rate (1−ρ)η_Y)."""
     return t0_prime(K, M, eta_y), t0_prime(K, M, (1 - rho) * eta_y)

@@ -1,4 +1,4 @@
-"""The stage-1 reference optimum (spec topic_structure.md §4.3).
+"""The stage-1 reference optimum (docs/reproductions/topic.md#stage-1-reference-optimum).
 
 Under uniform attention with one-hot embeddings and an identity decoder, every query of a document
 sees h = the normalised histogram of its visible tokens (non-selected words, START, END), and the
