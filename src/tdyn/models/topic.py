@@ -78,9 +78,11 @@ def affine(E: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.Te
 
 
 def rows(X: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """X[s, idx[s, ...]] for X [S, N, d] and idx [S, ...] -> [S, ..., d]."""
-    S, d = X.shape[0], X.shape[-1]
-    return torch.gather(X, 1, idx.reshape(S, -1, 1).expand(-1, -1, d)).view(*idx.shape, d)
+    """X[s, idx[s, ...]] for X [S, N, d] and idx [S, ...] -> [S, ..., d] (a row lookup in the flattened
+    [S·N, d] table)."""
+    S, N, d = X.shape
+    offset = (torch.arange(S, device=idx.device) * N).view(S, *([1] * (idx.dim() - 1)))
+    return F.embedding(idx + offset, X.reshape(S * N, d))
 
 
 def at_positions(X: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -95,22 +97,57 @@ def layer_norm(x: torch.Tensor, g: torch.Tensor, b: torch.Tensor) -> torch.Tenso
 
 @dataclasses.dataclass
 class Input:
-    """A layer's input E [S, B, L, d]. Layer 0 holds the embedding table [S, V, d] as ``source`` and the
-    ids [S, B, L] (E = W_E X is a row lookup), so a token-wise map E Wᵀ + b runs on the |V| table rows
-    and is then looked up: the same numbers as on all B·L positions, computed |V| times instead of B·L
-    times. Later layers hold E itself as ``source`` (``ids`` None)."""
+    """A layer's input E [S, B, L, d] and the keys the attention sums over.
+
+    Later layers hold E itself as ``source`` (``ids`` None): the keys are the L positions, each of
+    multiplicity 1 if visible, 0 if not. Layer 0 holds the embedding table [S, V, d] as ``source`` and
+    the ids [S, B, L]: E = W_E X is a row lookup, so every token-wise map E Wᵀ + b is the lookup of the
+    |V| rows of (table Wᵀ + b), and the attention runs in *vocabulary form*: visible keys that carry
+    the same id v have the same score s_v and the same value V_v, so
+
+        Σ_j A_j V_j = Σ_v c_v e^{s_v} V_v / Σ_u c_u e^{s_u} = softmax_v(s_v + log c_v) · V_v,
+
+    c_v = the number of visible keys with id v. The keys are then the |V| ids with multiplicity c:
+    scores and values are computed |V| times per member instead of B·L times, and the attention on a
+    key position j is Â_{id_j} / c_{id_j}.
+    """
 
     source: torch.Tensor
     ids: torch.Tensor | None = None
 
-    def project(self, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-        """E Wᵀ + b, [S, B, L, d_out]."""
-        out = affine(self.source, W, b)
-        return out if self.ids is None else rows(out, self.ids)
+    def project(self, W: torch.Tensor, b: torch.Tensor | None, at: torch.Tensor) -> torch.Tensor:
+        """E Wᵀ + b at the positions ``at`` [S, B, n], [S, B, n, d_out]."""
+        if self.ids is None:
+            return at_positions(affine(self.source, W, b), at)
+        return rows(affine(self.source, W, b), torch.gather(self.ids, 2, at))
 
     def dense(self) -> torch.Tensor:
         """E itself, [S, B, L, d]."""
         return self.source if self.ids is None else rows(self.source, self.ids)
+
+    def key_items(self, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        """E Wᵀ + b per key: [S, B, L, d_out] (positions), or [S, 1, V, d_out] (ids, shared by the batch)."""
+        out = affine(self.source, W, b)
+        return out if self.ids is None else out[:, None]
+
+    def multiplicity(self, visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The visible keys per key: [S, B, L] (0 or 1 per position) or [S, B, V] (c_v per id)."""
+        m = visible.to(dtype)
+        if self.ids is None:
+            return m
+        S, B, _ = visible.shape
+        return m.new_zeros(S, B, self.source.shape[1]).scatter_add_(2, self.ids, m)
+
+    def per_position(self, A: torch.Tensor, c: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """The attention on each key position [S, B, h, n_q, L] from the attention per key ``A``
+        [S, B, h, n_q, N] and the multiplicities ``c`` [S, B, N]."""
+        if self.ids is None:
+            return A
+        S, B, h, n_q, _ = A.shape
+        per_key = A / c.clamp(min=1)[:, :, None, None]
+        L = self.ids.shape[-1]
+        A_pos = torch.gather(per_key, 4, self.ids[:, :, None, None].expand(S, B, h, n_q, L))
+        return A_pos * visible[:, :, None, None].to(A.dtype)
 
 
 @dataclasses.dataclass
@@ -136,32 +173,38 @@ class LayerWeights:
 
 
 class SelfAttention(nn.Module):
-    """Equations (2)–(4): one attention layer with ``n_heads`` heads over the visible keys. ``uniform``:
-    W_K = W_Q = 0 (``freeze_uniform_attention``), so A = 1/#visible keys and H is the same at every query."""
+    """Equations (2)–(4): one attention layer with ``n_heads`` heads over the visible keys, summed per
+    key of ``Input`` (positions, or at layer 0 vocabulary ids with multiplicity c). ``uniform``:
+    W_K = W_Q = 0 (``freeze_uniform_attention``), so A = 1/#visible keys and H is the same at every
+    query, computed once per document: H = Σ_v (c_v / Σ_u c_u) V_v."""
 
     def __init__(self, d: int, n_heads: int, uniform: bool):
         super().__init__()
         self.d, self.h, self.d_h, self.uniform = d, n_heads, d // n_heads, uniform
 
-    def forward(self, E: Input, keys: torch.Tensor, q_pos: torch.Tensor,
-                w: LayerWeights) -> tuple[torch.Tensor, torch.Tensor]:
-        """(H [S, B, n_q, d], A [S, B, heads, n_q, L]) at the query positions ``q_pos`` [S, B, n_q]."""
+    def forward(self, E: Input, keys: torch.Tensor, q_pos: torch.Tensor, w: LayerWeights,
+                need_attention: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(H [S, B, n_q, d], A [S, B, heads, n_q, L] or None unless ``need_attention``) at the query
+        positions ``q_pos`` [S, B, n_q]."""
         S, B, L = keys.shape
         n_q, h, d_h = q_pos.shape[-1], self.h, self.d_h
-        V = E.project(w.W_V, w.b_V)                                                  # V = E W_Vᵀ + b_V   (2)
-        visible = keys[:, :, None, None, :]
+        V = E.key_items(w.W_V, w.b_V)                                                # V = E W_Vᵀ + b_V   (2)
+        N = V.shape[2]
+        c = E.multiplicity(keys, V.dtype)                                            # visible keys, [S, B, N]
         if self.uniform:                                                             # A = 1/#visible      (3)
-            A = (visible.to(V.dtype) / keys.sum(-1).clamp(min=1)[:, :, None, None, None]).expand(S, B, h, n_q, L)
-            H = torch.einsum("sbj,sbjc->sbc", A[:, :, 0, 0], V)[:, :, None].expand(S, B, n_q, self.d)  # (4)
-            return H, A
-        Q = at_positions(E.project(w.W_Q, w.b_Q), q_pos)                             # Q = E W_Qᵀ + b_Q   (2)
-        K = E.project(w.W_K, w.b_K)                                                  # K = E W_Kᵀ + b_K   (2)
-        scores = torch.einsum("sbihc,sbjhc->sbhij", Q.view(S, B, n_q, h, d_h),
-                              K.view(S, B, L, h, d_h)) / math.sqrt(d_h)              # Q Kᵀ/√d_h          (3)
-        scores = scores.masked_fill(~visible, torch.finfo(scores.dtype).min)         # + M
-        A = torch.softmax(scores, dim=-1)                                            # A [S, B, h, n_q, L]
-        H = torch.einsum("sbhij,sbjhc->sbihc", A, V.view(S, B, L, h, d_h)).reshape(S, B, n_q, self.d)  # H = A V (4)
-        return H, A
+            A = (c / c.sum(-1, keepdim=True).clamp(min=1))[:, :, None, None].expand(S, B, h, 1, N)
+            H = torch.einsum("sbj,sbjc->sbc", A[:, :, 0, 0], V)                       # H = A V  (4)
+            H, A = H[:, :, None].expand(S, B, n_q, self.d), A.expand(S, B, h, n_q, N)
+        else:
+            Q = E.project(w.W_Q, w.b_Q, q_pos)                                       # Q = E W_Qᵀ + b_Q   (2)
+            K = E.key_items(w.W_K, w.b_K)                                            # K = E W_Kᵀ + b_K   (2)
+            scores = torch.einsum("sbihc,sbjhc->sbhij", Q.view(S, B, n_q, h, d_h),
+                                  K.view(S, K.shape[1], N, h, d_h)) / math.sqrt(d_h)  # Q Kᵀ/√d_h         (3)
+            invisible = (c == 0)[:, :, None, None]
+            scores = (scores + c.log()[:, :, None, None]).masked_fill(invisible, torch.finfo(scores.dtype).min)  # + M
+            A = torch.softmax(scores, dim=-1)                                        # A [S, B, h, n_q, N]
+            H = torch.einsum("sbhij,sbjhc->sbihc", A, V.view(S, V.shape[1], N, h, d_h)).reshape(S, B, n_q, self.d)  # (4)
+        return H, (E.per_position(A, c, keys) if need_attention else None)
 
 
 class BertTail(nn.Module):
@@ -181,11 +224,11 @@ class Block(nn.Module):
         self.attn = SelfAttention(d, n_heads, uniform)
         self.tail = BertTail() if bert else None
 
-    def forward(self, E: Input, keys: torch.Tensor, q_pos: torch.Tensor,
-                w: LayerWeights) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, E: Input, keys: torch.Tensor, q_pos: torch.Tensor, w: LayerWeights,
+                need_attention: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         # the residual's E, looked up before the attention (the order in which W_E's gradients are summed)
         E_q = at_positions(E.dense(), q_pos) if self.tail is not None else None
-        H, A = self.attn(E, keys, q_pos, w)
+        H, A = self.attn(E, keys, q_pos, w, need_attention)
         if self.tail is not None:
             H = self.tail(E_q, H, w)
         return H, A
@@ -323,8 +366,10 @@ class TopicTransformer(nn.Module):
         """Logits [S, B, n_q, V] at the query positions ``queries`` [S, B, n_q] (default: all L).
 
         ``tokens`` [S, B, L] ids, ``keys`` [S, B, L] visible keys. Layer 0 reads the embedding table
-        and the ids (``Input``: its projections run on the |V| table rows, then are looked up); later
-        layers read the previous layer's H. Only the last layer restricts the queries.
+        and the ids (``Input``: its projections run on the |V| table rows, its attention sums over the
+        vocabulary ids with their multiplicities); later layers read the previous layer's H. Only the
+        last layer restricts the queries. The attention per position (``return_attention``) is
+        computed only when asked for.
         """
         S, B, L = tokens.shape
         all_pos = torch.arange(L, device=tokens.device).expand(S, B, L)
@@ -333,7 +378,7 @@ class TopicTransformer(nn.Module):
         attns = []
         for layer, block in enumerate(self.blocks):
             q_pos = queries if (queries is not None and layer == len(self.blocks) - 1) else all_pos
-            H, A = block(E, keys, q_pos, self.layer_weights(layer))                  # H = A V        (2)–(4)
+            H, A = block(E, keys, q_pos, self.layer_weights(layer), return_attention)  # H = A V   (2)–(4)
             attns.append(A)
             E = Input(H)
         logits = affine(H, self.W_dec, getattr(self, "b_dec", None))                 # H W_decᵀ + b_dec  (5)
