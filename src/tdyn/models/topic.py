@@ -17,7 +17,9 @@ No residual, LayerNorm or FFN unless ``block = "bert"`` (E5), which appends BERT
 With ``n_layers > 1``, the H of one layer is the E of the next.
 
 Variants are flags (spec §3.3–3.5). A component that the flags fix (one-hot W_E, uniform attention,
-W_V = I or the topic-block matrix B, W_dec = I) is a buffer, not a parameter, so it cannot move.
+W_V = I or the topic-block matrix B, W_dec = I) is a buffer, not a parameter, so it cannot move; an
+identity (W_E, W_V or W_dec = I) is not multiplied in the forward (``affine`` with W = None: the same
+numbers, as x·1 + 0 is exact).
 Every parameter has a leading ensemble axis S; with ``n_layers > 1`` a layer axis follows it. The
 parameters live on :class:`TopicTransformer` under the equations' names (``W_Q``, ``b_Q``, …: the
 checkpoint layout and the optimizer's parameter groups); :class:`SelfAttention`, :class:`BertTail` and
@@ -68,10 +70,10 @@ class TopicModelConfig(Strict):
 # ---------------------------------------------------------------- per-member maps
 
 
-def affine(E: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    """E Wᵀ + b per member: E [S, ..., d], W [S, d_out, d], b [S, d_out] (or None)."""
+def affine(E: torch.Tensor, W: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor:
+    """E Wᵀ + b per member: E [S, ..., d], W [S, d_out, d] (None: the identity, E + b), b [S, d_out] (or None)."""
     S = E.shape[0]
-    out = (E.reshape(S, -1, E.shape[-1]) @ W.transpose(1, 2)).reshape(*E.shape[:-1], W.shape[1])
+    out = E if W is None else (E.reshape(S, -1, E.shape[-1]) @ W.transpose(1, 2)).reshape(*E.shape[:-1], W.shape[1])
     if b is not None:
         out = out + b.view(S, *([1] * (E.dim() - 2)), -1)
     return out
@@ -101,11 +103,13 @@ class Input:
 
     Later layers hold E itself as ``source`` (``ids`` None): the keys are the L positions, each of
     multiplicity 1 if visible, 0 if not. Layer 0 holds the embedding table [S, V, d] as ``source`` and
-    the ids [S, B, L]: E = W_E X is a row lookup, so every token-wise map E Wᵀ + b is the lookup of the
-    |V| rows of (table Wᵀ + b), and the attention runs in *vocabulary form*: visible keys that carry
-    the same id v have the same score s_v and the same value V_v, so
+    the ids [S, B, L] (``identity``: the table is I, one-hot E = X): E = W_E X is a row lookup, so every
+    token-wise map E Wᵀ + b is the lookup of the |V| rows of (table Wᵀ + b), and the attention runs in
+    *vocabulary form*. Q Kᵀ at a query with id u and a key with id v is the entry (u, v) of the |V|×|V|
+    score table (table W_Qᵀ + b_Q)(table W_Kᵀ + b_K)ᵀ; visible keys that carry the same id v have the
+    same score s_v and the same value V_v, so
 
-        Σ_j A_j V_j = Σ_v c_v e^{s_v} V_v / Σ_u c_u e^{s_u} = softmax_v(s_v + log c_v) · V_v,
+        Σ_j A_j V_j = Σ_v c_v e^{s_v} V_v / Σ_u c_u e^{s_u} = Σ_v softmax_v(s_v + log c_v) V_v,
 
     c_v = the number of visible keys with id v. The keys are then the |V| ids with multiplicity c:
     scores and values are computed |V| times per member instead of B·L times, and the attention on a
@@ -114,21 +118,40 @@ class Input:
 
     source: torch.Tensor
     ids: torch.Tensor | None = None
+    identity: bool = False
 
-    def project(self, W: torch.Tensor, b: torch.Tensor | None, at: torch.Tensor) -> torch.Tensor:
-        """E Wᵀ + b at the positions ``at`` [S, B, n], [S, B, n, d_out]."""
-        if self.ids is None:
-            return at_positions(affine(self.source, W, b), at)
-        return rows(affine(self.source, W, b), torch.gather(self.ids, 2, at))
+    def table(self, W: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor:
+        """E Wᵀ + b per key: [S, B, L, d_out] (positions) or [S, V, d_out] (ids)."""
+        if self.identity:                                        # I Wᵀ + b = Wᵀ + b, not multiplied
+            return affine(self.source if W is None else W.transpose(1, 2), None, b)
+        return affine(self.source, W, b)
 
     def dense(self) -> torch.Tensor:
         """E itself, [S, B, L, d]."""
         return self.source if self.ids is None else rows(self.source, self.ids)
 
-    def key_items(self, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-        """E Wᵀ + b per key: [S, B, L, d_out] (positions), or [S, 1, V, d_out] (ids, shared by the batch)."""
-        out = affine(self.source, W, b)
-        return out if self.ids is None else out[:, None]
+    def scores(self, w: LayerWeights, q_pos: torch.Tensor, h: int) -> torch.Tensor:
+        """Q Kᵀ per head, Q = E W_Qᵀ + b_Q at the query positions ``q_pos`` [S, B, n_q] and K = E W_Kᵀ + b_K
+        per key: [S, B, h, n_q, N]."""
+        Q, K = self.table(w.W_Q, w.b_Q), self.table(w.W_K, w.b_K)
+        S, B, n_q = q_pos.shape
+        if self.ids is None:
+            Q = at_positions(Q, q_pos)
+            return torch.einsum("sbihc,sbjhc->sbhij", Q.view(S, B, n_q, h, -1), K.view(*K.shape[:3], h, -1))
+        V = Q.shape[1]
+        table = torch.einsum("suhc,svhc->suhv", Q.view(S, V, h, -1), K.view(S, V, h, -1))  # [S, V, h, V]
+        return rows(table.reshape(S, V, h * V), torch.gather(self.ids, 2, q_pos)).view(
+            S, B, n_q, h, V).transpose(2, 3)
+
+    def mix(self, A: torch.Tensor, W: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor:
+        """A V per head, V = E W_Vᵀ + b_V per key, for the attention per key A [S, B, h, n_q, N]:
+        [S, B, n_q, d]."""
+        V = self.table(W, b)
+        if self.ids is None:
+            V = V.view(*V.shape[:3], A.shape[2], -1)
+            return torch.einsum("sbhij,sbjhc->sbihc", A, V).flatten(3)
+        S, N = V.shape[:2]
+        return torch.einsum("sbhij,sjhc->sbihc", A, V.view(S, N, A.shape[2], -1)).flatten(3)
 
     def multiplicity(self, visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The visible keys per key: [S, B, L] (0 or 1 per position) or [S, B, V] (c_v per id)."""
@@ -152,13 +175,14 @@ class Input:
 
 @dataclasses.dataclass
 class LayerWeights:
-    """One layer's weights, each [S, ...] (None where the model has none): attention (2), BERT tail (4b)."""
+    """One layer's weights, each [S, ...] (None where the model has none; ``W_V`` None: the identity):
+    attention (2), BERT tail (4b)."""
 
     W_Q: torch.Tensor | None
     b_Q: torch.Tensor | None
     W_K: torch.Tensor | None
     b_K: torch.Tensor | None
-    W_V: torch.Tensor
+    W_V: torch.Tensor | None
     b_V: torch.Tensor | None
     W_O: torch.Tensor | None
     b_O: torch.Tensor | None
@@ -187,23 +211,16 @@ class SelfAttention(nn.Module):
         """(H [S, B, n_q, d], A [S, B, heads, n_q, L] or None unless ``need_attention``) at the query
         positions ``q_pos`` [S, B, n_q]."""
         S, B, L = keys.shape
-        n_q, h, d_h = q_pos.shape[-1], self.h, self.d_h
-        V = E.key_items(w.W_V, w.b_V)                                                # V = E W_Vᵀ + b_V   (2)
-        N = V.shape[2]
-        c = E.multiplicity(keys, V.dtype)                                            # visible keys, [S, B, N]
+        n_q, h = q_pos.shape[-1], self.h
+        c = E.multiplicity(keys, E.source.dtype)                                     # visible keys per key
         if self.uniform:                                                             # A = 1/#visible      (3)
-            A = (c / c.sum(-1, keepdim=True).clamp(min=1))[:, :, None, None].expand(S, B, h, 1, N)
-            H = torch.einsum("sbj,sbjc->sbc", A[:, :, 0, 0], V)                       # H = A V  (4)
-            H, A = H[:, :, None].expand(S, B, n_q, self.d), A.expand(S, B, h, n_q, N)
-        else:
-            Q = E.project(w.W_Q, w.b_Q, q_pos)                                       # Q = E W_Qᵀ + b_Q   (2)
-            K = E.key_items(w.W_K, w.b_K)                                            # K = E W_Kᵀ + b_K   (2)
-            scores = torch.einsum("sbihc,sbjhc->sbhij", Q.view(S, B, n_q, h, d_h),
-                                  K.view(S, K.shape[1], N, h, d_h)) / math.sqrt(d_h)  # Q Kᵀ/√d_h         (3)
-            invisible = (c == 0)[:, :, None, None]
-            scores = (scores + c.log()[:, :, None, None]).masked_fill(invisible, torch.finfo(scores.dtype).min)  # + M
-            A = torch.softmax(scores, dim=-1)                                        # A [S, B, h, n_q, N]
-            H = torch.einsum("sbhij,sbjhc->sbihc", A, V.view(S, V.shape[1], N, h, d_h)).reshape(S, B, n_q, self.d)  # (4)
+            A = (c / c.sum(-1, keepdim=True).clamp(min=1))[:, :, None, None].expand(S, B, h, 1, -1)
+            H = E.mix(A, w.W_V, w.b_V).expand(S, B, n_q, self.d)                     # H = A V, V = E W_Vᵀ + b_V  (2), (4)
+            return H, (E.per_position(A.expand(S, B, h, n_q, -1), c, keys) if need_attention else None)
+        scores = E.scores(w, q_pos, h) / math.sqrt(self.d_h)                         # Q Kᵀ/√d_h  (2), (3)
+        M = torch.where(c > 0, c.log(), torch.finfo(scores.dtype).min)[:, :, None, None]  # −∞ at invisible keys
+        A = torch.softmax(scores + M, dim=-1)                                        # A [S, B, h, n_q, N]
+        H = E.mix(A, w.W_V, w.b_V)                                                   # H = A V, V = E W_Vᵀ + b_V  (2), (4)
         return H, (E.per_position(A, c, keys) if need_attention else None)
 
 
@@ -279,6 +296,10 @@ class TopicTransformer(nn.Module):
             self.W_dec, self.b_dec = z(V, d), z(V)
         else:
             self.register_buffer("W_dec", torch.eye(V).expand(S, V, V).clone(), persistent=False)
+        #: the fixed maps that are the identity: not multiplied in the forward (``affine`` with W = None)
+        self.identities = {n for n, is_eye in (("W_E", cfg.embedding == "one_hot" and not cfg.emb_layernorm),
+                                                ("W_V", cfg.value == "identity"), ("W_dec", cfg.decoder == "identity"))
+                           if is_eye}
         self.blocks = nn.ModuleList(Block(d, cfg.n_heads, cfg.attention == "uniform", cfg.block == "bert")
                                     for _ in range(nl))
 
@@ -349,6 +370,8 @@ class TopicTransformer(nn.Module):
 
     def _layer(self, name: str, layer: int) -> torch.Tensor | None:
         p = getattr(self, name, None)
+        if name in self.identities:
+            return None
         if p is None or self.cfg.n_layers == 1 or not isinstance(p, nn.Parameter):
             return p
         return p[:, layer]
@@ -374,14 +397,15 @@ class TopicTransformer(nn.Module):
         S, B, L = tokens.shape
         all_pos = torch.arange(L, device=tokens.device).expand(S, B, L)
         table = self.embed_table()
-        E = Input(table, tokens)                                                     # E = W_E X      (1)
+        E = Input(table, tokens, identity="W_E" in self.identities)                  # E = W_E X      (1)
         attns = []
         for layer, block in enumerate(self.blocks):
             q_pos = queries if (queries is not None and layer == len(self.blocks) - 1) else all_pos
             H, A = block(E, keys, q_pos, self.layer_weights(layer), return_attention)  # H = A V   (2)–(4)
             attns.append(A)
             E = Input(H)
-        logits = affine(H, self.W_dec, getattr(self, "b_dec", None))                 # H W_decᵀ + b_dec  (5)
+        W_dec = None if "W_dec" in self.identities else self.W_dec
+        logits = affine(H, W_dec, getattr(self, "b_dec", None))                      # H W_decᵀ + b_dec  (5)
         return (logits, attns) if return_attention else logits
 
     def attention(self, tokens: torch.Tensor, keys: torch.Tensor, layer: int = 0) -> torch.Tensor:
