@@ -423,7 +423,7 @@ class TopicTransformer(nn.Module):
         sel, y = torch.gather(sel, 2, q_pos), torch.gather(labels, 2, q_pos).clamp(min=0)
         logits = self(tokens, keys, queries=q_pos)
         if self.cfg.loss == "ce":
-            per = F.cross_entropy(logits.permute(0, 3, 1, 2), y, reduction="none")
+            per = F.cross_entropy(logits.reshape(-1, self.V), y.reshape(-1), reduction="none").view(y.shape)
         else:
             per = ((logits - F.one_hot(y, self.V).to(logits)) ** 2).sum(-1) / self.V
         return (per * sel).sum((1, 2)) / sel.sum((1, 2)).clamp(min=1)
