@@ -120,7 +120,8 @@ FLAGS = [{}, {"n_heads": 2}, {"attention": "uniform"}, {"value": "block"}, {"val
          {"n_layers": 2, "n_heads": 2, "embedding": "trained", "emb_layernorm": True, "block": "bert"},
          {"embedding": "trained", "d": 32, "value": "identity", "attention": "uniform", "decoder": "trained"},
          {"bias": False, "n_layers": 2, "init": "small_normal", "init_eps": 0.3},
-         {"emb_layernorm": True, "n_heads": 4}, {"value": "identity", "n_heads": 2, "bias": False}]
+         {"emb_layernorm": True, "n_heads": 4}, {"value": "identity", "n_heads": 2, "bias": False},
+         {"attention": "uniform", "n_layers": 2, "n_heads": 2}]
 
 
 @pytest.mark.parametrize("flags", FLAGS)
