@@ -73,7 +73,9 @@ class TopicModelConfig(Strict):
 def affine(E: torch.Tensor, W: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor:
     """E Wᵀ + b per member: E [S, ..., d], W [S, d_out, d] (None: the identity, E + b), b [S, d_out] (or None)."""
     S = E.shape[0]
-    out = E if W is None else (E.reshape(S, -1, E.shape[-1]) @ W.transpose(1, 2)).reshape(*E.shape[:-1], W.shape[1])
+    out = E
+    if W is not None:
+        out = (E.reshape(S, -1, E.shape[-1]) @ W.transpose(1, 2)).reshape(*E.shape[:-1], W.shape[1])
     if b is not None:
         out = out + b.view(S, *([1] * (E.dim() - 2)), -1)
     return out
@@ -138,10 +140,10 @@ class Input:
         if self.ids is None:
             Q = at_positions(Q, q_pos)
             return torch.einsum("sbihc,sbjhc->sbhij", Q.view(S, B, n_q, h, -1), K.view(*K.shape[:3], h, -1))
-        V = Q.shape[1]
-        table = torch.einsum("suhc,svhc->suhv", Q.view(S, V, h, -1), K.view(S, V, h, -1))  # [S, V, h, V]
-        return rows(table.reshape(S, V, h * V), torch.gather(self.ids, 2, q_pos)).view(
-            S, B, n_q, h, V).transpose(2, 3)
+        n_ids = Q.shape[1]
+        score_table = torch.einsum("suhc,svhc->suhv", Q.view(S, n_ids, h, -1), K.view(S, n_ids, h, -1))
+        q_ids = torch.gather(self.ids, 2, q_pos)                                    # the queries' ids
+        return rows(score_table.reshape(S, n_ids, h * n_ids), q_ids).view(S, B, n_q, h, n_ids).transpose(2, 3)
 
     def mix(self, A: torch.Tensor, W: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor:
         """A V per head, V = E W_Vᵀ + b_V per key, for the attention per key A [S, B, h, n_q, N]:
@@ -215,12 +217,12 @@ class SelfAttention(nn.Module):
         c = E.multiplicity(keys, E.source.dtype)                                     # visible keys per key
         if self.uniform:                                                             # A = 1/#visible      (3)
             A = (c / c.sum(-1, keepdim=True).clamp(min=1))[:, :, None, None].expand(S, B, h, 1, -1)
-            H = E.mix(A, w.W_V, w.b_V).expand(S, B, n_q, self.d)                     # H = A V, V = E W_Vᵀ + b_V  (2), (4)
+            H = E.mix(A, w.W_V, w.b_V).expand(S, B, n_q, self.d)                     # H = A V        (2), (4)
             return H, (E.per_position(A.expand(S, B, h, n_q, -1), c, keys) if need_attention else None)
         scores = E.scores(w, q_pos, h) / math.sqrt(self.d_h)                         # Q Kᵀ/√d_h  (2), (3)
-        M = torch.where(c > 0, c.log(), torch.finfo(scores.dtype).min)[:, :, None, None]  # −∞ at invisible keys
-        A = torch.softmax(scores + M, dim=-1)                                        # A [S, B, h, n_q, N]
-        H = E.mix(A, w.W_V, w.b_V)                                                   # H = A V, V = E W_Vᵀ + b_V  (2), (4)
+        M = torch.where(c > 0, c.log(), torch.finfo(scores.dtype).min)               # log c; −∞: invisible
+        A = torch.softmax(scores + M[:, :, None, None], dim=-1)                      # A [S, B, h, n_q, N]  (3)
+        H = E.mix(A, w.W_V, w.b_V)                                                   # H = A V        (2), (4)
         return H, (E.per_position(A, c, keys) if need_attention else None)
 
 
