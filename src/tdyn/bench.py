@@ -140,9 +140,12 @@ class PlainYZTask(PlainTask):
 class PlainTopicAttention(nn.Module):
     """The topic transformer of ``tdyn.models.topic`` in the E4 setting (one-hot embeddings, one layer,
     one head, trained W_Q, W_K, W_V with biases, identity decoder) for one member: tokens [B, L] ids,
-    keys [B, L] visible keys, q_pos [B, n_q] query positions -> logits [B, n_q, V]. The same
-    operations as the hand-written model: the fixed maps W_E = I and W_dec = I are buffers and are
-    multiplied, each projection E Wᵀ + b is computed on the |V| table rows and then looked up."""
+    keys [B, L] visible keys, q_pos [B, n_q] query positions -> logits [B, n_q, V]. The attention in
+    position form (softmax over the L keys), each projection E Wᵀ + b computed on the |V| table rows
+    and then looked up, the fixed maps W_E = I and W_dec = I multiplied. The hand-written model runs
+    the same math in vocabulary form (``models.topic.Input``: the score table, softmax over the ids
+    with log-multiplicities, identities not multiplied), so the bench's ratio holds that algorithmic
+    difference as well as vmap's."""
 
     def __init__(self, V: int):
         super().__init__()

@@ -19,8 +19,10 @@ No residual, LayerNorm or FFN unless ``block = "bert"`` (E5), which appends BERT
 
 With ``n_layers > 1``, the H of one layer is the E of the next.
 
-Variants are flags (docs/reproductions/topic.md#model-flags). A component that the flags fix (one-hot W_E, uniform attention,
-W_V = I or the topic-block matrix B, W_dec = I) is a buffer, not a parameter, so it cannot move.
+Variants are flags (docs/reproductions/topic.md#model-flags). A component that the flags fix (one-hot W_E,
+uniform attention, W_V = I or the topic-block matrix B, W_dec = I) is a buffer, not a parameter, so it cannot
+move; an identity (W_E, W_V or W_dec = I) is not multiplied in the forward (``affine`` with W = None: the same
+numbers, as x·1 + 0 is exact).
 Every parameter has a leading ensemble axis S; with ``n_layers > 1`` a layer axis follows it. The
 parameters live on :class:`TopicTransformer` under the equations' names (``W_Q``, ``b_Q``, …: the
 checkpoint layout and the optimizer's parameter groups); :class:`SelfAttention`, :class:`BertTail` and
@@ -72,19 +74,23 @@ class TopicModelConfig(Strict):
 # ---------------------------------------------------------------- per-member maps
 
 
-def affine(E: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    """E Wᵀ + b per member: E [S, ..., d], W [S, d_out, d], b [S, d_out] (or None)."""
+def affine(E: torch.Tensor, W: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor:
+    """E Wᵀ + b per member: E [S, ..., d], W [S, d_out, d] (None: the identity, E + b), b [S, d_out] (or None)."""
     S = E.shape[0]
-    out = (E.reshape(S, -1, E.shape[-1]) @ W.transpose(1, 2)).reshape(*E.shape[:-1], W.shape[1])
+    out = E
+    if W is not None:
+        out = (E.reshape(S, -1, E.shape[-1]) @ W.transpose(1, 2)).reshape(*E.shape[:-1], W.shape[1])
     if b is not None:
         out = out + b.view(S, *([1] * (E.dim() - 2)), -1)
     return out
 
 
 def rows(X: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """X[s, idx[s, ...]] for X [S, N, d] and idx [S, ...] -> [S, ..., d]."""
-    S, d = X.shape[0], X.shape[-1]
-    return torch.gather(X, 1, idx.reshape(S, -1, 1).expand(-1, -1, d)).view(*idx.shape, d)
+    """X[s, idx[s, ...]] for X [S, N, d] and idx [S, ...] -> [S, ..., d] (a row lookup in the flattened
+    [S·N, d] table)."""
+    S, N, d = X.shape
+    offset = (torch.arange(S, device=idx.device) * N).view(S, *([1] * (idx.dim() - 1)))
+    return F.embedding(idx + offset, X.reshape(S * N, d))
 
 
 def at_positions(X: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -99,33 +105,90 @@ def layer_norm(x: torch.Tensor, g: torch.Tensor, b: torch.Tensor) -> torch.Tenso
 
 @dataclasses.dataclass
 class Input:
-    """A layer's input E [S, B, L, d]. Layer 0 holds the embedding table [S, V, d] as ``source`` and the
-    ids [S, B, L] (E = W_E X is a row lookup), so a token-wise map E Wᵀ + b runs on the |V| table rows
-    and is then looked up: the same numbers as on all B·L positions, computed |V| times instead of B·L
-    times. Later layers hold E itself as ``source`` (``ids`` None)."""
+    """A layer's input E [S, B, L, d] and the keys the attention sums over.
+
+    Later layers hold E itself as ``source`` (``ids`` None): the keys are the L positions, each of
+    multiplicity 1 if visible, 0 if not. Layer 0 holds the embedding table [S, V, d] as ``source`` and
+    the ids [S, B, L] (``identity``: the table is I, one-hot E = X): E = W_E X is a row lookup, so every
+    token-wise map E Wᵀ + b is the lookup of the |V| rows of (table Wᵀ + b), and the attention runs in
+    *vocabulary form*. Q Kᵀ at a query with id u and a key with id v is the entry (u, v) of the |V|×|V|
+    score table (table W_Qᵀ + b_Q)(table W_Kᵀ + b_K)ᵀ; visible keys that carry the same id v have the
+    same score s_v and the same value V_v, so
+
+        Σ_j A_j V_j = Σ_v c_v e^{s_v} V_v / Σ_u c_u e^{s_u} = Σ_v softmax_v(s_v + log c_v) V_v,
+
+    c_v = the number of visible keys with id v. The keys are then the |V| ids with multiplicity c:
+    scores and values are computed |V| times per member instead of B·L times, and the attention on a
+    key position j is Â_{id_j} / c_{id_j}.
+    """
 
     source: torch.Tensor
     ids: torch.Tensor | None = None
+    identity: bool = False
 
-    def project(self, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-        """E Wᵀ + b, [S, B, L, d_out]."""
-        out = affine(self.source, W, b)
-        return out if self.ids is None else rows(out, self.ids)
+    def table(self, W: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor:
+        """E Wᵀ + b per key: [S, B, L, d_out] (positions) or [S, V, d_out] (ids)."""
+        if self.identity:                                        # I Wᵀ + b = Wᵀ + b, not multiplied
+            return affine(self.source if W is None else W.transpose(1, 2), None, b)
+        return affine(self.source, W, b)
 
     def dense(self) -> torch.Tensor:
         """E itself, [S, B, L, d]."""
         return self.source if self.ids is None else rows(self.source, self.ids)
 
+    def scores(self, w: LayerWeights, q_pos: torch.Tensor, h: int) -> torch.Tensor:
+        """Q Kᵀ per head, Q = E W_Qᵀ + b_Q at the query positions ``q_pos`` [S, B, n_q] and K = E W_Kᵀ + b_K
+        per key: [S, B, h, n_q, N]."""
+        Q, K = self.table(w.W_Q, w.b_Q), self.table(w.W_K, w.b_K)
+        S, B, n_q = q_pos.shape
+        if self.ids is None:
+            Q = at_positions(Q, q_pos)
+            return torch.einsum("sbihc,sbjhc->sbhij", Q.view(S, B, n_q, h, -1), K.view(*K.shape[:3], h, -1))
+        n_ids = Q.shape[1]
+        score_table = torch.einsum("suhc,svhc->suhv", Q.view(S, n_ids, h, -1), K.view(S, n_ids, h, -1))
+        q_ids = torch.gather(self.ids, 2, q_pos)                                    # the queries' ids
+        return rows(score_table.reshape(S, n_ids, h * n_ids), q_ids).view(S, B, n_q, h, n_ids).transpose(2, 3)
+
+    def mix(self, A: torch.Tensor, W: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor:
+        """A V per head, V = E W_Vᵀ + b_V per key, for the attention per key A [S, B, h, n_q, N]:
+        [S, B, n_q, d]."""
+        V = self.table(W, b)
+        if self.ids is None:
+            V = V.view(*V.shape[:3], A.shape[2], -1)
+            return torch.einsum("sbhij,sbjhc->sbihc", A, V).flatten(3)
+        S, N = V.shape[:2]
+        return torch.einsum("sbhij,sjhc->sbihc", A, V.view(S, N, A.shape[2], -1)).flatten(3)
+
+    def multiplicity(self, visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The visible keys per key: [S, B, L] (0 or 1 per position) or [S, B, V] (c_v per id)."""
+        m = visible.to(dtype)
+        if self.ids is None:
+            return m
+        S, B, _ = visible.shape
+        return m.new_zeros(S, B, self.source.shape[1]).scatter_add_(2, self.ids, m)
+
+    def per_position(self, A: torch.Tensor, c: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        """The attention on each key position [S, B, h, n_q, L] from the attention per key ``A``
+        [S, B, h, n_q, N] and the multiplicities ``c`` [S, B, N]."""
+        if self.ids is None:
+            return A
+        S, B, h, n_q, _ = A.shape
+        per_key = A / c.clamp(min=1)[:, :, None, None]
+        L = self.ids.shape[-1]
+        A_pos = torch.gather(per_key, 4, self.ids[:, :, None, None].expand(S, B, h, n_q, L))
+        return A_pos * visible[:, :, None, None].to(A.dtype)
+
 
 @dataclasses.dataclass
 class LayerWeights:
-    """One layer's weights, each [S, ...] (None where the model has none): attention (2), BERT tail (4b)."""
+    """One layer's weights, each [S, ...] (None where the model has none; ``W_V`` None: the identity):
+    attention (2), BERT tail (4b)."""
 
     W_Q: torch.Tensor | None
     b_Q: torch.Tensor | None
     W_K: torch.Tensor | None
     b_K: torch.Tensor | None
-    W_V: torch.Tensor
+    W_V: torch.Tensor | None
     b_V: torch.Tensor | None
     W_O: torch.Tensor | None
     b_O: torch.Tensor | None
@@ -140,32 +203,31 @@ class LayerWeights:
 
 
 class SelfAttention(nn.Module):
-    """Equations (2)–(4): one attention layer with ``n_heads`` heads over the visible keys. ``uniform``:
-    W_K = W_Q = 0 (``freeze_uniform_attention``), so A = 1/#visible keys and H is the same at every query."""
+    """Equations (2)–(4): one attention layer with ``n_heads`` heads over the visible keys, summed per
+    key of ``Input`` (positions, or at layer 0 vocabulary ids with multiplicity c). ``uniform``:
+    W_K = W_Q = 0 (``freeze_uniform_attention``), so A = 1/#visible keys and H is the same at every
+    query, computed once per document: H = Σ_v (c_v / Σ_u c_u) V_v."""
 
     def __init__(self, d: int, n_heads: int, uniform: bool):
         super().__init__()
         self.d, self.h, self.d_h, self.uniform = d, n_heads, d // n_heads, uniform
 
-    def forward(self, E: Input, keys: torch.Tensor, q_pos: torch.Tensor,
-                w: LayerWeights) -> tuple[torch.Tensor, torch.Tensor]:
-        """(H [S, B, n_q, d], A [S, B, heads, n_q, L]) at the query positions ``q_pos`` [S, B, n_q]."""
+    def forward(self, E: Input, keys: torch.Tensor, q_pos: torch.Tensor, w: LayerWeights,
+                need_attention: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(H [S, B, n_q, d], A [S, B, heads, n_q, L] or None unless ``need_attention``) at the query
+        positions ``q_pos`` [S, B, n_q]."""
         S, B, L = keys.shape
-        n_q, h, d_h = q_pos.shape[-1], self.h, self.d_h
-        V = E.project(w.W_V, w.b_V)                                                  # V = E W_Vᵀ + b_V   (2)
-        visible = keys[:, :, None, None, :]
+        n_q, h = q_pos.shape[-1], self.h
+        c = E.multiplicity(keys, E.source.dtype)                                     # visible keys per key
         if self.uniform:                                                             # A = 1/#visible      (3)
-            A = (visible.to(V.dtype) / keys.sum(-1).clamp(min=1)[:, :, None, None, None]).expand(S, B, h, n_q, L)
-            H = torch.einsum("sbj,sbjc->sbc", A[:, :, 0, 0], V)[:, :, None].expand(S, B, n_q, self.d)  # (4)
-            return H, A
-        Q = at_positions(E.project(w.W_Q, w.b_Q), q_pos)                             # Q = E W_Qᵀ + b_Q   (2)
-        K = E.project(w.W_K, w.b_K)                                                  # K = E W_Kᵀ + b_K   (2)
-        scores = torch.einsum("sbihc,sbjhc->sbhij", Q.view(S, B, n_q, h, d_h),
-                              K.view(S, B, L, h, d_h)) / math.sqrt(d_h)              # Q Kᵀ/√d_h          (3)
-        scores = scores.masked_fill(~visible, torch.finfo(scores.dtype).min)         # + M
-        A = torch.softmax(scores, dim=-1)                                            # A [S, B, h, n_q, L]
-        H = torch.einsum("sbhij,sbjhc->sbihc", A, V.view(S, B, L, h, d_h)).reshape(S, B, n_q, self.d)  # H = A V (4)
-        return H, A
+            A = (c / c.sum(-1, keepdim=True).clamp(min=1))[:, :, None, None].expand(S, B, h, 1, -1)
+            H = E.mix(A, w.W_V, w.b_V).expand(S, B, n_q, self.d)                     # H = A V        (2), (4)
+            return H, (E.per_position(A.expand(S, B, h, n_q, -1), c, keys) if need_attention else None)
+        scores = E.scores(w, q_pos, h) / math.sqrt(self.d_h)                         # Q Kᵀ/√d_h  (2), (3)
+        M = torch.where(c > 0, c.log(), torch.finfo(scores.dtype).min)               # log c; −∞: invisible
+        A = torch.softmax(scores + M[:, :, None, None], dim=-1)                      # A [S, B, h, n_q, N]  (3)
+        H = E.mix(A, w.W_V, w.b_V)                                                   # H = A V        (2), (4)
+        return H, (E.per_position(A, c, keys) if need_attention else None)
 
 
 class BertTail(nn.Module):
@@ -185,11 +247,11 @@ class Block(nn.Module):
         self.attn = SelfAttention(d, n_heads, uniform)
         self.tail = BertTail() if bert else None
 
-    def forward(self, E: Input, keys: torch.Tensor, q_pos: torch.Tensor,
-                w: LayerWeights) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, E: Input, keys: torch.Tensor, q_pos: torch.Tensor, w: LayerWeights,
+                need_attention: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         # the residual's E, looked up before the attention (the order in which W_E's gradients are summed)
         E_q = at_positions(E.dense(), q_pos) if self.tail is not None else None
-        H, A = self.attn(E, keys, q_pos, w)
+        H, A = self.attn(E, keys, q_pos, w, need_attention)
         if self.tail is not None:
             H = self.tail(E_q, H, w)
         return H, A
@@ -249,6 +311,10 @@ class TopicTransformer(nn.Module):
             self.W_dec, self.b_dec = z(V, d), z(V)
         else:
             self.register_buffer("W_dec", torch.eye(V).expand(S, V, V).clone(), persistent=False)
+        #: the fixed maps that are the identity: not multiplied in the forward (``affine`` with W = None)
+        self.identities = {n for n, is_eye in (("W_E", cfg.embedding == "one_hot" and not cfg.emb_layernorm),
+                                                ("W_V", cfg.value == "identity"), ("W_dec", cfg.decoder == "identity"))
+                           if is_eye}
         self.blocks = nn.ModuleList(Block(d, cfg.n_heads, cfg.attention == "uniform", cfg.block == "bert")
                                     for _ in range(nl))
 
@@ -320,6 +386,8 @@ class TopicTransformer(nn.Module):
 
     def _layer(self, name: str, layer: int) -> torch.Tensor | None:
         p = getattr(self, name, None)
+        if name in self.identities:
+            return None
         if p is None or self.cfg.n_layers == 1 or not isinstance(p, nn.Parameter):
             return p
         return p[:, layer]
@@ -338,20 +406,23 @@ class TopicTransformer(nn.Module):
         """Logits [S, B, n_q, V] at the query positions ``queries`` [S, B, n_q] (default: all L).
 
         ``tokens`` [S, B, L] ids, ``keys`` [S, B, L] visible keys. Layer 0 reads the embedding table
-        and the ids (``Input``: its projections run on the |V| table rows, then are looked up); later
-        layers read the previous layer's H. Only the last layer restricts the queries.
+        and the ids (``Input``: its projections run on the |V| table rows, its attention sums over the
+        vocabulary ids with their multiplicities); later layers read the previous layer's H. Only the
+        last layer restricts the queries. The attention per position (``return_attention``) is
+        computed only when asked for.
         """
         S, B, L = tokens.shape
         all_pos = torch.arange(L, device=tokens.device).expand(S, B, L)
         table = self.embed_table()
-        E = Input(table, tokens)                                                     # E = W_E X      (1)
+        E = Input(table, tokens, identity="W_E" in self.identities)                  # E = W_E X      (1)
         attns = []
         for layer, block in enumerate(self.blocks):
             q_pos = queries if (queries is not None and layer == len(self.blocks) - 1) else all_pos
-            H, A = block(E, keys, q_pos, self.layer_weights(layer))                  # H = A V        (2)–(4)
+            H, A = block(E, keys, q_pos, self.layer_weights(layer), return_attention)  # H = A V   (2)–(4)
             attns.append(A)
             E = Input(H)
-        logits = affine(H, self.W_dec, getattr(self, "b_dec", None))                 # H W_decᵀ + b_dec  (5)
+        W_dec = None if "W_dec" in self.identities else self.W_dec
+        logits = affine(H, W_dec, getattr(self, "b_dec", None))                      # H W_decᵀ + b_dec  (5)
         return (logits, attns) if return_attention else logits
 
     def attention(self, tokens: torch.Tensor, keys: torch.Tensor, layer: int = 0) -> torch.Tensor:
@@ -369,7 +440,7 @@ class TopicTransformer(nn.Module):
         sel, y = torch.gather(sel, 2, q_pos), torch.gather(labels, 2, q_pos).clamp(min=0)
         logits = self(tokens, keys, queries=q_pos)
         if self.cfg.loss == "ce":
-            per = F.cross_entropy(logits.permute(0, 3, 1, 2), y, reduction="none")
+            per = F.cross_entropy(logits.reshape(-1, self.V), y.reshape(-1), reduction="none").view(y.shape)
         else:
             per = ((logits - F.one_hot(y, self.V).to(logits)) ** 2).sum(-1) / self.V
         return (per * sel).sum((1, 2)) / sel.sum((1, 2)).clamp(min=1)
