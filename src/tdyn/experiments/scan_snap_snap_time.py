@@ -325,7 +325,7 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
     axes[2].set_xscale("log")
     axes[2].set_yscale("log")
     axes[2].set_xlabel("step")
-    axes[2].set_ylabel("G = e^{4B_n} − 1 (B_n = −mean common logit)")
+    axes[2].set_ylabel("$G = e^{4B_n} - 1$ ($B_n$ = −mean common logit)")
     axes[2].set_title(f"theorem K={Kc}: dotted theory (scaled), dashed departure, dash-dot t₀", fontsize=9)
     axes[2].legend(fontsize=7)
     style.save(fig, ctx.out / "snap_time.png")
