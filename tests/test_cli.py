@@ -37,3 +37,19 @@ def test_run_experiment_by_name(cli, tmp_path):
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "r" / "ensemble.json").exists()
     assert len(list((tmp_path / "r").glob("seed0_*/metrics.jsonl"))) == 2
+
+
+def test_packaged_configs_by_name_outside_a_clone(cli, tmp_path):
+    """`tdyn run syn_small` and `tdyn sweep syn_small_lr` take the configs shipped in the package, from
+    any directory; an unknown name exits 2 listing the packaged names."""
+    r = cli("run", "syn_small", "--out", "r", "--set", "optim.steps=3", "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["task"] == "scan_snap"
+    r = cli("sweep", "syn_small_lr", "--out", "sw", "--quiet", "--workers", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    cells = list(csv.DictReader((tmp_path / "sw" / "summary.csv").open()))   # seq_len × η_Y, 3 seeds each
+    assert len(cells) == 6 and {c["count"] for c in cells} == {"3"}
+    for cmd, listed in (("run", "packaged config (syn_small)"), ("sweep", "packaged sweep spec (syn_small_lr)")):
+        r = cli(cmd, "syn_smal", "--out", "x", cwd=tmp_path)
+        assert r.returncode == 2 and listed in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not (tmp_path / "x").exists()

@@ -7,7 +7,7 @@ import pytest
 from tdyn.config import apply_overrides, load_config
 from tdyn.errors import ConfigError
 
-CFG = "configs/syn_small.yaml"
+CFG = "syn_small"
 
 
 @pytest.mark.parametrize("override, expected", [

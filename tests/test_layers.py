@@ -142,7 +142,7 @@ def test_validating_a_config_imports_little():
     import subprocess
     import sys
 
-    code = ("import sys; from tdyn.config import load_config; load_config('configs/syn_small.yaml'); "
+    code = ("import sys; from tdyn.config import load_config; load_config('syn_small'); "
             "m = [k for k in sys.modules if k.startswith('tdyn')]; "
             "print(len(m), any(k.startswith(('tdyn.experiments', 'tdyn.report')) for k in m), 'matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=SRC.parent, check=True)

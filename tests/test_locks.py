@@ -121,7 +121,7 @@ def test_a_running_process_holds_its_lock_until_killed(tmp_path, caplog):
     """A real `tdyn run`: while it trains its directory names it and a second writer is refused; killed
     (SIGKILL), its lock file stays behind naming it, and the next writer takes it over."""
     out = tmp_path / "r"
-    p = subprocess.Popen([sys.executable, "-m", "tdyn", "run", "configs/syn_small.yaml", "--set", "optim.steps=100000",
+    p = subprocess.Popen([sys.executable, "-m", "tdyn", "run", "syn_small", "--set", "optim.steps=100000",
                           "--set", "checkpoint.every=50", "--set", "checkpoint.schedule=none", "--quiet", "--out",
                           str(out)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -132,7 +132,7 @@ def test_a_running_process_holds_its_lock_until_killed(tmp_path, caplog):
             time.sleep(0.02)
         holder = f"{p.pid}@{runs.host()}"
         assert runs.lock_holder(out) == holder
-        for args in (["run", "--resume", out], ["run", "configs/syn_small.yaml", "--out", out, "--force"]):
+        for args in (["run", "--resume", out], ["run", "syn_small", "--out", out, "--force"]):
             r = tdyn_cli(*args, "--quiet", timeout=120)   # refused at once (a second writer would train on)
             assert_rejected(r, holder)
         assert p.poll() is None, "the run ended before the checks"

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from conftest import ROOT
 from tdyn import runs
 
-ARGS = ["configs/syn_small.yaml", "--set", "optim.steps=1500", "--set", "checkpoint.every=100",
+ARGS = ["syn_small", "--set", "optim.steps=1500", "--set", "checkpoint.every=100",
         "--set", "checkpoint.schedule=none", "--set", "model.init=torch_default", "--quiet"]
 
 
@@ -77,7 +77,7 @@ def test_repeated_kills_leave_no_half_written_file(tmp_path):
     beyond the previous one, plus a varying delay, so every kill lands mid-training with files on disk:
     the checks below always run (a kill before the directory exists would check nothing)."""
     out = tmp_path / "r"
-    args = ["configs/syn_small.yaml", "--set", "optim.steps=5000", "--set", "checkpoint.every=1", "--quiet"]
+    args = ["syn_small", "--set", "optim.steps=5000", "--set", "checkpoint.every=1", "--quiet"]
     last = -1
     for i, delay in enumerate([0.0, 0.03, 0.11, 0.27, 0.5]):
         cmd = [sys.executable, "-m", "tdyn", "run", *(["--resume", str(out), "--quiet"] if i else [*args, "--out", str(out)])]

@@ -16,7 +16,7 @@ from tdyn.sweep import plot_metric, run_sweep, summarize
 from tdyn.sweep.executors import LocalExecutor
 from tdyn.sweep.spec import cells, load_spec, plan
 
-SPEC = {"base": "configs/syn_small.yaml", "set": ["optim.steps=12", "model.init=torch_default"],
+SPEC = {"base": "syn_small", "set": ["optim.steps=12", "model.init=torch_default"],
         "axes": {"grid": {"data.seq_len": [16, 32], "optim.groups.Y.lr": [1.0, 10.0]}}, "seeds": [0, 1]}
 
 
@@ -64,7 +64,7 @@ def test_large_jobs_are_split_by_seed_bit_for_bit(tmp_path):
 
 
 def test_axes_zip_and_random():
-    spec = load_spec({"base": "configs/syn_small.yaml", "axes": {
+    spec = load_spec({"base": "syn_small", "axes": {
         "zip": {"optim.groups.Y.lr": [1, 2, 3], "optim.groups.Z.lr": [0.1, 0.2, 0.3]},
         "random": {"n": 4, "seed": 7, "params": {"data.seq_len": {"kind": "choice", "values": [16, 32]},
                                                  "init_scale": {"kind": "loguniform", "low": 0.1, "high": 1}}}}})
@@ -78,7 +78,7 @@ def test_axes_zip_and_random():
 
 def test_bad_spec_is_a_config_error(cli, tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("base: configs/syn_small.yaml\naxes: {grid: {data.seq_len: [16]}, zipp: {}}\n")
+    bad.write_text("base: syn_small\naxes: {grid: {data.seq_len: [16]}, zipp: {}}\n")
     r = cli("sweep", bad, "--out", tmp_path / "o")
     assert r.returncode == 2 and "axes.zipp" in r.stderr and "Traceback" not in r.stderr
 
@@ -107,7 +107,7 @@ def test_local_sweep_skip_summary_and_failure(tmp_path):
     assert by["embedding"]["status"] == "failed" and "unknown parameter 'Y'" in by["embedding"]["error"]
 
 
-LONG = {"base": "configs/syn_small.yaml",
+LONG = {"base": "syn_small",
         "set": ["optim.steps=1200", "checkpoint.every=100", "checkpoint.schedule=none", "model.init=torch_default"],
         "axes": {"grid": {"data.seq_len": [64, 128]}}, "seeds": [0, 1]}
 
@@ -233,18 +233,19 @@ def test_sweep_worker_equals_tdyn_run_bit_for_bit(cli, tmp_path):
 def test_spec_base_resolves_relative_to_the_spec_file(tmp_path, monkeypatch):
     import shutil
 
+    from tdyn.config import packaged
     from tdyn.sweep.spec import base_config
 
     d = tmp_path / "proj" / "sweeps"
     d.mkdir(parents=True)
-    shutil.copy(Path(__file__).resolve().parents[1] / "configs" / "syn_small.yaml", tmp_path / "proj" / "base.yaml")
+    shutil.copy(packaged()["syn_small"], tmp_path / "proj" / "base.yaml")
     (d / "s.yaml").write_text("base: ../base.yaml\naxes:\n  grid:\n    optim.groups.Y.lr: [1.0, 2.0]\n")
     monkeypatch.chdir(tmp_path)                       # not the spec's directory
     spec = load_spec(d / "s.yaml")
     assert Path(spec.base) == (tmp_path / "proj" / "base.yaml").resolve()
     assert base_config(spec)["task"] == "scan_snap" and len(plan(spec)) == 1
-    shipped = load_spec(Path(__file__).resolve().parents[1] / "configs" / "sweeps" / "syn_small_lr.yaml")
-    assert Path(shipped.base).is_file()
+    shipped = load_spec("syn_small_lr")                 # a packaged spec by name: its base is packaged too
+    assert Path(shipped.base) == packaged()["syn_small"] and len(plan(shipped)) == 2
 
 
 def _children(pid: int) -> list[int]:

@@ -102,7 +102,7 @@ def _metrics(d):
 
 def test_ensemble_equals_members_alone(tmp_path):
     """Each member of a seeds × lr-sets ensemble follows the trajectory it has when trained alone."""
-    cfg = load_config("configs/syn_small.yaml", [
+    cfg = load_config("syn_small", [
         "optim.steps=30", "seeds=0,1", "ensemble.lrs=[{Y: 1, Z: 1}, {Y: 10, Z: 2}]", "model.init=torch_default",
         "checkpoint.schedule=none"])
     dirs = train(cfg, tmp_path / "ens", progress=False)
@@ -122,7 +122,7 @@ def test_ensemble_equals_members_alone(tmp_path):
 
 
 def test_step0_loss_is_ln_M_exactly(tmp_path):
-    cfg = load_config("configs/syn_small.yaml", ["optim.steps=1", "dtype=float64"])
+    cfg = load_config("syn_small", ["optim.steps=1", "dtype=float64"])
     (d,) = train(cfg, tmp_path / "r", progress=False)
     # zero logits: CE = logsumexp(0) = ln M; the batch mean may round in the last ulp
     assert _metrics(d)[0]["loss"] == pytest.approx(math.log(34), rel=1e-15, abs=0)

@@ -55,7 +55,8 @@ def _cmd_run(args) -> int:
         dirs = trainer.resume(args.resume, progress=not args.quiet)
     else:
         if not args.source:
-            raise UserError("tdyn run needs a config file or an experiment name (see `tdyn list`), or --resume DIR")
+            raise UserError("tdyn run needs a config file, a packaged config name or an experiment name (see `tdyn list`), "
+                            "or --resume DIR")
         overrides = list(args.set or [])
         if args.seed is not None:
             overrides.append(f"seeds={args.seed}")
@@ -293,9 +294,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     s.set_defaults(fn=_cmd_list)
 
     s = sub.add_parser("run", help="train one run (or ensemble) from a config file or an experiment name",
-                       description="Train from a YAML/JSON config or a registered experiment's default config, "
+                       description="Train from a YAML/JSON config, a config shipped in the package (by name: "
+                       "syn_small) or a registered experiment's default config, "
                        "or continue an interrupted run with --resume DIR.")
-    s.add_argument("source", nargs="?", help="config file (.yaml/.json) or experiment name")
+    s.add_argument("source", nargs="?", help="config file (.yaml/.json), packaged config name (syn_small) or "
+                   "experiment name")
     s.add_argument("--out", help="run directory (default: runs/<name>)")
     s.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value (repeatable)")
     s.add_argument("--seed", type=int, help="shorthand for --set seeds=N")
@@ -336,7 +339,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                        description="Expand a sweep spec into runs, train runs that differ only in seed / learning "
                        "rates / init scale as one ensemble job, on a local process pool, Ray or Slurm. Re-running "
                        "skips finished runs and resumes unfinished ones.")
-    s.add_argument("spec", nargs="?", help="sweep spec (YAML/JSON)")
+    s.add_argument("spec", nargs="?", help="sweep spec (YAML/JSON) or packaged spec name (syn_small_lr)")
     s.add_argument("--out", help="sweep directory")
     s.add_argument("--executor", default="local", choices=["local", "ray", "slurm"])
     s.add_argument("--workers", type=int, help="local pool size / Ray CPUs (default: the cores)")
@@ -403,9 +406,14 @@ def out_of_memory(e: BaseException) -> str | None:
 
 
 def _experiment_config(name: str, what: str) -> dict:
-    """Config sources given by name are experiments' default run configs (the CLI sits above both)."""
-    from tdyn.experiments.registry import default_run_config
+    """Config sources given by a name that is no packaged config are experiments' default run configs
+    (the CLI sits above both)."""
+    from tdyn.config import packaged
+    from tdyn.experiments.registry import EXPERIMENTS, default_run_config
 
+    if name not in EXPERIMENTS:
+        raise UserError(f"{what}: {name!r} is neither a config file, a packaged config ({', '.join(packaged())}) "
+                        "nor an experiment (see `tdyn list`)")
     return default_run_config(name, what)
 
 

@@ -272,16 +272,37 @@ def set_name_resolver(fn: Callable[[str, str], dict] | None) -> None:
     _name_resolver = fn
 
 
+#: The run configs and sweep specs shipped inside the package, so that they work outside a clone:
+#: ``tdyn run syn_small`` is ``configs/syn_small.yaml``, ``tdyn sweep syn_small_lr`` is
+#: ``configs/sweeps/syn_small_lr.yaml`` (both under ``src/tdyn/``).
+PACKAGED = Path(__file__).resolve().parent / "configs"
+
+
+def packaged(kind: Literal["run", "sweep"] = "run") -> dict[str, Path]:
+    """The packaged run configs (``kind="run"``) or sweep specs (``"sweep"``): name -> file."""
+    folder = PACKAGED / "sweeps" if kind == "sweep" else PACKAGED
+    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+
+
+def is_file_source(source: str | Path) -> bool:
+    """Whether a source names a file (a config or spec suffix, or an existing path) rather than a name."""
+    return Path(source).suffix in (".yaml", ".yml", ".json") or Path(source).exists()
+
+
 def read_source(source: str | Path | dict, *, what: str = "config") -> dict:
     """The one config-source resolver (``tdyn run SOURCE``, a sweep's ``base``): a dict as is, a
-    YAML/JSON file, or a name resolved by the installed name resolver (the CLI's: an experiment's
-    default run config)."""
+    YAML/JSON file, a packaged config by name (:func:`packaged`), or a name resolved by the installed
+    name resolver (the CLI's: an experiment's default run config)."""
     if isinstance(source, dict):
         return source
-    if Path(source).suffix in (".yaml", ".yml", ".json") or Path(source).exists():
+    if is_file_source(source):
         return read_config_file(source)
+    shipped = packaged()
+    if str(source) in shipped:
+        return read_config_file(shipped[str(source)])
     if _name_resolver is None:
-        raise ConfigError(f"{what}: {str(source)!r} is neither a config file nor a dict")
+        raise ConfigError(f"{what}: {str(source)!r} is neither a config file nor a packaged config "
+                          f"({', '.join(shipped)})")
     return _name_resolver(str(source), what)
 
 

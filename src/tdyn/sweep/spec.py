@@ -20,8 +20,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from tdyn.config import (apply_overrides, format_validation_error, load_config, read_config_file, read_source,
-                         validate_config)
+from tdyn.config import (apply_overrides, format_validation_error, is_file_source, load_config, packaged,
+                         read_config_file, read_source, validate_config)
 from tdyn.errors import ConfigError
 from tdyn.schema import Strict, check_finite
 from tdyn.train.trainer import check_resources, expand_members
@@ -121,8 +121,15 @@ class SweepSpec(Strict):
 
 
 def load_spec(source: str | Path | dict) -> SweepSpec:
-    """A sweep spec from a dict or a YAML/JSON file. A file's ``base:`` naming a config file is resolved
-    relative to the spec file (so a spec and its base travel together), stored as an absolute path."""
+    """A sweep spec from a dict, a YAML/JSON file or a packaged spec's name (``syn_small_lr``). A file's
+    ``base:`` naming a config file is resolved relative to the spec file (so a spec and its base travel
+    together), stored as an absolute path."""
+    if not isinstance(source, dict) and not is_file_source(source):
+        shipped = packaged("sweep")
+        if str(source) not in shipped:
+            raise ConfigError(f"sweep spec {str(source)!r} is neither a spec file nor a packaged sweep spec "
+                              f"({', '.join(shipped)})")
+        source = shipped[str(source)]
     raw = source if isinstance(source, dict) else read_config_file(source)
     if not isinstance(source, dict) and isinstance(raw, dict) and isinstance(raw.get("base"), str):
         near = Path(source).resolve().parent / raw["base"]
