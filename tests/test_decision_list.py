@@ -34,6 +34,39 @@ def test_labels_first_present_entry():
     assert (task.lists[:, -1] == torch.arange(10)).all()
 
 
+def _make_task_by_full_argsort(L, M, seed, equal_lengths=True, zipf=0.0):
+    """The reference: make_task as first written, each row's prefix by argsorting a full L × L key matrix."""
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(L)
+    keys = rng.random((L, L))
+    keys[np.arange(L), np.arange(L)] = 2.0
+    prefix = np.argsort(keys, axis=1)[:, : M - 1]
+    lengths = np.full(L, M) if equal_lengths else rng.integers(1, M + 1, size=L)
+    col = np.arange(M)[None, :]
+    lists = np.where(col < (lengths[:, None] - 1), np.concatenate([prefix, np.zeros((L, 1), int)], 1),
+                     np.arange(L)[:, None])
+    mu = (np.arange(L) + 1.0) ** (-zipf)
+    mu = mu[rng.permutation(L)]
+    return perm, lists, lengths, mu / mu.sum()
+
+
+@pytest.mark.parametrize("L,M", [(1, 1), (2, 2), (5, 1), (5, 5), (10, 3), (37, 4), (300, 4), (1000, 2), (513, 9)])
+def test_make_task_equals_full_argsort(L, M):
+    for seed in range(12):
+        for eq, zipf in ((True, 0.0), (False, 1.1)):
+            task = dl.make_task(L, M, seed, equal_lengths=eq, zipf=zipf)
+            perm, lists, lengths, mu = _make_task_by_full_argsort(L, M, seed, eq, zipf)
+            assert np.array_equal(task.perm.numpy(), perm) and np.array_equal(task.lists.numpy(), lists)
+            assert np.array_equal(task.lengths.numpy(), lengths) and np.array_equal(task.mu.numpy(), mu)
+    # row chunks draw the same stream as one L × L draw: one row per chunk gives the same prefixes
+    for L, k in ((7, 3), (50, 4)):
+        keys = np.random.default_rng(1).random((L, L))
+        keys[np.arange(L), np.arange(L)] = 2.0
+        ref = np.argsort(keys, axis=1)[:, :k]
+        for chunk in (1, 3 * L, L * L):
+            assert np.array_equal(dl._list_prefixes(np.random.default_rng(1), L, k, chunk_elems=chunk), ref)
+
+
 def test_sampler_B_distinct_and_zipf_law():
     task = dl.make_task(12, 2, seed=0, zipf=1.0)
     g = torch.Generator().manual_seed(0)

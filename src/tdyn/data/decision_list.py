@@ -63,10 +63,7 @@ def make_task(L: int, M: int, seed: int, *, equal_lengths: bool = True, zipf: fl
         raise ConfigError(f"M = {M} is not allowed; allowed: 1 <= M <= L = {L}")
     rng = np.random.default_rng(seed)
     perm = rng.permutation(L)
-    # prefixes: first M-1 entries of a random order of [L] \ {a}, via argsort of keys with a pushed last
-    keys = rng.random((L, L))
-    keys[np.arange(L), np.arange(L)] = 2.0
-    prefix = np.argsort(keys, axis=1)[:, : M - 1]
+    prefix = _list_prefixes(rng, L, M - 1)
     lengths = np.full(L, M) if equal_lengths else rng.integers(1, M + 1, size=L)
     col = np.arange(M)[None, :]
     lists = np.where(col < (lengths[:, None] - 1), np.concatenate([prefix, np.zeros((L, 1), int)], 1), np.arange(L)[:, None])
@@ -75,6 +72,26 @@ def make_task(L: int, M: int, seed: int, *, equal_lengths: bool = True, zipf: fl
     mu /= mu.sum()
     return DecisionListTask(L, M, torch.as_tensor(perm), torch.as_tensor(lists), torch.as_tensor(lengths),
                             torch.as_tensor(mu, dtype=torch.float64))
+
+
+def _list_prefixes(rng: np.random.Generator, L: int, k: int, chunk_elems: int = 1 << 22) -> np.ndarray:
+    """Row a: the first k entries of a random order of [L] ∖ {a}, (L, k) — the order that sorts row a of
+    one L × L draw of uniform keys, key a pushed last. Only the k smallest keys are needed: a partition
+    (O(L)) and a sort of k keys per row instead of a full O(L log L) argsort, with the keys drawn in row
+    chunks of about ``chunk_elems`` (the same stream as the one L × L draw), so memory is O(chunk), not
+    O(L²). Equal to the full argsort whenever a row's k smallest keys are distinct."""
+    rows = max(1, chunk_elems // L)
+    out = np.empty((L, k), dtype=np.int64)
+    for i in range(0, L, rows):
+        keys = rng.random((min(rows, L - i), L))
+        r = np.arange(len(keys))
+        keys[r, i + r] = 2.0
+        if k == 0:
+            continue
+        part = np.argpartition(keys, k - 1, axis=1)[:, :k]      # k <= L - 1: key a (2.0) is never needed
+        order = np.argsort(np.take_along_axis(keys, part, 1), axis=1)
+        out[i:i + len(keys)] = np.take_along_axis(part, order, 1)
+    return out
 
 
 def sample(task: DecisionListTask, N: int, n: int, sampler: Sampler, gen: torch.Generator) -> torch.Tensor:
