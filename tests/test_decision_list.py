@@ -388,3 +388,29 @@ def test_eta_hypothesis_is_judged_inside_the_hypotheses_only():
     assert c["verdict"] == "holds" and c["numbers"]["max_eta_lambda_by_regime"]["exploratory"] == 1.3
     assert _eta_claim([row("inside", 1.2), row("exploratory", 0.5)])["verdict"] == "fails"
     assert _eta_claim([row("exploratory", 1.3)])["verdict"] == "inconclusive"
+
+
+@pytest.mark.parametrize("sampler", ["A", "B"])
+def test_reduced_grad_bit_identical_to_autograd(sampler):
+    """The written-out reverse mode of reduced_loss equals torch.autograd.grad of it bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    for L, n, m in [(4, 2, 1), (10, 3, 2), (100, 5, 3), (10000, 8, 4), (6, 6 if sampler == "A" else 5, 4)]:
+        cf = th.reduced_configs(L, n, m, sampler)
+        for c in (0.5, 37.0, 1e6):
+            for scale in (0.0, 1e-6, 0.3, 5.0):
+                w = scale * torch.randn(m + 1, generator=g, dtype=torch.float64)
+                wr = w.clone().requires_grad_(True)
+                ref, = torch.autograd.grad(th.reduced_loss(wr, cf, c), wr)
+                ref[-1] = ref[-1] / (L - m) if L > m else 0.0
+                got = th.reduced_grad(w, cf, c)
+                assert torch.equal(got.view(torch.int64), ref.view(torch.int64)), (L, n, m, c, scale)
+
+
+def test_support_margins_hand_made():
+    # A, n = 4, m = 3, scores (a1, a2, q) = (3, 2, 1), best other 0.5: constraints (spec §6.4)
+    ls, other = torch.tensor([[3.0, 2.0, 1.0]], dtype=torch.float64), torch.tensor([[0.5, -torch.inf]], dtype=torch.float64)
+    l1, l2 = math.log(3), math.log(2)
+    hand = min(1 - 0.5 - l1, 3 - 1 - l1, 3 - 2 - l2, 2 - 1 - l1, 2 - 0.5 - l2)
+    assert float(th.support_margins(ls, other, 10, 4, "A")[0]) == hand
+    assert float(th.support_margins(ls, other, 10, 4, "B")[0]) == min(0.5, 2.0, 1.0, 1.0, 1.5)
+    assert float(th.support_margins(ls, other[:, :0], 3, 4, "A")[0]) == min(3 - 1 - l1, 3 - 2 - l2, 2 - 1 - l1)
