@@ -67,6 +67,18 @@ def test_make_task_equals_full_argsort(L, M):
             assert np.array_equal(dl._list_prefixes(np.random.default_rng(1), L, k, chunk_elems=chunk), ref)
 
 
+@pytest.mark.parametrize("L,n,N,zipf", [(5, 5, 300, 0.0), (12, 4, 2000, 0.0), (12, 4, 2000, 1.0), (30, 3, 500, 0.0),
+                                         (1000, 8, 9000, 0.0), (1000, 5, 9000, 0.7)])
+def test_sampler_B_equals_one_gumbel_draw(L, n, N, zipf):
+    """Sampler B (row chunks; only the n + 8 largest uniforms' keys when μ is uniform) equals the Gumbel
+    top-k of one N × L draw, sequences and their order (L = 1000: three chunks)."""
+    task = dl.make_task(L, 2, seed=0, zipf=zipf)
+    for seed in range(4):
+        u = torch.rand(N, L, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).clamp_min(1e-300)
+        ref = (task.mu.log() - (-u.log()).log()).topk(n, dim=1).indices
+        assert torch.equal(dl.sample(task, N, n, "B", torch.Generator().manual_seed(seed)), ref)
+
+
 def test_sampler_B_distinct_and_zipf_law():
     task = dl.make_task(12, 2, seed=0, zipf=1.0)
     g = torch.Generator().manual_seed(0)
@@ -344,15 +356,23 @@ def test_reduced_logit_margins_hand_made_and_vs_full_model():
             assert (red > 0) == (th.reduced_margin(w, cf) > 0)
 
 
-def test_grid_versions_equal_pointwise():
+@pytest.mark.parametrize("sampler", ["A", "B"])
+def test_grid_versions_equal_pointwise(sampler):
     L, n, M = 12, 4, 3
     task = dl.make_task(L, M, seed=0)
-    s = dl.sample(task, 300, n, "A", torch.Generator().manual_seed(0))
-    cf = th.reduced_configs(L, n, M, "A")
+    s = dl.sample(task, 300, n, sampler, torch.Generator().manual_seed(0))
+    cf = th.reduced_configs(L, n, M, sampler)
     g = torch.Generator().manual_seed(2)
     scale = torch.linspace(0, 4, 30, dtype=torch.float64)[:, None]
     ws = 0.3 * torch.randn(30, M + 1, generator=g, dtype=torch.float64) + scale * torch.linspace(2, 0, M + 1, dtype=torch.float64)
+    # exact ties between a position's target and a rival (w_k + log a = w_j + log b), around which T_N bisects
+    lc = torch.log(torch.arange(1.0, n + 1, dtype=torch.float64))
+    ties = torch.stack([torch.tensor([3.0, 2.0, 1.0, 0.0], dtype=torch.float64) + d for d in
+                        (torch.tensor([0, 0, 0, lc[1]]), torch.tensor([0, 0, lc[2] - lc[1], 0]),
+                         torch.tensor([0, -1.0, 0, 0]), torch.tensor([0, 0, -1.0 + lc[1], 0]))], 0)
+    ws = torch.cat([ws, ties, torch.nextafter(ties, ties + 1), torch.nextafter(ties, ties - 1)])
     tab = th.sample_table(task, s)
+    assert len(tab.tgt_slot) <= M * n
     grid = th.sample_correct_grid(ws, tab)
     acc = th.reduced_acc_pop_grid(ws, cf)
     for i, w in enumerate(ws):

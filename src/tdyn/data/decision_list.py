@@ -101,9 +101,20 @@ def sample(task: DecisionListTask, N: int, n: int, sampler: Sampler, gen: torch.
         return torch.multinomial(task.mu.expand(N, -1), n, replacement=True, generator=gen)
     if n > task.L:
         raise ConfigError(f"n = {n} is not allowed for sampler B; allowed: n <= L = {task.L}")
-    u = torch.rand(N, task.L, generator=gen, dtype=torch.float64).clamp_min(1e-300)
-    g = task.mu.log() - (-u.log()).log()  # Gumbel top-k = ordered sampling without replacement from μ
-    return g.topk(n, dim=1).indices
+    # Gumbel top-k = ordered sampling without replacement from μ: row i takes the n largest keys
+    # g = log μ − log(−log u) over its L uniforms u. The uniforms are drawn in row chunks (the same stream
+    # as one N × L draw; memory O(chunk)). With uniform μ the keys increase with u, so only a row's
+    # n + 8 largest u can win and only those keys are computed (the same keys, ordered the same).
+    log_mu, rows = task.mu.log(), max(1, (1 << 22) // task.L)
+    few = task.uniform and n + 8 < task.L
+    out = []
+    for i in range(0, max(N, 1), rows):
+        u = torch.rand(min(rows, N - i), task.L, generator=gen, dtype=torch.float64)
+        cand = u.topk(n + 8, dim=1).indices if few else torch.arange(task.L).expand_as(u)
+        u = u.gather(1, cand).clamp_min(1e-300) if few else u.clamp_min(1e-300)
+        g = log_mu[cand] - (-u.log()).log()
+        out.append(cand.gather(1, g.topk(n, dim=1).indices))
+    return torch.cat(out)
 
 
 def determining_index(task: DecisionListTask, s: torch.Tensor) -> torch.Tensor:

@@ -403,10 +403,10 @@ def reduced_acc_pop_grid(ws: torch.Tensor, cf: ReducedConfigs, chunk: int = 64) 
 
 @dataclasses.dataclass
 class SampleTable:
-    """The w-independent part of ``reduced_sample_correct`` for a fixed sample, deduplicated: for every
-    distinct (query position) pattern, the target's slot and log count and, per slot, the largest log
-    count of a non-target key in that slot (−inf: none). A position is correct ⟺
-    tgt_logc + w[tgt_slot] > max_s (rest[s] + w[s])."""
+    """The w-independent part of ``reduced_sample_correct`` for a fixed sample, reduced to a table of
+    required margins: one row per (target slot, target log count) that occurs, with, per slot s, the
+    largest log count of a non-target key in slot s over those positions (−inf: none). Every position is
+    correct ⟺ every row has tgt_logc + w[tgt_slot] > max_s (rest[s] + w[s]). At most m·n rows."""
 
     tgt_slot: torch.Tensor   # (U,)
     tgt_logc: torch.Tensor   # (U,)
@@ -425,10 +425,15 @@ def sample_table(task: DecisionListTask, s: torch.Tensor) -> SampleTable:
     tgt_logc = torch.where(is_tgt, logc, -torch.inf).amax(-1)
     rest = torch.full((*slot.shape[:2], m + 1), -torch.inf, dtype=torch.float64)
     rest = rest.scatter_reduce(-1, slot.long(), torch.where(is_tgt, -torch.inf, logc), "amax")
-    rows = torch.cat([k[..., None].double(), tgt_logc[..., None], rest], -1).reshape(-1, m + 3)
-    rows = torch.unique(torch.nan_to_num(rows, neginf=-1e300), dim=0)
-    rows = torch.where(rows <= -1e299, -torch.inf, rows)
-    return SampleTable(rows[:, 0].long(), rows[:, 1], rows[:, 2:])
+    # positions with the same (target slot, target log count) merge into one row holding, per slot, the
+    # largest rest: the same verdict, since x ↦ fl(x + w_s) is nondecreasing
+    a, a_id = torch.unique(tgt_logc.reshape(-1), return_inverse=True)
+    key = k.reshape(-1) * len(a) + a_id
+    G = m * len(a)
+    merged = torch.full((G, m + 1), -torch.inf, dtype=torch.float64).scatter_reduce(
+        0, key[:, None].expand(-1, m + 1), rest.reshape(-1, m + 1), "amax")
+    used = torch.nonzero(torch.bincount(key, minlength=G)).squeeze(-1)
+    return SampleTable(used // len(a), a[used % len(a)], merged[used])
 
 
 def sample_correct_grid(ws: torch.Tensor, tab: SampleTable) -> torch.Tensor:
