@@ -256,6 +256,19 @@ class ReducedConfigs:
         return mask
 
     @functools.cached_property
+    def metric(self) -> torch.Tensor:
+        """(m+1,) divisors of the gradient: 1 on the list slots, L − m on w_out (inf when L = m: no out
+        tokens, the coordinate stays 0)."""
+        out = torch.ones(self.m + 1, dtype=torch.float64)
+        out[-1] = self.L - self.m if self.L > self.m else torch.inf
+        return out
+
+    @functools.cached_property
+    def not_rival(self) -> torch.Tensor:
+        """(K, slots) bool: the target's slot and empty slots."""
+        return self.target | ~self.present
+
+    @functools.cached_property
     def other_floor(self) -> torch.Tensor:
         """(K,) the largest non-target logit's floor: 0 when some label is absent (k < L), else −inf."""
         return torch.where(self.k < self.L, 0.0, -torch.inf).to(torch.float64)
@@ -332,8 +345,7 @@ def reduced_grad(w: torch.Tensor, cf: ReducedConfigs, c: float) -> torch.Tensor:
         g_logits = torch.where(cf.present, torch._softmax_backward_data(g_alpha, alpha, -1, alpha.dtype), 0)
         g_score = g_logits.sum(0, keepdim=True).view(-1)                   # broadcast of w[slot] over configs
         g = torch.zeros_like(w, dtype=alpha.dtype).index_put_((cf.slot_index,), g_score, accumulate=True)
-    g[-1] = g[-1] / (cf.L - cf.m) if cf.L > cf.m else 0.0
-    return g
+        return g / cf.metric                                                # the 1/(L−m) metric factor on w_out
 
 
 def reduced_margin(w: torch.Tensor | np.ndarray, cf: ReducedConfigs) -> float:
@@ -383,9 +395,9 @@ def reduced_logit_margins(ws: torch.Tensor, cf: ReducedConfigs, c: float, chunk:
     for i in range(0, len(ws), chunk):
         alpha = torch.softmax(cf.logc + ws[i:i + chunk, cf.slot_index][:, None, :], -1)     # (t, K, slots)
         tgt = (alpha * cf.target).sum(-1)
-        other = torch.where(cf.target | ~cf.present, -torch.inf, alpha).amax(-1)
+        other = torch.where(cf.not_rival, -torch.inf, alpha).amax(-1)
         out.append((c * (tgt - torch.maximum(other, cf.other_floor))).amin(-1))
-    return torch.cat(out)
+    return out[0] if len(out) == 1 else torch.cat(out)
 
 
 def reduced_acc_pop_grid(ws: torch.Tensor, cf: ReducedConfigs, chunk: int = 64) -> torch.Tensor:
