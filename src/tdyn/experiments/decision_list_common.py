@@ -116,7 +116,6 @@ def _b3(quick: bool) -> dict:
     return {"seconds": time.perf_counter() - t0, "T_sup": res.T_sup}
 
 
-
 @register_bench("decision_list_task_and_samples_L10000")
 def _b4(quick: bool) -> dict:
     """claim1's data at its largest L: make_task(L = 10⁴, M = 4), then N = 10⁴ sequences of n = 8 tokens
