@@ -35,6 +35,51 @@ def test_labels_first_present_entry():
     assert (task.lists[:, -1] == torch.arange(10)).all()
 
 
+def _make_task_by_full_argsort(L, M, seed, equal_lengths=True, zipf=0.0):
+    """The reference: make_task as first written, each row's prefix by argsorting a full L × L key matrix."""
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(L)
+    keys = rng.random((L, L))
+    keys[np.arange(L), np.arange(L)] = 2.0
+    prefix = np.argsort(keys, axis=1)[:, : M - 1]
+    lengths = np.full(L, M) if equal_lengths else rng.integers(1, M + 1, size=L)
+    col = np.arange(M)[None, :]
+    lists = np.where(col < (lengths[:, None] - 1), np.concatenate([prefix, np.zeros((L, 1), int)], 1),
+                     np.arange(L)[:, None])
+    mu = (np.arange(L) + 1.0) ** (-zipf)
+    mu = mu[rng.permutation(L)]
+    return perm, lists, lengths, mu / mu.sum()
+
+
+@pytest.mark.parametrize("L,M", [(1, 1), (2, 2), (5, 1), (5, 5), (10, 3), (37, 4), (300, 4), (1000, 2), (513, 9)])
+def test_make_task_equals_full_argsort(L, M):
+    for seed in range(12):
+        for eq, zipf in ((True, 0.0), (False, 1.1)):
+            task = dl.make_task(L, M, seed, equal_lengths=eq, zipf=zipf)
+            perm, lists, lengths, mu = _make_task_by_full_argsort(L, M, seed, eq, zipf)
+            assert np.array_equal(task.perm.numpy(), perm) and np.array_equal(task.lists.numpy(), lists)
+            assert np.array_equal(task.lengths.numpy(), lengths) and np.array_equal(task.mu.numpy(), mu)
+    # row chunks draw the same stream as one L × L draw: one row per chunk gives the same prefixes
+    for L, k in ((7, 3), (50, 4)):
+        keys = np.random.default_rng(1).random((L, L))
+        keys[np.arange(L), np.arange(L)] = 2.0
+        ref = np.argsort(keys, axis=1)[:, :k]
+        for chunk in (1, 3 * L, L * L):
+            assert np.array_equal(dl._list_prefixes(np.random.default_rng(1), L, k, chunk_elems=chunk), ref)
+
+
+@pytest.mark.parametrize("L,n,N,zipf", [(5, 5, 300, 0.0), (12, 4, 2000, 0.0), (12, 4, 2000, 1.0), (30, 3, 500, 0.0),
+                                         (1000, 8, 9000, 0.0), (1000, 5, 9000, 0.7)])
+def test_sampler_B_equals_one_gumbel_draw(L, n, N, zipf):
+    """Sampler B (row chunks; only the n + 8 largest uniforms' keys when μ is uniform) equals the Gumbel
+    top-k of one N × L draw, sequences and their order (L = 1000: three chunks)."""
+    task = dl.make_task(L, 2, seed=0, zipf=zipf)
+    for seed in range(4):
+        u = torch.rand(N, L, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).clamp_min(1e-300)
+        ref = (task.mu.log() - (-u.log()).log()).topk(n, dim=1).indices
+        assert torch.equal(dl.sample(task, N, n, "B", torch.Generator().manual_seed(seed)), ref)
+
+
 def test_sampler_B_distinct_and_zipf_law():
     task = dl.make_task(12, 2, seed=0, zipf=1.0)
     g = torch.Generator().manual_seed(0)
@@ -312,15 +357,23 @@ def test_reduced_logit_margins_hand_made_and_vs_full_model():
             assert (red > 0) == (th.reduced_margin(w, cf) > 0)
 
 
-def test_grid_versions_equal_pointwise():
+@pytest.mark.parametrize("sampler", ["A", "B"])
+def test_grid_versions_equal_pointwise(sampler):
     L, n, M = 12, 4, 3
     task = dl.make_task(L, M, seed=0)
-    s = dl.sample(task, 300, n, "A", torch.Generator().manual_seed(0))
-    cf = th.reduced_configs(L, n, M, "A")
+    s = dl.sample(task, 300, n, sampler, torch.Generator().manual_seed(0))
+    cf = th.reduced_configs(L, n, M, sampler)
     g = torch.Generator().manual_seed(2)
     scale = torch.linspace(0, 4, 30, dtype=torch.float64)[:, None]
     ws = 0.3 * torch.randn(30, M + 1, generator=g, dtype=torch.float64) + scale * torch.linspace(2, 0, M + 1, dtype=torch.float64)
+    # exact ties between a position's target and a rival (w_k + log a = w_j + log b), around which T_N bisects
+    lc = torch.log(torch.arange(1.0, n + 1, dtype=torch.float64))
+    ties = torch.stack([torch.tensor([3.0, 2.0, 1.0, 0.0], dtype=torch.float64) + d for d in
+                        (torch.tensor([0, 0, 0, lc[1]]), torch.tensor([0, 0, lc[2] - lc[1], 0]),
+                         torch.tensor([0, -1.0, 0, 0]), torch.tensor([0, 0, -1.0 + lc[1], 0]))], 0)
+    ws = torch.cat([ws, ties, torch.nextafter(ties, ties + 1), torch.nextafter(ties, ties - 1)])
     tab = th.sample_table(task, s)
+    assert len(tab.tgt_slot) <= M * n
     grid = th.sample_correct_grid(ws, tab)
     acc = th.reduced_acc_pop_grid(ws, cf)
     for i, w in enumerate(ws):
@@ -356,3 +409,29 @@ def test_eta_hypothesis_is_judged_inside_the_hypotheses_only():
     assert c["verdict"] == "holds" and c["numbers"]["max_eta_lambda_by_regime"]["exploratory"] == 1.3
     assert _eta_claim([row("inside", 1.2), row("exploratory", 0.5)])["verdict"] == "fails"
     assert _eta_claim([row("exploratory", 1.3)])["verdict"] == "inconclusive"
+
+
+@pytest.mark.parametrize("sampler", ["A", "B"])
+def test_reduced_grad_bit_identical_to_autograd(sampler):
+    """The written-out reverse mode of reduced_loss equals torch.autograd.grad of it bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    for L, n, m in [(4, 2, 1), (4, 2, 4), (10, 3, 2), (100, 5, 3), (10000, 8, 4), (6, 6 if sampler == "A" else 5, 4)]:
+        cf = th.reduced_configs(L, n, m, sampler)
+        for c in (0.5, 37.0, 1e6):
+            for scale in (0.0, 1e-6, 0.3, 5.0):
+                w = scale * torch.randn(m + 1, generator=g, dtype=torch.float64)
+                wr = w.clone().requires_grad_(True)
+                ref, = torch.autograd.grad(th.reduced_loss(wr, cf, c), wr)
+                ref[-1] = ref[-1] / (L - m) if L > m else 0.0
+                got = th.reduced_grad(w, cf, c)
+                assert torch.equal(got.view(torch.int64), ref.view(torch.int64)), (L, n, m, c, scale)
+
+
+def test_support_margins_hand_made():
+    # A, n = 4, m = 3, scores (a1, a2, q) = (3, 2, 1), best other 0.5: constraints (spec §6.4)
+    ls, other = torch.tensor([[3.0, 2.0, 1.0]], dtype=torch.float64), torch.tensor([[0.5, -torch.inf]], dtype=torch.float64)
+    l1, l2 = math.log(3), math.log(2)
+    hand = min(1 - 0.5 - l1, 3 - 1 - l1, 3 - 2 - l2, 2 - 1 - l1, 2 - 0.5 - l2)
+    assert float(th.support_margins(ls, other, 10, 4, "A")[0]) == hand
+    assert float(th.support_margins(ls, other, 10, 4, "B")[0]) == min(0.5, 2.0, 1.0, 1.0, 1.5)
+    assert float(th.support_margins(ls, other[:, :0], 3, 4, "A")[0]) == min(3 - 1 - l1, 3 - 2 - l2, 2 - 1 - l1)

@@ -66,10 +66,7 @@ def make_task(L: int, M: int, seed: int, *, equal_lengths: bool = True, zipf: fl
         raise ConfigError(f"M = {M} is not allowed; allowed: 1 <= M <= L = {L}")
     rng = np.random.default_rng(seed)
     perm = rng.permutation(L)
-    # prefixes: first M-1 entries of a random order of [L] \ {a}, via argsort of keys with a pushed last
-    keys = rng.random((L, L))
-    keys[np.arange(L), np.arange(L)] = 2.0
-    prefix = np.argsort(keys, axis=1)[:, : M - 1]
+    prefix = _list_prefixes(rng, L, M - 1)
     lengths = np.full(L, M) if equal_lengths else rng.integers(1, M + 1, size=L)
     col = np.arange(M)[None, :]
     lists = np.where(col < (lengths[:, None] - 1), np.concatenate([prefix, np.zeros((L, 1), int)], 1), np.arange(L)[:, None])
@@ -80,6 +77,26 @@ def make_task(L: int, M: int, seed: int, *, equal_lengths: bool = True, zipf: fl
                             torch.as_tensor(mu, dtype=torch.float64))
 
 
+def _list_prefixes(rng: np.random.Generator, L: int, k: int, chunk_elems: int = 1 << 22) -> np.ndarray:
+    """Row a: the first k entries of a random order of [L] ∖ {a}, (L, k) — the order that sorts row a of
+    one L × L draw of uniform keys, key a pushed last. Only the k smallest keys are needed: a partition
+    (O(L)) and a sort of k keys per row instead of a full O(L log L) argsort, with the keys drawn in row
+    chunks of about ``chunk_elems`` (the same stream as the one L × L draw), so memory is O(chunk), not
+    O(L²). Equal to the full argsort whenever a row's k smallest keys are distinct."""
+    rows = max(1, chunk_elems // L)
+    out = np.empty((L, k), dtype=np.int64)
+    for i in range(0, L, rows):
+        keys = rng.random((min(rows, L - i), L))
+        r = np.arange(len(keys))
+        keys[r, i + r] = 2.0
+        if k == 0:
+            continue
+        part = np.argpartition(keys, k - 1, axis=1)[:, :k]      # k <= L - 1: key a (2.0) is never needed
+        order = np.argsort(np.take_along_axis(keys, part, 1), axis=1)
+        out[i:i + len(keys)] = np.take_along_axis(part, order, 1)
+    return out
+
+
 def sample(task: DecisionListTask, N: int, n: int, sampler: Sampler, gen: torch.Generator) -> torch.Tensor:
     """N sequences of n tokens, shape (N, n), long."""
     check_sampler(sampler)
@@ -87,9 +104,20 @@ def sample(task: DecisionListTask, N: int, n: int, sampler: Sampler, gen: torch.
         return torch.multinomial(task.mu.expand(N, -1), n, replacement=True, generator=gen)
     if n > task.L:
         raise ConfigError(f"n = {n} is not allowed for sampler B; allowed: n <= L = {task.L}")
-    u = torch.rand(N, task.L, generator=gen, dtype=torch.float64).clamp_min(1e-300)
-    g = task.mu.log() - (-u.log()).log()  # Gumbel top-k = ordered sampling without replacement from μ
-    return g.topk(n, dim=1).indices
+    # Gumbel top-k = ordered sampling without replacement from μ: row i takes the n largest keys
+    # g = log μ − log(−log u) over its L uniforms u. The uniforms are drawn in row chunks (the same stream
+    # as one N × L draw; memory O(chunk)). With uniform μ the keys increase with u, so only a row's
+    # n + 8 largest u can win and only those keys are computed (the same keys, ordered the same).
+    log_mu, rows = task.mu.log(), max(1, (1 << 22) // task.L)
+    few = task.uniform and n + 8 < task.L
+    out = []
+    for i in range(0, max(N, 1), rows):
+        u = torch.rand(min(rows, N - i), task.L, generator=gen, dtype=torch.float64)
+        cand = u.topk(n + 8, dim=1).indices if few else torch.arange(task.L).expand_as(u)
+        u = u.gather(1, cand).clamp_min(1e-300) if few else u.clamp_min(1e-300)
+        g = log_mu[cand] - (-u.log()).log()
+        out.append(cand.gather(1, g.topk(n, dim=1).indices))
+    return torch.cat(out)
 
 
 def determining_index(task: DecisionListTask, s: torch.Tensor) -> torch.Tensor:

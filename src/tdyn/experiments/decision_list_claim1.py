@@ -7,6 +7,7 @@ units: the paper's Eqn 2 normalisation.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -50,6 +51,12 @@ def claim1_grid(quick: bool) -> dict:
             "fixed_c": {"L": 1000, "c": 1e4}}
 
 
+@functools.lru_cache(maxsize=32)
+def _task(L: int, M: int, seed: int) -> dl.DecisionListTask:
+    """The (L, M) task, built once for the grid's samplers and n."""
+    return dl.make_task(L, M, seed=seed)
+
+
 def _flow_row(ctx, sampler, L, n, M, c, N, kappas=KAPPAS):
     dg = dl.delta_gamma(L, n, M, sampler)
     gp = th.gamma_pattern(L, n, M, sampler)
@@ -59,7 +66,7 @@ def _flow_row(ctx, sampler, L, n, M, c, N, kappas=KAPPAS):
     t_max = min(max(10 * bounds["bound_gamma_joint"], 1.1 * max(bounds.values())), T_CAP)
     samples = None
     if N:
-        task = dl.make_task(L, M, seed=ctx.seed)
+        task = _task(L, M, ctx.seed)
         samples = (task, dl.sample(task, N, n, sampler, generator(ctx.seed, f"claim1/{sampler}/{L}/{n}/{M}")))
     res = th.solve_reduced_flow(L, n, M, sampler, c, t_max=t_max, samples=samples, kappas=kappas)
     row = {"sampler": sampler, "L": L, "n": n, "M": M, "degenerate": M == 1, "c": c, "delta": dg["delta"],

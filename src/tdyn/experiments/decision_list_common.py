@@ -116,3 +116,13 @@ def _b3(quick: bool) -> dict:
     res = th.solve_reduced_flow(L, n, M, "B", 4 * n * math.log(L) / dg["delta"], t_max=1e9)
     return {"seconds": time.perf_counter() - t0, "T_sup": res.T_sup}
 
+
+@register_bench("decision_list_task_and_samples_L10000")
+def _b4(quick: bool) -> dict:
+    """claim1's data at its largest L: make_task(L = 10⁴, M = 4), then N = 10⁴ sequences of n = 8 tokens
+    by sampler B (Gumbel top-k over 10⁸ uniforms)."""
+    t0 = time.perf_counter()
+    task = dl.make_task(10000, 4, seed=0)
+    t1 = time.perf_counter()
+    dl.sample(task, 10000, 8, "B", torch.Generator().manual_seed(0))
+    return {"make_task_seconds": t1 - t0, "sample_seconds": time.perf_counter() - t1}

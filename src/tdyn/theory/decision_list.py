@@ -16,6 +16,7 @@ Time units follow the paper's Eqn 2 normalisation ((1/n)Σ_j per sequence, avera
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 
@@ -177,25 +178,26 @@ def support_margins(list_scores: torch.Tensor, other_scores: torch.Tensor, L: in
     ``list_scores`` (Q, m) = W[a_1..a_m, q]; ``other_scores`` (Q, R) = W[t, q] for tokens t outside L_q
     (−inf entries are ignored). Perfect classification at V = cP (c > 0) ⟺ every returned value > 0.
     Equal list lengths m; returns +inf where no constraint exists."""
-    Q, m = list_scores.shape
+    ls, other = np.asarray(list_scores), np.asarray(other_scores)   # numpy: the flow's event calls it per step
+    Q, m = ls.shape
     logn1 = math.log(n - 1) if (sampler == "A" and n >= 2) else 0.0   # pairs involving q
     logn2 = math.log(n - 2) if (sampler == "A" and n >= 3) else 0.0   # pairs not involving q
-    best_other = other_scores.amax(-1) if other_scores.shape[-1] else torch.full((Q,), -torch.inf, dtype=list_scores.dtype)
-    out = torch.full((Q,), torch.inf, dtype=list_scores.dtype)
+    best_other = other.max(-1) if other.shape[-1] else np.full(Q, -np.inf, dtype=ls.dtype)
+    out = np.full(Q, np.inf, dtype=ls.dtype)
     for k in range(1, m + 1):
         if sampler == "B" and L - k + 1 < n:
             continue  # event k* = k impossible
-        wk = list_scores[:, k - 1]
+        wk = ls[:, k - 1]
         if k == m:
             if n >= 2:
-                out = torch.minimum(out, wk - best_other - logn1)
+                out = np.minimum(out, wk - best_other - logn1)
             continue
         if n >= 2:
-            out = torch.minimum(out, wk - list_scores[:, m - 1] - logn1)
+            out = np.minimum(out, wk - ls[:, m - 1] - logn1)
         if n >= 3:
-            comp = torch.cat([list_scores[:, k:m - 1], best_other[:, None]], -1).amax(-1)
-            out = torch.minimum(out, wk - comp - logn2)
-    return out
+            comp = np.concatenate([ls[:, k:m - 1], best_other[:, None]], -1).max(-1)
+            out = np.minimum(out, wk - comp - logn2)
+    return torch.from_numpy(out)
 
 
 def full_support_margins(W: torch.Tensor, task: DecisionListTask, n: int, sampler: Sampler) -> torch.Tensor:
@@ -225,9 +227,58 @@ class ReducedConfigs:
     astar: torch.Tensor
     k: torch.Tensor
 
-    @property
+    # w-independent parts, computed once (the flow's right-hand side and events run 10⁵–10⁶ times)
+    @functools.cached_property
     def slot_index(self) -> torch.Tensor:
         return torch.tensor(list(range(self.m)) + [self.m] * self.n)
+
+    @functools.cached_property
+    def present(self) -> torch.Tensor:
+        return self.counts > 0
+
+    @functools.cached_property
+    def log_counts(self) -> torch.Tensor:
+        """log c_t, clamped (finite) where a slot is empty."""
+        return self.counts.clamp_min(1e-300).log()
+
+    @functools.cached_property
+    def log_absent(self) -> torch.Tensor:
+        """log(L − k): the absent labels' share of the output softmax, (K, 1)."""
+        return torch.log((self.L - self.k).double())[:, None]
+
+    @functools.cached_property
+    def weight(self) -> torch.Tensor:
+        return self.logw.exp()
+
+    @functools.cached_property
+    def logc(self) -> torch.Tensor:
+        """log c_t on present slots, −inf on empty ones."""
+        return torch.where(self.present, self.log_counts, -torch.inf)
+
+    @functools.cached_property
+    def target(self) -> torch.Tensor:
+        """(K, slots) bool: the slot of a*."""
+        mask = torch.zeros_like(self.present)
+        mask[torch.arange(len(mask)), self.astar] = True
+        return mask
+
+    @functools.cached_property
+    def metric(self) -> torch.Tensor:
+        """(m+1,) divisors of the gradient: 1 on the list slots, L − m on w_out (inf when L = m: no out
+        tokens, the coordinate stays 0)."""
+        out = torch.ones(self.m + 1, dtype=torch.float64)
+        out[-1] = self.L - self.m if self.L > self.m else torch.inf
+        return out
+
+    @functools.cached_property
+    def not_rival(self) -> torch.Tensor:
+        """(K, slots) bool: the target's slot and empty slots."""
+        return self.target | ~self.present
+
+    @functools.cached_property
+    def other_floor(self) -> torch.Tensor:
+        """(K,) the largest non-target logit's floor: 0 when some label is absent (k < L), else −inf."""
+        return torch.where(self.k < self.L, 0.0, -torch.inf).to(torch.float64)
 
 
 def _partitions(r: int, maxpart: int | None = None):
@@ -272,41 +323,52 @@ def _lcomb(a: int, b: int) -> float:
     return math.lgamma(a + 1) - math.lgamma(b + 1) - math.lgamma(a - b + 1)
 
 
+def _reduced_forward(w: torch.Tensor, cf: ReducedConfigs, c: float):
+    """α (K, slots), the output log-partition's terms z = (cα on present slots, log(L − k)) and its lse."""
+    logits = torch.where(cf.present, cf.log_counts + w[cf.slot_index], -torch.inf)
+    alpha = torch.softmax(logits, -1)
+    z = torch.cat([torch.where(cf.present, c * alpha, -torch.inf), cf.log_absent], -1)
+    return alpha, z, torch.logsumexp(z, -1)
+
+
 def reduced_loss(w: torch.Tensor, cf: ReducedConfigs, c: float) -> torch.Tensor:
     """F_q(w) = Σ_configs weight·ℓ, ℓ = −cα_{a*} + log(Σ_present e^{cα_t} + (L − k))
     (docs/reproductions/decision-lists.md#reduced-flow)."""
-    score = w[cf.slot_index]
-    present = cf.counts > 0
-    logits = torch.where(present, cf.counts.clamp_min(1e-300).log() + score, -torch.inf)
-    alpha = torch.softmax(logits, -1)
-    ca = torch.where(present, c * alpha, -torch.inf)
-    extra = torch.log((cf.L - cf.k).double())[:, None]
-    lse = torch.logsumexp(torch.cat([ca, extra], -1), -1)
+    alpha, _, lse = _reduced_forward(w, cf, c)
     ell = -c * alpha.gather(-1, cf.astar[:, None]).squeeze(-1) + lse
-    return ell @ cf.logw.exp()
+    return ell @ cf.weight
 
 
 def reduced_grad(w: torch.Tensor, cf: ReducedConfigs, c: float) -> torch.Tensor:
-    """Per-coordinate gradient of the population loss: ∂F_q/∂w with the 1/(L−m) factor on w_out."""
-    w = w.detach().requires_grad_(True)
-    g, = torch.autograd.grad(reduced_loss(w, cf, c), w)
-    g = g.clone()
-    g[-1] = g[-1] / (cf.L - cf.m) if cf.L > cf.m else 0.0
-    return g
+    """Per-coordinate gradient of the population loss: ∂F_q/∂w with the 1/(L−m) factor on w_out.
+
+    Reverse mode of ``reduced_loss`` written out: the kernels autograd runs for it, in its order (so the
+    result is bit-identical to ``torch.autograd.grad``; tested), without the engine's per-call cost."""
+    with torch.no_grad():
+        alpha, z, lse = _reduced_forward(w.detach(), cf, c)
+        g_ell = cf.weight                                                  # ∂(ell @ weight)/∂ell
+        g_z = g_ell[:, None] * (z - lse[:, None]).exp()                     # logsumexp
+        g_alpha = torch.where(cf.present, g_z[:, :alpha.shape[-1]], 0) * c  # cat, where, c·α
+        g_alpha = g_alpha + torch.zeros_like(alpha).scatter_add_(-1, cf.astar[:, None], (g_ell * -c)[:, None])  # gather
+        g_logits = torch.where(cf.present, torch._softmax_backward_data(g_alpha, alpha, -1, alpha.dtype), 0)
+        g_score = g_logits.sum(0, keepdim=True).view(-1)                   # broadcast of w[slot] over configs
+        g = torch.zeros_like(w, dtype=alpha.dtype).index_put_((cf.slot_index,), g_score, accumulate=True)
+        return g / cf.metric                                                # the 1/(L−m) metric factor on w_out
 
 
-def reduced_margin(w: torch.Tensor, cf: ReducedConfigs) -> float:
+def reduced_margin(w: torch.Tensor | np.ndarray, cf: ReducedConfigs) -> float:
     """Min full-support margin for the reduced state (perfect ⟺ > 0)."""
+    w = np.asarray(w)
     other = w[None, -1:] if cf.L > cf.m else w[None, :0]
     return float(support_margins(w[None, :cf.m], other, cf.L, cf.n, cf.sampler)[0])
 
 
 def reduced_acc_pop(w: torch.Tensor, cf: ReducedConfigs) -> float:
     """Acc_pop of the reduced state: Σ_configs L·weight·1[target strictly largest log c_t + w_t]."""
-    score = torch.where(cf.counts > 0, cf.counts.clamp_min(1e-300).log() + w[cf.slot_index], -torch.inf)
+    score = torch.where(cf.present, cf.log_counts + w[cf.slot_index], -torch.inf)
     tgt = score.gather(-1, cf.astar[:, None]).squeeze(-1)
     rest = score.scatter(-1, cf.astar[:, None], -torch.inf).amax(-1)
-    return float(((tgt > rest).double() @ cf.logw.exp()) * cf.L)
+    return float(((tgt > rest).double() @ cf.weight) * cf.L)
 
 
 def reduced_sample_correct(w: torch.Tensor, task: DecisionListTask, s: torch.Tensor) -> torch.Tensor:
@@ -339,42 +401,34 @@ def reduced_logit_margins(ws: torch.Tensor, cf: ReducedConfigs, c: float, chunk:
     in ``ws`` (T, m+1): (T,). Per configuration the margin is c·(α_{a*} − max(α of the other present
     tokens, 0 when a label is absent)); strict perfection ⟺ > 0 (the same sign as ``support_margins``)."""
     ws = torch.as_tensor(ws, dtype=torch.float64).reshape(-1, cf.m + 1)
-    present = cf.counts > 0
-    logc = torch.where(present, cf.counts.clamp_min(1e-300).log(), -torch.inf)
-    tgt_mask = torch.zeros_like(present)
-    tgt_mask[torch.arange(len(present)), cf.astar] = True
-    absent = torch.where(cf.k < cf.L, 0.0, -torch.inf).to(torch.float64)
     out = []
     for i in range(0, len(ws), chunk):
-        alpha = torch.softmax(logc + ws[i:i + chunk, cf.slot_index][:, None, :], -1)     # (t, K, slots)
-        tgt = (alpha * tgt_mask).sum(-1)
-        other = torch.where(tgt_mask | ~present, -torch.inf, alpha).amax(-1)
-        out.append((c * (tgt - torch.maximum(other, absent))).amin(-1))
-    return torch.cat(out)
+        alpha = torch.softmax(cf.logc + ws[i:i + chunk, cf.slot_index][:, None, :], -1)     # (t, K, slots)
+        tgt = (alpha * cf.target).sum(-1)
+        other = torch.where(cf.not_rival, -torch.inf, alpha).amax(-1)
+        out.append((c * (tgt - torch.maximum(other, cf.other_floor))).amin(-1))
+    return out[0] if len(out) == 1 else torch.cat(out)
 
 
 def reduced_acc_pop_grid(ws: torch.Tensor, cf: ReducedConfigs, chunk: int = 64) -> torch.Tensor:
     """``reduced_acc_pop`` for every state of ``ws`` (T, m+1) at once: (T,)."""
     ws = torch.as_tensor(ws, dtype=torch.float64).reshape(-1, cf.m + 1)
-    logc = torch.where(cf.counts > 0, cf.counts.clamp_min(1e-300).log(), -torch.inf)
-    tgt_mask = torch.zeros_like(logc, dtype=torch.bool)
-    tgt_mask[torch.arange(len(logc)), cf.astar] = True
-    wt = cf.logw.exp() * cf.L
+    wt = cf.weight * cf.L
     out = []
     for i in range(0, len(ws), chunk):
-        score = logc + ws[i:i + chunk, cf.slot_index][:, None, :]
-        tgt = torch.where(tgt_mask, score, -torch.inf).amax(-1)
-        rest = torch.where(tgt_mask, -torch.inf, score).amax(-1)
+        score = cf.logc + ws[i:i + chunk, cf.slot_index][:, None, :]
+        tgt = torch.where(cf.target, score, -torch.inf).amax(-1)
+        rest = torch.where(cf.target, -torch.inf, score).amax(-1)
         out.append((tgt > rest).double() @ wt)
     return torch.cat(out)
 
 
 @dataclasses.dataclass
 class SampleTable:
-    """The w-independent part of ``reduced_sample_correct`` for a fixed sample, deduplicated: for every
-    distinct (query position) pattern, the target's slot and log count and, per slot, the largest log
-    count of a non-target key in that slot (−inf: none). A position is correct ⟺
-    tgt_logc + w[tgt_slot] > max_s (rest[s] + w[s])."""
+    """The w-independent part of ``reduced_sample_correct`` for a fixed sample, reduced to a table of
+    required margins: one row per (target slot, target log count) that occurs, with, per slot s, the
+    largest log count of a non-target key in slot s over those positions (−inf: none). Every position is
+    correct ⟺ every row has tgt_logc + w[tgt_slot] > max_s (rest[s] + w[s]). At most m·n rows."""
 
     tgt_slot: torch.Tensor   # (U,)
     tgt_logc: torch.Tensor   # (U,)
@@ -393,10 +447,15 @@ def sample_table(task: DecisionListTask, s: torch.Tensor) -> SampleTable:
     tgt_logc = torch.where(is_tgt, logc, -torch.inf).amax(-1)
     rest = torch.full((*slot.shape[:2], m + 1), -torch.inf, dtype=torch.float64)
     rest = rest.scatter_reduce(-1, slot.long(), torch.where(is_tgt, -torch.inf, logc), "amax")
-    rows = torch.cat([k[..., None].double(), tgt_logc[..., None], rest], -1).reshape(-1, m + 3)
-    rows = torch.unique(torch.nan_to_num(rows, neginf=-1e300), dim=0)
-    rows = torch.where(rows <= -1e299, -torch.inf, rows)
-    return SampleTable(rows[:, 0].long(), rows[:, 1], rows[:, 2:])
+    # positions with the same (target slot, target log count) merge into one row holding, per slot, the
+    # largest rest: the same verdict, since x ↦ fl(x + w_s) is nondecreasing
+    a, a_id = torch.unique(tgt_logc.reshape(-1), return_inverse=True)
+    key = k.reshape(-1) * len(a) + a_id
+    G = m * len(a)
+    merged = torch.full((G, m + 1), -torch.inf, dtype=torch.float64).scatter_reduce(
+        0, key[:, None].expand(-1, m + 1), rest.reshape(-1, m + 1), "amax")
+    used = torch.nonzero(torch.bincount(key, minlength=G)).squeeze(-1)
+    return SampleTable(used // len(a), a[used % len(a)], merged[used])
 
 
 def sample_correct_grid(ws: torch.Tensor, tab: SampleTable) -> torch.Tensor:
@@ -451,13 +510,21 @@ def solve_reduced_flow(L: int, n: int, m: int, sampler: Sampler, c: float, t_max
         return -reduced_grad(torch.from_numpy(y), cf, c).numpy()
 
     def strict(_, y):
-        return reduced_margin(torch.from_numpy(y), cf)
+        return reduced_margin(y, cf)
+
+    last = [None, None]   # the κ events are evaluated at the same y in turn: one margin computation
+
+    def logit_margin(y):
+        key = y.tobytes()
+        if last[0] != key:
+            last[:] = key, float(reduced_logit_margins(torch.from_numpy(y), cf, c)[0])
+        return last[1]
 
     strict.terminal, strict.direction = not kappas, 1
     events = [strict]
     for kappa in kappas:
         def ev(_, y, kappa=kappa):
-            return float(reduced_logit_margins(torch.from_numpy(y), cf, c)[0]) - kappa
+            return logit_margin(y) - kappa
         ev.terminal, ev.direction = kappa == max(kappas), 1
         events.append(ev)
     sol = solve_ivp(rhs, (0.0, t_max), np.zeros(m + 1), method="LSODA", rtol=1e-8, atol=1e-10,
