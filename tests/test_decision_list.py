@@ -428,7 +428,7 @@ def test_reduced_grad_bit_identical_to_autograd(sampler):
 
 
 def test_support_margins_hand_made():
-    # A, n = 4, m = 3, scores (a1, a2, q) = (3, 2, 1), best other 0.5: constraints (docs/reproductions/decision-lists.md#perfect-classification)
+    # A, n = 4, m = 3, scores (a1, a2, q) = (3, 2, 1), best other 0.5: constraints (docs/reproductions/decision-lists.md#margin-test)
     ls, other = torch.tensor([[3.0, 2.0, 1.0]], dtype=torch.float64), torch.tensor([[0.5, -torch.inf]], dtype=torch.float64)
     l1, l2 = math.log(3), math.log(2)
     hand = min(1 - 0.5 - l1, 3 - 1 - l1, 3 - 2 - l2, 2 - 1 - l1, 2 - 0.5 - l2)
