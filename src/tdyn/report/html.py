@@ -32,6 +32,7 @@ import tdyn
 from tdyn import docs, runs, sweep
 from tdyn.errors import UserError
 from tdyn.report import style
+from tdyn.report.verdicts import ORDER, counts
 
 ASSETS = "report_files"
 RESULTS = runs.RESULTS
@@ -229,12 +230,18 @@ def reproductions(out: Path) -> list[tuple[Path, dict[str, Any]]]:
 
 
 
-def _verdict(c: dict) -> str:
+def _badge(c: dict) -> str:
+    """A claim's verdict, coloured, with its quick mark."""
     v = c.get("verdict", "—")
     cls = "holds" if v == "holds" else "fails" if v == "fails" else "depends"
     quick = ' <span class="quick">(quick)</span>' if c.get("quick") else ""
-    why = f'<div class="reason">{_e(c["reason"])}</div>' if v == "inconclusive" and c.get("reason") else ""
-    return f'<span class="verdict {cls}">{_e(v)}</span>{quick}{why}'
+    return f'<span class="verdict {cls}">{_e(v)}</span>{quick}'
+
+
+def _verdict(c: dict) -> str:
+    """The badge and, for an inconclusive claim, its reason."""
+    why = f'<div class="reason">{_e(c["reason"])}</div>' if c.get("verdict") == "inconclusive" and c.get("reason") else ""
+    return _badge(c) + why
 
 
 def _seeds(res: dict, cli_seed: int | None) -> str:
@@ -323,14 +330,6 @@ def key_number(c: dict) -> str:
     return ""
 
 
-VERDICTS = ("holds", "fails", "inconclusive")
-
-
-def _counts(claims: list[dict]) -> dict[str, int]:
-    vs = [c.get("verdict") for c in claims]
-    return {v: vs.count(v) for v in VERDICTS} | {"other": sum(v not in VERDICTS for v in vs)}
-
-
 def _paper_summaries(results: list[tuple[Path, dict]]) -> str:
     """One collapsible line per paper (its reproductions and verdict counts) opening onto one line per
     claim: verdict, quick mark, the claim, its key number, a link to the reproduction's section."""
@@ -341,19 +340,16 @@ def _paper_summaries(results: list[tuple[Path, dict]]) -> str:
     order = [*PAPERS, *(p for p in by_paper if p not in PAPERS)]
     for prefix, items in ((p, by_paper[p]) for p in order if p in by_paper):
         claims = [(res.get("experiment", d.name), c) for d, res in items for c in res.get("claims", [])]
-        n = _counts([c for _, c in claims])
+        n = counts([c for _, c in claims])
         errors = [res.get("experiment", d.name) for d, res in items if "error" in res]
         head = (f'<b title="{_e(paper_of(prefix + "/", full=True))}">{_e(paper_of(prefix + "/"))}</b>: '
                 f"{len(items)} reproduction(s), {len(claims)} claims — "
-                + " · ".join(f'<span class="{v if v != "inconclusive" else "depends"}">{n[v]} {v}</span>' for v in VERDICTS)
+                + " · ".join(f'<span class="{v if v != "inconclusive" else "depends"}">{n[v]} {v}</span>' for v in ORDER)
                 + (f' <span class="error">{len(errors)} failed to run</span>' if errors else ""))
         lines = []
         for name, c in claims:
-            v = c.get("verdict", "—")
-            cls = "holds" if v == "holds" else "fails" if v == "fails" else "depends"
-            quick = ' <span class="quick">(quick)</span>' if c.get("quick") else ""
             key = key_number(c)
-            lines.append(f'<li><span class="verdict {cls}">{_e(v)}</span>{quick} '
+            lines.append(f'<li>{_badge(c)} '
                          f'<a href="#{anchor(name)}">{_e(name)}</a>: {_e(_clip(str(c.get("claim", "")), 150))}'
                          + (f' <span class="key">[{_e(key)}]</span>' if key else "") + "</li>")
         lines += [f'<li><span class="verdict fails">error</span> <a href="#{anchor(e)}">{_e(e)}</a>: did not run to the end</li>'
@@ -378,13 +374,13 @@ def build_index(out_dir: str | Path, title: str | None = None, descriptions: dic
     claim_rows = [r for d, res in results for r in _claims_rows(res, out, d)]
     all_claims = [c for _, res in results for c in res.get("claims", [])]
     failed = [res.get("experiment", d.name) for d, res in results if "error" in res]
-    n = _counts(all_claims)
+    n = counts(all_claims)
     n_quick = sum(bool(c.get("quick")) for c in all_claims)
     banner = (f'<p class="banner"><b>Quick settings.</b> {n_quick} of {len(all_claims)} verdicts on this page come from '
               "shortened runs (marked <span class=quick>(quick)</span>), not the papers' settings: they check that "
               "the pipeline works, not the claims.</p>" if manifest.get("quick") or n_quick else "")
     summary = (f"<p>{len(results)} reproduction(s), {len(all_claims)} claims: " +
-               ", ".join(f"{n[v]} {v}" for v in VERDICTS) + (f", {n['other']} other" if n["other"] else "") +
+               ", ".join(f"{n[v]} {v}" for v in ORDER) + (f", {n['other']} other" if n["other"] else "") +
                (f"; <span class=error>{len(failed)} reproduction(s) failed: {_e(', '.join(failed))}</span>" if failed else "")
                + "</p>")
     toc = "<ul>" + "".join(f'<li><a href="#{anchor(res.get("experiment", d.name))}">{_e(res.get("experiment", d.name))}</a></li>'

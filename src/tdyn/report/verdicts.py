@@ -19,6 +19,12 @@ BEGIN, END = "<!-- verdicts:begin -->", "<!-- verdicts:end -->"
 ORDER = ("holds", "fails", "inconclusive")
 
 
+def counts(claims: list[dict[str, Any]]) -> dict[str, int]:
+    """How many of ``claims`` hold, fail, are inconclusive (:data:`ORDER`), and how many say anything else."""
+    vs = [c.get("verdict") for c in claims]
+    return {v: vs.count(v) for v in ORDER} | {"other": sum(v not in ORDER for v in vs)}
+
+
 def collect(d: Path) -> list[tuple[Path, dict[str, Any]]]:
     """``(dir, results)`` for every ``results.json`` below ``d``, sorted by experiment name."""
     found = []
@@ -70,11 +76,11 @@ def table(d: Path, names: list[str] | None = None, link_from: Path | None = None
     for rdir, res in found:
         name = res.get("experiment", rdir.name)
         claims = res.get("claims", [])
-        counts = {v: sum(c.get("verdict") == v for c in claims) for v in ORDER}
+        n = counts(claims)
         setting = ("quick" if res.get("quick") else res["settings_note"] if res.get("settings_note") else "full")
         err = " (error)" if "error" in res else ""
         lines[name] = (f"| {_name(name, link_from)}{err} | {_md(setting)} | {_time(res.get('wall_seconds'))} | "
-                       + " | ".join(str(counts[v]) for v in ORDER) + " |")
+                       + " | ".join(str(n[v]) for v in ORDER) + " |")
         for c in claims:
             if c.get("verdict") != "holds":
                 text = c["reason"] if c.get("verdict") == "inconclusive" and c.get("reason") else c.get("claim", "")
