@@ -389,3 +389,33 @@ def test_a_model_too_large_for_memory_is_refused_before_it_is_built(monkeypatch,
                                           r"14 MiB .* 1 MiB of cpu memory is available"):
         train(big, tmp_path / "big", progress=False)
     assert not (tmp_path / "big").exists()
+
+
+@pytest.mark.parametrize("kind, kw", [("sgd", dict(momentum=0.9)), ("sgd", dict(momentum=0.0)), ("adam", {}),
+                                      ("sgd", dict(momentum=0.9, weight_decay=0.01)), ("adamw", dict(weight_decay=0.1))])
+def test_grad_rows_update_equals_every_row_bit_for_bit(kind, kw):
+    """``Task.grad_rows``: updating only the rows that can have a gradient gives the same floats as the
+    update of every row (rows without gradient stay put), with a diverged (inactive) member too;
+    with weight decay the hint is ignored (every row moves)."""
+    g = torch.Generator().manual_seed(2)
+    lrs = torch.tensor([0.05, 0.3, 0.1])
+    rows = torch.tensor([1, 4, 6])
+    x0, target = torch.randn(3, 9, 5, generator=g), torch.randn(3, 9, 5, generator=g)
+    mask = torch.zeros(1, 9, 1)
+    mask[:, rows] = 1
+    ps, opts = [], []
+    for hint in (None, {"p": rows}):
+        p = torch.nn.Parameter(x0.clone())
+        ps.append(p)
+        opts.append(EnsembleOptimizer({"p": p}, {"g": GroupConfig(params=["p"], optimizer=kind, lr=1.0, **kw)},
+                                      {"g": lrs}, hint))
+    assert ("p" in opts[1].rows) == (not kw.get("weight_decay"))
+    for t in range(8):
+        active = torch.tensor([True, t < 4, True])
+        for p, opt in zip(ps, opts):
+            p.grad = None
+            (_toy_loss(p * mask + p.detach() * (1 - mask), target)).backward()   # gradient on `rows` only
+            opt.step(set(), active)
+        assert torch.equal(ps[0].detach(), ps[1].detach()), (kind, t)
+        for k in opts[0].state:
+            assert torch.equal(opts[0].state[k], opts[1].state[k]), (kind, t, k)

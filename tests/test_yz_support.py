@@ -52,3 +52,48 @@ def test_support_form_equals_key_positions(normalize):
     Xb = torch.zeros(d.M, dtype=torch.float64).index_add_(0, keys, w)
     u = Xb / Xb.norm() if normalize else Xb
     torch.testing.assert_close(grads[0][0][s, i], u @ m.Y.detach()[s], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("num_last, L", [(10, 128), (5, 40), (3, 128), (5, 6)])
+def test_support_decoder_equals_dense(num_last, L):
+    """The decoder on the support (embedding bags; u's gradient by dot products for M ≥ 8P and by the
+    dense G Yᵀ below) equals the dense Yᵀ LN(Xᵀb): logits and the gradients of Y and Z (float64)."""
+    from tdyn.models.yz import key_bags, support_decoder_applies
+    d = build(ScanSnapDataConfig(**syn_medium(num_last)))
+    S = 3
+    m = YZModel(YZConfig(M=d.M, init="torch_default"), S=S).double()
+    m.reset_parameters([torch.Generator().manual_seed(i) for i in range(S)], [3.0] * S)
+    g = torch.Generator().manual_seed(1)
+    xs, ys = zip(*[d.sample(32, L, g) for _ in range(S)])
+    x, y = torch.stack(xs), torch.stack(ys)
+    sup = key_support(x, d.M, width=min(L - 1, int((d.table > 0).sum(1).max())))
+    assert support_decoder_applies(m.cfg, d.M, sup[0].shape[-1])
+    res = []
+    for full in (sup + key_bags(sup[0], d.M), sup):
+        out = m(x, full)
+        loss = F.cross_entropy(out.reshape(-1, d.M), y.reshape(-1))
+        res.append((out.detach(), *torch.autograd.grad(loss, [m.Y, m.Z])))
+    for a, b in zip(*res):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+    # the same with only the query column of x (what the task's training batch holds)
+    torch.testing.assert_close(m(x[..., -1:], sup + key_bags(sup[0], d.M)), res[0][0], rtol=0, atol=0)
+
+
+def test_key_bags_transpose_the_support():
+    from tdyn.models.yz import key_bags
+    g = torch.Generator().manual_seed(3)
+    idx, _ = key_support(torch.randint(0, 11, (2, 6, 9), generator=g), M=11)
+    order, counts = key_bags(idx, 11)
+    flat = idx.reshape(2, -1)
+    for s in range(2):
+        assert flat[s][order[s]].tolist() == sorted(flat[s].tolist())
+        assert counts[s].tolist() == [flat[s].tolist().count(t) for t in range(11)]
+
+
+def test_support_decoder_is_chosen_where_it_pays():
+    from tdyn.models.yz import support_decoder_applies
+    cfg = YZConfig(M=240)
+    assert support_decoder_applies(cfg, 240, 20) and support_decoder_applies(cfg, 79, 20)
+    assert not support_decoder_applies(cfg, 34, 20)                    # Syn-Small: dense
+    for other in (dict(residual=True), dict(include_query_key=True), dict(parameterization="embedding")):
+        assert not support_decoder_applies(cfg.model_copy(update=other), 240, 20)

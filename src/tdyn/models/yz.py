@@ -99,7 +99,7 @@ class YZModel(nn.Module):
         flat = (query[..., None] * M + keys).reshape(S, -1)
         return torch.gather(Z.reshape(S, M * M), 1, flat).view(keys.shape)
 
-    def forward(self, x: torch.Tensor, support: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, support: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
         """Output logits Yᵀ LN(Xᵀ b_T) (Eqn 2), shape [S, B, M].
 
         ``support``: optionally each sample's distinct keys and their counts, ``(idx, count)`` each
@@ -108,13 +108,21 @@ class YZModel(nn.Module):
         the same value with P ≈ 20 entries per sample in place of L − 1 = 127 (the task computes the
         support once per data stream; members that share a stream share it). Without it (or with
         ``include_query_key``) attention runs over every key position.
+
+        Two more entries, :func:`key_bags` of ``idx``, let the decoder multiply only the rows of Y on
+        each sample's support where that is cheaper (:func:`support_decoder_applies`,
+        :func:`support_decode`); the logits equal the dense ``u @ Y`` to float rounding.
         """
         _, Y = self.logits_matrices()
         M = Y.shape[-1]
         if support is not None and not self.cfg.include_query_key:
-            keys, count = support
+            keys, count = support[0], support[1]
             z = self._query_logits(x[..., -1], keys)
             b = torch.softmax(z + count.to(z.dtype).log(), dim=-1)
+            if len(support) > 2 and support_decoder_applies(self.cfg, M, keys.shape[-1]):
+                # keys are distinct within a sample, so ‖Xᵀb‖ = ‖b‖ over the support
+                u = F.normalize(b, dim=-1) if self.cfg.normalize else b
+                return support_decode(u, keys, Y, support[2:4])
         else:
             b, keys = self.attention(x)
         Xb = torch.zeros(*keys.shape[:2], M, dtype=b.dtype, device=b.device).scatter_add_(2, keys, b)  # Xᵀb
@@ -152,3 +160,73 @@ def key_support(x: torch.Tensor, M: int, width: int | None = None) -> tuple[torc
     real = torch.arange(P, device=x.device) < n[:, None]
     idx = torch.where(real, idx, 0)
     return idx.view(*keys.shape[:-1], P), torch.where(real, count.gather(1, idx), 0).view(*keys.shape[:-1], P)
+
+
+# ---------------------------------------------------------------- the decoder on the attended vector's support
+
+
+def support_decoder_applies(cfg: YZConfig, M: int, P: int) -> bool:
+    """Whether :func:`support_decode` computes this model's decoder: the yz parameterisation with the
+    plain attended vector (no residual query embedding, no query key), and supports of at most P keys
+    small against M (3·P ≤ M: below that the dense matmul is as fast on CPU, see benchmarks/README.md)."""
+    return cfg.parameterization == "yz" and not cfg.residual and not cfg.include_query_key and 3 * P <= M
+
+
+def key_bags(idx: torch.Tensor, M: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The support transposed, for the decoder's gradient: ``(order, counts)`` with ``order`` [..., B·P]
+    the support entries (flat over B, P) sorted by key (stable) and ``counts`` [..., M] the entries per
+    key. Data only, computed once per data stream (members sharing a stream share it)."""
+    flat = idx.reshape(*idx.shape[:-2], -1)
+    order = torch.sort(flat, dim=-1, stable=True).indices
+    counts = torch.zeros(*flat.shape[:-1], M, dtype=torch.long).scatter_add_(-1, flat, torch.ones_like(flat))
+    return order, counts
+
+
+class _SupportDecoder(torch.autograd.Function):
+    """logits_b = Σ_p u_bp Y[key_bp] for an attended vector given on its support (values u_p, keys):
+    B·P·M multiply-adds instead of the dense B·M², as embedding-bag kernels: the forward (bags =
+    samples, rows of Y), u's gradient (each entry's dot product of its sample's output gradient with
+    its row of Y; for M < 8·P the dense G Yᵀ gathered at the keys, faster there because each dot
+    product has a fixed cost), and Y's gradient (bags = keys, rows of the output
+    gradient weighted by u: the support transposed, :func:`key_bags`). Hand-written because autograd's
+    embedding-bag backward zero-fills and scatters a dense gradient (3× slower here) and torch has no
+    ensemble axis for the table: members are stacked as one [S·M, M] table."""
+
+    @staticmethod
+    def forward(ctx, u_p, Y, keys, order, counts):
+        S, B, P = u_p.shape
+        M = Y.shape[-1]
+        table = Y.reshape(S * M, M)
+        flat_keys = (keys + (torch.arange(S) * M).view(S, 1, 1)).view(S * B, P)
+        logits = F.embedding_bag(flat_keys, table, mode="sum", per_sample_weights=u_p.reshape(S * B, P))
+        ctx.save_for_backward(u_p, Y, flat_keys, order, counts)
+        return logits.view(S, B, M)
+
+    @staticmethod
+    def backward(ctx, G):
+        u_p, Y, flat_keys, order, counts = ctx.saved_tensors
+        S, B, P = u_p.shape
+        M = Y.shape[-1]
+        G = G.reshape(S * B, M).contiguous()
+        du = dY = None
+        if ctx.needs_input_grad[0] and M >= 8 * P:     # one dot product per support entry
+            bag = torch.arange(0, S * B * P, P)
+            du = torch.ops.aten._embedding_bag_per_sample_weights_backward(
+                G, Y.reshape(S * M, M), flat_keys.flatten(), bag, torch.arange(S * B).repeat_interleave(P),
+                0, -1).view(S, B, P)
+        elif ctx.needs_input_grad[0]:                  # below that, the dense G Yᵀ is faster (per-dot overhead)
+            du = torch.bmm(G.view(S, B, M), Y.transpose(1, 2)).gather(2, flat_keys.view(S, B, P) - (
+                torch.arange(S) * M).view(S, 1, 1))
+        if ctx.needs_input_grad[1]:
+            entry = order + (torch.arange(S) * (B * P)).view(S, 1)           # [S, B·P] flat entries by key
+            offsets = (counts.cumsum(1) - counts).flatten() + torch.arange(S).repeat_interleave(M) * (B * P)
+            dY = F.embedding_bag((entry // P).flatten(), G, offsets, mode="sum",
+                                 per_sample_weights=u_p.flatten()[entry.flatten()]).view(S, M, M)
+        return du, dY, None, None, None
+
+
+def support_decode(u_p: torch.Tensor, keys: torch.Tensor, Y: torch.Tensor,
+                   bags: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Logits Σ_p u_p Y[keys_p], [S, B, M], for attended vectors on their supports ``keys`` [S, B, P]
+    (values ``u_p``; padding entries have value 0) with ``bags`` = :func:`key_bags` of ``keys``."""
+    return _SupportDecoder.apply(u_p, Y, keys, *bags)

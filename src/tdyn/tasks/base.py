@@ -12,7 +12,11 @@ members, and exposes:
 * ``probe_batch(gen)``: a fixed batch the probes evaluate on (default: one ``sample``);
 * ``facts``: the distribution's facts the probes need (e.g. P(l|n), the distinct-token sets);
 * ``member_generators()``: any further random streams (e.g. dropout), one generator per member,
-  which the trainer checkpoints and restores so that resume is exact.
+  which the trainer checkpoints and restores so that resume is exact;
+* ``grad_rows``: optionally, per parameter, the rows (its axis 1, after the ensemble axis) outside which
+  its gradient is always zero (Scan and Snap's Z: the query tokens' rows). The optimizer then updates
+  only those rows where that is exact (no weight decay: a zero gradient with zero optimizer state
+  leaves a row unchanged), the same arithmetic per element as updating every row.
 
 **Plain modules.** A model written the usual way, for one member (no ensemble axis, any ``nn.Module``:
 ``nn.Linear``, ``nn.LayerNorm``, dropout, buffers), trains as an ensemble through :class:`PlainTask`: the
@@ -63,6 +67,7 @@ class Task:
 
     model: torch.nn.Module
     facts: dict[str, Any] = {}
+    grad_rows: dict[str, torch.Tensor] = {}
 
     def sample(self, gen: torch.Generator) -> Any:
         raise NotImplementedError

@@ -6,9 +6,11 @@ wired to the Y/Z model (``tdyn.models.yz``) with two parameter groups, Y (decode
 
 from __future__ import annotations
 
+import torch
+
 from tdyn.data import scan_snap as data
 from tdyn.data.scan_snap import ScanSnapDataConfig  # noqa: F401  (the data section)
-from tdyn.models.yz import YZConfig, YZModel, key_support, member_size
+from tdyn.models.yz import YZConfig, YZModel, key_bags, key_support, member_size, support_decoder_applies
 from tdyn.tasks.base import Member, Task, register_task
 from tdyn.train.seeding import generator
 
@@ -30,16 +32,34 @@ class ScanSnapTask(Task):
         self.model = YZModel(mc.model_copy(update={"M": self.dist.M}), S=len(members))
         self.model.reset_parameters([generator(m.seed, "init") for m in members], [m.init_scale for m in members])
         d = self.dist
+        if mc.parameterization == "yz":    # Z[m, l] has a gradient only on the query rows m
+            self.grad_rows = {"Z": torch.unique(d.query)}
         self.support_width = int((d.table > 0).sum(1).max())    # the widest class support
         self.facts = {"table": d.table, "query": d.query, "next_token": d.next_token,
                       "distinct": d.distinct, "common": d.common}
 
     def sample(self, gen):
+        """One training batch: :meth:`full_sample` with, where attention runs on the support, only the
+        query column of x ([B, 1]): the keys enter through the support, and the trainer stacks the
+        batch once per member."""
+        x, y, support = self.full_sample(gen)
+        if not self.model.cfg.include_query_key:
+            x = x[:, -1:]
+        return x, y, support
+
+    def probe_batch(self, gen):
+        return self.full_sample(gen)
+
+    def full_sample(self, gen):
         """``(x, y, support)``: the tokens, the next tokens, and each sequence's distinct keys with
-        their counts (:func:`~tdyn.models.yz.key_support`, computed here once per data stream)."""
+        their counts (:func:`~tdyn.models.yz.key_support`, computed here once per data stream) and, where
+        the model decodes on the support, the support by key (:func:`~tdyn.models.yz.key_bags`)."""
         x, y = self.dist.sample(self.data_cfg.batch_size, self.data_cfg.seq_len, gen)
         width = min(self.support_width, self.data_cfg.seq_len - 1)
-        return x, y, key_support(x, self.dist.M, width)
+        support = key_support(x, self.dist.M, width)
+        if support_decoder_applies(self.model.cfg, self.dist.M, width):
+            support = (*support, *key_bags(support[0], self.dist.M))
+        return x, y, support
 
     def loss(self, batch):
         x, y, support = batch

@@ -18,8 +18,12 @@ from tdyn.errors import ConfigError
 
 class EnsembleOptimizer:
     def __init__(self, params: dict[str, torch.nn.Parameter], groups: dict[str, GroupConfig],
-                 lrs: dict[str, torch.Tensor]):
-        """``groups`` maps a group name to its config; ``lrs[group]`` holds one lr per member."""
+                 lrs: dict[str, torch.Tensor], grad_rows: dict[str, torch.Tensor] | None = None):
+        """``groups`` maps a group name to its config; ``lrs[group]`` holds one lr per member;
+        ``grad_rows[name]`` (optional) the rows of a parameter (axis 1) outside which its gradient is
+        always zero (``Task.grad_rows``): where the group has no weight decay, only those rows are
+        updated (a row with zero gradient and zero state would not move; the arithmetic per element
+        is the same, so the result is bit-identical to updating every row)."""
         self.params = params
         self.groups = groups
         self.group_of: dict[str, str] = {}
@@ -31,6 +35,12 @@ class EnsembleOptimizer:
                     raise ConfigError(f"optim.groups.{g}.params: parameter {p!r} is already in group {self.group_of[p]!r}")
                 self.group_of[p] = g
         self.lrs = lrs
+        self.rows: dict[str, torch.Tensor] = {}
+        for name, rows in (grad_rows or {}).items():
+            p = params.get(name)
+            gc = groups[self.group_of[name]] if name in self.group_of else None
+            if p is not None and gc is not None and p.dim() >= 2 and not gc.weight_decay and 2 * len(rows) <= p.shape[1]:
+                self.rows[name] = rows.to(p.device)
         self.state: dict[str, torch.Tensor] = {}
         self.scratch: dict[str, torch.Tensor] = {}
         for name, gname in self.group_of.items():
@@ -68,6 +78,14 @@ class EnsembleOptimizer:
             keys = [k for k in (f"momentum/{name}", f"exp_avg/{name}", f"exp_avg_sq/{name}", f"step/{name}")
                     if k in self.state]
             old = None if all_active else {k: self.state[k].clone() for k in keys} | {"p": p.detach().clone()}
+            rows = self.rows.get(name)
+            if rows is not None:      # update the rows that can have a gradient, then write them back
+                full = p
+                full_state = {k: self.state[k] for k in keys if self.state[k].shape == p.shape}
+                p = p.detach().index_select(1, rows)
+                g = g.index_select(1, rows)
+                for k, v in full_state.items():
+                    self.state[k] = v.index_select(1, rows)
             tmp = self._scratch(name, p)
             if gc.optimizer == "sgd":
                 if gc.weight_decay:
@@ -93,6 +111,12 @@ class EnsembleOptimizer:
                 bc2_sqrt = (1 - b2 ** t).sqrt().to(p)
                 denom = torch.sqrt(v, out=tmp).div_(bc2_sqrt).add_(gc.eps)     # (sqrt(v) / bc2_sqrt) + eps
                 p.sub_(torch.div(m, denom, out=tmp).mul_(lr / bc1))           # (m / denom) * (lr / bc1)
+            if rows is not None:
+                full.detach().index_copy_(1, rows, p)
+                for k, v in full_state.items():
+                    v.index_copy_(1, rows, self.state[k])
+                    self.state[k] = v
+                p = full
             if old is not None:
                 keep = ~active.to(p.device)
                 p.copy_(torch.where(keep.view(shape), old["p"], p))
