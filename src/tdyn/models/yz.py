@@ -197,7 +197,7 @@ class _SupportDecoder(torch.autograd.Function):
         S, B, P = u_p.shape
         M = Y.shape[-1]
         table = Y.reshape(S * M, M)
-        flat_keys = (keys + (torch.arange(S) * M).view(S, 1, 1)).view(S * B, P)
+        flat_keys = (keys + (torch.arange(S, device=keys.device) * M).view(S, 1, 1)).view(S * B, P)
         logits = F.embedding_bag(flat_keys, table, mode="sum", per_sample_weights=u_p.reshape(S * B, P))
         ctx.save_for_backward(u_p, Y, flat_keys, order, counts)
         return logits.view(S, B, M)
@@ -210,16 +210,18 @@ class _SupportDecoder(torch.autograd.Function):
         G = G.reshape(S * B, M).contiguous()
         du = dY = None
         if ctx.needs_input_grad[0] and M >= 8 * P:     # one dot product per support entry
-            bag = torch.arange(0, S * B * P, P)
+            dev = G.device
+            bag = torch.arange(0, S * B * P, P, device=dev)
+            bag_of_entry = torch.arange(S * B, device=dev).repeat_interleave(P)
             du = torch.ops.aten._embedding_bag_per_sample_weights_backward(
-                G, Y.reshape(S * M, M), flat_keys.flatten(), bag, torch.arange(S * B).repeat_interleave(P),
-                0, -1).view(S, B, P)
+                G, Y.reshape(S * M, M), flat_keys.flatten(), bag, bag_of_entry, 0, -1).view(S, B, P)
         elif ctx.needs_input_grad[0]:                  # below that, the dense G Yᵀ is faster (per-dot overhead)
             du = torch.bmm(G.view(S, B, M), Y.transpose(1, 2)).gather(2, flat_keys.view(S, B, P) - (
-                torch.arange(S) * M).view(S, 1, 1))
+                torch.arange(S, device=G.device) * M).view(S, 1, 1))
         if ctx.needs_input_grad[1]:
-            entry = order + (torch.arange(S) * (B * P)).view(S, 1)           # [S, B·P] flat entries by key
-            offsets = (counts.cumsum(1) - counts).flatten() + torch.arange(S).repeat_interleave(M) * (B * P)
+            ar = torch.arange(S, device=G.device)
+            entry = order + (ar * (B * P)).view(S, 1)                         # [S, B·P] flat entries by key
+            offsets = (counts.cumsum(1) - counts).flatten() + ar.repeat_interleave(M) * (B * P)
             dY = F.embedding_bag((entry // P).flatten(), G, offsets, mode="sum",
                                  per_sample_weights=u_p.flatten()[entry.flatten()]).view(S, M, M)
         return du, dY, None, None, None

@@ -39,7 +39,8 @@ class EnsembleOptimizer:
         for name, rows in (grad_rows or {}).items():
             p = params.get(name)
             gc = groups[self.group_of[name]] if name in self.group_of else None
-            if p is not None and gc is not None and p.dim() >= 2 and not gc.weight_decay and 2 * len(rows) <= p.shape[1]:
+            if (p is not None and gc is not None and p.dim() >= 2 and not gc.weight_decay
+                    and 2 * len(rows) <= p.shape[1]):
                 self.rows[name] = rows.to(p.device)
         self.state: dict[str, torch.Tensor] = {}
         self.scratch: dict[str, torch.Tensor] = {}
