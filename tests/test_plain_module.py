@@ -360,7 +360,8 @@ def test_bench_plain_models_compute_the_handwritten_losses():
         with torch.no_grad():
             for pn, hn in names.items():
                 plain.model.get_parameter(pn).copy_(hand.model.get_parameter(hn).detach())
-        batch = [hand.sample(generator(s, "data")) for s in (0, 1, 2)]
+        # whole sequences (the Scan and Snap task's training batches keep only x's query column)
+        batch = [getattr(hand, "full_sample", hand.sample)(generator(s, "data")) for s in (0, 1, 2)]
         batch = torch.utils._pytree.tree_map(lambda *xs: torch.stack(xs), *batch)
         lh, lp = hand.loss(batch), plain.loss(batch)
         assert lh.shape == lp.shape == (3,) and len(set(lh.tolist())) == 3
