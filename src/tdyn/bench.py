@@ -380,6 +380,7 @@ def run(out: str | Path, quick: bool = False, only: list[str] | None = None,
     # The entries' temporary run directories live beside ``out`` (the filesystem the user writes runs
     # to), not in the system temp directory: on this project's machine creating a file in /tmp costs
     # ~1 ms against ~0.03 ms elsewhere on the same disk, which would be measured as training time.
+    out.resolve().parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=".tdyn-bench-", dir=out.resolve().parent))
     result = {"machine": runs.machine_info(), "quick": quick, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
               "device": device, "torch_threads": torch.get_num_threads(), "scratch_dir": str(scratch.parent),

@@ -63,6 +63,34 @@ class EnsembleOptimizer:
             tmp = self.scratch[name] = torch.empty_like(p)
         return tmp
 
+    @staticmethod
+    def _update(gc: GroupConfig, p: torch.Tensor, g: torch.Tensor, state: dict[str, torch.Tensor],
+                lr: torch.Tensor, tmp: torch.Tensor) -> None:
+        """One group's update of ``p`` in place from gradient ``g``, ``state`` (``momentum``, or
+        ``exp_avg``, ``exp_avg_sq``, ``step``) in place, temporaries in ``tmp`` (``p``'s shape)."""
+        shape = lr.shape
+        if gc.optimizer == "sgd":
+            if gc.weight_decay:
+                g = torch.add(g, p, alpha=gc.weight_decay, out=tmp)
+            if gc.momentum > 0:
+                g = state["momentum"].mul_(gc.momentum).add_(g)
+            p.sub_(torch.mul(lr, g, out=tmp))
+            return
+        b1, b2 = gc.betas
+        if gc.optimizer == "adamw":
+            p.mul_(1 - lr * gc.weight_decay)
+        elif gc.weight_decay:
+            g = torch.add(g, p, alpha=gc.weight_decay, out=tmp)
+        step = state["step"].add_(1)
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        m.lerp_(g, 1 - b1)
+        v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        t = step.view(shape)
+        bc1 = (1 - b1 ** t).to(p)
+        bc2_sqrt = (1 - b2 ** t).sqrt().to(p)
+        denom = torch.sqrt(v, out=tmp).div_(bc2_sqrt).add_(gc.eps)     # (sqrt(v) / bc2_sqrt) + eps
+        p.sub_(torch.div(m, denom, out=tmp).mul_(lr / bc1))           # (m / denom) * (lr / bc1)
+
     @torch.no_grad()
     def step(self, frozen: set[str], active: torch.Tensor) -> None:
         """One update of every non-frozen parameter that has a gradient; ``active`` [S] masks
@@ -79,45 +107,18 @@ class EnsembleOptimizer:
             keys = [k for k in (f"momentum/{name}", f"exp_avg/{name}", f"exp_avg_sq/{name}", f"step/{name}")
                     if k in self.state]
             old = None if all_active else {k: self.state[k].clone() for k in keys} | {"p": p.detach().clone()}
+            state = {k.split("/")[0]: self.state[k] for k in keys}
             rows = self.rows.get(name)
-            if rows is not None:      # update the rows that can have a gradient, then write them back
-                full = p
-                full_state = {k: self.state[k] for k in keys if self.state[k].shape == p.shape}
-                p = p.detach().index_select(1, rows)
-                g = g.index_select(1, rows)
-                for k, v in full_state.items():
-                    self.state[k] = v.index_select(1, rows)
-            tmp = self._scratch(name, p)
-            if gc.optimizer == "sgd":
-                if gc.weight_decay:
-                    g = torch.add(g, p, alpha=gc.weight_decay, out=tmp)
-                if gc.momentum > 0:
-                    buf = self.state[f"momentum/{name}"]
-                    buf.mul_(gc.momentum).add_(g)
-                    g = buf
-                p.sub_(torch.mul(lr, g, out=tmp))
-            else:
-                b1, b2 = gc.betas
-                if gc.optimizer == "adamw":
-                    p.mul_(1 - lr * gc.weight_decay)
-                elif gc.weight_decay:
-                    g = torch.add(g, p, alpha=gc.weight_decay, out=tmp)
-                step = self.state[f"step/{name}"]
-                step.add_(1)
-                m, v = self.state[f"exp_avg/{name}"], self.state[f"exp_avg_sq/{name}"]
-                m.lerp_(g, 1 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1 - b2)
-                t = step.view(shape)
-                bc1 = (1 - b1 ** t).to(p)
-                bc2_sqrt = (1 - b2 ** t).sqrt().to(p)
-                denom = torch.sqrt(v, out=tmp).div_(bc2_sqrt).add_(gc.eps)     # (sqrt(v) / bc2_sqrt) + eps
-                p.sub_(torch.div(m, denom, out=tmp).mul_(lr / bc1))           # (m / denom) * (lr / bc1)
-            if rows is not None:
-                full.detach().index_copy_(1, rows, p)
-                for k, v in full_state.items():
-                    v.index_copy_(1, rows, self.state[k])
-                    self.state[k] = v
-                p = full
+            if rows is None:
+                self._update(gc, p.detach(), g, state, lr, self._scratch(name, p))
+            else:      # only the rows that can have a gradient, updated as one block and written back
+                sub = {k: v.index_select(1, rows) if v.dim() > 1 else v for k, v in state.items()}
+                p_rows = p.detach().index_select(1, rows)
+                self._update(gc, p_rows, g.index_select(1, rows), sub, lr, self._scratch(name, p_rows))
+                p.detach().index_copy_(1, rows, p_rows)
+                for k, v in state.items():
+                    if v.dim() > 1:
+                        v.index_copy_(1, rows, sub[k])
             if old is not None:
                 keep = ~active.to(p.device)
                 p.copy_(torch.where(keep.view(shape), old["p"], p))

@@ -245,7 +245,7 @@ class Job:
                     raise RuntimeError(f"task {cfg.task!r}: {kind} {n!r} lacks the ensemble axis of size {S} "
                                        f"(a model written for one member trains through tdyn.tasks.PlainTask)")
         lrs = {g: torch.tensor([m.lrs[g] for m in members], dtype=torch.float64) for g in cfg.optim.groups}
-        self.opt = EnsembleOptimizer(self.params, cfg.optim.groups, lrs, getattr(self.task, "grad_rows", None))
+        self.opt = EnsembleOptimizer(self.params, cfg.optim.groups, lrs, self.task.grad_rows)
         loose = set(self.params) - set(self.opt.group_of)
         if loose:
             raise ConfigError(f"optim.groups: parameter {sorted(loose)[0]!r} is in no group; "
