@@ -325,7 +325,7 @@ def _lcomb(a: int, b: int) -> float:
 
 def _reduced_forward(w: torch.Tensor, cf: ReducedConfigs, c: float):
     """α (K, slots), the output log-partition's terms z = (cα on present slots, log(L − k)) and its lse."""
-    logits = torch.where(cf.present, cf.log_counts + w[cf.slot_index], -torch.inf)
+    logits = torch.where(cf.present, cf.log_counts + w.index_select(-1, cf.slot_index), -torch.inf)
     alpha = torch.softmax(logits, -1)
     z = torch.cat([torch.where(cf.present, c * alpha, -torch.inf), cf.log_absent], -1)
     return alpha, z, torch.logsumexp(z, -1)
@@ -343,16 +343,18 @@ def reduced_grad(w: torch.Tensor, cf: ReducedConfigs, c: float) -> torch.Tensor:
     """Per-coordinate gradient of the population loss: ∂F_q/∂w with the 1/(L−m) factor on w_out.
 
     Reverse mode of ``reduced_loss`` written out: the kernels autograd runs for it, in its order (so the
-    result is bit-identical to ``torch.autograd.grad``; tested), without the engine's per-call cost."""
+    result is bit-identical to ``torch.autograd.grad``; tested), without the engine's per-call cost. The
+    flow calls it 10⁵–10⁶ times on tensors of a few dozen entries, where each op's dispatch is the cost,
+    so it folds steps that leave every bit unchanged: the gather's backward
+    adds −c·weight into g_α in place (x + (0 + v) = x + v), w[slot] is an ``index_select``, and the
+    broadcast's backward accumulates with ``index_add_`` in the same order as ``index_put_``."""
     with torch.no_grad():
-        alpha, z, lse = _reduced_forward(w.detach(), cf, c)
-        g_ell = cf.weight                                                  # ∂(ell @ weight)/∂ell
-        g_z = g_ell[:, None] * (z - lse[:, None]).exp()                     # logsumexp
-        g_alpha = torch.where(cf.present, g_z[:, :alpha.shape[-1]], 0) * c  # cat, where, c·α
-        g_alpha = g_alpha + torch.zeros_like(alpha).scatter_add_(-1, cf.astar[:, None], (g_ell * -c)[:, None])  # gather
-        g_logits = torch.where(cf.present, torch._softmax_backward_data(g_alpha, alpha, -1, alpha.dtype), 0)
-        g_score = g_logits.sum(0, keepdim=True).view(-1)                   # broadcast of w[slot] over configs
-        g = torch.zeros_like(w, dtype=alpha.dtype).index_put_((cf.slot_index,), g_score, accumulate=True)
+        alpha, z, lse = _reduced_forward(w, cf, c)
+        g_z = cf.weight[:, None] * (z - lse[:, None]).exp()                 # logsumexp (∂(ell @ weight)/∂ell = weight)
+        g_alpha = (torch.where(cf.present, g_z[:, :alpha.shape[-1]], 0.0) * c   # cat, where, c·α
+                   ).scatter_add_(-1, cf.astar[:, None], (cf.weight * -c)[:, None])  # gather
+        g_logits = torch.where(cf.present, torch._softmax_backward_data(g_alpha, alpha, -1, alpha.dtype), 0.0)
+        g = torch.zeros(w.shape, dtype=alpha.dtype).index_add_(0, cf.slot_index, g_logits.sum(0))  # w[slot]
         return g / cf.metric                                                # the 1/(L−m) metric factor on w_out
 
 
@@ -402,11 +404,12 @@ def reduced_logit_margins(ws: torch.Tensor, cf: ReducedConfigs, c: float, chunk:
     tokens, 0 when a label is absent)); strict perfection ⟺ > 0 (the same sign as ``support_margins``)."""
     ws = torch.as_tensor(ws, dtype=torch.float64).reshape(-1, cf.m + 1)
     out = []
-    for i in range(0, len(ws), chunk):
-        alpha = torch.softmax(cf.logc + ws[i:i + chunk, cf.slot_index][:, None, :], -1)     # (t, K, slots)
-        tgt = (alpha * cf.target).sum(-1)
-        other = torch.where(cf.not_rival, -torch.inf, alpha).amax(-1)
-        out.append((c * (tgt - torch.maximum(other, cf.other_floor))).amin(-1))
+    with torch.no_grad():   # the flow's κ events call it once per step on one state
+        for i in range(0, len(ws), chunk):
+            alpha = torch.softmax(cf.logc + ws[i:i + chunk].index_select(1, cf.slot_index)[:, None, :], -1)  # (t, K, slots)
+            tgt = (alpha * cf.target).sum(-1)
+            other = torch.where(cf.not_rival, -torch.inf, alpha).amax(-1)
+            out.append((c * (tgt - torch.maximum(other, cf.other_floor))).amin(-1))
     return out[0] if len(out) == 1 else torch.cat(out)
 
 
