@@ -108,6 +108,10 @@ class RunConfig(Strict):
     checkpoint: CheckpointConfig = CheckpointConfig()
     log: LogConfig = LogConfig()
     dtype: Literal["float32", "float64"] = "float32"
+    #: mixed precision: the training loss's forward (and so its backward) under ``torch.autocast`` in this
+    #: dtype, parameters, gradients and optimizer state staying in ``dtype`` (the float32 master copy);
+    #: probes measure outside autocast, in full precision. None: everything in ``dtype``.
+    autocast: Literal["bfloat16"] | None = None
     device: Literal["cpu", "cuda"] = "cpu"
 
     @model_validator(mode="after")
@@ -116,6 +120,8 @@ class RunConfig(Strict):
         # Re-validate data/model with the task's classes; keep the full resolved dicts.
         object.__setattr__(self, "data", _sub(spec.data_config, self.data, "data").model_dump(mode="json"))
         object.__setattr__(self, "model", _sub(spec.model_config, self.model, "model").model_dump(mode="json"))
+        if self.autocast is not None and self.dtype != "float32":
+            raise ConfigError(f"autocast = {self.autocast!r} needs dtype = 'float32' (the master copy); got {self.dtype!r}")
         groups = set(self.optim.groups)
         for lrs in self.ensemble.lrs:
             bad = set(lrs) - groups

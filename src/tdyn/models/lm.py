@@ -116,8 +116,8 @@ class CausalLM(nn.Module):
         keep = torch.stack([torch.rand(x.shape[1:], generator=g, device=x.device) for g in self.dropout_gens]) >= p
         return x * keep / (1 - p)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """x [S, B, T] token ids -> (logits [S, B, T, V], attention per layer [S, B, T, T])."""
+    def hidden(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """x [S, B, T] token ids -> (last layer's output X [S, B, T, d], attention per layer [S, B, T, T])."""
         S, B, T = x.shape
         c = self.cfg
         H, dh = c.n_heads, c.d // c.n_heads
@@ -133,13 +133,99 @@ class CausalLM(nn.Module):
             X = _layer_norm(X + self._drop(_bmm_linear(O, m.out_W, m.out_b)), m.ln1_g, m.ln1_b)
             F_ = _bmm_linear(self._drop(torch.relu(_bmm_linear(X, m.W1, m.b1))), m.W2, m.b2)
             X = _layer_norm(X + self._drop(F_), m.ln2_g, m.ln2_b)
+        return X, attns
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """x [S, B, T] token ids -> (logits [S, B, T, V], attention per layer [S, B, T, T])."""
+        X, attns = self.hidden(x)
         return _bmm_linear(X, self.dec_W, self.dec_b), attns
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Per-member token-mean cross-entropy, shape [S]."""
-        logits, _ = self(x)
+        """Per-member token-mean cross-entropy, shape [S]. Under bf16 (or fp16) autocast the decoder and the
+        cross-entropy are fused (:func:`linear_cross_entropy`, equal to the dense path within rounding,
+        tested); in full precision the dense logits are faster on CPU (an extra decoder matmul costs more
+        than the memory traffic it saves: 355 against 307 ms per step at V = 20k, N = 700, benchmarks/README.md)."""
+        X, _ = self.hidden(x)
+        S = x.shape[0]
+        if _compute_dtype(X) in (torch.bfloat16, torch.float16):
+            return linear_cross_entropy(X.reshape(S, -1, self.cfg.d), self.dec_W, self.dec_b, y.reshape(S, -1))
+        logits = _bmm_linear(X, self.dec_W, self.dec_b)
         ce = F.cross_entropy(logits.flatten(0, 2), y.flatten(), reduction="none")
-        return ce.view(x.shape[0], -1).mean(1)
+        return ce.view(S, -1).mean(1)
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The matmuls' dtype: autocast's lower precision where autocast is on for x's device, else x's own."""
+    dev = x.device.type
+    return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Per member s: mean over tokens n of CE(X[s, n] W[s]ᵀ + b[s], y[s, n]), without materialising the
+    [S, N, V] logits: vocabulary chunks of C columns, two passes. Pass 1 accumulates each token's
+    log-partition (online logsumexp) and its target logit; where a gradient is wanted, pass 2 recomputes
+    each chunk's logits (the same kernels, so the same values) and turns them into the logit gradient
+    G = (softmax − onehot)/N, which gives dX += G W_c, dW_c = Gᵀ X, db_c = Σ_n G at once; backward scales
+    these by the incoming per-member gradient. The cost is one extra decoder matmul, against the dense path's
+    [S, N, V] logits, log-softmax and its backward, which stream ~5 × 56 MB per member-step through memory
+    at V = 20k, N = 700 (benchmarks/README.md). Matmuls run in the compute dtype (bf16 under CPU/CUDA
+    autocast; inputs, accumulators and the softmax in float32). Hand-written because torch has no fused
+    linear + cross-entropy with an ensemble axis on CPU."""
+
+    @staticmethod
+    def forward(ctx, X, W, b, y, chunk, want):
+        S, N, d = X.shape
+        V = W.shape[1]
+        cd, acc = _compute_dtype(X), X.dtype
+        with torch.autocast(X.device.type, enabled=False):
+            Xc, Wc = X.detach().to(cd), W.detach().to(cd)     # one conversion each per step
+            lse = torch.full((S, N), float("-inf"), dtype=acc, device=X.device)
+            tgt = torch.zeros(S, N, dtype=acc, device=X.device)
+
+            def logits(j):
+                Wj = Wc[:, j:j + chunk]
+                return torch.bmm(Xc, Wj.transpose(1, 2)).to(acc) + b.detach()[:, None, j:j + chunk], Wj
+
+            for j in range(0, V, chunk):
+                L, _ = logits(j)
+                lse = torch.logaddexp(lse, torch.logsumexp(L, -1))
+                inside = (y >= j) & (y < j + L.shape[-1])
+                tgt = torch.where(inside, L.gather(-1, (y - j).clamp(0, L.shape[-1] - 1)[..., None])[..., 0], tgt)
+            loss = (lse - tgt).mean(1)
+            if want:
+                dX = torch.zeros(S, N, d, dtype=acc, device=X.device)
+                dW = torch.empty_like(W)
+                db = torch.empty_like(b)
+                for j in range(0, V, chunk):
+                    L, Wj = logits(j)
+                    G = (L - lse[..., None]).exp_()
+                    inside = (y >= j) & (y < j + L.shape[-1])
+                    G.scatter_add_(-1, (y - j).clamp(0, L.shape[-1] - 1)[..., None], -inside[..., None].to(G.dtype))
+                    G.mul_(1.0 / N)
+                    db[:, j:j + chunk] = G.sum(1)
+                    Gc = G.to(cd)
+                    dW[:, j:j + chunk] = torch.bmm(Gc.transpose(1, 2), Xc)
+                    dX += torch.bmm(Gc, Wj)
+                ctx.save_for_backward(dX, dW, db)
+        return loss
+
+    @staticmethod
+    def backward(ctx, g):
+        dX, dW, db = ctx.saved_tensors
+        g = g.to(dX.dtype)
+        return dX * g[:, None, None], dW * g[:, None, None], db * g[:, None], None, None, None
+
+
+def linear_cross_entropy(X: torch.Tensor, W: torch.Tensor, b: torch.Tensor, y: torch.Tensor,
+                         chunk: int | None = None) -> torch.Tensor:
+    """Per-member mean cross-entropy of the logits X Wᵀ + b against y: X [S, N, d], W [S, V, d], b [S, V],
+    y [S, N] -> [S] (:class:`_LinearCrossEntropy`). ``chunk``: vocabulary columns per pass (default: a
+    [S, N, chunk] float32 block of about 8 MB, at least 512 columns)."""
+    S, N, _ = X.shape
+    if chunk is None:
+        chunk = max(512, (8 << 20) // (4 * S * N))
+    want = torch.is_grad_enabled() and (X.requires_grad or W.requires_grad or b.requires_grad)
+    return _LinearCrossEntropy.apply(X, W, b, y, min(chunk, W.shape[1]), want)
 
 
 def attention_entropy(A: torch.Tensor) -> torch.Tensor:

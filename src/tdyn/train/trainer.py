@@ -399,7 +399,9 @@ class Job:
                 batch = self._sample()
                 frozen = {n for n, r in self.cfg.optim.freeze.items() if r.frozen(step)}
                 last = step == T
-                with torch.set_grad_enabled(not last and len(frozen) < len(self.params)):
+                with torch.set_grad_enabled(not last and len(frozen) < len(self.params)), \
+                        torch.autocast(self.device.type, dtype=getattr(torch, self.cfg.autocast or "bfloat16"),
+                                       enabled=self.cfg.autocast is not None):
                     losses = self.task.loss(batch)
                 if losses.shape != (S,):
                     raise RuntimeError(f"task {self.cfg.task!r}: loss must have shape [{S}], got {tuple(losses.shape)}")
