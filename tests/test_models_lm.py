@@ -70,11 +70,11 @@ def _dense_ce(X, W, b, y):
     return torch.nn.functional.cross_entropy(logits.reshape(-1, V), y.reshape(-1), reduction="none").view(y.shape).mean(1)
 
 
-@pytest.mark.parametrize("chunk", [7, 128, 1000, None])
-def test_linear_cross_entropy_equals_the_dense_path_in_float64(chunk):
+@pytest.mark.parametrize("chunk,group", [(7, None), (128, 1), (1000, 2), (None, None)])
+def test_linear_cross_entropy_equals_the_dense_path_in_float64(chunk, group):
     """Loss and the gradients of X, W, b (weighted per member, as the trainer's sum of member losses is
     not) equal the dense logits + F.cross_entropy to float64 rounding, for chunks that do and do not
-    divide V, with targets in every chunk."""
+    divide V, with targets in every chunk, and for member groups that do and do not divide S."""
     from tdyn.models.lm import linear_cross_entropy
 
     g = torch.Generator().manual_seed(0)
@@ -85,12 +85,12 @@ def test_linear_cross_entropy_equals_the_dense_path_in_float64(chunk):
     y = torch.randint(0, V, (S, N), generator=g)
     w = torch.randn(S, dtype=torch.float64, generator=g)
     ref = _dense_ce(X, W, b, y)
-    out = linear_cross_entropy(X, W, b, y, chunk)
+    out = linear_cross_entropy(X, W, b, y, chunk, group)
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
     for a, r in zip(torch.autograd.grad((out * w).sum(), (X, W, b)), torch.autograd.grad((ref * w).sum(), (X, W, b))):
         torch.testing.assert_close(a, r, rtol=0, atol=1e-12)
     with torch.no_grad():   # no gradient wanted: only the loss (pass 1)
-        torch.testing.assert_close(linear_cross_entropy(X, W, b, y, chunk), ref.detach(), rtol=0, atol=1e-12)
+        torch.testing.assert_close(linear_cross_entropy(X, W, b, y, chunk, group), ref.detach(), rtol=0, atol=1e-12)
 
 
 def test_bf16_autocast_loss_uses_the_fused_path_and_stays_close(monkeypatch):

@@ -4,6 +4,8 @@ dynamics of a small causal LM on text (Tian et al. Figs 7, 10), on the offline c
 
 from __future__ import annotations
 
+import math
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -13,7 +15,7 @@ import torch
 from pydantic import Field
 
 from tdyn import runs
-from tdyn.bench import register_bench, timed_train
+from tdyn.bench import register_bench
 from tdyn.data import corpora
 from tdyn.data.real_topics import fit_lda, top_words, word_topics
 from tdyn.experiments.common import claim, configure, decide, every_cell, margin, train_into, with_options
@@ -23,6 +25,7 @@ from tdyn.probes.topic_similarity import attention_topic_stats, embedding_topic_
 from tdyn.report import style
 from tdyn.runs import write_csv
 from tdyn.schema import Strict
+from tdyn.train.seeding import generator
 
 CORPORA = ("wiki", "bbc")
 CLASSES = ("same_token", "same_topic", "different_topic")
@@ -437,18 +440,46 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
 
 @register_bench("real_lm_tokens_per_s")
 def _bench_lm(quick: bool) -> dict:
-    """Training tokens/s of the tutorial LM (d = 200, 1 layer, vocab 20k; quick: vocab 2k) on wiki, S = 1 and 5."""
+    """Training tokens/s of the tutorial LM at Fig 10's shapes (d = 200, 1 layer, vocab 20k, batch 20 × 35,
+    dropout 0.2; quick: vocab 2k) for ensembles of S = 1, 5, 25 members (Fig 10 trains S = 25 and 18), in
+    float32 (the dense decoder, unchanged) and under bf16 autocast (the fused decoder + cross-entropy):
+    the model's training step alone (forward, backward, an in-place SGD update of every parameter, as the
+    trainer's optimizer does), on fixed random tokens. The two precisions alternate for two rounds and the
+    faster round counts (this VM's speed drifts by ±20% over minutes). ``tokens_per_s`` counts every
+    member's tokens; ``tokens_per_s_per_member`` is that over S."""
+    from tdyn.models.lm import CausalLM, LMConfig
 
+    V, B, T = (2000 if quick else 20000), 20, 35
+    reps = {1: 3, 5: 2, 25: 1}
+    out: dict = {"V": V, "tokens_per_step_per_member": B * T, "timed_steps": reps, "rounds": 2,
+                 "threads": torch.get_num_threads()}
+    for S in (1, 5, 25):
+        m = CausalLM(LMConfig(V=V, max_len=T, dropout=0.2), S)
+        m.reset_parameters([generator(i, "init") for i in range(S)])
+        g = generator(0, "bench")
+        x, y = torch.randint(0, V, (S, B, T), generator=g), torch.randint(0, V, (S, B, T), generator=g)
+        params = list(m.parameters())
 
-    ctx = ReproduceContext(out=Path("."), device="cuda" if torch.cuda.is_available() else "cpu")
-    steps = 20 if quick else 100
-    out = {"steps": steps, "device": ctx.device}
-    for S in (1, 5):
-        cfg = lm_config(ctx, corpus="wiki", n_layers=1, dropout=0.2, steps=steps, seeds=range(S),
-                        groups=lm_groups(1, "one", 5.0), ckpt_steps=[], every=steps)
-        if quick:
-            cfg["data"]["vocab_size"] = 2000
-        timed_train(cfg | {"optim": cfg["optim"] | {"steps": 2}})  # warm-up, builds the token cache
-        s = timed_train(cfg)
-        out[f"tokens_per_s_S{S}"] = steps * S * 20 * 35 / s
+        def step(amp: str | None) -> None:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp is not None):
+                loss = m.loss(x, y)
+            for p in params:
+                p.grad = None
+            loss.sum().backward()
+            with torch.no_grad():
+                for p in params:
+                    p.sub_(p.grad, alpha=1e-3)
+
+        best = {}
+        for _ in range(out["rounds"]):
+            for amp in (None, "bfloat16"):
+                step(amp)   # warm-up
+                t0 = time.perf_counter()
+                for _ in range(reps[S]):
+                    step(amp)
+                best[amp] = min(best.get(amp, math.inf), (time.perf_counter() - t0) / reps[S])
+        for amp, dt in best.items():
+            out[f"S{S}_{amp or 'float32'}"] = {"s_per_step": dt, "tokens_per_s": S * B * T / dt,
+                                               "tokens_per_s_per_member": B * T / dt}
+        out[f"S{S}_bf16_speedup"] = best[None] / best["bfloat16"]
     return out

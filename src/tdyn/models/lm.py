@@ -143,8 +143,10 @@ class CausalLM(nn.Module):
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Per-member token-mean cross-entropy, shape [S]. Under bf16 (or fp16) autocast the decoder and the
         cross-entropy are fused (:func:`linear_cross_entropy`, equal to the dense path within rounding,
-        tested); in full precision the dense logits are faster on CPU (an extra decoder matmul costs more
-        than the memory traffic it saves: 355 against 307 ms per step at V = 20k, N = 700, benchmarks/README.md)."""
+        tested). In full precision the dense logits stay, so float32 runs keep every bit of the results
+        committed before the fused path existed (docs/results); the fused path would be about as fast at
+        S = 1 and faster for large ensembles (1 thread, V = 20k: 520 against 560 ms per step at S = 1,
+        14 against 16–24 s at S = 25; benchmarks/README.md)."""
         X, _ = self.hidden(x)
         S = x.shape[0]
         if _compute_dtype(X) in (torch.bfloat16, torch.float16):
@@ -173,59 +175,78 @@ class _LinearCrossEntropy(torch.autograd.Function):
     linear + cross-entropy with an ensemble axis on CPU."""
 
     @staticmethod
-    def forward(ctx, X, W, b, y, chunk, want):
+    def forward(ctx, X, W, b, y, chunk, group, want):
+        S = X.shape[0]
+        cd = _compute_dtype(X)
+        with torch.autocast(X.device.type, enabled=False):
+            X, W, b = X.detach(), W.detach(), b.detach()
+            loss = torch.empty(S, dtype=X.dtype, device=X.device)
+            grads = (torch.empty_like(X), torch.empty_like(W), torch.empty_like(b)) if want else None
+            for s in range(0, S, group):    # members in groups: each block stays a few MB (cache, no mmap)
+                m = slice(s, s + group)
+                loss[m], g = _LinearCrossEntropy._block(X[m], W[m], b[m], y[m], chunk, cd, want)
+                if want:
+                    for out, v in zip(grads, g):
+                        out[m] = v
+            if want:
+                ctx.save_for_backward(*grads)
+        return loss
+
+    @staticmethod
+    def _block(X, W, b, y, chunk, cd, want):
+        """(loss [s], (dX, dW, db) or None) for a group of s members."""
         S, N, d = X.shape
         V = W.shape[1]
-        cd, acc = _compute_dtype(X), X.dtype
-        with torch.autocast(X.device.type, enabled=False):
-            Xc, Wc = X.detach().to(cd), W.detach().to(cd)     # one conversion each per step
-            lse = torch.full((S, N), float("-inf"), dtype=acc, device=X.device)
-            tgt = torch.zeros(S, N, dtype=acc, device=X.device)
+        acc = X.dtype
+        Xc, Wc = X.to(cd), W.to(cd)     # one conversion each per step
+        lse = torch.full((S, N), float("-inf"), dtype=acc, device=X.device)
+        tgt = torch.zeros(S, N, dtype=acc, device=X.device)
 
-            def logits(j):
-                Wj = Wc[:, j:j + chunk]
-                return torch.bmm(Xc, Wj.transpose(1, 2)).to(acc) + b.detach()[:, None, j:j + chunk], Wj
+        def logits(j):
+            Wj = Wc[:, j:j + chunk]
+            return torch.bmm(Xc, Wj.transpose(1, 2)).to(acc) + b[:, None, j:j + chunk], Wj
 
-            for j in range(0, V, chunk):
-                L, _ = logits(j)
-                lse = torch.logaddexp(lse, torch.logsumexp(L, -1))
-                inside = (y >= j) & (y < j + L.shape[-1])
-                tgt = torch.where(inside, L.gather(-1, (y - j).clamp(0, L.shape[-1] - 1)[..., None])[..., 0], tgt)
-            loss = (lse - tgt).mean(1)
-            if want:
-                dX = torch.zeros(S, N, d, dtype=acc, device=X.device)
-                dW = torch.empty_like(W)
-                db = torch.empty_like(b)
-                for j in range(0, V, chunk):
-                    L, Wj = logits(j)
-                    G = (L - lse[..., None]).exp_()
-                    inside = (y >= j) & (y < j + L.shape[-1])
-                    G.scatter_add_(-1, (y - j).clamp(0, L.shape[-1] - 1)[..., None], -inside[..., None].to(G.dtype))
-                    G.mul_(1.0 / N)
-                    db[:, j:j + chunk] = G.sum(1)
-                    Gc = G.to(cd)
-                    dW[:, j:j + chunk] = torch.bmm(Gc.transpose(1, 2), Xc)
-                    dX += torch.bmm(Gc, Wj)
-                ctx.save_for_backward(dX, dW, db)
-        return loss
+        for j in range(0, V, chunk):
+            L, _ = logits(j)
+            lse = torch.logaddexp(lse, torch.logsumexp(L, -1))
+            inside = (y >= j) & (y < j + L.shape[-1])
+            tgt = torch.where(inside, L.gather(-1, (y - j).clamp(0, L.shape[-1] - 1)[..., None])[..., 0], tgt)
+        loss = (lse - tgt).mean(1)
+        if not want:
+            return loss, None
+        dX = torch.zeros(S, N, d, dtype=acc, device=X.device)
+        dW = torch.empty_like(W)
+        db = torch.empty_like(b)
+        for j in range(0, V, chunk):
+            L, Wj = logits(j)
+            G = (L - lse[..., None]).exp_()
+            inside = (y >= j) & (y < j + L.shape[-1])
+            G.scatter_add_(-1, (y - j).clamp(0, L.shape[-1] - 1)[..., None], -inside[..., None].to(G.dtype))
+            G.mul_(1.0 / N)
+            db[:, j:j + chunk] = G.sum(1)
+            Gc = G.to(cd)
+            dW[:, j:j + chunk] = torch.bmm(Gc.transpose(1, 2), Xc)
+            dX += torch.bmm(Gc, Wj)
+        return loss, (dX, dW, db)
 
     @staticmethod
     def backward(ctx, g):
         dX, dW, db = ctx.saved_tensors
         g = g.to(dX.dtype)
-        return dX * g[:, None, None], dW * g[:, None, None], db * g[:, None], None, None, None
+        return dX * g[:, None, None], dW * g[:, None, None], db * g[:, None], None, None, None, None
 
 
 def linear_cross_entropy(X: torch.Tensor, W: torch.Tensor, b: torch.Tensor, y: torch.Tensor,
-                         chunk: int | None = None) -> torch.Tensor:
+                         chunk: int | None = None, group: int | None = None) -> torch.Tensor:
     """Per-member mean cross-entropy of the logits X Wᵀ + b against y: X [S, N, d], W [S, V, d], b [S, V],
-    y [S, N] -> [S] (:class:`_LinearCrossEntropy`). ``chunk``: vocabulary columns per pass (default: a
-    [S, N, chunk] float32 block of about 8 MB, at least 512 columns)."""
+    y [S, N] -> [S] (:class:`_LinearCrossEntropy`). ``chunk``: vocabulary columns per pass (default 2048);
+    ``group``: members per block (default: as many as keep the [group, N, chunk] float32 block within 8 MB,
+    at least one: larger blocks leave the cache, and above 32 MB glibc maps and unmaps them every step)."""
     S, N, _ = X.shape
-    if chunk is None:
-        chunk = max(512, (8 << 20) // (4 * S * N))
+    chunk = min(chunk or 2048, W.shape[1])
+    group = group or max(1, (8 << 20) // (4 * N * chunk))
     want = torch.is_grad_enabled() and (X.requires_grad or W.requires_grad or b.requires_grad)
-    return _LinearCrossEntropy.apply(X, W, b, y, min(chunk, W.shape[1]), want)
+    return _LinearCrossEntropy.apply(X, W, b, y, chunk, group, want)
 
 
 def attention_entropy(A: torch.Tensor) -> torch.Tensor:
