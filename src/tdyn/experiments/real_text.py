@@ -21,6 +21,7 @@ from tdyn.data.real_topics import fit_lda, top_words, word_topics
 from tdyn.experiments.common import claim, configure, decide, every_cell, margin, train_into, with_options
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.models import minilm
+from tdyn.models.lm import CausalLM, LMConfig
 from tdyn.probes.topic_similarity import attention_topic_stats, embedding_topic_stats, permutation_null
 from tdyn.report import style
 from tdyn.runs import write_csv
@@ -447,7 +448,6 @@ def _bench_lm(quick: bool) -> dict:
     trainer's optimizer does), on fixed random tokens. The two precisions alternate for two rounds and the
     faster round counts (this VM's speed drifts by ±20% over minutes). ``tokens_per_s`` counts every
     member's tokens; ``tokens_per_s_per_member`` is that over S."""
-    from tdyn.models.lm import CausalLM, LMConfig
 
     V, B, T = (2000 if quick else 20000), 20, 35
     reps = {1: 3, 5: 2, 25: 1}
