@@ -165,12 +165,13 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
 class _LinearCrossEntropy(torch.autograd.Function):
     """Per member s: mean over tokens n of CE(X[s, n] W[s]ᵀ + b[s], y[s, n]), without materialising the
     [S, N, V] logits: vocabulary chunks of C columns, two passes. Pass 1 accumulates each token's
-    log-partition (online logsumexp) and its target logit; where a gradient is wanted, pass 2 recomputes
-    each chunk's logits (the same kernels, so the same values) and turns them into the logit gradient
+    log-partition (online logsumexp) and its target logit; where a gradient is wanted, pass 2 takes each
+    chunk's logits again (in bf16 the matmul's bf16 output kept from pass 1, half the float32 bytes; in full
+    precision recomputed by the same kernel, so the same values) and turns them into the logit gradient
     G = (softmax − onehot)/N, which gives dX += G W_c, dW_c = Gᵀ X, db_c = Σ_n G at once; backward scales
-    these by the incoming per-member gradient. The cost is one extra decoder matmul, against the dense path's
-    [S, N, V] logits, log-softmax and its backward, which stream ~5 × 56 MB per member-step through memory
-    at V = 20k, N = 700 (benchmarks/README.md). Matmuls run in the compute dtype (bf16 under CPU/CUDA
+    these by the incoming per-member gradient. Against the dense path this saves its [S, N, V] float32
+    logits, log-softmax and their backward, ~5 × 56 MB per member-step streamed through memory at
+    V = 20k, N = 700 (benchmarks/README.md). Matmuls run in the compute dtype (bf16 under CPU/CUDA
     autocast; inputs, accumulators and the softmax in float32). Hand-written because torch has no fused
     linear + cross-entropy with an ensemble axis on CPU."""
 
@@ -202,12 +203,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
         lse = torch.full((S, N), float("-inf"), dtype=acc, device=X.device)
         tgt = torch.zeros(S, N, dtype=acc, device=X.device)
 
-        def logits(j):
-            Wj = Wc[:, j:j + chunk]
-            return torch.bmm(Xc, Wj.transpose(1, 2)).to(acc) + b[:, None, j:j + chunk], Wj
+        raw = []     # each chunk's X Wᵀ in the compute dtype, kept for pass 2 when it is reduced precision
 
-        for j in range(0, V, chunk):
-            L, _ = logits(j)
+        def logits(j, k):
+            P = raw[k] if k < len(raw) else torch.bmm(Xc, Wc[:, j:j + chunk].transpose(1, 2))
+            if want and cd != acc and k == len(raw):
+                raw.append(P)    # half the bytes of the float32 logits, and one decoder matmul fewer
+            return P.to(acc) + b[:, None, j:j + chunk]
+
+        for k, j in enumerate(range(0, V, chunk)):
+            L = logits(j, k)
             lse = torch.logaddexp(lse, torch.logsumexp(L, -1))
             inside = (y >= j) & (y < j + L.shape[-1])
             tgt = torch.where(inside, L.gather(-1, (y - j).clamp(0, L.shape[-1] - 1)[..., None])[..., 0], tgt)
@@ -217,8 +222,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
         dX = torch.zeros(S, N, d, dtype=acc, device=X.device)
         dW = torch.empty_like(W)
         db = torch.empty_like(b)
-        for j in range(0, V, chunk):
-            L, Wj = logits(j)
+        for k, j in enumerate(range(0, V, chunk)):
+            L, Wj = logits(j, k), Wc[:, j:j + chunk]
             G = (L - lse[..., None]).exp_()
             inside = (y >= j) & (y < j + L.shape[-1])
             G.scatter_add_(-1, (y - j).clamp(0, L.shape[-1] - 1)[..., None], -inside[..., None].to(G.dtype))
