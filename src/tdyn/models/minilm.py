@@ -27,8 +27,8 @@ sentences of the shipped corpora and hand-written hard cases, the token ids and 
 with ``transformers.BertTokenizer`` built from ``vocab.txt`` and ``tokenizer_config.json`` (exactly), and
 the hidden states of every layer and the attention maps of every layer and head with
 ``transformers.BertModel`` (eager attention) loaded from the same safetensors (within 1e-5, float32);
-and, for ``paraphrase-MiniLM-L3-v2``, the last hidden state with the ONNX graph itself run by ``onnx``'s
-reference evaluator (within 1e-5).
+and, for ``paraphrase-MiniLM-L3-v2``, the hidden states of every layer and the attention maps of every
+layer and head with the ONNX graph itself, run by ``onnx``'s reference evaluator (within 1e-5).
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def read_onnx_bert(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
         for o in n.output:
             producer[o] = n
     for n in g.node:
-        if n.op_type == "MatMul" and n.input[1] in arrays and not n.input[1].startswith(prefix):
+        if n.op_type == "MatMul" and n.input[1] in arrays and not n.input[1].endswith((".weight", ".bias")):
             bias = [i for c in consumers[n.output[0]] if c.op_type == "Add" for i in c.input
                     if i.startswith(prefix) and i.endswith(".bias")]
             if len(bias) != 1:
@@ -206,6 +206,8 @@ def read_onnx_bert(path: Path) -> tuple[dict[str, torch.Tensor], dict]:
     if len(eps) != 1 or len(scales) != 1 or sum(n.op_type == "Erf" for n in g.node) != layers:
         raise UserError(f"{path}: not a BERT export tdyn can read (LayerNorm eps {eps}, score divisors {scales})")
     head = round(scales.pop() ** 2)
+    if head < 1 or d % head:
+        raise UserError(f"{path}: head size {head} (from the attention scores' divisor) does not divide the width {d}")
     cfg = {"vocab_size": V, "hidden_size": d, "num_hidden_layers": layers, "num_attention_heads": d // head,
            "intermediate_size": sd["encoder.layer.0.intermediate.dense.weight"].shape[0],
            "max_position_embeddings": sd["embeddings.position_embeddings.weight"].shape[0],

@@ -354,7 +354,7 @@ def reduced_grad(w: torch.Tensor, cf: ReducedConfigs, c: float) -> torch.Tensor:
         g_alpha = (torch.where(cf.present, g_z[:, :alpha.shape[-1]], 0.0) * c   # cat, where, c·α
                    ).scatter_add_(-1, cf.astar[:, None], (cf.weight * -c)[:, None])  # gather
         g_logits = torch.where(cf.present, torch._softmax_backward_data(g_alpha, alpha, -1, alpha.dtype), 0.0)
-        g = torch.zeros(w.shape, dtype=alpha.dtype).index_add_(0, cf.slot_index, g_logits.sum(0))  # w[slot]
+        g = w.new_zeros(w.shape, dtype=alpha.dtype).index_add_(0, cf.slot_index, g_logits.sum(0))  # w[slot]
         return g / cf.metric                                                # the 1/(L−m) metric factor on w_out
 
 
