@@ -200,7 +200,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         S, N, d = X.shape
         V = W.shape[1]
         acc = torch.float32 if X.dtype in (torch.bfloat16, torch.float16) else X.dtype   # accumulators, softmax
-        Xc, Wc = X.to(cd), W.to(cd)     # one conversion each per step
+        Xc, Wc, b_acc = X.to(cd), W.to(cd), b.to(acc)     # one conversion each per step
         lse = torch.full((S, N), float("-inf"), dtype=acc, device=X.device)
         tgt = torch.zeros(S, N, dtype=acc, device=X.device)
 
@@ -210,7 +210,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             P = raw[k] if k < len(raw) else torch.bmm(Xc, Wc[:, j:j + chunk].transpose(1, 2))
             if want and cd != acc and k == len(raw):
                 raw.append(P)    # half the bytes of the float32 logits, and one decoder matmul fewer
-            return P.to(acc) + b[:, None, j:j + chunk]
+            return b_acc[:, None, j:j + chunk] + P    # one kernel: P is promoted to the accumulator dtype exactly
 
         for k, j in enumerate(range(0, V, chunk)):
             L = logits(j, k)
