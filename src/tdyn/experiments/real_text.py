@@ -110,11 +110,6 @@ class TopicEmbeddingsOptions(Strict):
         None, min_length=1, description=f"pretrained models, from {', '.join(minilm.MODELS)} (tdyn.models.minilm)")
 
 
-def _tag(model_name: str) -> str:
-    """Claim-id suffix of a model: its layer count (L6, L3)."""
-    return next(p for p in model_name.split("-") if p[0] == "L" and p[1:].isdigit())
-
-
 @register("real/topic-embeddings",
           "Li et al. real-data check: same-topic vs different-topic similarity of pretrained embeddings and "
           "attention, on two MiniLMs", takes_set=False, options=TopicEmbeddingsOptions)
@@ -140,7 +135,7 @@ def topic_embeddings(ctx: ReproduceContext) -> dict:
         tm = fit_lda(_sample_docs(docs, n_lda_docs, ctx.seed), K=K, seed=ctx.seed, max_iter=lda_iter)
         att_docs = _sample_docs(docs, n_att_docs, ctx.seed + 1)
         for name, model in models.items():
-            out, tag = res["models"][name], _tag(name)
+            out, tag = res["models"][name], f"L{model.cfg['num_hidden_layers']}"
             words, T = _topic_words(tm, model, n_top)
             E = model.E[[model.index[w] for w in words]].double()
             st = embedding_topic_stats(E, T)

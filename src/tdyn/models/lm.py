@@ -186,54 +186,52 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grads = (torch.empty_like(X), torch.empty_like(W), torch.empty_like(b)) if want else None
             for s in range(0, S, group):    # members in groups: each block stays a few MB (cache, no mmap)
                 m = slice(s, s + group)
-                loss[m], g = _LinearCrossEntropy._block(X[m], W[m], b[m], y[m], chunk, cd, want)
-                if want:
-                    for out, v in zip(grads, g):
-                        out[m] = v
+                _LinearCrossEntropy._block(X[m], W[m], b[m], y[m], chunk, cd, loss[m],
+                                           grads and tuple(t[m] for t in grads))
             if want:
                 ctx.save_for_backward(*grads)
         return loss
 
     @staticmethod
-    def _block(X, W, b, y, chunk, cd, want):
-        """(loss [s], (dX, dW, db) or None) for a group of s members."""
+    def _block(X, W, b, y, chunk, cd, loss, grads):
+        """For a group of members: writes their losses into ``loss`` and, where ``grads`` (views of dX, dW,
+        db) is given, their gradients into it."""
         S, N, d = X.shape
         V = W.shape[1]
         acc = torch.float32 if X.dtype in (torch.bfloat16, torch.float16) else X.dtype   # accumulators, softmax
         Xc, Wc, b_acc = X.to(cd), W.to(cd), b.to(acc)     # one conversion each per step
         lse = torch.full((S, N), float("-inf"), dtype=acc, device=X.device)
         tgt = torch.zeros(S, N, dtype=acc, device=X.device)
-
-        raw = []     # each chunk's X Wᵀ in the compute dtype, kept for pass 2 when it is reduced precision
+        raw = []      # each chunk's X Wᵀ in the compute dtype, kept for pass 2 when it is reduced precision
+        targets = []  # each chunk's (whether y falls in it, y's column in it)
 
         def logits(j, k):
             P = raw[k] if k < len(raw) else torch.bmm(Xc, Wc[:, j:j + chunk].transpose(1, 2))
-            if want and cd != acc and k == len(raw):
+            if grads and cd != acc and k == len(raw):
                 raw.append(P)    # half the bytes of the float32 logits, and one decoder matmul fewer
             return b_acc[:, None, j:j + chunk] + P    # one kernel: P is promoted to the accumulator dtype exactly
 
         for k, j in enumerate(range(0, V, chunk)):
             L = logits(j, k)
             lse = torch.logaddexp(lse, torch.logsumexp(L, -1))
-            inside = (y >= j) & (y < j + L.shape[-1])
-            tgt = torch.where(inside, L.gather(-1, (y - j).clamp(0, L.shape[-1] - 1)[..., None])[..., 0], tgt)
-        loss = (lse - tgt).mean(1)
-        if not want:
-            return loss, None
-        dX = torch.zeros(S, N, d, dtype=acc, device=X.device)
-        dW = torch.empty_like(W)
-        db = torch.empty_like(b)
+            targets.append(((y >= j) & (y < j + L.shape[-1]), (y - j).clamp(0, L.shape[-1] - 1)[..., None]))
+            inside, col = targets[k]
+            tgt = torch.where(inside, L.gather(-1, col)[..., 0], tgt)
+        loss.copy_((lse - tgt).mean(1))
+        if not grads:
+            return
+        dX, dW, db = grads
+        dX_acc = torch.zeros(S, N, d, dtype=acc, device=X.device)
         for k, j in enumerate(range(0, V, chunk)):
-            L, Wj = logits(j, k), Wc[:, j:j + chunk]
-            G = (L - lse[..., None]).exp_()
-            inside = (y >= j) & (y < j + L.shape[-1])
-            G.scatter_add_(-1, (y - j).clamp(0, L.shape[-1] - 1)[..., None], -inside[..., None].to(G.dtype))
+            inside, col = targets[k]
+            G = (logits(j, k) - lse[..., None]).exp_()
+            G.scatter_add_(-1, col, -inside[..., None].to(G.dtype))
             G.mul_(1.0 / N)
             db[:, j:j + chunk] = G.sum(1)
             Gc = G.to(cd)
             dW[:, j:j + chunk] = torch.bmm(Gc.transpose(1, 2), Xc)
-            dX += torch.bmm(Gc, Wj)
-        return loss, (dX, dW, db)
+            dX_acc += torch.bmm(Gc, Wc[:, j:j + chunk])
+        dX.copy_(dX_acc)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
