@@ -117,6 +117,22 @@ def test_quick_claim1_verdicts(tmp_path):
                                                    "claim1_tsup_vs_n_M.png"}
 
 
+def test_claim1_rows_do_not_depend_on_the_worker_count(tmp_path):
+    """claim1 solves its flows in a process pool: each flow is a pure function of its spec and the seed,
+    so the CSVs are byte-equal with 1 and 2 workers (N > 0: the keyed sample streams included)."""
+    from tdyn.experiments.decision_list_claim1 import Claim1Options
+    from tdyn.experiments.registry import ReproduceContext, get
+
+    outs = []
+    for w in (1, 2):
+        ctx = ReproduceContext(out=tmp_path / f"w{w}", quick=True, progress=False,
+                               options=Claim1Options(L=[10, 30], n=[3], M=[1, 2], N=50, workers=w))
+        ctx.out.mkdir()
+        get("decision-list/claim1").reproduce(ctx)
+        outs.append({f: (ctx.out / f).read_bytes() for f in ("claim1.csv", "claim1_fixed_c.csv")})
+    assert outs[0] == outs[1] and outs[0]["claim1.csv"].count(b"\n") == 1 + 2 * 2 * 2
+
+
 @pytest.mark.slow
 def test_quick_claim2_and_uniform_attention_verdicts(tmp_path):
     _, c, _ = _quick("decision-list/claim2", tmp_path / "c2")

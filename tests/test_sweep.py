@@ -13,7 +13,7 @@ import torch
 
 from tdyn import runs
 from tdyn.sweep import plot_metric, run_sweep, summarize
-from tdyn.sweep.executors import LocalExecutor
+from tdyn.sweep.executors import LocalExecutor, pool_map
 from tdyn.sweep.spec import cells, load_spec, plan
 
 SPEC = {"base": "syn_small", "set": ["optim.steps=12", "model.init=torch_default"],
@@ -43,6 +43,15 @@ def test_jobs_run_largest_first():
     assert order == [32, 16]
     spec = dict(SPEC, axes={"grid": {"data.seq_len": [16, 32]}}, seeds=[0, 1, 2])
     assert job_cost(plan(load_spec(spec))[0])[0] == 3 * 12
+
+
+def test_pool_map_keeps_the_order_of_calls_and_raises_their_errors():
+    import math
+
+    calls = [(2, 3), (3, 2), (5, 1)]
+    assert pool_map(pow, calls, workers=2, cost=[1, 3, 2]) == pool_map(pow, calls, workers=1) == [8, 9, 5]
+    with pytest.raises(ValueError):
+        pool_map(math.sqrt, [(4.0,), (-1.0,)], workers=2)
 
 
 def test_large_jobs_are_split_by_seed_bit_for_bit(tmp_path):

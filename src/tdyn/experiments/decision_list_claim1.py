@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import tempfile
+import time
+from pathlib import Path
 
 import numpy as np
 
+from tdyn.bench import register_bench
 from tdyn.data import decision_list as dl
 from pydantic import Field
 
@@ -20,6 +25,7 @@ from tdyn.experiments.decision_list_common import TIME_UNITS, _fmt
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.report import style
 from tdyn.runs import write_csv
+from tdyn.sweep.executors import pool_map
 from tdyn.schema import Strict
 from tdyn.theory import decision_list as th
 from tdyn.train.seeding import generator
@@ -57,7 +63,7 @@ def _task(L: int, M: int, seed: int) -> dl.DecisionListTask:
     return dl.make_task(L, M, seed=seed)
 
 
-def _flow_row(ctx, sampler, L, n, M, c, N, kappas=KAPPAS):
+def _flow_row(seed, sampler, L, n, M, c, N, kappas=KAPPAS):
     dg = dl.delta_gamma(L, n, M, sampler)
     gp = th.gamma_pattern(L, n, M, sampler)
     gam = {"1": 1.0, "delta": dg["delta"], "joint": dg["gamma_joint"], "pattern": gp}
@@ -66,14 +72,39 @@ def _flow_row(ctx, sampler, L, n, M, c, N, kappas=KAPPAS):
     t_max = min(max(10 * bounds["bound_gamma_joint"], 1.1 * max(bounds.values())), T_CAP)
     samples = None
     if N:
-        task = _task(L, M, ctx.seed)
-        samples = (task, dl.sample(task, N, n, sampler, generator(ctx.seed, f"claim1/{sampler}/{L}/{n}/{M}")))
+        task = _task(L, M, seed)
+        samples = (task, dl.sample(task, N, n, sampler, generator(seed, f"claim1/{sampler}/{L}/{n}/{M}")))
     res = th.solve_reduced_flow(L, n, M, sampler, c, t_max=t_max, samples=samples, kappas=kappas)
     row = {"sampler": sampler, "L": L, "n": n, "M": M, "degenerate": M == 1, "c": c, "delta": dg["delta"],
            "gamma_pattern": gp, "T_sup": res.T_sup, "T_pop_1e-3": res.T_pop[1e-3], "T_N": res.T_N,
            "w_scale_at_T_sup": res.w_scale_at_T_sup, "t_max": t_max}
     row |= {f"T_sup_kappa_{k:g}": res.T_kappa[k] for k in kappas} | bounds
     return row, res
+
+
+def _flow_rows(seed: int, L: int, M: int, specs: list[tuple]) -> list[tuple[dict, th.FlowResult]]:
+    """``_flow_row`` for each (sampler, n, c, N) of one (L, M): one pool call, so the task is built once."""
+    return [_flow_row(seed, sampler, L, n, M, c, N) for sampler, n, c, N in specs]
+
+
+def _solve_all(seed: int, specs: list[tuple], workers: int | None) -> list[tuple[dict, th.FlowResult]]:
+    """The flows of ``specs`` (sampler, L, n, M, c, N), in that order, grouped by (L, M) into pool calls
+    on ``workers`` processes (``pool_map``). Each flow is a pure function of its spec and the seed (its
+    samples come from its own keyed stream), so the rows are bit-identical whatever the worker count.
+    Cost estimate for the pool's order: the flow's reduced configuration count (its work per step)."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (_, L, _, M, _, _) in enumerate(specs):
+        groups.setdefault((L, M), []).append(i)
+    keys = list(groups)
+    calls = [(seed, L, M, [(specs[i][0], specs[i][2], specs[i][4], specs[i][5]) for i in groups[L, M]])
+             for L, M in keys]
+    cost = [sum(20 + len(th.reduced_configs(L, specs[i][2], M, specs[i][0]).weight) for i in groups[L, M])
+            for L, M in keys]
+    out: list = [None] * len(specs)
+    for (L, M), res in zip(keys, pool_map(_flow_rows, calls, workers=workers, cost=cost)):
+        for i, r in zip(groups[L, M], res):
+            out[i] = r
+    return out
 
 
 def _bound_reading(rows: list[dict], tkey: str, g: str) -> dict:
@@ -118,6 +149,8 @@ class Claim1Options(Strict):
     n: list[int] | None = Field(None, description="sequence lengths n")
     M: list[int] | None = Field(None, description="list lengths M (M = 1 is the degenerate case)")
     N: int | None = Field(None, ge=1, description="Monte Carlo sequences for T_N")
+    workers: int | None = Field(None, ge=1, description="processes solving the flows (default: the cores at "
+                                "full settings, 1 with --quick); the results do not depend on it")
 
 
 @register("decision-list/claim1",
@@ -125,7 +158,8 @@ class Claim1Options(Strict):
           takes_set=False, options=Claim1Options)
 def claim1(ctx: ReproduceContext) -> dict:
     grid = with_options(claim1_grid(ctx.quick), ctx.options)
-    rows, traj = [], {}
+    workers = getattr(ctx.options, "workers", None) or (1 if ctx.quick else None)
+    rows, specs = [], []
     for sampler in dl.SAMPLERS:
         for L in grid["L"]:
             for n in grid["n"]:
@@ -136,22 +170,20 @@ def claim1(ctx: ReproduceContext) -> dict:
                                                                            "M": M, "delta": dg["delta"],
                                                                            "degenerate": M == 1})
                         continue
-                    row, res = _flow_row(ctx, sampler, L, n, M, 4 * n * math.log(L) / dg["delta"], grid["N"])
-                    rows.append(row)
-                    traj[(sampler, L, n, M)] = res
+                    rows.append(len(specs))
+                    specs.append((sampler, L, n, M, 4 * n * math.log(L) / dg["delta"], grid["N"]))
+    # T_sup against n and M at one fixed c (docs/reproductions/decision-lists.md#decision-listclaim1)
+    fc = grid["fixed_c"]
+    fixed_specs = [(sampler, fc["L"], n, M, fc["c"], 0) for sampler in dl.SAMPLERS for n in grid["n"]
+                   for M in grid["M"] if dl.delta_gamma(fc["L"], n, M, sampler)["positive"]]
+    solved = _solve_all(ctx.seed, specs + fixed_specs, workers)
+    traj = {spec[:4]: res for spec, (_, res) in zip(specs, solved)}
+    rows = [solved[r][0] if isinstance(r, int) else r for r in rows]
+    fixed = [row for row, _ in solved[len(specs):]]
     write_csv(ctx.out / "claim1.csv", [{k: _fmt(r[k]) for k in CLAIM1_COLUMNS} for r in rows], CLAIM1_COLUMNS)
     tn_cols = ["sampler", "L", "n", "M", "degenerate", "T_sup"] + [f"T_sup_kappa_{k:g}" for k in KAPPAS] + \
               ["T_pop_1e-3", "T_N"]
     write_csv(ctx.out / "claim1_hitting_times.csv", [{k: _fmt(r.get(k)) for k in tn_cols} for r in rows], tn_cols)
-
-    # T_sup against n and M at one fixed c (docs/reproductions/decision-lists.md#decision-listclaim1)
-    fc = grid["fixed_c"]
-    fixed = []
-    for sampler in dl.SAMPLERS:
-        for n in grid["n"]:
-            for M in grid["M"]:
-                if dl.delta_gamma(fc["L"], n, M, sampler)["positive"]:
-                    fixed.append(_flow_row(ctx, sampler, fc["L"], n, M, fc["c"], 0)[0])
     write_csv(ctx.out / "claim1_fixed_c.csv", [{k: _fmt(r[k]) for k in FIXED_C_COLUMNS} for r in fixed],
               FIXED_C_COLUMNS)
     _claim1_figures(ctx, rows, traj, grid, fixed)
@@ -339,3 +371,14 @@ def _claim1_figures(ctx, rows, traj, grid, fixed) -> None:
     style.save(fig, ctx.out / "claim1_tsup_vs_n_M.png")
 
 
+
+
+@register_bench("decision_list_claim1")
+def _bench_claim1(quick: bool) -> dict:
+    """``tdyn reproduce decision-list/claim1`` at full settings (with ``quick`` too: it runs once), wall
+    seconds, its flows on the local pool (one worker per core)."""
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        claim1(ReproduceContext(out=Path(d), progress=False))
+        wall = time.perf_counter() - t0
+    return {"seconds": wall, "workers": os.cpu_count(), "under_2_min": wall <= 120}

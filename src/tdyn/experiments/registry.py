@@ -171,4 +171,5 @@ BENCH_MODULES = {
     "decision_list_popgrad_L16_n5": "tdyn.experiments.decision_list_common",
     "decision_list_reduced_ode_L10000": "tdyn.experiments.decision_list_common",
     "decision_list_task_and_samples_L10000": "tdyn.experiments.decision_list_common",
+    "decision_list_claim1": "tdyn.experiments.decision_list_claim1",
 }

@@ -70,6 +70,37 @@ class LocalExecutor:
             self._pool = None
 
 
+def _call_with_threads(threads: int, fn: Callable, args: tuple) -> Any:
+    import torch
+
+    torch.set_num_threads(threads)
+    return fn(*args)
+
+
+def pool_map(fn: Callable, calls: list[tuple], *, workers: int | None = None,
+             cost: list[float] | None = None) -> list:
+    """``[fn(*args) for args in calls]``, computed by a local pool of ``workers`` processes (default: the
+    cores) when there are two or more of each, else in this process. The pool takes the calls costliest
+    first (``cost``: one estimate per call, longest-processing-time order, so the last call to finish is a
+    small one) and each worker computes with the driver's torch threads (``cli_threads``). Results come
+    back in the order of ``calls``; an exception in a call is raised here. ``fn`` must be importable
+    (a module-level function): the pool spawns fresh interpreters."""
+    from tdyn.train.threads import cli_threads
+
+    workers = min(max(1, workers or os.cpu_count() or 1), len(calls))
+    if workers < 2:
+        return [fn(*args) for args in calls]
+    order = sorted(range(len(calls)), key=lambda i: -(cost[i] if cost is not None else 0.0))
+    threads = cli_threads()
+    pool = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
+                                  initializer=_die_with_parent, initargs=(os.getpid(),))
+    try:
+        futures = {i: pool.submit(_call_with_threads, threads, fn, calls[i]) for i in order}
+        return [futures[i].result() for i in range(len(calls))]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 class RayExecutor:
     name = "ray"
     retry_broken = False
