@@ -117,6 +117,42 @@ def test_lock_is_reentrant_within_a_process_and_exclusive_across(tmp_path):
     assert list(d.iterdir()) == []
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_holds_none_of_its_parents_locks(tmp_path):
+    """A forked pool worker is another writer: it holds nothing (so it is refused the parent's directory)
+    and keeps no copy of the parent's lock descriptors; the parent's lock stays held."""
+    d = tmp_path / "d"
+    with runs.Locks() as locks:
+        locks.acquire(d)
+        (fd,) = [e[0] for e in runs._held.values()]
+        pid = os.fork()
+        if pid == 0:   # the child: exit 0 only if all holds
+            code = 1
+            try:
+                closed = False
+                try:
+                    os.fstat(fd)
+                except OSError:
+                    closed = True
+                if closed and not runs.held_lock_files():
+                    try:
+                        with runs.Locks() as mine:
+                            mine.acquire(d)
+                    except runs.LockError:
+                        code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert runs.held_lock_files() == {os.path.join(os.path.realpath(d), runs.LOCK)}
+        probe = os.open(d / runs.LOCK, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(probe)
+
+
 def test_a_running_process_holds_its_lock_until_killed(tmp_path, caplog):
     """A real `tdyn run`: while it trains its directory names it and a second writer is refused; killed
     (SIGKILL), its lock file stays behind naming it, and the next writer takes it over."""

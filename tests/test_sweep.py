@@ -54,6 +54,36 @@ def test_pool_map_keeps_the_order_of_calls_and_raises_their_errors():
         pool_map(math.sqrt, [(4.0,), (-1.0,)], workers=2)
 
 
+def test_pool_start_method_forks_only_where_safe(monkeypatch):
+    """Forked workers only in a process with no other thread, one intra-op thread and no CUDA context;
+    otherwise (or with TDYN_START_METHOD=spawn) spawned ones."""
+    from tdyn.sweep import executors
+
+    monkeypatch.setenv("TDYN_THREADS", "1")
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    assert executors._start_method() == ("fork" if sys.platform.startswith("linux") else "spawn")
+    monkeypatch.setenv("TDYN_START_METHOD", "spawn")
+    assert executors._start_method() == "spawn"
+    monkeypatch.delenv("TDYN_START_METHOD")
+    monkeypatch.setenv("TDYN_THREADS", "2")
+    assert executors._start_method() == "spawn"
+    monkeypatch.setenv("TDYN_THREADS", "1")
+    monkeypatch.setattr(threading, "active_count", lambda: 2)   # e.g. a tqdm monitor thread
+    assert executors._start_method() == "spawn"
+
+
+def test_forked_and_spawned_workers_train_the_same_bits(tmp_path, monkeypatch):
+    from tdyn.sweep import executors
+
+    spec = dict(SPEC, seeds=[0])
+    out = {}
+    for method in ("fork", "spawn"):
+        monkeypatch.setattr(executors, "_start_method", lambda m=method: m)
+        run_sweep(spec, tmp_path / method, workers=2, progress=False)
+        out[method] = _metrics_by_run(tmp_path / method)
+    assert out["fork"] == out["spawn"] and len(out["fork"]) == 4
+
+
 def test_large_jobs_are_split_by_seed_bit_for_bit(tmp_path):
     """A job above ``job_members`` is cut into seed chunks (Fig 6: 4 jobs of 160 → 8 of 80 by default);
     the split changes which process trains a run, never its result: final tensors equal bit for bit."""
@@ -289,7 +319,8 @@ def test_no_worker_survives_a_killed_sweep(tmp_path):
 
     while time.time() - t0 < 180 and not training():
         time.sleep(0.05)
-    workers = [c for c in _children(p.pid) if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    workers = [c for c in _children(p.pid)   # forked or spawned pool workers; not multiprocessing's tracker
+               if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()]
     assert workers, "no pool worker found"
     p.kill()
     p.wait()

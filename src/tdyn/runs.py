@@ -501,8 +501,22 @@ class LockError(UserError):
 
 _held: dict[str, list] = {}          # realpath of a directory this process has locked -> [fd, count]
 _held_guard = threading.RLock()
-if hasattr(os, "register_at_fork"):  # a forked child is another writer: it holds nothing
-    os.register_at_fork(after_in_child=_held.clear)
+
+
+def _forget_held_in_child() -> None:
+    """A forked child (a sweep's pool worker) is another writer: it holds nothing. It closes its copies of
+    the parent's lock descriptors (the parent's locks stay: ``flock`` ends when every copy is closed), so
+    a worker outliving its parent cannot keep the parent's directories locked."""
+    for fd, _ in _held.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _held.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_held_in_child)
 
 
 def held_lock_files() -> set[str]:

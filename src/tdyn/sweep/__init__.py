@@ -20,7 +20,6 @@ from concurrent.futures.process import BrokenProcessPool
 import numpy as np
 import torch
 from pydantic import ValidationError
-from tqdm.auto import tqdm
 
 from tdyn import runs
 from tdyn.errors import ConfigError, UserError
@@ -163,9 +162,9 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
     seen: dict[str, set[str]] = {}     # job → the dead workers (pid@host) already counted
     _record(out, spec, jobs, status, errors)
 
-    bar = tqdm(total=len(jobs), desc="sweep jobs",
-               disable=not (progress and trainer.interactive()))
     pending = dict(args)
+    futures: dict | None = _submit(ex, pending)
+    bar = trainer.progress_bar(total=len(jobs), desc="sweep jobs", disable=not (progress and trainer.interactive()))
 
     def done(jid: str, res: dict) -> None:
         pid, secs = res.pop(BUSY, (None, 0.0))
@@ -188,7 +187,7 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
 
     try:
         while pending:
-            futures = {ex.submit(run_job, *a): jid for jid, a in pending.items()}
+            futures = futures or _submit(ex, pending)
             log.info("sweep %s: %d job(s) submitted to %s", out, len(futures), getattr(ex, "name", type(ex).__name__))
             broken = []
             for fut in cf.as_completed(futures):
@@ -210,11 +209,17 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
                         done(jid, {"error": f"lost {MAX_LOST} times: the worker process running it died (killed, or "
                                             f"out of memory); re-run the sweep to continue it"})
                 ex.reset()
+            futures = None
     finally:
         bar.close()
     _record(out, spec, jobs, status, errors, busy)
     summarize(out)
     return {r.name: status.get(r.name, "pending") for j in jobs for r in j.runs}
+
+
+def _submit(ex: Any, pending: dict[str, tuple]) -> dict:
+    """Every pending job on the executor: future → job id."""
+    return {ex.submit(run_job, *a): jid for jid, a in pending.items()}
 
 
 def _lost_jobs(broken: list[str], args: dict[str, tuple], seen: dict[str, set[str]]) -> list[str]:

@@ -36,6 +36,40 @@ def _die_with_parent(parent: int) -> None:
 
 
 
+def _init_worker(parent: int) -> None:
+    """A pool worker's start: ``_die_with_parent``, and ``gc.freeze()``: the objects the worker begins with
+    (a forked worker's are its parent's, shared copy-on-write) move to the collector's permanent
+    generation, so its collections neither traverse them nor copy their pages."""
+    import gc
+
+    gc.freeze()
+    _die_with_parent(parent)
+
+
+def _start_method() -> str:
+    """How the local pool starts its workers: ``fork`` where that is safe, else ``spawn``.
+
+    A forked worker starts in milliseconds with torch and tdyn already imported; a spawned one imports
+    them again (~2.3 s on this project's 2-core machine, paid by every sweep and pool). Forking is safe
+    here under the conditions PyTorch's own DataLoader workers rely on: Linux, no CUDA context in this
+    process (a forked child cannot use it), one intra-op thread (``cli_threads() == 1``: the child
+    never enters the OpenMP pool the parent may have started) and no other Python thread running
+    (whose locks the child would inherit held). Otherwise, or with ``TDYN_START_METHOD=spawn``, spawn.
+    Either way a worker computes the same bits (tests/test_sweep.py)."""
+    import threading
+
+    from tdyn.train.threads import cli_threads
+
+    forced = os.environ.get("TDYN_START_METHOD", "")
+    if forced not in ("", "fork", "spawn"):
+        raise UserError(f"TDYN_START_METHOD={forced!r}: allowed: fork, spawn")
+    torch = sys.modules.get("torch")
+    cuda = torch is not None and torch.cuda.is_initialized()
+    safe = (sys.platform.startswith("linux") and not cuda and cli_threads() == 1
+            and threading.active_count() == 1)
+    return "fork" if safe and forced != "spawn" else "spawn"
+
+
 class LocalExecutor:
     name = "local"
     # A killed pool process breaks the whole pool: the sweep driver rebuilds it and resubmits.
@@ -49,8 +83,8 @@ class LocalExecutor:
     def _ensure(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
             # threads: run_job sets the driver's --threads in every executor's worker
-            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
-                                                initializer=_die_with_parent, initargs=(os.getpid(),))
+            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context(_start_method()),
+                                                initializer=_init_worker, initargs=(os.getpid(),))
         return self._pool
 
     def submit(self, fn: Callable, *args: Any):
@@ -84,7 +118,7 @@ def pool_map(fn: Callable, calls: list[tuple], *, workers: int | None = None,
     first (``cost``: one estimate per call, longest-processing-time order, so the last call to finish is a
     small one) and each worker computes with the driver's torch threads (``cli_threads``). Results come
     back in the order of ``calls``; an exception in a call is raised here. ``fn`` must be importable
-    (a module-level function): the pool spawns fresh interpreters."""
+    (a module-level function): a spawned worker is a fresh interpreter (``_start_method``)."""
     from tdyn.train.threads import cli_threads
 
     workers = min(max(1, workers or os.cpu_count() or 1), len(calls))
@@ -92,8 +126,8 @@ def pool_map(fn: Callable, calls: list[tuple], *, workers: int | None = None,
         return [fn(*args) for args in calls]
     order = sorted(range(len(calls)), key=lambda i: -(cost[i] if cost is not None else 0.0))
     threads = cli_threads()
-    pool = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
-                                  initializer=_die_with_parent, initargs=(os.getpid(),))
+    pool = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context(_start_method()),
+                                  initializer=_init_worker, initargs=(os.getpid(),))
     try:
         futures = {i: pool.submit(_call_with_threads, threads, fn, calls[i]) for i in order}
         return [futures[i].result() for i in range(len(calls))]

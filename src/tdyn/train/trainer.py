@@ -50,6 +50,16 @@ def interactive() -> bool:
     return sys.stderr.isatty() or "ipykernel" in sys.modules
 
 
+class progress_bar(tqdm):
+    """tdyn's progress bars: ``tqdm.auto`` without tqdm's monitor thread. tqdm starts that thread for every
+    bar, a disabled one included, and it then lives as long as the process; a process with a second
+    thread cannot fork its sweep workers safely, so it would spawn them (``tdyn.sweep.executors.
+    _start_method``: ~2 s more per pool here). The monitor only re-tunes ``miniters`` of a bar that
+    stalls; tdyn's bars advance at a steady rate."""
+
+    monitor_interval = 0
+
+
 # ---------------------------------------------------------------- members and directories
 
 
@@ -376,7 +386,7 @@ class Job:
             old_handler = signal.signal(signal.SIGINT, self._request_stop)
         except ValueError:  # not the main thread
             pass
-        bar = tqdm(total=T, initial=start, desc=self.cfg.task, unit="step", leave=False,
+        bar = progress_bar(total=T, initial=start, desc=self.cfg.task, unit="step", leave=False,
                    disable=not (self.progress and interactive()))
         sinks = make_sinks(self.cfg, self.dirs, [m.name for m in self.members],
                            [member_config(self.cfg, m) for m in self.members], start)
