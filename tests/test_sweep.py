@@ -52,24 +52,43 @@ def test_pool_map_keeps_the_order_of_calls_and_raises_their_errors():
     assert pool_map(pow, calls, workers=2, cost=[1, 3, 2]) == pool_map(pow, calls, workers=1) == [8, 9, 5]
     with pytest.raises(ValueError):
         pool_map(math.sqrt, [(4.0,), (-1.0,)], workers=2)
+    # a failing call stops the pool at once: its error does not wait for a long call before it
+    t0 = time.time()
+    with pytest.raises(ZeroDivisionError):
+        pool_map(eval, [("__import__('time').sleep(120)",), ("1/0",)], workers=2, cost=[2, 1])
+    assert time.time() - t0 < 60
 
 
 def test_pool_start_method_forks_only_where_safe(monkeypatch):
-    """Forked workers only in a process with no other thread, one intra-op thread and no CUDA context;
-    otherwise (or with TDYN_START_METHOD=spawn) spawned ones."""
+    """Forked workers only in a process with no other thread, one torch thread (here and in the workers),
+    no CUDA context, on Linux and Python < 3.12; otherwise (or with TDYN_START_METHOD=spawn) spawned
+    ones; another value of TDYN_START_METHOD is a one-line error."""
+    from tdyn.errors import UserError
     from tdyn.sweep import executors
 
+    monkeypatch.delenv("TDYN_START_METHOD", raising=False)
     monkeypatch.setenv("TDYN_THREADS", "1")
     monkeypatch.setattr(threading, "active_count", lambda: 1)
-    assert executors._start_method() == ("fork" if sys.platform.startswith("linux") else "spawn")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    can_fork = sys.platform.startswith("linux") and sys.version_info < (3, 12)
+    assert executors.start_method() == ("fork" if can_fork else "spawn")
     monkeypatch.setenv("TDYN_START_METHOD", "spawn")
-    assert executors._start_method() == "spawn"
-    monkeypatch.delenv("TDYN_START_METHOD")
-    monkeypatch.setenv("TDYN_THREADS", "2")
-    assert executors._start_method() == "spawn"
-    monkeypatch.setenv("TDYN_THREADS", "1")
-    monkeypatch.setattr(threading, "active_count", lambda: 2)   # e.g. a tqdm monitor thread
-    assert executors._start_method() == "spawn"
+    assert executors.start_method() == "spawn"
+    monkeypatch.setenv("TDYN_START_METHOD", "fork")
+    with pytest.raises(UserError, match="TDYN_START_METHOD"):
+        executors.start_method()
+    monkeypatch.setenv("TDYN_START_METHOD", "auto")
+    assert executors.start_method() == ("fork" if can_fork else "spawn")
+    for name, value, patch in (("TDYN_THREADS", "2", None), (None, None, (torch, "get_num_threads", lambda: 2)),
+                               (None, None, (torch.cuda, "is_initialized", lambda: True)),
+                               (None, None, (threading, "active_count", lambda: 2))):   # e.g. a tqdm monitor
+        with monkeypatch.context() as m:
+            if name:
+                m.setenv(name, value)
+            else:
+                m.setattr(*patch)
+            assert executors.start_method() == "spawn"
 
 
 def test_forked_and_spawned_workers_train_the_same_bits(tmp_path, monkeypatch):
@@ -78,7 +97,7 @@ def test_forked_and_spawned_workers_train_the_same_bits(tmp_path, monkeypatch):
     spec = dict(SPEC, seeds=[0])
     out = {}
     for method in ("fork", "spawn"):
-        monkeypatch.setattr(executors, "_start_method", lambda m=method: m)
+        monkeypatch.setattr(executors, "start_method", lambda m=method: m)
         run_sweep(spec, tmp_path / method, workers=2, progress=False)
         out[method] = _metrics_by_run(tmp_path / method)
     assert out["fork"] == out["spawn"] and len(out["fork"]) == 4
@@ -319,8 +338,9 @@ def test_no_worker_survives_a_killed_sweep(tmp_path):
 
     while time.time() - t0 < 180 and not training():
         time.sleep(0.05)
-    workers = [c for c in _children(p.pid)   # forked or spawned pool workers; not multiprocessing's tracker
-               if b"resource_tracker" not in Path(f"/proc/{c}/cmdline").read_bytes()]
+    own = Path(f"/proc/{p.pid}/cmdline").read_bytes()
+    workers = [c for c in _children(p.pid)   # pool workers: forked (the sweep's command line) or spawned
+               if Path(f"/proc/{c}/cmdline").read_bytes() == own or b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
     assert workers, "no pool worker found"
     p.kill()
     p.wait()

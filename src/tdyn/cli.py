@@ -342,7 +342,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("spec", nargs="?", help="sweep spec (YAML/JSON) or packaged spec name (syn_small_lr)")
     s.add_argument("--out", help="sweep directory")
     s.add_argument("--executor", default="local", choices=["local", "ray", "slurm"])
-    s.add_argument("--workers", type=int, help="local pool size / Ray CPUs (default: the cores)")
+    s.add_argument("--workers", type=int, help="local pool size / Ray CPUs (default: the cores; locally, divided by --threads)")
     s.add_argument("--address", help="Ray cluster address (default: start a local Ray); every node needs --out on a "
                    "shared filesystem and tdyn (plus any --import module) installed")
     g = s.add_argument_group("Slurm resources (--executor slurm; override the spec's slurm: section)")

@@ -506,7 +506,10 @@ _held_guard = threading.RLock()
 def _forget_held_in_child() -> None:
     """A forked child (a sweep's pool worker) is another writer: it holds nothing. It closes its copies of
     the parent's lock descriptors (the parent's locks stay: ``flock`` ends when every copy is closed), so
-    a worker outliving its parent cannot keep the parent's directories locked."""
+    a worker outliving its parent cannot keep the parent's directories locked, and takes a new guard (a
+    parent thread may have held the old one at the fork)."""
+    global _held_guard
+    _held_guard = threading.RLock()
     for fd, _ in _held.values():
         try:
             os.close(fd)

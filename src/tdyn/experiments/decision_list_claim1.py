@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from tdyn.experiments.decision_list_common import TIME_UNITS, _fmt
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.report import style
 from tdyn.runs import write_csv
-from tdyn.sweep.executors import pool_map
+from tdyn.sweep.executors import default_workers, pool_map, start_method
 from tdyn.schema import Strict
 from tdyn.theory import decision_list as th
 from tdyn.train.seeding import generator
@@ -82,27 +82,35 @@ def _flow_row(seed, sampler, L, n, M, c, N, kappas=KAPPAS):
     return row, res
 
 
-def _flow_rows(seed: int, L: int, M: int, specs: list[tuple]) -> list[tuple[dict, th.FlowResult]]:
-    """``_flow_row`` for each (sampler, n, c, N) of one (L, M): one pool call, so the task is built once."""
-    return [_flow_row(seed, sampler, L, n, M, c, N) for sampler, n, c, N in specs]
+class Flow(NamedTuple):
+    """One reduced-flow solve of the grid."""
+    sampler: str
+    L: int
+    n: int
+    M: int
+    c: float
+    N: int
 
 
-def _solve_all(seed: int, specs: list[tuple], workers: int | None) -> list[tuple[dict, th.FlowResult]]:
-    """The flows of ``specs`` (sampler, L, n, M, c, N), in that order, grouped by (L, M) into pool calls
-    on ``workers`` processes (``pool_map``). Each flow is a pure function of its spec and the seed (its
-    samples come from its own keyed stream), so the rows are bit-identical whatever the worker count.
-    Cost estimate for the pool's order: the flow's reduced configuration count (its work per step)."""
+def _flow_rows(seed: int, flows: list[Flow]) -> list[tuple[dict, th.FlowResult]]:
+    """``_flow_row`` for each flow of one (L, M): one pool call, so each worker builds the task once."""
+    return [_flow_row(seed, *f) for f in flows]
+
+
+def _solve_all(seed: int, flows: list[Flow], workers: int | None) -> list[tuple[dict, th.FlowResult]]:
+    """The ``flows``, in that order, grouped by (L, M) into pool calls on ``workers`` processes
+    (``pool_map``). Each flow is a pure function of its spec and the seed (its samples come from its own
+    keyed stream), so the rows are bit-identical whatever the worker count. Cost estimate for the pool's
+    order: the flow's reduced configuration count (its work per step)."""
     groups: dict[tuple[int, int], list[int]] = {}
-    for i, (_, L, _, M, _, _) in enumerate(specs):
-        groups.setdefault((L, M), []).append(i)
-    keys = list(groups)
-    calls = [(seed, L, M, [(specs[i][0], specs[i][2], specs[i][4], specs[i][5]) for i in groups[L, M]])
-             for L, M in keys]
-    cost = [sum(20 + len(th.reduced_configs(L, specs[i][2], M, specs[i][0]).weight) for i in groups[L, M])
-            for L, M in keys]
-    out: list = [None] * len(specs)
-    for (L, M), res in zip(keys, pool_map(_flow_rows, calls, workers=workers, cost=cost)):
-        for i, r in zip(groups[L, M], res):
+    for i, f in enumerate(flows):
+        groups.setdefault((f.L, f.M), []).append(i)
+    calls = [(seed, [flows[i] for i in idx]) for idx in groups.values()]
+    cost = [sum(20 + len(th.reduced_configs(flows[i].L, flows[i].n, flows[i].M, flows[i].sampler).weight)
+                for i in idx) for idx in groups.values()]
+    out: list = [None] * len(flows)
+    for idx, res in zip(groups.values(), pool_map(_flow_rows, calls, workers=workers, cost=cost)):
+        for i, r in zip(idx, res):
             out[i] = r
     return out
 
@@ -149,8 +157,9 @@ class Claim1Options(Strict):
     n: list[int] | None = Field(None, description="sequence lengths n")
     M: list[int] | None = Field(None, description="list lengths M (M = 1 is the degenerate case)")
     N: int | None = Field(None, ge=1, description="Monte Carlo sequences for T_N")
-    workers: int | None = Field(None, ge=1, description="processes solving the flows (default: the cores at "
-                                "full settings, 1 with --quick); the results do not depend on it")
+    workers: int | None = Field(None, ge=1, description="processes solving the flows (default: one per core, "
+                                "divided by --threads, at full settings; 1 with --quick); the results do not "
+                                "depend on it")
 
 
 @register("decision-list/claim1",
@@ -171,10 +180,10 @@ def claim1(ctx: ReproduceContext) -> dict:
                                                                            "degenerate": M == 1})
                         continue
                     rows.append(len(specs))
-                    specs.append((sampler, L, n, M, 4 * n * math.log(L) / dg["delta"], grid["N"]))
+                    specs.append(Flow(sampler, L, n, M, 4 * n * math.log(L) / dg["delta"], grid["N"]))
     # T_sup against n and M at one fixed c (docs/reproductions/decision-lists.md#decision-listclaim1)
     fc = grid["fixed_c"]
-    fixed_specs = [(sampler, fc["L"], n, M, fc["c"], 0) for sampler in dl.SAMPLERS for n in grid["n"]
+    fixed_specs = [Flow(sampler, fc["L"], n, M, fc["c"], 0) for sampler in dl.SAMPLERS for n in grid["n"]
                    for M in grid["M"] if dl.delta_gamma(fc["L"], n, M, sampler)["positive"]]
     solved = _solve_all(ctx.seed, specs + fixed_specs, workers)
     traj = {spec[:4]: res for spec, (_, res) in zip(specs, solved)}
@@ -381,4 +390,4 @@ def _bench_claim1(quick: bool) -> dict:
         t0 = time.perf_counter()
         claim1(ReproduceContext(out=Path(d), progress=False))
         wall = time.perf_counter() - t0
-    return {"seconds": wall, "workers": os.cpu_count(), "under_2_min": wall <= 120}
+    return {"seconds": wall, "workers": default_workers(), "start_method": start_method(), "under_2_min": wall <= 120}

@@ -31,6 +31,7 @@ from tdyn.report import style
 from tdyn.runs import write_csv
 from tdyn.schema import Strict
 from tdyn.sweep import run_sweep
+from tdyn.sweep.executors import start_method
 from tdyn.sweep.spec import load_spec, plan
 from tdyn.tasks.scan_snap import yz_config
 from tdyn.train.trainer import expand_members, member_config
@@ -408,6 +409,7 @@ def _bench_fig6(quick: bool) -> dict:
 
     spec = fig6_spec(FIG6)
     spec["config"] = on_device(spec["config"])
+    method = start_method()   # how the sweep's pool starts its workers here (forked or spawned)
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
         run_sweep(spec, Path(d) / "sweep", progress=False, workers=1 if spec["config"]["device"] == "cuda" else None)
@@ -422,6 +424,6 @@ def _bench_fig6(quick: bool) -> dict:
         t = sum(timed_train(member_config(cfg, m)) for m in picked)
         timed += len(picked)
         seq += t * len(members) / len(picked)
-    return {"runs": total_runs, "batched_s": batched, "worker_busy_s": busy, "sequential_s": seq, "ratio": seq / batched,
+    return {"runs": total_runs, "batched_s": batched, "worker_busy_s": busy, "start_method": method, "sequential_s": seq, "ratio": seq / batched,
             "sequential_runs_timed": timed, "sequential_extrapolated": timed < total_runs,
             "under_2_min": batched < 120}

@@ -1,6 +1,6 @@
 """Executors behind one interface: ``submit(fn, *args) -> future`` (``.result()`` blocks).
 
-* ``local`` (default): a process pool sized to the cores;
+* ``local`` (default): a process pool sized to the cores (:func:`default_workers`);
 * ``ray``: Ray tasks on ``address`` (or a local Ray instance); a task whose worker dies is retried;
 * ``slurm``: submitit (``AutoExecutor`` on a Slurm cluster; ``local`` for its local executor).
 """
@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from tdyn import plugins
 from tdyn.errors import UserError
+from tdyn.train.threads import cli_threads
 
 
 def _die_with_parent(parent: int) -> None:
@@ -36,38 +37,81 @@ def _die_with_parent(parent: int) -> None:
 
 
 
+def _fresh_tqdm_lock() -> None:
+    """tqdm's write lock holds a ``multiprocessing`` lock that forked processes share: a worker killed while
+    holding it (out of memory, SIGKILL) would leave every later bar, here and in the parent, waiting.
+    Each worker takes its own."""
+    std = sys.modules.get("tqdm.std")
+    if std is None:
+        return
+    classes, todo = [], [std.tqdm]
+    while todo:
+        cls = todo.pop()
+        classes.append(cls)
+        todo.extend(cls.__subclasses__())
+    if any("_lock" in vars(c) for c in classes):
+        lock = std.TqdmDefaultWriteLock()
+        for c in classes:
+            if "_lock" in vars(c):
+                c._lock = lock
+
+
 def _init_worker(parent: int) -> None:
-    """A pool worker's start: ``_die_with_parent``, and ``gc.freeze()``: the objects the worker begins with
-    (a forked worker's are its parent's, shared copy-on-write) move to the collector's permanent
-    generation, so its collections neither traverse them nor copy their pages."""
+    """A pool worker's start: ``_die_with_parent``; its own tqdm lock; and ``gc.freeze()``: the objects
+    the worker begins with (a forked worker's are its parent's, shared copy-on-write) move to the
+    collector's permanent generation, so its collections neither traverse them nor copy their pages."""
     import gc
 
     gc.freeze()
+    _fresh_tqdm_lock()
     _die_with_parent(parent)
 
 
-def _start_method() -> str:
+START_METHODS = ("auto", "spawn")   # $TDYN_START_METHOD
+
+
+def start_method() -> str:
     """How the local pool starts its workers: ``fork`` where that is safe, else ``spawn``.
 
     A forked worker starts in milliseconds with torch and tdyn already imported; a spawned one imports
-    them again (~2.3 s on this project's 2-core machine, paid by every sweep and pool). Forking is safe
-    here under the conditions PyTorch's own DataLoader workers rely on: Linux, no CUDA context in this
-    process (a forked child cannot use it), one intra-op thread (``cli_threads() == 1``: the child
-    never enters the OpenMP pool the parent may have started) and no other Python thread running
-    (whose locks the child would inherit held). Otherwise, or with ``TDYN_START_METHOD=spawn``, spawn.
-    Either way a worker computes the same bits (tests/test_sweep.py)."""
+    them again (1.5–2.3 s on this project's 2-core machine, paid by every sweep and pool). Forking is
+    allowed under the conditions PyTorch's own DataLoader workers rely on: Linux, no CUDA context in this
+    process (a forked child cannot use it), one intra-op torch thread here and in the workers (the child
+    never enters an OpenMP pool the parent started), and no other Python thread running (whose locks the
+    child would inherit held); and Python < 3.12, which counts every OS thread (numpy's BLAS threads
+    included) and deprecates forking any process that has one. Otherwise, or with
+    ``TDYN_START_METHOD=spawn``, spawn. Either way a worker computes the same bits (tests/test_sweep.py)."""
     import threading
 
-    from tdyn.train.threads import cli_threads
-
-    forced = os.environ.get("TDYN_START_METHOD", "")
-    if forced not in ("", "fork", "spawn"):
-        raise UserError(f"TDYN_START_METHOD={forced!r}: allowed: fork, spawn")
+    chosen = os.environ.get("TDYN_START_METHOD", "auto") or "auto"
+    if chosen not in START_METHODS:
+        raise UserError(f"TDYN_START_METHOD={chosen!r}: allowed: {', '.join(START_METHODS)}")
     torch = sys.modules.get("torch")
+    one_thread = cli_threads() == 1 and (torch is None or torch.get_num_threads() == 1)
     cuda = torch is not None and torch.cuda.is_initialized()
-    safe = (sys.platform.startswith("linux") and not cuda and cli_threads() == 1
+    safe = (sys.platform.startswith("linux") and sys.version_info < (3, 12) and not cuda and one_thread
             and threading.active_count() == 1)
-    return "fork" if safe and forced != "spawn" else "spawn"
+    return "fork" if safe and chosen == "auto" else "spawn"
+
+
+def default_workers() -> int:
+    """The local pool's default size: one worker per core, each with ``cli_threads()`` torch threads
+    (so ``TDYN_THREADS=2`` on 2 cores is one worker, not two oversubscribed ones)."""
+    return max(1, (os.cpu_count() or 1) // cli_threads())
+
+
+def _process_pool(workers: int) -> cf.ProcessPoolExecutor:
+    return cf.ProcessPoolExecutor(workers, mp_context=mp.get_context(start_method()),
+                                  initializer=_init_worker, initargs=(os.getpid(),))
+
+
+def _terminate(pool: cf.ProcessPoolExecutor) -> None:
+    """Stop a pool now: cancel what has not started, kill the workers computing (their calls are lost)."""
+    procs = list((pool._processes or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
 
 
 class LocalExecutor:
@@ -76,15 +120,13 @@ class LocalExecutor:
     retry_broken = True
 
     def __init__(self, workers: int | None = None):
-        cores = os.cpu_count() or 1
-        self.workers = max(1, workers or cores)
+        self.workers = max(1, workers or default_workers())
         self._pool: cf.ProcessPoolExecutor | None = None
 
     def _ensure(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
             # threads: run_job sets the driver's --threads in every executor's worker
-            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context(_start_method()),
-                                                initializer=_init_worker, initargs=(os.getpid(),))
+            self._pool = _process_pool(self.workers)
         return self._pool
 
     def submit(self, fn: Callable, *args: Any):
@@ -105,34 +147,44 @@ class LocalExecutor:
 
 
 def _call_with_threads(threads: int, fn: Callable, args: tuple) -> Any:
+    """``fn(*args)`` with ``threads`` torch intra-op threads (restored after)."""
     import torch
 
+    old = torch.get_num_threads()
     torch.set_num_threads(threads)
-    return fn(*args)
+    try:
+        return fn(*args)
+    finally:
+        torch.set_num_threads(old)
 
 
 def pool_map(fn: Callable, calls: list[tuple], *, workers: int | None = None,
              cost: list[float] | None = None) -> list:
-    """``[fn(*args) for args in calls]``, computed by a local pool of ``workers`` processes (default: the
-    cores) when there are two or more of each, else in this process. The pool takes the calls costliest
-    first (``cost``: one estimate per call, longest-processing-time order, so the last call to finish is a
-    small one) and each worker computes with the driver's torch threads (``cli_threads``). Results come
-    back in the order of ``calls``; an exception in a call is raised here. ``fn`` must be importable
-    (a module-level function): a spawned worker is a fresh interpreter (``_start_method``)."""
-    from tdyn.train.threads import cli_threads
-
-    workers = min(max(1, workers or os.cpu_count() or 1), len(calls))
-    if workers < 2:
-        return [fn(*args) for args in calls]
-    order = sorted(range(len(calls)), key=lambda i: -(cost[i] if cost is not None else 0.0))
+    """``[fn(*args) for args in calls]``, each call computed with the driver's torch threads
+    (``cli_threads``) by a local pool of ``workers`` processes (default: :func:`default_workers`) when
+    there are two or more of each, else in this process: the same bits either way. The pool takes the
+    calls costliest first (``cost``: one estimate per call, longest-processing-time order, so the last
+    call to finish is a small one). Results come back in the order of ``calls``; an exception in a call
+    (or an interrupt) stops the pool at once and is raised here. ``fn`` must be importable (a
+    module-level function): a spawned worker is a fresh interpreter (``start_method``)."""
     threads = cli_threads()
-    pool = cf.ProcessPoolExecutor(workers, mp_context=mp.get_context(_start_method()),
-                                  initializer=_init_worker, initargs=(os.getpid(),))
+    workers = min(max(1, workers or default_workers()), len(calls))
+    if workers < 2:
+        return [_call_with_threads(threads, fn, args) for args in calls]
+    order = sorted(range(len(calls)), key=lambda i: -(cost[i] if cost is not None else 0.0))
+    pool = _process_pool(workers)
     try:
         futures = {i: pool.submit(_call_with_threads, threads, fn, calls[i]) for i in order}
-        return [futures[i].result() for i in range(len(calls))]
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        cf.wait(futures.values(), return_when=cf.FIRST_EXCEPTION)
+        for i in range(len(calls)):      # a call failed: its error now, not after the calls before it
+            if futures[i].done() and futures[i].exception() is not None:
+                raise futures[i].exception()
+        out = [futures[i].result() for i in range(len(calls))]
+    except BaseException:
+        _terminate(pool)
+        raise
+    pool.shutdown(wait=True)
+    return out
 
 
 class RayExecutor:

@@ -54,7 +54,7 @@ class progress_bar(tqdm):
     """tdyn's progress bars: ``tqdm.auto`` without tqdm's monitor thread. tqdm starts that thread for every
     bar, a disabled one included, and it then lives as long as the process; a process with a second
     thread cannot fork its sweep workers safely, so it would spawn them (``tdyn.sweep.executors.
-    _start_method``: ~2 s more per pool here). The monitor only re-tunes ``miniters`` of a bar that
+    start_method``: ~2 s more per pool here). The monitor only re-tunes ``miniters`` of a bar that
     stalls; tdyn's bars advance at a steady rate."""
 
     monitor_interval = 0
