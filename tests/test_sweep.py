@@ -52,6 +52,10 @@ def test_pool_map_keeps_the_order_of_calls_and_raises_their_errors():
     assert pool_map(pow, calls, workers=2, cost=[1, 3, 2]) == pool_map(pow, calls, workers=1) == [8, 9, 5]
     with pytest.raises(ValueError):
         pool_map(math.sqrt, [(4.0,), (-1.0,)], workers=2)
+    # costliest first: with 2 workers the cheapest of 3 calls (each 3 s long) starts only after both others
+    start = "(__import__('time').time(), __import__('time').sleep(3))[0]"
+    t = pool_map(eval, [(start,)] * 3, workers=2, cost=[1, 3, 2])
+    assert t[0] > max(t[1], t[2])
     # a failing call stops the pool at once: its error does not wait for a long call before it
     t0 = time.time()
     with pytest.raises(ZeroDivisionError):
