@@ -168,27 +168,28 @@ class Claim1Options(Strict):
 def claim1(ctx: ReproduceContext) -> dict:
     grid = with_options(claim1_grid(ctx.quick), ctx.options)
     workers = getattr(ctx.options, "workers", None) or (1 if ctx.quick else None)
-    rows, specs = [], []
+    entries: list[dict | Flow] = []   # per grid point: its row (no flow: zero mass) or its flow
     for sampler in dl.SAMPLERS:
         for L in grid["L"]:
             for n in grid["n"]:
                 for M in grid["M"]:
                     dg = dl.delta_gamma(L, n, M, sampler)
                     if not dg["positive"]:  # a determining event has zero mass: c undefined (docs/reproductions/decision-lists.md#tests)
-                        rows.append({k: None for k in CLAIM1_COLUMNS} | {"sampler": sampler, "L": L, "n": n,
-                                                                           "M": M, "delta": dg["delta"],
-                                                                           "degenerate": M == 1})
+                        entries.append({k: None for k in CLAIM1_COLUMNS} | {"sampler": sampler, "L": L, "n": n,
+                                                                              "M": M, "delta": dg["delta"],
+                                                                              "degenerate": M == 1})
                         continue
-                    rows.append(len(specs))
-                    specs.append(Flow(sampler, L, n, M, 4 * n * math.log(L) / dg["delta"], grid["N"]))
+                    entries.append(Flow(sampler, L, n, M, 4 * n * math.log(L) / dg["delta"], grid["N"]))
     # T_sup against n and M at one fixed c (docs/reproductions/decision-lists.md#decision-listclaim1)
     fc = grid["fixed_c"]
     fixed_specs = [Flow(sampler, fc["L"], n, M, fc["c"], 0) for sampler in dl.SAMPLERS for n in grid["n"]
                    for M in grid["M"] if dl.delta_gamma(fc["L"], n, M, sampler)["positive"]]
-    solved = _solve_all(ctx.seed, specs + fixed_specs, workers)
-    traj = {spec[:4]: res for spec, (_, res) in zip(specs, solved)}
-    rows = [solved[r][0] if isinstance(r, int) else r for r in rows]
-    fixed = [row for row, _ in solved[len(specs):]]
+    flows = [e for e in entries if isinstance(e, Flow)]
+    solved = _solve_all(ctx.seed, flows + fixed_specs, workers)
+    traj = {f[:4]: res for f, (_, res) in zip(flows, solved)}
+    it = iter(solved)
+    rows = [next(it)[0] if isinstance(e, Flow) else e for e in entries]
+    fixed = [row for row, _ in it]
     write_csv(ctx.out / "claim1.csv", [{k: _fmt(r[k]) for k in CLAIM1_COLUMNS} for r in rows], CLAIM1_COLUMNS)
     tn_cols = ["sampler", "L", "n", "M", "degenerate", "T_sup"] + [f"T_sup_kappa_{k:g}" for k in KAPPAS] + \
               ["T_pop_1e-3", "T_N"]
@@ -378,8 +379,6 @@ def _claim1_figures(ctx, rows, traj, grid, fixed) -> None:
                 ax.set(yscale="log", xlabel=x, ylabel="T_sup", title=f"{sampler}, L={fc['L']}, {lab}")
                 ax.legend(fontsize=6)
     style.save(fig, ctx.out / "claim1_tsup_vs_n_M.png")
-
-
 
 
 @register_bench("decision_list_claim1")

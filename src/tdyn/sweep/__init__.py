@@ -162,9 +162,8 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
     seen: dict[str, set[str]] = {}     # job → the dead workers (pid@host) already counted
     _record(out, spec, jobs, status, errors)
 
-    pending = dict(args)
-    futures: dict | None = _submit(ex, pending)
     bar = trainer.progress_bar(total=len(jobs), desc="sweep jobs", disable=not (progress and trainer.interactive()))
+    pending = dict(args)
 
     def done(jid: str, res: dict) -> None:
         pid, secs = res.pop(BUSY, (None, 0.0))
@@ -187,7 +186,7 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
 
     try:
         while pending:
-            futures = futures or _submit(ex, pending)
+            futures = {ex.submit(run_job, *a): jid for jid, a in pending.items()}
             log.info("sweep %s: %d job(s) submitted to %s", out, len(futures), getattr(ex, "name", type(ex).__name__))
             broken = []
             for fut in cf.as_completed(futures):
@@ -209,17 +208,11 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
                         done(jid, {"error": f"lost {MAX_LOST} times: the worker process running it died (killed, or "
                                             f"out of memory); re-run the sweep to continue it"})
                 ex.reset()
-            futures = None
     finally:
         bar.close()
     _record(out, spec, jobs, status, errors, busy)
     summarize(out)
     return {r.name: status.get(r.name, "pending") for j in jobs for r in j.runs}
-
-
-def _submit(ex: Any, pending: dict[str, tuple]) -> dict:
-    """Every pending job on the executor: future → job id."""
-    return {ex.submit(run_job, *a): jid for jid, a in pending.items()}
 
 
 def _lost_jobs(broken: list[str], args: dict[str, tuple], seen: dict[str, set[str]]) -> list[str]:

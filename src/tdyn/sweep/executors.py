@@ -8,14 +8,20 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import gc
 import multiprocessing as mp
 import os
 import sys
+import threading
 from typing import Any, Callable
+
+import torch
+from tqdm.std import TqdmDefaultWriteLock
 
 from tdyn import plugins
 from tdyn.errors import UserError
 from tdyn.train.threads import cli_threads
+from tdyn.train.trainer import progress_bar
 
 
 def _die_with_parent(parent: int) -> None:
@@ -37,33 +43,14 @@ def _die_with_parent(parent: int) -> None:
 
 
 
-def _fresh_tqdm_lock() -> None:
-    """tqdm's write lock holds a ``multiprocessing`` lock that forked processes share: a worker killed while
-    holding it (out of memory, SIGKILL) would leave every later bar, here and in the parent, waiting.
-    Each worker takes its own."""
-    std = sys.modules.get("tqdm.std")
-    if std is None:
-        return
-    classes, todo = [], [std.tqdm]
-    while todo:
-        cls = todo.pop()
-        classes.append(cls)
-        todo.extend(cls.__subclasses__())
-    if any("_lock" in vars(c) for c in classes):
-        lock = std.TqdmDefaultWriteLock()
-        for c in classes:
-            if "_lock" in vars(c):
-                c._lock = lock
-
-
 def _init_worker(parent: int) -> None:
-    """A pool worker's start: ``_die_with_parent``; its own tqdm lock; and ``gc.freeze()``: the objects
-    the worker begins with (a forked worker's are its parent's, shared copy-on-write) move to the
-    collector's permanent generation, so its collections neither traverse them nor copy their pages."""
-    import gc
-
+    """A pool worker's start: ``_die_with_parent``; its own lock for tdyn's progress bars (a forked
+    worker shares its parent's, and killed while holding it would stall every later bar); and
+    ``gc.freeze()``: the objects the worker begins with (a forked worker's are its parent's, shared
+    copy-on-write) move to the collector's permanent generation, so its collections neither traverse
+    them nor copy their pages."""
     gc.freeze()
-    _fresh_tqdm_lock()
+    progress_bar.set_lock(TqdmDefaultWriteLock())
     _die_with_parent(parent)
 
 
@@ -81,14 +68,11 @@ def start_method() -> str:
     child would inherit held); and Python < 3.12, which counts every OS thread (numpy's BLAS threads
     included) and deprecates forking any process that has one. Otherwise, or with
     ``TDYN_START_METHOD=spawn``, spawn. Either way a worker computes the same bits (tests/test_sweep.py)."""
-    import threading
-
     chosen = os.environ.get("TDYN_START_METHOD", "auto") or "auto"
     if chosen not in START_METHODS:
         raise UserError(f"TDYN_START_METHOD={chosen!r}: allowed: {', '.join(START_METHODS)}")
-    torch = sys.modules.get("torch")
-    one_thread = cli_threads() == 1 and (torch is None or torch.get_num_threads() == 1)
-    cuda = torch is not None and torch.cuda.is_initialized()
+    one_thread = cli_threads() == 1 and torch.get_num_threads() == 1
+    cuda = torch.cuda.is_initialized()
     safe = (sys.platform.startswith("linux") and sys.version_info < (3, 12) and not cuda and one_thread
             and threading.active_count() == 1)
     return "fork" if safe and chosen == "auto" else "spawn"
@@ -146,12 +130,10 @@ class LocalExecutor:
             self._pool = None
 
 
-def _call_with_threads(threads: int, fn: Callable, args: tuple) -> Any:
-    """``fn(*args)`` with ``threads`` torch intra-op threads (restored after)."""
-    import torch
-
+def _call_with_threads(fn: Callable, args: tuple) -> Any:
+    """``fn(*args)`` with the driver's torch intra-op threads (``cli_threads``; restored after)."""
     old = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    torch.set_num_threads(cli_threads())
     try:
         return fn(*args)
     finally:
@@ -167,14 +149,13 @@ def pool_map(fn: Callable, calls: list[tuple], *, workers: int | None = None,
     call to finish is a small one). Results come back in the order of ``calls``; an exception in a call
     (or an interrupt) stops the pool at once and is raised here. ``fn`` must be importable (a
     module-level function): a spawned worker is a fresh interpreter (``start_method``)."""
-    threads = cli_threads()
     workers = min(max(1, workers or default_workers()), len(calls))
     if workers < 2:
-        return [_call_with_threads(threads, fn, args) for args in calls]
+        return [_call_with_threads(fn, args) for args in calls]
     order = sorted(range(len(calls)), key=lambda i: -(cost[i] if cost is not None else 0.0))
     pool = _process_pool(workers)
     try:
-        futures = {i: pool.submit(_call_with_threads, threads, fn, calls[i]) for i in order}
+        futures = {i: pool.submit(_call_with_threads, fn, calls[i]) for i in order}
         cf.wait(futures.values(), return_when=cf.FIRST_EXCEPTION)
         for i in range(len(calls)):      # a call failed: its error now, not after the calls before it
             if futures[i].done() and futures[i].exception() is not None:
