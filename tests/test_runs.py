@@ -82,3 +82,77 @@ def test_force_replaces_a_tdyn_run(cli, tmp_path):
     assert r.returncode == 0, r.stderr
     r = cli("run", "scan-snap/fig4", "--set", "optim.steps=3", "--out", tmp_path / "r", "--force", "--quiet")
     assert r.returncode == 0, r.stderr
+
+
+def test_dumps_json_is_json_dumps_with_indent_2():
+    """runs.dumps_json (the nesting in Python, every value through json's C encoder) writes the same
+    text as json.dumps(indent=2, allow_nan=False), and refuses what it refuses."""
+    import json
+    import math
+
+    from tdyn.config import load_config
+    from tdyn.train.trainer import expand_members, member_config
+
+    rc = load_config(quad_config(seeds=[0, 1], checkpoint={"schedule": "linear", "num": 2}))
+    objs = [member_config(rc, expand_members(rc)[1]), rc.model_dump(mode="json"), {}, [], {"a": []}, {"a": {}},
+            [1, [2, [3, {}]], ()], {"é": "ü\n\"\\", "x": 1e-8, "y": -0.0, "z": True, "f": False, "n": None,
+                                    "big": 10 ** 30, "t": (1, 2.5), "s": "tab\there"},
+            1.5, "s", None, 7, {1: 2, "b": {None: 1}}, {"a": {2.5: [True]}}]
+    for o in objs:
+        assert runs.dumps_json(o) == json.dumps(o, indent=2, allow_nan=False), o
+    for bad in (math.nan, {"a": [math.inf]}, [{"x": -math.inf}]):
+        with pytest.raises(ValueError, match="not JSON compliant"):
+            runs.dumps_json(bad)
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        runs.dumps_json({"a": object()})
+
+
+@pytest.mark.parametrize("n", [1, 3, runs._BATCH_SYNC, 12])
+@pytest.mark.parametrize("syncfs", [True, False])
+def test_atomic_write_many(tmp_path, monkeypatch, n, syncfs):
+    """Every file lands whole with the umask's mode; durability: below runs._BATCH_SYNC files (or
+    without syncfs) one fsync per file, from it on one syncfs per filesystem and no fsync."""
+    import os
+
+    if syncfs and runs._SYNCFS is None:
+        pytest.skip("no syncfs on this platform")   # (the else-branch of the parametrisation still runs)
+    calls = {"fsync": 0, "syncfs": 0}
+    real_fsync, real_syncfs = os.fsync, runs._SYNCFS
+
+    def fsync(fd):
+        calls["fsync"] += 1
+        real_fsync(fd)
+
+    def fake_syncfs(fd):
+        calls["syncfs"] += 1
+        return real_syncfs(fd)
+
+    monkeypatch.setattr(runs.os, "fsync", fsync)
+    monkeypatch.setattr(runs, "_SYNCFS", fake_syncfs if syncfs else None)
+    files = [(tmp_path / f"r{i}" / "sub" / "f.json", f"data {i}\n".encode() * (i + 1)) for i in range(n)]
+    runs.atomic_write_many(iter(files))   # a generator is fine
+    for p, data in files:
+        assert p.read_bytes() == data
+        assert p.stat().st_mode & 0o777 == runs._MODE
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+    batched = syncfs and n >= runs._BATCH_SYNC
+    assert calls == ({"fsync": 0, "syncfs": 1} if batched else {"fsync": n, "syncfs": 0})
+
+
+@pytest.mark.parametrize("n", [2, 9])
+def test_atomic_write_many_failing_midway_changes_nothing(tmp_path, n):
+    """A batch that fails while its files are written leaves every file as it was and no temp file:
+    nothing is renamed into place before all are written and made durable."""
+    old = tmp_path / "a.json"
+    old.write_text("old\n")
+
+    def files():
+        yield old, b"new\n"
+        for i in range(1, n):
+            yield tmp_path / f"f{i}.json", b"x"
+        raise RuntimeError("the producer failed")
+
+    with pytest.raises(RuntimeError, match="producer failed"):
+        runs.atomic_write_many(files())
+    assert old.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]

@@ -19,6 +19,7 @@ kernel and taken over.
 from __future__ import annotations
 
 import csv
+import ctypes
 import errno
 import functools
 import hashlib
@@ -33,7 +34,7 @@ import struct
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import datetime as _dt
 import numpy as np
@@ -119,19 +120,95 @@ _MODE = 0o666 & ~_umask()   # what open() would give a new file: 0644 under umas
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``path`` whole or not at all (a temp file in the same directory, fsync, rename), readable
     as the umask allows (``mkstemp`` alone would leave it 0600, unreadable by colleagues)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tdyn-{writer_tag()}.", suffix=".tmp")
+    atomic_write_many([(path, data)])
+
+
+def _syncfs_fn():
+    """libc's ``syncfs`` (Linux): flushes one filesystem, one journal commit for any number of files.
+    Python's ``os`` has no binding; None where libc lacks it."""
+    if not hasattr(os, "sched_getaffinity"):     # not Linux
+        return None
     try:
-        os.fchmod(fd, _MODE)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        fn = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    return fn
+
+
+_SYNCFS = _syncfs_fn()
+_BATCH_SYNC = 4     # from this many files on, one syncfs per filesystem instead of one fsync per file
+
+
+def _sync_filesystems(dirs: set[str]) -> None:
+    """Make everything written so far to the filesystems holding ``dirs`` durable (syncfs on each)."""
+    one = {}
+    for d in sorted(dirs):
+        one.setdefault(os.stat(d).st_dev, d)
+    for d in one.values():
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            if _SYNCFS(fd) != 0:
+                e = ctypes.get_errno()
+                raise OSError(e, f"syncfs {d}: {os.strerror(e)}")
+        finally:
+            os.close(fd)
+
+
+def atomic_write_many(files: Iterable[tuple[Path, bytes]]) -> None:
+    """Write each ``(path, data)`` whole or not at all, as :func:`atomic_write_bytes` does, with one
+    flush to disk for them all: every temp file is written, then made durable (from
+    ``_BATCH_SYNC`` files on, one ``syncfs`` per filesystem instead of one ``fsync`` per file: a
+    journal commit costs ~0.2 ms here, and a job of 80 runs writes 80 files at a time), then renamed
+    into place. ``files`` may be a generator: each ``data`` is written as it comes, never all held.
+    A failure leaves each file either as before or wholly new (its temp file removed)."""
+    made: set[Path] = set()
+    temps: list[tuple[str, Path]] = []
+    unsynced: list[int] = []    # open fds of the first files, fsynced one by one if the batch stays small
+    renamed = 0
+    try:
+        for path, data in files:
+            path = Path(path)
+            parent = path.parent
+            if parent not in made:
+                if not parent.is_dir():
+                    parent.mkdir(parents=True, exist_ok=True)
+                made.add(parent)
+            fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.tdyn-{writer_tag()}.", suffix=".tmp")
+            temps.append((tmp, path))
+            try:
+                os.fchmod(fd, _MODE)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                if _SYNCFS is None:
+                    os.fsync(fd)
+                elif len(temps) < _BATCH_SYNC:
+                    unsynced.append(fd)
+                    fd = -1
+            finally:
+                if fd >= 0:
+                    os.close(fd)
+            if len(temps) == _BATCH_SYNC:
+                while unsynced:
+                    os.close(unsynced.pop())
+        if len(temps) >= _BATCH_SYNC and _SYNCFS is not None:
+            _sync_filesystems({str(p) for p in made})
+        while unsynced:
+            fd = unsynced.pop(0)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for n, (tmp, path) in enumerate(temps):
+            os.replace(tmp, path)
+            renamed = n + 1
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        for fd in unsynced:
+            os.close(fd)
+        for tmp, _ in temps[renamed:]:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
         raise
 
 
@@ -139,8 +216,46 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+_leaf = json.JSONEncoder(allow_nan=False).encode    # one value: C-encoded (a container is never passed)
+
+
+def _indented(obj: Any, pad: str) -> str:
+    if isinstance(obj, dict) and obj:
+        inner = pad + "  "
+        if not all(type(k) is str for k in obj):
+            raise _NotPlain
+        items = (f"{inner}{_leaf(k)}: {_indented(v, inner)}" for k, v in obj.items())
+    elif isinstance(obj, (list, tuple)) and obj:
+        inner = pad + "  "
+        items = (inner + _indented(v, inner) for v in obj)
+    else:
+        return "{}" if isinstance(obj, dict) else "[]" if isinstance(obj, (list, tuple)) else _leaf(obj)
+    body = ",\n".join(items)
+    return f"{'{' if isinstance(obj, dict) else '['}\n{body}\n{pad}{'}' if isinstance(obj, dict) else ']'}"
+
+
+class _NotPlain(Exception):
+    """A dict key that is not a str: left to json.dumps, which converts it."""
+
+
+def dumps_json(obj: Any) -> str:
+    """``json.dumps(obj, indent=2, allow_nan=False)``, the same text (tested), ~5× faster on tdyn's
+    files: with ``indent`` the json module encodes in pure Python, here only the nesting is Python and
+    every value goes through json's C encoder (a run's config.json: 0.1 against 0.57 ms; a job of 80
+    runs writes 240 such files)."""
+    try:
+        return _indented(obj, "")
+    except _NotPlain:
+        return json.dumps(obj, indent=2, allow_nan=False)
+
+
+def json_file(path: Path, obj: Any) -> tuple[Path, bytes]:
+    """``(path, contents)`` of ``obj`` as tdyn writes JSON (for :func:`atomic_write_many`)."""
+    return Path(path), (dumps_json(obj) + "\n").encode()
+
+
 def write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
+    atomic_write_bytes(*json_file(path, obj))
 
 
 def write_csv(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) -> Path:
@@ -210,9 +325,13 @@ def _short(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def metrics_file(run_dir: Path, records: list[dict]) -> tuple[Path, bytes]:
+    """``metrics.jsonl``'s path and contents for ``records`` (for :func:`atomic_write_many`)."""
+    return Path(run_dir) / METRICS, "".join(json.dumps(r, allow_nan=False) + "\n" for r in records).encode()
+
+
 def write_metrics(run_dir: Path, records: list[dict]) -> None:
-    atomic_write_text(Path(run_dir) / METRICS,
-                      "".join(json.dumps(r, allow_nan=False) + "\n" for r in records))
+    atomic_write_bytes(*metrics_file(run_dir, records))
 
 
 def _record_problem(rec: Any, prev: int | None) -> str | None:
@@ -314,11 +433,17 @@ def tensor_checksum(tensors: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
+def checkpoint_file(run_dir: Path, step: int | str, tensors: dict[str, torch.Tensor],
+                    metadata: dict[str, str] | None = None) -> tuple[Path, bytes]:
+    """A checkpoint's path and contents (for :func:`atomic_write_many`; :func:`save_checkpoint` writes one)."""
+    tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    return checkpoint_path(run_dir, step), save(tensors, metadata=dict(metadata or {}) | {CHECKSUM: tensor_checksum(tensors)})
+
+
 def save_checkpoint(run_dir: Path, step: int | str, tensors: dict[str, torch.Tensor],
                     metadata: dict[str, str] | None = None) -> Path:
-    path = checkpoint_path(run_dir, step)
-    tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
-    atomic_write_bytes(path, save(tensors, metadata=dict(metadata or {}) | {CHECKSUM: tensor_checksum(tensors)}))
+    path, data = checkpoint_file(run_dir, step, tensors, metadata)
+    atomic_write_bytes(path, data)
     return path
 
 
