@@ -117,3 +117,43 @@ def test_quick_reproductions(name, tmp_path, monkeypatch):
                 assert set(out[kind]["wiki"]) == {"same_token", "same_topic", "different_topic"}
         assert {p.name for p in ctx.out.glob("gram_*.png")} == {f"gram_{c}_{t}.png" for c in ("wiki", "bbc")
                                                                for t in ("L6", "L3")}
+
+
+def test_fig10_precision_comparison(tmp_path):
+    """benchmarks/fig10_bf16_vs_fp32.py (which makes docs/results/real__entropy-vs-lr/quick_*bf16_vs_fp32*.csv):
+    per-cell means, the float32 seed standard error and paired differences from two reproduction
+    directories, and each claim's verdict side by side; runs of different seeds are refused."""
+    import csv
+    import importlib.util
+    import json
+    import math
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("fig10cmp", Path(__file__).parents[1] / "benchmarks" / "fig10_bf16_vs_fp32.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def out(name, eta1, verdict):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "final_entropy.csv").write_text("corpus,seed,all,entropy,val_loss\n" + "".join(
+            f"wiki,{s},1.0,{e},4.0\n" for s, e in zip((1, 2, 3), eta1)))
+        (d / "ratio.csv").write_text("corpus,seed,Z,Y,ratio,entropy,val_loss\nwiki,1,3.0,6.0,2.0,1.5,4.0\n")
+        (d / "results.json").write_text(json.dumps({"claims": [{"id": "c1", "verdict": verdict}]}))
+        return d
+
+    a, b = out("fp32", [2.0, 2.2, 2.4], "inconclusive"), out("bf16", [2.1, 2.2, 2.6], "fails")
+    cells, verdicts = mod.compare(a, b, tmp_path / "cmp")
+    rows = {r["cell"]: r for r in csv.DictReader(cells.open())}
+    eta = rows["eta=1"]
+    se = math.sqrt(((2.0 - 2.2) ** 2 + 0 + (2.4 - 2.2) ** 2) / 2 / 3)
+    assert (eta["seeds"], float(eta["fp32_mean"]), float(eta["bf16_mean"])) == ("3", 2.2, 2.3)
+    assert math.isclose(float(eta["fp32_seed_se"]), se, rel_tol=1e-4)
+    assert math.isclose(float(eta["diff_over_se"]), 0.1 / se, rel_tol=1e-3)
+    assert float(eta["max_abs_paired_diff"]) == 0.2
+    assert rows["eta_Z=3,ratio=2"]["diff_over_se"] == "nan"          # one seed: no standard error
+    assert list(csv.DictReader(verdicts.open())) == [{"claim": "c1", "fp32": "inconclusive", "bf16": "fails"}]
+    c = out("other", [2.0, 2.2, 2.4], "holds")
+    (c / "final_entropy.csv").write_text("corpus,seed,all,entropy,val_loss\nwiki,9,1.0,2.0,4.0\n")
+    with pytest.raises(SystemExit, match="seeds"):
+        mod.compare(a, c, tmp_path / "cmp2")

@@ -1,0 +1,76 @@
+"""Fig 10 (``real/entropy-vs-lr``) trained in float32 against bf16 autocast: the same reproduction run
+twice, the second with ``--set autocast=bfloat16``, compared cell by cell and claim by claim.
+
+    python benchmarks/fig10_bf16_vs_fp32.py FP32_OUT BF16_OUT DEST
+
+reads each output directory's ``final_entropy.csv``, ``ratio.csv`` and ``results.json`` and writes
+``DEST.csv`` (per corpus and cell: seeds, mean final entropy in each precision, their difference, the
+float32 seeds' standard error, the difference in those standard errors, the largest difference of one
+seed's pair) and ``DEST_verdicts.csv`` (each claim's verdict in both precisions). The two runs must
+have trained the same seeds and cells (checked). This is how the ``quick_*bf16_vs_fp32*.csv`` files in
+docs/results/real__entropy-vs-lr/ are made.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+from tdyn.runs import write_csv
+
+
+def _cells(out: Path) -> dict[tuple[str, str, str], dict[int, float]]:
+    """(corpus, panel, cell) → {seed: final entropy} from one reproduction's CSVs."""
+    cells: dict[tuple[str, str, str], dict[int, float]] = {}
+    for r in csv.DictReader((out / "final_entropy.csv").open()):
+        key = (r["corpus"], "eta", f"eta={float(r['all']):g}")
+        cells.setdefault(key, {})[int(r["seed"])] = float(r["entropy"])
+    for r in csv.DictReader((out / "ratio.csv").open()):
+        key = (r["corpus"], "ratio", f"eta_Z={float(r['Z']):g},ratio={float(r['ratio']):g}")
+        cells.setdefault(key, {})[int(r["seed"])] = float(r["entropy"])
+    return cells
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _se(xs: list[float]) -> float:
+    if len(xs) < 2:
+        return math.nan
+    m = _mean(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
+
+
+def compare(fp32: Path, bf16: Path, dest: Path) -> tuple[Path, Path]:
+    a, b = _cells(fp32), _cells(bf16)
+    if a.keys() != b.keys():
+        raise SystemExit(f"the two runs trained different cells: {sorted(a.keys() ^ b.keys())[:3]}")
+    rows = []
+    for key in a:
+        if a[key].keys() != b[key].keys():
+            raise SystemExit(f"cell {key}: seeds {sorted(a[key])} in {fp32} but {sorted(b[key])} in {bf16}")
+        seeds = sorted(a[key])
+        xa, xb = [a[key][s] for s in seeds], [b[key][s] for s in seeds]
+        diff, se = _mean(xb) - _mean(xa), _se(xa)
+        rows.append({"corpus": key[0], "panel": key[1], "cell": key[2], "seeds": len(seeds),
+                     "fp32_mean": f"{_mean(xa):.5g}", "bf16_mean": f"{_mean(xb):.5g}", "bf16_minus_fp32": f"{diff:.5g}",
+                     "fp32_seed_se": f"{se:.5g}", "diff_over_se": f"{diff / se:.5g}" if se > 0 else "nan",
+                     "max_abs_paired_diff": f"{max(abs(p - q) for p, q in zip(xa, xb)):.5g}"})
+    cols = ["corpus", "panel", "cell", "seeds", "fp32_mean", "bf16_mean", "bf16_minus_fp32", "fp32_seed_se",
+            "diff_over_se", "max_abs_paired_diff"]
+    va = {c["id"]: c["verdict"] for c in json.loads((fp32 / "results.json").read_text())["claims"]}
+    vb = {c["id"]: c["verdict"] for c in json.loads((bf16 / "results.json").read_text())["claims"]}
+    verdicts = [{"claim": k, "fp32": va[k], "bf16": vb.get(k, "missing")} for k in va]
+    return (write_csv(f"{dest}.csv", rows, cols),
+            write_csv(f"{dest}_verdicts.csv", verdicts, ["claim", "fp32", "bf16"]))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        raise SystemExit(__doc__.split("\n\n")[1].strip())
+    for p in compare(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])):
+        print(p)
