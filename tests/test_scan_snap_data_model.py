@@ -67,6 +67,84 @@ def test_sampler_is_seeded():
     assert all(torch.equal(u, v) for u, v in zip(a, b))
 
 
+def _reference_draw(d, cls, u):
+    """The sampler's definition: inverse CDF by binary search (the implementation before InverseCDF)."""
+    return torch.searchsorted(d.cdf[cls], u, right=True).clamp_(max=d.M - 1)
+
+
+def _hostile_tables():
+    """CDFs an O(1) lookup could get wrong: zero-probability gaps, tiny masses, many steps inside one
+    bucket of [0, 1), a last cumulative sum just below 1, a row whose only mass is its last token."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.rand(6, 40, generator=g, dtype=torch.float64)
+    w[w < 0.4] = 0.0
+    w[1] = 0.0
+    w[1, 5:25] = 1e-6                     # 20 steps inside the first bucket
+    w[1, 30] = 1.0
+    w[2] = 0.0
+    w[2, -1] = 1.0                        # all mass on token M−1
+    w[3, 0] = 0.0
+    w[3, 1] = 1e-300                      # a step of 1e-300 (cdf 0 → 1e-300)
+    w[4] = 1.0 / 3                        # sums to 13.333..., cumsum ends just off 1 after dividing
+    w[5, :] = 0.0
+    w[5, 7] = 0.5
+    w[5, 8] = 0.5
+    return w / w.sum(1, keepdim=True)
+
+
+def _classes(table):
+    K, M = table.shape
+    z = torch.zeros(K, dtype=torch.long)
+    return ss.SequenceClasses(M=M, K=K, table=table, query=z, next_token=z, group=z,
+                              distinct=torch.zeros(K, M, dtype=torch.bool), common=torch.zeros(M, dtype=torch.bool),
+                              num_contextual=M)
+
+
+@pytest.mark.parametrize("which", ["syn_small", "medium_10", "group_commons", "hostile"])
+def test_inverse_cdf_is_searchsorted(which):
+    """InverseCDF gives exactly searchsorted(cdf[k], u, right=True) clamped to M−1: on random uniforms,
+    on every CDF value itself, on its neighbours one ulp either side, on bucket edges, 0 and 1 − 2⁻⁵³."""
+    d = {"syn_small": lambda: _dist(**ss.SYN_SMALL), "medium_10": lambda: _dist(**ss.syn_medium(10)),
+         "group_commons": lambda: _dist(num_last=2, num_next_per_last=2, num_common_per_last=5),
+         "hostile": lambda: _classes(_hostile_tables())}[which]()
+    g = torch.Generator().manual_seed(0)
+    vals = d.cdf.flatten()
+    special = torch.cat([vals, torch.nextafter(vals, torch.tensor(0.0, dtype=torch.float64)),
+                         torch.nextafter(vals, torch.tensor(2.0, dtype=torch.float64)),
+                         torch.arange(1024, dtype=torch.float64) / 1024, torch.tensor([0.0, 1 - 2.0 ** -53])])
+    special = special[(special >= 0) & (special < 1)]
+    assert which != "hostile" or d.inverse_cdf.window >= 20      # many steps in one bucket: the window loop runs
+    for u in (torch.rand(d.K * 50, 300, generator=g, dtype=torch.float64), special.expand(d.K, -1).contiguous()):
+        cls = torch.arange(u.shape[0]) % d.K
+        pos = d.inverse_cdf.positions(cls, u)
+        assert torch.equal(d.inverse_cdf.tokens[cls[:, None], pos], _reference_draw(d, cls, u))
+
+
+@pytest.mark.parametrize("which", ["syn_small", "medium_3", "medium_10", "group_commons", "hostile"])
+def test_sample_support_is_key_support(which):
+    """sample_support draws what sample draws, and its support is key_support(x) exactly (tokens,
+    counts, order, padding), at the task's width; a narrower width is refused the same way."""
+    from tdyn.models.yz import key_support
+
+    d = {"syn_small": lambda: _dist(**ss.SYN_SMALL), "medium_3": lambda: _dist(**ss.syn_medium(3)),
+         "medium_10": lambda: _dist(**ss.syn_medium(10)),
+         "group_commons": lambda: _dist(num_last=2, num_next_per_last=2, num_common_per_last=5),
+         "hostile": lambda: _classes(_hostile_tables())}[which]()
+    width = int((d.table > 0).sum(1).max())
+    for seed, (B, L) in enumerate([(128, 128), (7, 3), (64, 40)]):
+        x, y = d.sample(B, L, torch.Generator().manual_seed(seed))
+        x2, y2, idx, count = d.sample_support(B, L, torch.Generator().manual_seed(seed), min(width, L - 1))
+        assert torch.equal(x, x2) and torch.equal(y, y2)
+        ref = key_support(x, d.M, min(width, L - 1))
+        assert torch.equal(idx, ref[0]) and torch.equal(count, ref[1]) and count.dtype == ref[1].dtype
+        g = torch.Generator().manual_seed(seed)     # the draws are the reference sampler's
+        c = torch.randint(d.K, (B,), generator=g)
+        u = torch.rand(B, L - 1, generator=g, dtype=torch.float64)
+        assert torch.equal(x[:, :-1], _reference_draw(d, c, u)) and torch.equal(y, d.next_token[c])
+    with pytest.raises(ValueError, match="distinct keys, more than width 2"):
+        d.sample_support(16, 64, torch.Generator().manual_seed(0), 2)
+
+
 def test_yz_forward_hand_computed():
     """Keys exclude the query; Xᵀb is ℓ2-normalised; logits = Yᵀ LN(Xᵀb) (Eqn 1–2)."""
     M = 4
