@@ -419,3 +419,30 @@ def test_grad_rows_update_equals_every_row_bit_for_bit(kind, kw):
         assert torch.equal(ps[0].detach(), ps[1].detach()), (kind, t)
         for k in opts[0].state:
             assert torch.equal(opts[0].state[k], opts[1].state[k]), (kind, t, k)
+
+
+def test_without_the_initial_checkpoint(tmp_path):
+    """checkpoint.initial = false: no step-0 checkpoint (nor the empty metrics file written before it),
+    the same training; a run killed before any checkpoint reads as running with no records, and
+    train_or_resume trains it again from the start to the same bits."""
+    from tdyn.train.trainer import train_or_resume
+
+    base = quad_config(seeds=[0, 1])
+    with_0 = train(base, tmp_path / "a", progress=False)
+    cfg = quad_config(seeds=[0, 1], checkpoint={"schedule": "none", "initial": False})
+    without = train(cfg, tmp_path / "b", progress=False)
+    for d0, d in zip(with_0, without):
+        assert runs.checkpoint_steps(d0) == [0] and runs.checkpoint_steps(d) == []
+        assert runs.read_metrics(d0) == runs.read_metrics(d)
+        assert all(torch.equal(v, runs.load_checkpoint(d0)[k]) for k, v in runs.load_checkpoint(d).items()
+                   if k.startswith("param/"))
+    final = runs.load_checkpoint(without[1])
+    for d in without:            # as a kill mid-training leaves them: config and meta (running) only
+        (d / runs.METRICS).unlink()
+        runs.checkpoint_path(d).unlink()
+        runs.write_json(d / runs.META, runs.read_meta(d) | {"status": "running", "ended": None})
+    assert runs.Run(without[1]).metrics == []
+    train_or_resume(cfg, tmp_path / "b", progress=False)
+    assert runs.Run(without[1]).status == "finished"
+    again = runs.load_checkpoint(without[1])
+    assert all(torch.equal(v, again[k]) for k, v in final.items() if k.startswith("param/"))

@@ -83,11 +83,13 @@ def test_key_bags_transpose_the_support():
     from tdyn.models.yz import key_bags
     g = torch.Generator().manual_seed(3)
     idx, _ = key_support(torch.randint(0, 11, (2, 6, 9), generator=g), M=11)
-    order, counts = key_bags(idx, 11)
+    order, counts, sample = key_bags(idx, 11)
     flat = idx.reshape(2, -1)
+    P = idx.shape[-1]
     for s in range(2):
         assert flat[s][order[s]].tolist() == sorted(flat[s].tolist())
         assert counts[s].tolist() == [flat[s].tolist().count(t) for t in range(11)]
+        assert sample[s].tolist() == [e // P for e in order[s].tolist()]   # each entry's sample
 
 
 def test_support_decoder_is_chosen_where_it_pays():

@@ -80,12 +80,16 @@ class ProbeConfig(Strict):
 
 class CheckpointConfig(Strict):
     """Checkpoint steps: log-spaced (``num`` of them), every ``every`` steps, and/or listed ``steps``;
-    step 0 and the final state are always saved."""
+    the final state is always saved, and step 0 (the initial state) unless ``initial`` is false."""
 
     schedule: Literal["log", "linear", "none"] = "log"
     num: int = Field(10, ge=1)
     every: int | None = Field(None, ge=1)
     steps: list[NonNegativeInt] = []
+    initial: bool = Field(True, description="save step 0, the initial state; false for runs whose only use is "
+                          "their result (two files fewer per run; an interrupted run then trains again from "
+                          "the start unless a later checkpoint exists); a schedule that includes step 0 "
+                          "still saves it")
 
 
 class LogConfig(Strict):

@@ -88,45 +88,47 @@ class SequenceClasses:
         """:meth:`sample` (the same draws) and each sequence's distinct context tokens with their
         counts: ``(x, y, idx, count)``, ``idx``/``count`` [B, width] exactly as
         ``tdyn.models.yz.key_support(x, M, width)`` gives them (tokens increasing, padded with token 0 at
-        count 0; tested equal), counted from the sampler's positions in each class's support instead
-        of a [B, M] histogram (~2x faster per batch here)."""
-        x, y, cls, pos = self._draw(batch_size, seq_len, gen)
+        count 0; tested equal), counted from the sampler's positions in each class's row of step points
+        instead of a [B, M] histogram (~2x faster per batch here)."""
+        x, y, cls, at = self._draw(batch_size, seq_len, gen)
         inv = self.inverse_cdf
-        P = inv.tokens.shape[1]
-        B = batch_size
-        count = torch.zeros(B * P, dtype=torch.int32).index_add_(
-            0, (pos + (torch.arange(B) * P)[:, None]).flatten(), torch.ones(pos.numel(), dtype=torch.int32)).view(B, P)
+        B, W = batch_size, inv.width
+        col = at + ((torch.arange(B) - cls) * W)[:, None]        # sample b's column j: b·W + j
+        count = torch.zeros(B * W, dtype=torch.int32).index_add_(
+            0, col.view(-1), torch.ones(col.numel(), dtype=torch.int32)).view(B, W)
         present = count > 0
         n = present.sum(1)
         if int(n.max()) > width:
             raise ValueError(f"key_support: a sequence has {int(n.max())} distinct keys, more than width {width}")
         slot = torch.where(present, present.cumsum(1) - 1, width)       # absent entries to a discarded slot
-        idx = torch.zeros(B, width + 1, dtype=torch.long).scatter_(1, slot, inv.tokens[cls])[:, :width]
+        tokens = inv.tokens.view(-1, W).index_select(0, cls)
+        idx = torch.zeros(B, width + 1, dtype=torch.long).scatter_(1, slot, tokens)[:, :width]
         count = torch.zeros(B, width + 1, dtype=torch.int32).scatter_(1, slot, count)[:, :width]
         return x, y, idx, count
 
     def _draw(self, batch_size: int, seq_len: int, gen: torch.Generator):
-        """(x, y, class [B], each context token's position in its class's support [B, L−1])."""
+        """(x, y, class [B], each context token's flat index in :class:`InverseCDF`'s rows [B, L−1])."""
         cls = torch.randint(self.K, (batch_size,), generator=gen)
         u = torch.rand(batch_size, seq_len - 1, generator=gen, dtype=torch.float64)
-        pos = self.inverse_cdf.positions(cls, u)
-        x = torch.cat([self.inverse_cdf.tokens[cls[:, None], pos], self.query[cls, None]], dim=1)
-        return x, self.next_token[cls], cls, pos
+        at = self.inverse_cdf.lookup(cls, u)
+        x = torch.cat([self.inverse_cdf.tokens.take(at), self.query[cls, None]], dim=1)
+        return x, self.next_token[cls], cls, at
 
 
 class InverseCDF:
-    """``torch.searchsorted(cdf[k], u, right=True).clamp(max=M−1)`` for rows k of a [K, M] CDF, bit for
-    bit (tested), in O(1) per draw instead of a binary search (~19 ns each on this CPU, the sampler's
-    main cost). Why it is exact:
+    """``torch.searchsorted(cdf[k], u, right=True).clamp(max=M−1)`` for rows k of a [K, M] CDF and u in
+    [0, 1) (``torch.rand``'s range), bit for bit (tested), in O(1) per draw instead of a binary search
+    (~19 ns each on this CPU, the sampler's main cost). Why it is exact:
 
-    * the answer, the first j with cdf[k, j] > u, is a point where row k's CDF steps up (or M−1, whose
-      value is set to 1): so each row keeps only those points (``tokens``, increasing; ``values`` their
-      CDF), and the answer is ``tokens[k, p]`` for p = #{values ≤ u};
-    * p is found from u's bucket of [0, 1) in 2^10 equal buckets (u·2^10 is exact): ``start[k, b]`` =
-      #{values < b/2^10} are certainly ≤ u, and at most ``window`` values lie in one bucket, so p =
-      start + #{the next ``window`` values ≤ u} (float64 comparisons, exact).
+    * the answer, the first j with cdf[k, j] > u, is a point where row k's CDF steps up, or M−1 (whose
+      value is set to 1 > u): each row keeps only those points (``tokens``, increasing; ``values``,
+      their CDF), and the answer is row k's token p for p = #{values ≤ u};
+    * p is found from u's bucket of [0, 1) in 2^10 equal buckets (u·2^10 is exact): the
+      #{values < b/2^10} first values of the row are certainly ≤ u, and at most ``window`` values lie in
+      one bucket, so p = that + #{the next ``window`` values ≤ u} (float64 comparisons, exact).
 
-    Hand-written: torch has no such lookup. Rows are padded (``tokens`` with M−1, ``values`` with +inf)."""
+    Rows are stored flat, ``width`` = (most points in a row) + ``window`` each, padded with token M−1 and
+    value +inf, so a lookup never leaves its row. Hand-written: torch has no such lookup."""
 
     BUCKETS = 1024
 
@@ -135,34 +137,27 @@ class InverseCDF:
         prev = torch.cat([torch.full((K, 1), -1.0, dtype=cdf.dtype), cdf[:, :-1]], 1)
         steps = cdf != prev
         steps[:, -1] = True
-        self.size = steps.sum(1)                                   # [K] points kept per row
-        P = int(self.size.max())
         edges = torch.arange(self.BUCKETS + 1, dtype=cdf.dtype) / self.BUCKETS
-        self.tokens = torch.full((K, P), M - 1, dtype=torch.long)
-        starts, values, window = [], [], 0
-        for k in range(K):
-            j = steps[k].nonzero().flatten()
-            self.tokens[k, :len(j)] = j
-            v = cdf[k, j]
-            below = torch.searchsorted(v, edges)                  # #{values < edge}
-            window = max(window, int((below[1:] - below[:-1]).max()))
-            starts.append(below[:-1])
-            values.append(v)
-        self.window = window
-        self.width = P + window
-        flat_values = torch.full((K, self.width), float("inf"), dtype=cdf.dtype)
-        for k, v in enumerate(values):
-            flat_values[k, :len(v)] = v
-        self.values = flat_values.flatten()
+        points = [steps[k].nonzero().flatten() for k in range(K)]
+        below = [torch.searchsorted(cdf[k, j], edges) for k, j in enumerate(points)]    # #{values < edge}
+        self.window = max(int((c[1:] - c[:-1]).max()) for c in below)
+        self.width = W = max(len(j) for j in points) + self.window
+        tokens = torch.full((K, W), M - 1, dtype=torch.long)
+        values = torch.full((K, W), float("inf"), dtype=cdf.dtype)
+        for k, j in enumerate(points):
+            tokens[k, :len(j)] = j
+            values[k, :len(j)] = cdf[k, j]
+        self.tokens, self.values = tokens.view(-1), values.view(-1)
         # bucket b of row k → the flat index of its first candidate
-        self.start = (torch.stack(starts) + (torch.arange(K) * self.width)[:, None]).flatten()
+        self.start = (torch.stack([c[:-1] for c in below]) + (torch.arange(K) * W)[:, None]).view(-1)
 
-    def positions(self, cls: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        """p [B, T] for classes ``cls`` [B] and uniforms ``u`` [B, T] in [0, 1): the draw is ``tokens[cls, p]``."""
-        at = self.start[(u * self.BUCKETS).long().add_((cls * self.BUCKETS)[:, None])]
+    def lookup(self, cls: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """For classes ``cls`` [B] and uniforms ``u`` [B, T] in [0, 1): each draw's flat index into
+        ``tokens`` (the drawn token is ``tokens.take(index)``)."""
+        at = self.start.take((u * self.BUCKETS).long().add_((cls * self.BUCKETS)[:, None]))
         for _ in range(self.window):
-            at += self.values[at] <= u
-        return torch.minimum(at - (cls * self.width)[:, None], (self.size[cls] - 1)[:, None])
+            at += self.values.take(at) <= u
+        return at
 
 
 def build(cfg: ScanSnapDataConfig) -> SequenceClasses:

@@ -70,10 +70,11 @@ def fig6_spec(grid: dict = FIG6, overrides: list[str] = ()) -> dict:
     The authors' command (docs/reproductions/scan-snap.md#the-authors-commands): Syn-Medium, SGD momentum 0.9,
     batch 128, length 128, 100 steps, PyTorch-default init. Each panel's 10 seeds × 16 learning-rate pairs train as
     two ensemble jobs of 5 seeds (the sweep's default ``job_members``, so two workers share the largest panel).
-    Probes only at the start and the end (the sweep needs only the final weights).
+    Probes only at the start and the end, and only the final checkpoint (the sweep needs only the final weights).
     """
     base = yz_config(data.syn_medium(grid["num_last"][0]), steps=grid["steps"], init="torch_default")
     base["probes"] = {"names": [], "every": grid["steps"] or 1}
+    base["checkpoint"]["initial"] = False     # the analyses read only the final state
     pairs = [(ez, ez * r) for ez in grid["etas_z"] for r in grid["ratios"]]
     return {"config": base, "set": list(overrides),
             "axes": {"grid": {"data.num_last": grid["num_last"]},

@@ -109,7 +109,7 @@ class YZModel(nn.Module):
         support once per data stream; members that share a stream share it). Without it (or with
         ``include_query_key``) attention runs over every key position.
 
-        Two more entries, :func:`key_bags` of ``idx``, let the decoder multiply only the rows of Y on
+        Three more entries, :func:`key_bags` of ``idx``, let the decoder multiply only the rows of Y on
         each sample's support where that is cheaper (:func:`support_decoder_applies`,
         :func:`support_decode`); the logits equal the dense ``u @ Y`` to float rounding.
         """
@@ -122,7 +122,7 @@ class YZModel(nn.Module):
             if len(support) > 2 and support_decoder_applies(self.cfg, M, keys.shape[-1]):
                 # keys are distinct within a sample, so ‖Xᵀb‖ = ‖b‖ over the support
                 u = F.normalize(b, dim=-1) if self.cfg.normalize else b
-                return support_decode(u, keys, Y, support[2:4])
+                return support_decode(u, keys, Y, support[2:5])
         else:
             b, keys = self.attention(x)
         Xb = torch.zeros(*keys.shape[:2], M, dtype=b.dtype, device=b.device).scatter_add_(2, keys, b)  # Xᵀb
@@ -172,14 +172,15 @@ def support_decoder_applies(cfg: YZConfig, M: int, P: int) -> bool:
     return cfg.parameterization == "yz" and not cfg.residual and not cfg.include_query_key and 3 * P <= M
 
 
-def key_bags(idx: torch.Tensor, M: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The support transposed, for the decoder's gradient: ``(order, counts)`` with ``order`` [..., B·P]
-    the support entries (flat over B, P) sorted by key (stable) and ``counts`` [..., M] the entries per
-    key. Data only, computed once per data stream (members sharing a stream share it)."""
+def key_bags(idx: torch.Tensor, M: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The support transposed, for the decoder's gradient: ``(order, counts, sample)`` with ``order``
+    [..., B·P] the support entries (flat over B, P) sorted by key (stable), ``counts`` [..., M] the
+    entries per key and ``sample`` [..., B·P] the sample of each entry of ``order`` (``order // P``).
+    Data only, computed once per data stream (members sharing a stream share it)."""
     flat = idx.reshape(*idx.shape[:-2], -1)
     order = torch.sort(flat, dim=-1, stable=True).indices
     counts = torch.zeros(*flat.shape[:-1], M, dtype=torch.long).scatter_add_(-1, flat, torch.ones_like(flat))
-    return order, counts
+    return order, counts, order // idx.shape[-1]
 
 
 class _SupportDecoder(torch.autograd.Function):
@@ -194,35 +195,37 @@ class _SupportDecoder(torch.autograd.Function):
     [S·M, M] table, member s's key k being row s·M + k."""
 
     @staticmethod
-    def forward(ctx, u_p, Y, keys, order, counts):
+    def forward(ctx, u_p, Y, keys, order, counts, sample):
         S, B, P = u_p.shape
         M = Y.shape[-1]
-        logits = F.embedding_bag(_table_rows(keys, M).view(S * B, P), Y.reshape(S * M, M), mode="sum",
+        rows = _table_rows(keys, M)
+        logits = F.embedding_bag(rows.view(S * B, P), Y.reshape(S * M, M), mode="sum",
                                  per_sample_weights=u_p.reshape(S * B, P))
-        ctx.save_for_backward(u_p, Y, keys, order, counts)
+        ctx.save_for_backward(u_p, Y, keys, rows, order, counts, sample)
         return logits.view(S, B, M)
 
     @staticmethod
     def backward(ctx, G):
-        u_p, Y, keys, order, counts = ctx.saved_tensors
+        u_p, Y, keys, rows, order, counts, sample = ctx.saved_tensors
         S, B, P = u_p.shape
         M = Y.shape[-1]
         dev = G.device
         du = dY = None
         if ctx.needs_input_grad[0] and M >= 8 * P:     # one dot product per support entry
             du = torch.ops.aten._embedding_bag_per_sample_weights_backward(
-                G.reshape(S * B, M).contiguous(), Y.reshape(S * M, M), _table_rows(keys, M).flatten(),
+                G.reshape(S * B, M).contiguous(), Y.reshape(S * M, M), rows.view(-1),
                 torch.arange(0, S * B * P, P, device=dev), torch.arange(S * B, device=dev).repeat_interleave(P),
                 0, -1).view(S, B, P)
         elif ctx.needs_input_grad[0]:                  # below that, the dense G Yᵀ is faster (per-dot overhead)
             du = torch.bmm(G, Y.transpose(1, 2)).gather(2, keys)
         if ctx.needs_input_grad[1]:
             first = torch.arange(S, device=dev) * (B * P)                   # each member's first entry
-            entry = (order + first[:, None]).flatten()                      # entries by (member, key)
-            offsets = (counts.cumsum(1) - counts + first[:, None]).flatten()
-            dY = F.embedding_bag(entry // P, G.reshape(S * B, M), offsets, mode="sum",
-                                 per_sample_weights=u_p.flatten()[entry]).view(S, M, M)
-        return du, dY, None, None, None
+            entry = (order + first[:, None]).view(-1)                       # entries by (member, key)
+            offsets = (counts.cumsum(1) - counts + first[:, None]).view(-1)
+            bag_rows = (sample + (torch.arange(S, device=dev) * B)[:, None]).view(-1)   # = entry // P
+            dY = F.embedding_bag(bag_rows, G.reshape(S * B, M), offsets, mode="sum",
+                                 per_sample_weights=u_p.reshape(-1).take(entry)).view(S, M, M)
+        return du, dY, None, None, None, None
 
 
 def _table_rows(keys: torch.Tensor, M: int) -> torch.Tensor:
@@ -232,7 +235,7 @@ def _table_rows(keys: torch.Tensor, M: int) -> torch.Tensor:
 
 
 def support_decode(u_p: torch.Tensor, keys: torch.Tensor, Y: torch.Tensor,
-                   bags: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+                   bags: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """Logits Σ_p u_p Y[keys_p], [S, B, M], for attended vectors on their supports ``keys`` [S, B, P]
     (values ``u_p``; padding entries have value 0) with ``bags`` = :func:`key_bags` of ``keys``."""
     return _SupportDecoder.apply(u_p, Y, keys, *bags)

@@ -133,7 +133,8 @@ def _stack(batches: list[Any], index: torch.Tensor) -> Any:
         return None
     if isinstance(first, torch.Tensor):
         s = torch.stack(batches)
-        return s if len(batches) == len(index) and bool((index == torch.arange(len(index))).all()) else s[index]
+        return s if len(batches) == len(index) and bool((index == torch.arange(len(index))).all()) \
+            else s.index_select(0, index.to(s.device))
     if isinstance(first, dict):
         return {k: _stack([b[k] for b in batches], index) for k in first}
     if isinstance(first, (list, tuple)):
@@ -170,7 +171,7 @@ class Steps:
 def checkpoint_schedule(cfg: RunConfig) -> Steps:
     T = cfg.optim.steps
     c = cfg.checkpoint
-    steps = {0} | {s for s in c.steps if s < T}
+    steps = ({0} if c.initial else set()) | {s for s in c.steps if s < T}
     if c.schedule == "log" and T > 1:
         steps |= {min(T - 1, int(round(10 ** (i * math.log10(T - 1) / max(c.num - 1, 1))))) for i in range(c.num)}
     elif c.schedule == "linear":
@@ -438,26 +439,27 @@ class Job:
                     for n, p in self.params.items():
                         scalars[f"update_norm/{n}"] = (p.detach() - before[n]).reshape(S, -1).norm(dim=1)
                 raw = {k: v.cpu().tolist() for k, v in scalars.items()}
+                active = self.active.tolist()     # Python lists: S tensor indexings per step cost ~0.5 ms
                 # member -> (what diverged, whether the state at this step is still good: an update's overflow)
-                why = {i: (f"loss = {loss_vals[i]}", False) for i in range(S) if newly[i]}
+                why = {i: (f"loss = {loss_vals[i]}", False) for i, n in enumerate(newly.tolist()) if n}
                 for k, v in raw.items():   # parameters or updates overflowing: diverged, even at a finite loss
                     if k.startswith(_NORMS):
                         for i, x in enumerate(v):
-                            if self.active[i] and not math.isfinite(x) and (i not in why or why[i][1]):
+                            if active[i] and not math.isfinite(x) and (i not in why or why[i][1]):
                                 why[i] = (f"{k} = {x}", k.startswith("update_norm/"))
-                newly = newly | torch.tensor([i in why for i in range(S)])
+                newly = torch.tensor([i in why for i in range(S)], dtype=torch.bool)
                 sc = {k: [x if math.isfinite(x) else None for x in v] for k, v in raw.items()}
-                for i in range(S):
-                    if newly[i]:
+                for i in range(S) if why or evaluating else ():
+                    if i in why:
                         self.records[i].append({"step": step, "loss": None, "diverged": True})
                         self._set_status([i], "diverged", f"diverged at step {step}: {why[i][0]}; "
                                                           f"{self._last_good(step + why[i][1])}")
-                    elif self.active[i] and evaluating:
+                    elif active[i] and evaluating:
                         self.records[i].append({"step": step, "loss": loss_vals[i]} | {k: v[i] for k, v in sc.items()})
                         for sink in sinks:
                             sink.log(i, self.records[i][-1])
                 if evaluating and not bar.disable:
-                    good = [x for x, a in zip(loss_vals, self.active.tolist()) if a and math.isfinite(x)]
+                    good = [x for x, a in zip(loss_vals, active) if a and math.isfinite(x)]
                     if good:
                         bar.set_postfix(loss=f"{min(good):.4g}" + (f"..{max(good):.4g}" if len(good) > 1 else ""),
                                         refresh=False)
