@@ -100,9 +100,14 @@ def test_dumps_json_is_json_dumps_with_indent_2():
             1.5, "s", None, 7, {1: 2, "b": {None: 1}}, {"a": {2.5: [True]}}]
     for o in objs:
         assert runs.dumps_json(o) == json.dumps(o, indent=2, allow_nan=False), o
-    for bad in (math.nan, {"a": [math.inf]}, [{"x": -math.inf}]):
-        with pytest.raises(ValueError, match="not JSON compliant"):
+    loop = []
+    loop.append(loop)
+    for bad in (math.nan, {"a": [math.inf]}, [{"x": -math.inf}], loop):   # json.dumps's own error, word for word
+        with pytest.raises(ValueError) as ours:
             runs.dumps_json(bad)
+        with pytest.raises(ValueError) as theirs:
+            json.dumps(bad, indent=2, allow_nan=False)
+        assert str(ours.value) == str(theirs.value)
     with pytest.raises(TypeError, match="not JSON serializable"):
         runs.dumps_json({"a": object()})
 
@@ -116,6 +121,7 @@ def test_atomic_write_many(tmp_path, monkeypatch, n, syncfs):
 
     if syncfs and runs._SYNCFS is None:
         pytest.skip("no syncfs on this platform")   # (the else-branch of the parametrisation still runs)
+    assert runs._SYNCFS is None or runs._syncfs_covers(os.stat(tmp_path).st_dev) in (True, False)
     calls = {"fsync": 0, "syncfs": 0}
     real_fsync, real_syncfs = os.fsync, runs._SYNCFS
 
@@ -129,6 +135,7 @@ def test_atomic_write_many(tmp_path, monkeypatch, n, syncfs):
 
     monkeypatch.setattr(runs.os, "fsync", fsync)
     monkeypatch.setattr(runs, "_SYNCFS", fake_syncfs if syncfs else None)
+    monkeypatch.setattr(runs, "_syncfs_covers", lambda dev: syncfs)   # whatever filesystem tmp_path is on
     files = [(tmp_path / f"r{i}" / "sub" / "f.json", f"data {i}\n".encode() * (i + 1)) for i in range(n)]
     runs.atomic_write_many(iter(files))   # a generator is fine
     for p, data in files:
@@ -156,3 +163,27 @@ def test_atomic_write_many_failing_midway_changes_nothing(tmp_path, n):
         runs.atomic_write_many(files())
     assert old.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_a_failing_syncfs_renames_nothing(tmp_path, monkeypatch):
+    """A batch whose syncfs reports an error (a write-back failed) raises it and leaves no file in place
+    and no temp file behind."""
+    monkeypatch.setattr(runs, "_SYNCFS", lambda fd: -1)
+    monkeypatch.setattr(runs, "_syncfs_covers", lambda dev: True)
+    with pytest.raises(OSError, match="syncfs"):
+        runs.atomic_write_many((tmp_path / f"f{i}", b"x") for i in range(6))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_mount_types():
+    """Device numbers and filesystem types read from /proc/self/mountinfo lines (its documented format:
+    field 3 is major:minor, the type follows the ' - ' separator; optional fields may precede it)."""
+    import os
+
+    text = ("22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw,discard\n"
+            "40 22 0:36 / /work rw master:5 shared:9 - fuse.sshfs host:/x rw\n"
+            "41 22 0:37 / /run rw - tmpfs tmpfs rw\n"
+            "garbage line\n")
+    assert runs.mount_types(text) == {os.makedev(254, 0): "ext4", os.makedev(0, 36): "fuse.sshfs",
+                                      os.makedev(0, 37): "tmpfs"}
+    assert "fuse.sshfs" not in runs.SYNCFS_FILESYSTEMS and "ext4" in runs.SYNCFS_FILESYSTEMS

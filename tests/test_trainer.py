@@ -446,3 +446,39 @@ def test_without_the_initial_checkpoint(tmp_path):
     assert runs.Run(without[1]).status == "finished"
     again = runs.load_checkpoint(without[1])
     assert all(torch.equal(v, again[k]) for k, v in final.items() if k.startswith("param/"))
+
+
+class FailingTask(Task):
+    """The quadratic loss of w, raising at its 6th evaluation (step 5)."""
+
+    def __init__(self, cfg, members):
+        self.model = torch.nn.Module()
+        self.model.w = torch.nn.Parameter(torch.ones(len(members), 2))
+        self.calls = 0
+
+    def sample(self, gen):
+        return None
+
+    def loss(self, batch):
+        self.calls += 1
+        if self.calls == 6:
+            raise RuntimeError("the task broke")
+        return (self.model.w ** 2).sum(1)
+
+
+register_task("test_failing", QuadData, QuadModel, "raises at step 5 (tests only)")(FailingTask)
+
+
+@pytest.mark.parametrize("initial", [True, False])
+def test_a_failed_run_keeps_its_records(tmp_path, initial):
+    """A job whose task raises marks its runs failed and keeps the records before the failure, also
+    without a step-0 checkpoint (no metrics file had been written yet); the run reads like any other."""
+    cfg = {"task": "test_failing", "seeds": [0, 1], "probes": {"every": 1},
+           "optim": {"steps": 20, "groups": {"w": {"params": ["w"], "lr": 0.1}}},
+           "checkpoint": {"schedule": "none", "initial": initial}}
+    with pytest.raises(RuntimeError, match="the task broke"):
+        train(cfg, tmp_path / "r", progress=False)
+    for d in sorted(p for p in (tmp_path / "r").iterdir() if p.is_dir()):
+        r = runs.Run(d)
+        assert r.status == "failed" and "the task broke" in r.meta["message"]
+        assert [m["step"] for m in r.metrics] == [0, 1, 2, 3, 4]

@@ -540,8 +540,18 @@ def _run_guarded(job: Job, start: int) -> None:
     except KeyboardInterrupt:
         raise
     except Exception as e:
-        job._set_status([i for i, d in enumerate(job.dirs) if runs.read_meta(d)["status"] == "running"], "failed",
-                        f"{type(e).__name__}: {e}")
+        try:                   # the records up to the failure are kept (best effort: the error is what matters)
+            job._flush()
+        except Exception:
+            log.warning("could not write the metrics of the failed job %s", job.resume_dir)
+        running = []
+        for i, d in enumerate(job.dirs):
+            try:
+                if runs.read_meta(d)["status"] == "running":
+                    running.append(i)
+            except runs.CorruptFile:   # unreadable meta.json: left as it is, the others are marked
+                pass
+        job._set_status(running, "failed", f"{type(e).__name__}: {e}")
         raise
 
 
