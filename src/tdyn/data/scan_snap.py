@@ -123,24 +123,27 @@ class InverseCDF:
     * the answer, the first j with cdf[k, j] > u, is a point where row k's CDF steps up, or M−1 (whose
       value is set to 1 > u): each row keeps only those points (``tokens``, increasing; ``values``,
       their CDF), and the answer is row k's token p for p = #{values ≤ u};
-    * p is found from u's bucket of [0, 1) in 2^10 equal buckets (u·2^10 is exact): the
-      #{values < b/2^10} first values of the row are certainly ≤ u, and at most ``window`` values lie in
-      one bucket, so p = that + #{the next ``window`` values ≤ u} (float64 comparisons, exact).
+    * p is found from u's bucket b of [0, 1) in N = 2^10 equal buckets (u·N is exact): the
+      #{values < b/N} first values of the row are certainly ≤ u, and at most ``window`` values lie in
+      one bucket, so p = that + #{the next ``window`` values ≤ u} (float64 comparisons, exact). Where a
+      bucket would hold more than 8 values, N grows (up to 2^16), so a lookup stays a few passes.
 
     Rows are stored flat, ``width`` = (most points in a row) + ``window`` each, padded with token M−1 and
     value +inf, so a lookup never leaves its row. Hand-written: torch has no such lookup."""
-
-    BUCKETS = 1024
 
     def __init__(self, cdf: torch.Tensor):
         K, M = cdf.shape
         prev = torch.cat([torch.full((K, 1), -1.0, dtype=cdf.dtype), cdf[:, :-1]], 1)
         steps = cdf != prev
         steps[:, -1] = True
-        edges = torch.arange(self.BUCKETS + 1, dtype=cdf.dtype) / self.BUCKETS
         points = [steps[k].nonzero().flatten() for k in range(K)]
-        below = [torch.searchsorted(cdf[k, j], edges) for k, j in enumerate(points)]    # #{values < edge}
-        self.window = max(int((c[1:] - c[:-1]).max()) for c in below)
+        for bits in (10, 12, 14, 16):
+            self.buckets = 1 << bits
+            edges = torch.arange(self.buckets + 1, dtype=cdf.dtype) / self.buckets
+            below = [torch.searchsorted(cdf[k, j], edges) for k, j in enumerate(points)]    # #{values < edge}
+            self.window = max(int((c[1:] - c[:-1]).max()) for c in below)
+            if self.window <= 8:
+                break
         self.width = W = max(len(j) for j in points) + self.window
         tokens = torch.full((K, W), M - 1, dtype=torch.long)
         values = torch.full((K, W), float("inf"), dtype=cdf.dtype)
@@ -154,7 +157,7 @@ class InverseCDF:
     def lookup(self, cls: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """For classes ``cls`` [B] and uniforms ``u`` [B, T] in [0, 1): each draw's flat index into
         ``tokens`` (the drawn token is ``tokens.take(index)``)."""
-        at = self.start.take((u * self.BUCKETS).long().add_((cls * self.BUCKETS)[:, None]))
+        at = self.start.take((u * self.buckets).long().add_((cls * self.buckets)[:, None]))
         for _ in range(self.window):
             at += self.values.take(at) <= u
         return at
