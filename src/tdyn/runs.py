@@ -179,7 +179,7 @@ def atomic_write_many(files: Iterable[tuple[Path, bytes]]) -> None:
     ``data`` is written as it comes, never all held. A failure leaves each file either as before or
     wholly new (its temp file removed)."""
     made: dict[Path, bool] = {}     # parent → whether its filesystem is synced once for the batch
-    fs: dict[int, int] = {}          # device → an fd of a directory on it, for syncfs
+    fs: dict[int, tuple[int, Path]] = {}    # device → (fd, path) of a directory on it, for syncfs
     temps: list[tuple[str, Path]] = []
     held: list[int] = []             # fds of the first batched files, fsynced one by one if the batch stays small
     batched = renamed = 0
@@ -193,7 +193,7 @@ def atomic_write_many(files: Iterable[tuple[Path, bytes]]) -> None:
                 dev = os.stat(parent).st_dev
                 made[parent] = _syncfs_covers(dev)
                 if made[parent] and dev not in fs:
-                    fs[dev] = os.open(parent, os.O_RDONLY)
+                    fs[dev] = (os.open(parent, os.O_RDONLY), parent)
             fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.tdyn-{writer_tag()}.", suffix=".tmp")
             temps.append((tmp, path))
             try:
@@ -215,10 +215,10 @@ def atomic_write_many(files: Iterable[tuple[Path, bytes]]) -> None:
                 while held:
                     os.close(held.pop())
         if batched >= _BATCH_SYNC:
-            for dev, dfd in fs.items():
+            for dfd, d in fs.values():
                 if _SYNCFS(dfd) != 0:
                     e = ctypes.get_errno()
-                    raise OSError(e, f"syncfs of the filesystem of {str(temps[0][1].parent)!r}: {os.strerror(e)}")
+                    raise OSError(e, f"syncfs of the filesystem of {str(d)!r}: {os.strerror(e)}")
         while held:
             os.fsync(held[0])
             os.close(held.pop(0))
@@ -231,7 +231,7 @@ def atomic_write_many(files: Iterable[tuple[Path, bytes]]) -> None:
                 os.unlink(tmp)
         raise
     finally:
-        for fd in held + list(fs.values()):
+        for fd in held + [dfd for dfd, _ in fs.values()]:
             os.close(fd)
 
 
