@@ -121,10 +121,11 @@ def test_inverse_cdf_is_searchsorted(which):
 
 
 @pytest.mark.parametrize("which", ["syn_small", "medium_3", "medium_10", "group_commons", "hostile"])
-def test_sample_support_is_key_support(which):
-    """sample_support draws what sample draws, and its support is key_support(x) exactly (tokens,
-    counts, order, padding), at the task's width; a narrower width is refused the same way."""
-    from tdyn.models.yz import key_support
+def test_sampler_counts_pack_to_key_support(which):
+    """sample_counts draws what sample draws, and its counts packed (pack_support, as the task does) are
+    key_support(x) exactly (tokens, counts, order, padding), at the task's width; a narrower width is
+    refused the same way."""
+    from tdyn.models.yz import key_support, pack_support
 
     d = {"syn_small": lambda: _dist(**ss.SYN_SMALL), "medium_3": lambda: _dist(**ss.syn_medium(3)),
          "medium_10": lambda: _dist(**ss.syn_medium(10)),
@@ -133,7 +134,8 @@ def test_sample_support_is_key_support(which):
     width = int((d.table > 0).sum(1).max())
     for seed, (B, L) in enumerate([(128, 128), (7, 3), (64, 40)]):
         x, y = d.sample(B, L, torch.Generator().manual_seed(seed))
-        x2, y2, idx, count = d.sample_support(B, L, torch.Generator().manual_seed(seed), min(width, L - 1))
+        x2, y2, tokens, counts = d.sample_counts(B, L, torch.Generator().manual_seed(seed))
+        idx, count = pack_support(counts, tokens, min(width, L - 1))
         assert torch.equal(x, x2) and torch.equal(y, y2)
         ref = key_support(x, d.M, min(width, L - 1))
         assert torch.equal(idx, ref[0]) and torch.equal(count, ref[1]) and count.dtype == ref[1].dtype
@@ -141,8 +143,9 @@ def test_sample_support_is_key_support(which):
         c = torch.randint(d.K, (B,), generator=g)
         u = torch.rand(B, L - 1, generator=g, dtype=torch.float64)
         assert torch.equal(x[:, :-1], _reference_draw(d, c, u)) and torch.equal(y, d.next_token[c])
+    _, _, tokens, counts = d.sample_counts(16, 64, torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="distinct keys, more than width 2"):
-        d.sample_support(16, 64, torch.Generator().manual_seed(0), 2)
+        pack_support(counts, tokens, 2)
 
 
 def test_yz_forward_hand_computed():

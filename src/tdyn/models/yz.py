@@ -149,17 +149,26 @@ def key_support(x: torch.Tensor, M: int, width: int | None = None) -> tuple[torc
     flat = keys.reshape(-1, keys.shape[-1])
     count = torch.zeros(flat.shape[0], M, dtype=torch.int32, device=x.device).scatter_add_(
         1, flat, torch.ones(flat.shape, dtype=torch.int32, device=x.device))
+    idx, count = pack_support(count, torch.arange(M, device=x.device).expand_as(count), width)
+    return idx.view(*keys.shape[:-1], -1), count.view(*keys.shape[:-1], -1)
+
+
+def pack_support(count: torch.Tensor, tokens: torch.Tensor, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The support of each row of a count table: ``count`` [N, C] (how often each column's token occurs)
+    and ``tokens`` [N, C] (the columns' tokens, increasing along a row) → ``(idx, count)`` [N, P], the
+    columns with a count, left-packed in column order, padded with token 0 at count 0. ``P = width`` or the
+    most present columns in a row (more than ``width`` is a ValueError). :func:`key_support` packs a
+    [B, M] histogram; the Scan and Snap task packs the sampler's counts per class support
+    (``SequenceClasses.sample_counts``), the same tensors without the [B, M] histogram."""
     present = count > 0
-    n = present.sum(1)
-    P = int(n.max()) if width is None else width
-    if int(n.max()) > P:
-        raise ValueError(f"key_support: a sequence has {int(n.max())} distinct keys, more than width {P}")
-    slot = torch.where(present, present.cumsum(1) - 1, P)        # absent tokens to a discarded slot P
-    idx = torch.zeros(flat.shape[0], P + 1, dtype=torch.long, device=x.device).scatter_(
-        1, slot, torch.arange(M, device=x.device).expand_as(slot))[:, :P]
-    real = torch.arange(P, device=x.device) < n[:, None]
-    idx = torch.where(real, idx, 0)
-    return idx.view(*keys.shape[:-1], P), torch.where(real, count.gather(1, idx), 0).view(*keys.shape[:-1], P)
+    n = int(present.sum(1).max())
+    P = n if width is None else width
+    if n > P:
+        raise ValueError(f"key_support: a sequence has {n} distinct keys, more than width {P}")
+    slot = torch.where(present, present.cumsum(1) - 1, P)        # absent columns to a discarded slot P
+    N = count.shape[0]
+    idx = torch.zeros(N, P + 1, dtype=torch.long, device=count.device).scatter_(1, slot, tokens)[:, :P]
+    return idx, torch.zeros(N, P + 1, dtype=count.dtype, device=count.device).scatter_(1, slot, count)[:, :P]
 
 
 # ---------------------------------------------------------------- the decoder on the attended vector's support

@@ -10,7 +10,7 @@ import torch
 
 from tdyn.data import scan_snap as data
 from tdyn.data.scan_snap import ScanSnapDataConfig  # noqa: F401  (the data section)
-from tdyn.models.yz import YZConfig, YZModel, key_bags, member_size, support_decoder_applies
+from tdyn.models.yz import YZConfig, YZModel, key_bags, member_size, pack_support, support_decoder_applies
 from tdyn.tasks.base import Member, Task, register_task
 from tdyn.train.seeding import generator
 
@@ -54,11 +54,12 @@ class ScanSnapTask(Task):
         """``(x, y, support)``: the tokens, the next tokens, and each sequence's distinct keys with
         their counts (:func:`~tdyn.models.yz.key_support`, computed here once per data stream) and, where
         the model decodes on the support, the support by key (:func:`~tdyn.models.yz.key_bags`). The support
-        comes from the sampler (:meth:`~tdyn.data.scan_snap.SequenceClasses.sample_support`), equal to
-        ``key_support(x)``."""
+        is packed from the sampler's counts per class support
+        (:meth:`~tdyn.data.scan_snap.SequenceClasses.sample_counts`, :func:`~tdyn.models.yz.pack_support`),
+        equal to ``key_support(x)``."""
         width = min(self.support_width, self.data_cfg.seq_len - 1)
-        x, y, idx, count = self.dist.sample_support(self.data_cfg.batch_size, self.data_cfg.seq_len, gen, width)
-        support = (idx, count)
+        x, y, tokens, count = self.dist.sample_counts(self.data_cfg.batch_size, self.data_cfg.seq_len, gen)
+        support = pack_support(count, tokens, width)
         if support_decoder_applies(self.model.cfg, self.dist.M, width):
             support = (*support, *key_bags(support[0], self.dist.M))
         return x, y, support
