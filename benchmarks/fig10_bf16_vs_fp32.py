@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -34,17 +35,6 @@ def _cells(out: Path) -> dict[tuple[str, str, str], dict[int, float]]:
     return cells
 
 
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs)
-
-
-def _se(xs: list[float]) -> float:
-    if len(xs) < 2:
-        return math.nan
-    m = _mean(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
-
-
 def compare(fp32: Path, bf16: Path, dest: Path) -> tuple[Path, Path]:
     a, b = _cells(fp32), _cells(bf16)
     if a.keys() != b.keys():
@@ -55,9 +45,11 @@ def compare(fp32: Path, bf16: Path, dest: Path) -> tuple[Path, Path]:
             raise SystemExit(f"cell {key}: seeds {sorted(a[key])} in {fp32} but {sorted(b[key])} in {bf16}")
         seeds = sorted(a[key])
         xa, xb = [a[key][s] for s in seeds], [b[key][s] for s in seeds]
-        diff, se = _mean(xb) - _mean(xa), _se(xa)
+        ma, mb = statistics.fmean(xa), statistics.fmean(xb)
+        diff = mb - ma
+        se = statistics.stdev(xa) / math.sqrt(len(xa)) if len(xa) > 1 else math.nan   # the seeds' standard error
         rows.append({"corpus": key[0], "panel": key[1], "cell": key[2], "seeds": len(seeds),
-                     "fp32_mean": f"{_mean(xa):.5g}", "bf16_mean": f"{_mean(xb):.5g}", "bf16_minus_fp32": f"{diff:.5g}",
+                     "fp32_mean": f"{ma:.5g}", "bf16_mean": f"{mb:.5g}", "bf16_minus_fp32": f"{diff:.5g}",
                      "fp32_seed_se": f"{se:.5g}", "diff_over_se": f"{diff / se:.5g}" if se > 0 else "nan",
                      "max_abs_paired_diff": f"{max(abs(p - q) for p, q in zip(xa, xb)):.5g}"})
     cols = ["corpus", "panel", "cell", "seeds", "fp32_mean", "bf16_mean", "bf16_minus_fp32", "fp32_seed_se",

@@ -242,23 +242,24 @@ def atomic_write_text(path: Path, text: str) -> None:
 _leaf = json.JSONEncoder(allow_nan=False).encode    # one value: C-encoded (a container is never passed)
 
 
-def _indented(obj: Any, pad: str) -> str:
-    if isinstance(obj, dict) and obj:
-        inner = pad + "  "
-        if not all(type(k) is str for k in obj):
-            raise _NotPlain
-        items = (f"{inner}{_leaf(k)}: {_indented(v, inner)}" for k, v in obj.items())
-    elif isinstance(obj, (list, tuple)) and obj:
-        inner = pad + "  "
-        items = (inner + _indented(v, inner) for v in obj)
-    else:
-        return "{}" if isinstance(obj, dict) else "[]" if isinstance(obj, (list, tuple)) else _leaf(obj)
-    body = ",\n".join(items)
-    return f"{'{' if isinstance(obj, dict) else '['}\n{body}\n{pad}{'}' if isinstance(obj, dict) else ']'}"
-
-
 class _NotPlain(Exception):
     """A dict key that is not a str: left to json.dumps, which converts it."""
+
+
+def _indented(obj: Any, pad: str) -> str:
+    """``obj`` as json.dumps(indent=2) writes it at indentation ``pad``: containers here, values by json's C encoder."""
+    inner = pad + "  "
+    if isinstance(obj, dict):
+        if not obj:
+            return "{}"
+        if not all(type(k) is str for k in obj):
+            raise _NotPlain
+        return "{\n" + ",\n".join(f"{inner}{_leaf(k)}: {_indented(v, inner)}" for k, v in obj.items()) + f"\n{pad}}}"
+    if isinstance(obj, (list, tuple)):
+        if not obj:
+            return "[]"
+        return "[\n" + ",\n".join(inner + _indented(v, inner) for v in obj) + f"\n{pad}]"
+    return _leaf(obj)
 
 
 def dumps_json(obj: Any) -> str:
