@@ -314,3 +314,33 @@ def test_sweep_repairs_a_damaged_finished_run(built, tmp_path):
     assert {x["status"] for x in runs.read_sweep(d)["runs"]} == {"finished"}
     assert {n: (d / n / runs.METRICS).read_text() for n in names} == ref
     assert runs.read_meta(d / names[0])["status"] == "finished"
+
+
+def test_checkpoint_metadata_from_the_header_alone(built, tmp_path):
+    """read_checkpoint_metadata (the sweep's check of runs it has just trained) returns what
+    read_checkpoint returns as metadata, from the header; a cut header or a missing file is a
+    CorruptFile naming it. The light check (tensors=False) still finds a finished run whose final
+    checkpoint is missing or holds another step, and only the full check finds a flipped tensor bit."""
+    from tdyn.sweep import run_statuses
+
+    d = tmp_path / "sw"
+    shutil.copytree(built["sweep"], d)
+    names = [r["name"] for r in runs.read_sweep(d)["runs"]]
+    final = d / names[0] / runs.CKPT_DIR / runs.FINAL
+    assert runs.read_checkpoint_metadata(final) == runs.read_checkpoint(final)[1]
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(final.read_bytes()[:20])
+    with pytest.raises(runs.CorruptFile, match="cut.safetensors.*truncated or garbled"):
+        runs.read_checkpoint_metadata(cut)
+    with pytest.raises(runs.CorruptFile, match="is missing"):
+        runs.read_checkpoint_metadata(tmp_path / "none.safetensors")
+    damage(final, "bitflip")
+    dirs = [d / n for n in names]
+    assert run_statuses(dirs, tensors=False)[names[0]] == "finished"
+    assert run_statuses(dirs)[names[0]] == "damaged"
+    other = d / names[1] / runs.CKPT_DIR / runs.FINAL
+    tensors, meta = runs.read_checkpoint(other)
+    runs.save_checkpoint(d / names[1], "final", tensors, {k: v for k, v in meta.items() if k != "sha256"} | {"step": "1"})
+    final.unlink()
+    assert run_statuses(dirs, tensors=False) == {names[0]: "damaged", names[1]: "damaged"} | {
+        n: "finished" for n in names[2:]}

@@ -122,7 +122,8 @@ def test_inverse_cdf_is_searchsorted(which):
 
 @pytest.mark.parametrize("which", ["syn_small", "medium_3", "medium_10", "group_commons", "hostile"])
 def test_sampler_counts_pack_to_key_support(which):
-    """sample_counts draws what sample draws, and its counts packed (pack_support, as the task does) are
+    """sample_counts draws what sample draws (with ``context=False``: the same, x only its query column),
+    and its counts packed (pack_support, as the task does) are
     key_support(x) exactly (tokens, counts, order, padding), at the task's width; a narrower width is
     refused the same way."""
     from tdyn.models.yz import key_support, pack_support
@@ -137,6 +138,8 @@ def test_sampler_counts_pack_to_key_support(which):
         x2, y2, tokens, counts = d.sample_counts(B, L, torch.Generator().manual_seed(seed))
         idx, count = pack_support(counts, tokens, min(width, L - 1))
         assert torch.equal(x, x2) and torch.equal(y, y2)
+        xq, yq, tq, cq = d.sample_counts(B, L, torch.Generator().manual_seed(seed), context=False)
+        assert torch.equal(xq, x[:, -1:]) and torch.equal(yq, y) and torch.equal(tq, tokens) and torch.equal(cq, counts)
         ref = key_support(x, d.M, min(width, L - 1))
         assert torch.equal(idx, ref[0]) and torch.equal(count, ref[1]) and count.dtype == ref[1].dtype
         g = torch.Generator().manual_seed(seed)     # the draws are the reference sampler's

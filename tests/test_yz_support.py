@@ -36,7 +36,8 @@ def test_support_form_equals_key_positions(normalize):
     g = torch.Generator().manual_seed(1)
     xs, ys = zip(*[d.sample(32, 40, g) for _ in range(S)])
     x, y = torch.stack(xs), torch.stack(ys)
-    support = tuple(t for t in key_support(x, d.M, width=int((d.table > 0).sum(1).max())))
+    idx, count = key_support(x, d.M, width=int((d.table > 0).sum(1).max()))
+    support = (idx, count.double().log())
     grads = []
     for sup in (support, None):
         out = m(x, sup)
@@ -66,7 +67,8 @@ def test_support_decoder_equals_dense(num_last, L):
     g = torch.Generator().manual_seed(1)
     xs, ys = zip(*[d.sample(32, L, g) for _ in range(S)])
     x, y = torch.stack(xs), torch.stack(ys)
-    sup = key_support(x, d.M, width=min(L - 1, int((d.table > 0).sum(1).max())))
+    idx, count = key_support(x, d.M, width=min(L - 1, int((d.table > 0).sum(1).max())))
+    sup = (idx, count.double().log())
     assert support_decoder_applies(m.cfg, d.M, sup[0].shape[-1])
     res = []
     for full in (sup + key_bags(sup[0], d.M), sup):

@@ -479,19 +479,48 @@ def checkpoint_steps(run_dir: Path) -> list[int]:
     return sorted(int(m.group(1)) for f in d.iterdir() if (m := _STEP_RE.fullmatch(f.name)))
 
 
+def _unreadable(path: Path, e: Exception) -> CorruptFile:
+    what = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+    return CorruptFile(path, f"is not a readable safetensors file ({what}): truncated or garbled")
+
+
+def _header_metadata(header: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file from its first bytes (length prefix + JSON header)."""
+    (n,) = struct.unpack("<Q", header[:8])
+    if len(header) < 8 + n:
+        raise ValueError("header cut short")
+    meta = json.loads(header[8:8 + n]).get("__metadata__") or {}
+    if not isinstance(meta, dict):
+        raise ValueError("bad __metadata__")
+    return meta
+
+
+def read_checkpoint_metadata(path: Path) -> dict[str, str]:
+    """A checkpoint file's metadata (its ``step``, ``sha256``, ...) from its header alone: neither its
+    tensors nor their checksum are read. For a file this process has just written (the sweep's check that
+    a job's runs hold their results); every other read goes through :func:`read_checkpoint`."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            (n,) = struct.unpack("<Q", head) if len(head) == 8 else (0,)
+            return _header_metadata(head + f.read(min(n, 100_000_000)))
+    except FileNotFoundError:
+        raise CorruptFile(path, "is missing") from None
+    except OSError as e:
+        raise CorruptFile(path, f"cannot be read ({e.strerror})") from None
+    except Exception as e:   # struct / JSON errors of a damaged header
+        raise _unreadable(path, e) from None
+
+
 def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """A checkpoint file's tensors and metadata, its checksum verified: a truncated, garbled or
     bit-flipped file (or one without a checksum) is a :class:`CorruptFile`."""
     data = _read_bytes(path)
     try:
         tensors = load_safetensors(data)
-        (n,) = struct.unpack("<Q", data[:8])
-        meta = json.loads(data[8:8 + n]).get("__metadata__") or {}
-        if not isinstance(meta, dict):
-            raise ValueError("bad __metadata__")
+        meta = _header_metadata(data)
     except Exception as e:   # safetensors' own error type, struct / JSON errors of a damaged header
-        what = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
-        raise CorruptFile(path, f"is not a readable safetensors file ({what}): truncated or garbled") from None
+        raise _unreadable(path, e) from None
     if CHECKSUM not in meta:
         raise CorruptFile(path, f"carries no checksum ({CHECKSUM!r} in its metadata): damaged, or written "
                                 f"by a tdyn without checksums")

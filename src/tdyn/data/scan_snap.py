@@ -84,25 +84,30 @@ class SequenceClasses:
         x, y, _, _ = self._draw(batch_size, seq_len, gen)
         return x, y
 
-    def sample_counts(self, batch_size: int, seq_len: int, gen: torch.Generator):
+    def sample_counts(self, batch_size: int, seq_len: int, gen: torch.Generator, context: bool = True):
         """:meth:`sample` (the same draws) with each sequence's context counted over its class's support:
         ``(x, y, tokens, count)``, ``tokens`` [B, W] the support of each sample's class (its CDF's step
         points, increasing, padded with M−1) and ``count`` [B, W] (int32) how often each occurs in the
         sequence. ``tdyn.models.yz.pack_support(count, tokens, width)`` turns this into exactly
-        ``key_support(x, M, width)`` (tested) without a [B, M] histogram (~2x faster per batch here)."""
-        x, y, cls, at = self._draw(batch_size, seq_len, gen)
+        ``key_support(x, M, width)`` (tested) without a [B, M] histogram (~2x faster per batch here).
+        ``context=False``: x is only the query column [B, 1] (the context tokens are not written out;
+        the draws and the counts are the same)."""
+        x, y, cls, at = self._draw(batch_size, seq_len, gen, context)
         W = self.inverse_cdf.width
         col = at + ((torch.arange(batch_size) - cls) * W)[:, None]        # sample b's column j: b·W + j
         count = torch.zeros(batch_size * W, dtype=torch.int32).index_add_(
             0, col.view(-1), torch.ones(col.numel(), dtype=torch.int32)).view(batch_size, W)
         return x, y, self.inverse_cdf.tokens.view(-1, W).index_select(0, cls), count
 
-    def _draw(self, batch_size: int, seq_len: int, gen: torch.Generator):
-        """(x, y, class [B], each context token's flat index in :class:`InverseCDF`'s rows [B, L−1])."""
+    def _draw(self, batch_size: int, seq_len: int, gen: torch.Generator, context: bool = True):
+        """(x, y, class [B], each context token's flat index in :class:`InverseCDF`'s rows [B, L−1]);
+        x without its context columns unless ``context``."""
         cls = torch.randint(self.K, (batch_size,), generator=gen)
         u = torch.rand(batch_size, seq_len - 1, generator=gen, dtype=torch.float64)
         at = self.inverse_cdf.lookup(cls, u)
-        x = torch.cat([self.inverse_cdf.tokens.take(at), self.query[cls, None]], dim=1)
+        x = self.query[cls, None]
+        if context:
+            x = torch.cat([self.inverse_cdf.tokens.take(at), x], dim=1)
         return x, self.next_token[cls], cls, at
 
 

@@ -102,8 +102,10 @@ class YZModel(nn.Module):
     def forward(self, x: torch.Tensor, support: tuple[torch.Tensor, ...] | None = None) -> torch.Tensor:
         """Output logits Yᵀ LN(Xᵀ b_T) (Eqn 2), shape [S, B, M].
 
-        ``support``: optionally each sample's distinct keys and their counts, ``(idx, count)`` each
-        [S, B, P] (:func:`key_support`; padding has count 0). Attention depends on the keys only
+        ``support``: optionally each sample's distinct keys and the logs of their counts,
+        ``(idx, log_count)`` each [S, B, P] (``idx, count =`` :func:`key_support`, ``log_count =
+        count.to(dtype).log()`` in the parameters' dtype, −inf at the padding, computed once per data
+        stream by the task). Attention depends on the keys only
         through that multiset, so Xᵀb = softmax_l(Z[x_T, l] + log count_l) on the P support tokens:
         the same value with P ≈ 20 entries per sample in place of L − 1 = 127 (the task computes the
         support once per data stream; members that share a stream share it). Without it (or with
@@ -116,9 +118,9 @@ class YZModel(nn.Module):
         _, Y = self.logits_matrices()
         M = Y.shape[-1]
         if support is not None and not self.cfg.include_query_key:
-            keys, count = support[0], support[1]
+            keys, log_count = support[0], support[1]
             z = self._query_logits(x[..., -1], keys)
-            b = torch.softmax(z + count.to(z.dtype).log(), dim=-1)
+            b = torch.softmax(z + log_count, dim=-1)
             if len(support) > 2 and support_decoder_applies(self.cfg, M, keys.shape[-1]):
                 # keys are distinct within a sample, so ‖Xᵀb‖ = ‖b‖ over the support
                 u = F.normalize(b, dim=-1) if self.cfg.normalize else b

@@ -42,24 +42,22 @@ class ScanSnapTask(Task):
         """One training batch: :meth:`full_sample` with, where attention runs on the support, only the
         query column of x ([B, 1]): the keys enter through the support, and the trainer stacks the
         batch once per member."""
-        x, y, support = self.full_sample(gen)
-        if not self.model.cfg.include_query_key:
-            x = x[:, -1:]
-        return x, y, support
+        return self.full_sample(gen, context=self.model.cfg.include_query_key)
 
     def probe_batch(self, gen):
         return self.full_sample(gen)
 
-    def full_sample(self, gen):
+    def full_sample(self, gen, context: bool = True):
         """``(x, y, support)``: the tokens, the next tokens, and each sequence's distinct keys with
-        their counts (:func:`~tdyn.models.yz.key_support`, computed here once per data stream) and, where
+        the logs of their counts (:func:`~tdyn.models.yz.key_support`, computed here once per data stream) and, where
         the model decodes on the support, the support by key (:func:`~tdyn.models.yz.key_bags`). The support
         is packed from the sampler's counts per class support
         (:meth:`~tdyn.data.scan_snap.SequenceClasses.sample_counts`, :func:`~tdyn.models.yz.pack_support`),
-        equal to ``key_support(x)``."""
+        equal to ``key_support(x)``. ``context=False``: x is only the query column (the same draws)."""
         width = min(self.support_width, self.data_cfg.seq_len - 1)
-        x, y, tokens, count = self.dist.sample_counts(self.data_cfg.batch_size, self.data_cfg.seq_len, gen)
-        support = pack_support(count, tokens, width)
+        x, y, tokens, count = self.dist.sample_counts(self.data_cfg.batch_size, self.data_cfg.seq_len, gen, context)
+        idx, count = pack_support(count, tokens, width)
+        support = (idx, count.to(next(self.model.parameters()).dtype).log())   # log counts in the model's dtype
         if support_decoder_applies(self.model.cfg, self.dist.M, width):
             support = (*support, *key_bags(support[0], self.dist.M))
         return x, y, support

@@ -555,11 +555,13 @@ def _run_guarded(job: Job, start: int) -> None:
         raise
 
 
-def check_done(run_dir: str | Path, cfg: RunConfig, status: str) -> None:
+def check_done(run_dir: str | Path, cfg: RunConfig, status: str, *, tensors: bool = True) -> None:
     """A member whose meta.json says ``finished`` or ``diverged`` has the files of that result: no
     checkpoint at or past the config's last step, one metrics record per evaluated step (up to the
     divergence record), and for a finished run ``final.safetensors`` of the last step, intact. Anything
-    else is a :class:`tdyn.runs.CorruptFile` naming the file, never a result."""
+    else is a :class:`tdyn.runs.CorruptFile` naming the file, never a result. ``tensors=False`` reads
+    only the final checkpoint's header, not its tensors and their checksum: for files this process has
+    just written (a sweep job's check after training), which the page cache would return as written."""
     d = Path(run_dir)
     T = cfg.optim.steps
     ahead = [s for s in runs.checkpoint_steps(d) if s >= T]
@@ -585,16 +587,16 @@ def check_done(run_dir: str | Path, cfg: RunConfig, status: str) -> None:
         final = runs.checkpoint_path(d, "final")
         if not final.exists():
             raise runs.CorruptFile(final, f"is missing, but {runs.META} says the run is finished")
-        _, meta = runs.read_checkpoint(final)
+        meta = runs.read_checkpoint(final)[1] if tensors else runs.read_checkpoint_metadata(final)
         if meta.get("step") != str(T):
             raise runs.CorruptFile(final, f"holds step {meta.get('step')}, but {runs.CONFIG} trains {T} steps")
 
 
-def verified_status(run_dir: str | Path) -> str:
+def verified_status(run_dir: str | Path, *, tensors: bool = True) -> str:
     """A run's status, checked against its files when it claims a result (:func:`check_done`)."""
     status = runs.read_meta(run_dir)["status"]
     if status in runs.DONE:
-        check_done(run_dir, runs.load_run_config(run_dir), status)
+        check_done(run_dir, runs.load_run_config(run_dir), status, tensors=tensors)
     return status
 
 
