@@ -334,6 +334,23 @@ def test_checkpoint_metadata_from_the_header_alone(built, tmp_path):
         runs.read_checkpoint_metadata(cut)
     with pytest.raises(runs.CorruptFile, match="is missing"):
         runs.read_checkpoint_metadata(tmp_path / "none.safetensors")
+    with pytest.raises(runs.CorruptFile, match="is a directory"):
+        runs.read_checkpoint_metadata(tmp_path)
+    tail_cut = tmp_path / "tail.safetensors"        # the whole header, the tensor bytes cut
+    tail_cut.write_bytes(final.read_bytes()[:-1])
+    with pytest.raises(runs.CorruptFile, match="tail.safetensors.*header declares"):
+        runs.read_checkpoint_metadata(tail_cut)
+    huge = tmp_path / "huge.safetensors"            # a garbled length prefix
+    huge.write_bytes((10 ** 15).to_bytes(8, "little") + b"{}")
+    with pytest.raises(runs.CorruptFile, match="header cut short"):
+        runs.read_checkpoint_metadata(huge)
+    tensors, meta = runs.read_checkpoint(final)
+    unsummed = tmp_path / "unsummed.safetensors"
+    from safetensors.torch import save_file
+    save_file(tensors, str(unsummed), metadata={k: v for k, v in meta.items() if k != runs.CHECKSUM})
+    for read in (runs.read_checkpoint_metadata, runs.read_checkpoint):
+        with pytest.raises(runs.CorruptFile, match="carries no checksum"):
+            read(unsummed)
     damage(final, "bitflip")
     dirs = [d / n for n in names]
     assert run_statuses(dirs, tensors=False)[names[0]] == "finished"

@@ -45,6 +45,8 @@ def test_support_form_equals_key_positions(normalize):
         grads.append((out.detach(), *torch.autograd.grad(loss, [m.Y, m.Z])))
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+    with pytest.raises(TypeError, match="logs of the key counts"):    # the counts themselves: refused
+        m(x, (idx, count))
     # the attended vector against a brute-force loop over key positions
     Z = m.Z.detach()
     s, i = 1, 3
@@ -101,3 +103,28 @@ def test_support_decoder_is_chosen_where_it_pays():
     assert not support_decoder_applies(cfg, 34, 20)                    # Syn-Small: dense
     for other in (dict(residual=True), dict(include_query_key=True), dict(parameterization="embedding")):
         assert not support_decoder_applies(cfg.model_copy(update=other), 240, 20)
+
+
+@pytest.mark.parametrize("model", [{}, {"residual": True}, {"parameterization": "embedding", "d": 8},
+                                   {"include_query_key": True}, {"normalize": False}],
+                         ids=["plain", "residual", "embedding", "query-key", "unnormalized"])
+def test_training_batch_gives_the_loss_of_the_full_batch(model):
+    """The task's training batch (x only its query column where attention runs on the support) gives the
+    loss the full batch gives, for every model option, bit for bit: the same draws, nothing else read."""
+    from tdyn.config import load_config
+    from tdyn.tasks import build_task
+    from tdyn.tasks.scan_snap import yz_config
+    from tdyn.train.seeding import generator
+    from tdyn.train.trainer import expand_members
+
+    cfg = load_config(yz_config(syn_medium(3), init="torch_default", seeds=[0, 1]) | {"model": {"init": "torch_default", **model}})
+    task = build_task(cfg, expand_members(cfg))
+    x, y, sup = task.sample(generator(0, "data"))
+    fx, fy, fsup = task.full_sample(generator(0, "data"))
+    assert x.shape[-1] == (fx.shape[-1] if model.get("include_query_key") else 1)
+    assert torch.equal(x, fx[..., -x.shape[-1]:]) and torch.equal(y, fy)
+    assert all(torch.equal(a, b) for a, b in zip(sup, fsup)) and sup[1].dtype == torch.float32
+    stack = lambda b: tuple(t.expand(2, *t.shape) if i != 2 else tuple(s.expand(2, *s.shape) for s in t)  # noqa: E731
+                            for i, t in enumerate(b))
+    with torch.no_grad():
+        assert torch.equal(task.loss(stack((x, y, sup))), task.loss(stack((fx, fy, fsup))))

@@ -293,15 +293,20 @@ def write_csv(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) 
     return Path(path)
 
 
+def _os_error(path: Path, e: OSError) -> CorruptFile:
+    """The one-line error for a file tdyn cannot read."""
+    if isinstance(e, FileNotFoundError):
+        return CorruptFile(path, "is missing")
+    if isinstance(e, IsADirectoryError):
+        return CorruptFile(path, "is a directory, not a file")
+    return CorruptFile(path, f"cannot be read ({e.strerror})")
+
+
 def _read_bytes(path: Path) -> bytes:
     try:
         return Path(path).read_bytes()
-    except FileNotFoundError:
-        raise CorruptFile(path, "is missing") from None
-    except IsADirectoryError:
-        raise CorruptFile(path, "is a directory, not a file") from None
     except OSError as e:
-        raise CorruptFile(path, f"cannot be read ({e.strerror})") from None
+        raise _os_error(path, e) from None
 
 
 def _no_constant(name: str):
@@ -484,32 +489,47 @@ def _unreadable(path: Path, e: Exception) -> CorruptFile:
     return CorruptFile(path, f"is not a readable safetensors file ({what}): truncated or garbled")
 
 
-def _header_metadata(header: bytes) -> dict[str, str]:
-    """The ``__metadata__`` of a safetensors file from its first bytes (length prefix + JSON header)."""
-    (n,) = struct.unpack("<Q", header[:8])
-    if len(header) < 8 + n:
+def _header_metadata(data: bytes, size: int | None = None) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file from its first bytes (length prefix + JSON header).
+    ``size``: the whole file's length, checked against the tensor bytes the header declares."""
+    (n,) = struct.unpack("<Q", data[:8])
+    if len(data) < 8 + n:
         raise ValueError("header cut short")
-    meta = json.loads(header[8:8 + n]).get("__metadata__") or {}
+    header = json.loads(data[8:8 + n])
+    meta = header.get("__metadata__") or {}
     if not isinstance(meta, dict):
         raise ValueError("bad __metadata__")
+    if size is not None:
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+        if size < 8 + n + end:
+            raise ValueError(f"{size} bytes, but its header declares {8 + n + end}")
     return meta
 
 
+def _checksum_of(path: Path, meta: dict[str, str]) -> str:
+    if CHECKSUM not in meta:
+        raise CorruptFile(path, f"carries no checksum ({CHECKSUM!r} in its metadata): damaged, or written "
+                                f"by a tdyn without checksums")
+    return meta[CHECKSUM]
+
+
 def read_checkpoint_metadata(path: Path) -> dict[str, str]:
-    """A checkpoint file's metadata (its ``step``, ``sha256``, ...) from its header alone: neither its
-    tensors nor their checksum are read. For a file this process has just written (the sweep's check that
-    a job's runs hold their results); every other read goes through :func:`read_checkpoint`."""
+    """A checkpoint file's metadata (its ``step``, ``sha256``, ...) from its header alone, checked as far as
+    the header allows (a checksum is present, the file is as long as its header declares), but neither its
+    tensors nor their checksum are read: for a run whose files were verified or written moments before
+    (the sweep's check of a job's runs after training them). Every other read is :func:`read_checkpoint`."""
     try:
         with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
             head = f.read(8)
             (n,) = struct.unpack("<Q", head) if len(head) == 8 else (0,)
-            return _header_metadata(head + f.read(min(n, 100_000_000)))
-    except FileNotFoundError:
-        raise CorruptFile(path, "is missing") from None
+            meta = _header_metadata(head + f.read(min(n, size)), size)
     except OSError as e:
-        raise CorruptFile(path, f"cannot be read ({e.strerror})") from None
-    except Exception as e:   # struct / JSON errors of a damaged header
+        raise _os_error(path, e) from None
+    except Exception as e:   # struct / JSON errors of a damaged header, a file shorter than declared
         raise _unreadable(path, e) from None
+    _checksum_of(path, meta)
+    return meta
 
 
 def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -521,10 +541,8 @@ def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]
         meta = _header_metadata(data)
     except Exception as e:   # safetensors' own error type, struct / JSON errors of a damaged header
         raise _unreadable(path, e) from None
-    if CHECKSUM not in meta:
-        raise CorruptFile(path, f"carries no checksum ({CHECKSUM!r} in its metadata): damaged, or written "
-                                f"by a tdyn without checksums")
-    if tensor_checksum(tensors) != meta[CHECKSUM]:
+    want = _checksum_of(path, meta)
+    if tensor_checksum(tensors) != want:
         raise CorruptFile(path, "fails its checksum: its tensors are damaged (a flipped bit, a partial overwrite)")
     return tensors, meta
 

@@ -104,11 +104,10 @@ class YZModel(nn.Module):
 
         ``support``: optionally each sample's distinct keys and the logs of their counts,
         ``(idx, log_count)`` each [S, B, P] (``idx, count =`` :func:`key_support`, ``log_count =
-        count.to(dtype).log()`` in the parameters' dtype, −inf at the padding, computed once per data
-        stream by the task). Attention depends on the keys only
-        through that multiset, so Xᵀb = softmax_l(Z[x_T, l] + log count_l) on the P support tokens:
-        the same value with P ≈ 20 entries per sample in place of L − 1 = 127 (the task computes the
-        support once per data stream; members that share a stream share it). Without it (or with
+        count.to(dtype).log()`` in the parameters' dtype, −inf at the padding). Attention depends on the
+        keys only through that multiset, so Xᵀb = softmax_l(Z[x_T, l] + log count_l) on the P support
+        tokens: the same value with P ≈ 20 entries per sample in place of L − 1 = 127 (the task computes
+        the support once per data stream; members that share a stream share it). Without it (or with
         ``include_query_key``) attention runs over every key position.
 
         Three more entries, :func:`key_bags` of ``idx``, let the decoder multiply only the rows of Y on
@@ -119,6 +118,9 @@ class YZModel(nn.Module):
         M = Y.shape[-1]
         if support is not None and not self.cfg.include_query_key:
             keys, log_count = support[0], support[1]
+            if not log_count.is_floating_point():
+                raise TypeError("YZModel: support[1] must hold the logs of the key counts (a float tensor), "
+                                f"not the counts ({log_count.dtype})")
             z = self._query_logits(x[..., -1], keys)
             b = torch.softmax(z + log_count, dim=-1)
             if len(support) > 2 and support_decoder_applies(self.cfg, M, keys.shape[-1]):

@@ -61,8 +61,8 @@ MAX_LOST = 3        # a job whose worker process dies this often is failed (the 
 
 def run_statuses(dirs: list[Path], *, tensors: bool = True) -> dict[str, str]:
     """Each run's status read from its directory and checked against its files
-    (:func:`tdyn.train.trainer.verified_status`; ``tensors=False`` after this process trained them: the
-    final checkpoints' headers only): ``pending`` where no run was started, ``damaged``
+    (:func:`tdyn.train.trainer.verified_status`; ``tensors=False`` right after a job trained or resumed
+    them: the final checkpoints' headers only): ``pending`` where no run was started, ``damaged``
     where the files cannot be read or contradict the status (a damaged run is never counted finished)."""
     st = {}
     for d in dirs:
@@ -87,7 +87,7 @@ def _run_job(job_dir: Path, config: dict, dirs: list[Path]) -> dict[str, str]:
         trainer.train_or_resume(config, job_dir, dirs=dirs, progress=False)
     except Exception as e:  # the sweep goes on; the job's unfinished runs are marked failed
         return _failed(dirs, e)
-    st = run_statuses(dirs, tensors=False)   # just written: each final checkpoint's step, not its tensors again
+    st = run_statuses(dirs, tensors=False)   # just written or verified: each final checkpoint's header, not its tensors again
     bad = [n for n, s in st.items() if s not in runs.DONE]
     if bad:   # training returned, yet a run holds no result: never reported as one
         return _failed(dirs, f"run {bad[0]} is {st[bad[0]]} after training")

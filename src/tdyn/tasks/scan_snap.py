@@ -48,12 +48,12 @@ class ScanSnapTask(Task):
         return self.full_sample(gen)
 
     def full_sample(self, gen, context: bool = True):
-        """``(x, y, support)``: the tokens, the next tokens, and each sequence's distinct keys with
-        the logs of their counts (:func:`~tdyn.models.yz.key_support`, computed here once per data stream) and, where
-        the model decodes on the support, the support by key (:func:`~tdyn.models.yz.key_bags`). The support
-        is packed from the sampler's counts per class support
-        (:meth:`~tdyn.data.scan_snap.SequenceClasses.sample_counts`, :func:`~tdyn.models.yz.pack_support`),
-        equal to ``key_support(x)``. ``context=False``: x is only the query column (the same draws)."""
+        """``(x, y, support)``: the tokens, the next tokens, and each sequence's distinct keys with the
+        logs of their counts, computed here once per data stream, and, where the model decodes on the
+        support, the support by key (:func:`~tdyn.models.yz.key_bags`). The keys and counts are packed from
+        the sampler's counts per class support (:meth:`~tdyn.data.scan_snap.SequenceClasses.sample_counts`,
+        :func:`~tdyn.models.yz.pack_support`): ``(idx, count)`` equal to ``key_support(x)`` of the full x, the
+        model getting ``(idx, log count)``. ``context=False``: x is only the query column (the same draws)."""
         width = min(self.support_width, self.data_cfg.seq_len - 1)
         x, y, tokens, count = self.dist.sample_counts(self.data_cfg.batch_size, self.data_cfg.seq_len, gen, context)
         idx, count = pack_support(count, tokens, width)

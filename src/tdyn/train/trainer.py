@@ -560,8 +560,9 @@ def check_done(run_dir: str | Path, cfg: RunConfig, status: str, *, tensors: boo
     checkpoint at or past the config's last step, one metrics record per evaluated step (up to the
     divergence record), and for a finished run ``final.safetensors`` of the last step, intact. Anything
     else is a :class:`tdyn.runs.CorruptFile` naming the file, never a result. ``tensors=False`` reads
-    only the final checkpoint's header, not its tensors and their checksum: for files this process has
-    just written (a sweep job's check after training), which the page cache would return as written."""
+    only the final checkpoint's header (:func:`tdyn.runs.read_checkpoint_metadata`), not its tensors and
+    their checksum: for runs whose files were verified or written moments before (a sweep job's check
+    after training), which the page cache would return as they were."""
     d = Path(run_dir)
     T = cfg.optim.steps
     ahead = [s for s in runs.checkpoint_steps(d) if s >= T]
