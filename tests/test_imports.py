@@ -32,6 +32,18 @@ def test_light_commands_import_nothing_heavy(argv):
     assert not (_imported(argv) & HEAVY), argv
 
 
+def test_commands_that_import_torch_freeze_what_they_imported(tmp_path):
+    """A command that imports torch moves the imported objects to the collector's permanent generation
+    (``gc.freeze()``): no collection, the interpreter's last one at exit included, traverses them again."""
+    code = ("import gc\nfrom tdyn.cli import main\n"
+            f"assert main(['run', 'syn_small', '--out', {str(tmp_path / 'r')!r}, '--quiet', '--set', 'optim.steps=2']) == 0\n"
+            "print(gc.get_freeze_count())\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env=os.environ | {"PYTHONPATH": str(ROOT / "src")})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert int(r.stdout.split()[-1]) > 100_000      # torch's objects, frozen
+
+
 def _rounded(x):
     if isinstance(x, float):
         return float(f"{x:.12g}")

@@ -288,7 +288,9 @@ def reference_matmul(n: int = 1024, seconds: float = 1.0, device: str = "cpu") -
 def _startup(quick: bool) -> dict:
     """Whole-process wall seconds (median of 3, 1 if quick) of the light commands (`tdyn list`,
     `tdyn --help`, `tdyn config scan-snap/fig4`, which import no torch) and of one Syn-Small run as a
-    process (`tdyn run syn_small`, the packaged config: 100 steps, one member)."""
+    process (`tdyn run syn_small`, the packaged config: 100 steps, one member); for reference, a process
+    that only imports torch, as it is and with ``gc.freeze()`` after the import (what tdyn's commands do:
+    the interpreter's final collection then skips torch's objects)."""
     import statistics
     import subprocess
     import sys
@@ -306,6 +308,7 @@ def _startup(quick: bool) -> dict:
     out = {"list_s": wall("list"), "help_s": wall("--help"), "config_s": wall("config", "scan-snap/fig4")}
     out["syn_small_run_process_s"] = wall("run", "syn_small", "--out", "{OUT}", "--quiet")
     out["python_import_torch_s"] = _wall_python("import torch", 1 if quick else 3)
+    out["python_import_torch_gc_frozen_s"] = _wall_python("import gc, torch; gc.freeze()", 1 if quick else 3)
     return out
 
 
