@@ -14,24 +14,25 @@ docs/results/real__entropy-vs-lr/ are made.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import statistics
 import sys
 from pathlib import Path
 
-from tdyn.runs import write_csv
+from tdyn import runs
 
 
 def _cells(out: Path) -> dict[tuple[str, str, str], dict[int, float]]:
     """(corpus, panel, cell) → {seed: final entropy} from one reproduction's CSVs."""
     cells: dict[tuple[str, str, str], dict[int, float]] = {}
-    for r in csv.DictReader((out / "final_entropy.csv").open()):
-        key = (r["corpus"], "eta", f"eta={float(r['all']):g}")
-        cells.setdefault(key, {})[int(r["seed"])] = float(r["entropy"])
-    for r in csv.DictReader((out / "ratio.csv").open()):
-        key = (r["corpus"], "ratio", f"eta_Z={float(r['Z']):g},ratio={float(r['ratio']):g}")
-        cells.setdefault(key, {})[int(r["seed"])] = float(r["entropy"])
+    with (out / "final_entropy.csv").open() as f:
+        for r in csv.DictReader(f):
+            key = (r["corpus"], "eta", f"eta={float(r['all']):g}")
+            cells.setdefault(key, {})[int(r["seed"])] = float(r["entropy"])
+    with (out / "ratio.csv").open() as f:
+        for r in csv.DictReader(f):
+            key = (r["corpus"], "ratio", f"eta_Z={float(r['Z']):g},ratio={float(r['ratio']):g}")
+            cells.setdefault(key, {})[int(r["seed"])] = float(r["entropy"])
     return cells
 
 
@@ -54,11 +55,11 @@ def compare(fp32: Path, bf16: Path, dest: Path) -> tuple[Path, Path]:
                      "max_abs_paired_diff": f"{max(abs(p - q) for p, q in zip(xa, xb)):.5g}"})
     cols = ["corpus", "panel", "cell", "seeds", "fp32_mean", "bf16_mean", "bf16_minus_fp32", "fp32_seed_se",
             "diff_over_se", "max_abs_paired_diff"]
-    va = {c["id"]: c["verdict"] for c in json.loads((fp32 / "results.json").read_text())["claims"]}
-    vb = {c["id"]: c["verdict"] for c in json.loads((bf16 / "results.json").read_text())["claims"]}
+    va = {c["id"]: c["verdict"] for c in runs.read_json(fp32 / runs.RESULTS)["claims"]}
+    vb = {c["id"]: c["verdict"] for c in runs.read_json(bf16 / runs.RESULTS)["claims"]}
     verdicts = [{"claim": k, "fp32": va[k], "bf16": vb.get(k, "missing")} for k in va]
-    return (write_csv(f"{dest}.csv", rows, cols),
-            write_csv(f"{dest}_verdicts.csv", verdicts, ["claim", "fp32", "bf16"]))
+    return (runs.write_csv(f"{dest}.csv", rows, cols),
+            runs.write_csv(f"{dest}_verdicts.csv", verdicts, ["claim", "fp32", "bf16"]))
 
 
 if __name__ == "__main__":

@@ -178,7 +178,7 @@ def atomic_write_many(files: Iterable[tuple[Path, bytes]]) -> None:
     write, so a write-back error of any of these files is reported. ``files`` may be a generator: each
     ``data`` is written as it comes, never all held. A failure leaves each file either as before or
     wholly new (its temp file removed)."""
-    made: dict[Path, bool] = {}     # parent → whether its filesystem is synced once for the batch
+    synced: dict[Path, bool] = {}   # parent → whether one syncfs of its filesystem covers it (else fsync per file)
     fs: dict[int, tuple[int, Path]] = {}    # device → (fd, path) of a directory on it, for syncfs
     temps: list[tuple[str, Path]] = []
     held: list[int] = []             # fds of the first batched files, fsynced one by one if the batch stays small
@@ -187,12 +187,12 @@ def atomic_write_many(files: Iterable[tuple[Path, bytes]]) -> None:
         for path, data in files:
             path = Path(path)
             parent = path.parent
-            if parent not in made:
+            if parent not in synced:
                 if not parent.is_dir():
                     parent.mkdir(parents=True, exist_ok=True)
                 dev = os.stat(parent).st_dev
-                made[parent] = _syncfs_covers(dev)
-                if made[parent] and dev not in fs:
+                synced[parent] = _syncfs_covers(dev)
+                if synced[parent] and dev not in fs:
                     fs[dev] = (os.open(parent, os.O_RDONLY), parent)
             fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.tdyn-{writer_tag()}.", suffix=".tmp")
             temps.append((tmp, path))
@@ -201,7 +201,7 @@ def atomic_write_many(files: Iterable[tuple[Path, bytes]]) -> None:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
-                if not made[parent]:
+                if not synced[parent]:
                     os.fsync(fd)
                 else:
                     batched += 1

@@ -168,7 +168,7 @@ def pack_support(count: torch.Tensor, tokens: torch.Tensor, width: int | None = 
     n = int(present.sum(1).max())
     P = n if width is None else width
     if n > P:
-        raise ValueError(f"key_support: a sequence has {n} distinct keys, more than width {P}")
+        raise ValueError(f"pack_support: a sequence has {n} distinct keys, more than width {P}")
     slot = torch.where(present, present.cumsum(1) - 1, P)        # absent columns to a discarded slot P
     N = count.shape[0]
     idx = torch.zeros(N, P + 1, dtype=torch.long, device=count.device).scatter_(1, slot, tokens)[:, :P]
