@@ -149,6 +149,10 @@ def test_sampler_counts_pack_to_key_support(which):
     _, _, tokens, counts = d.sample_counts(16, 64, torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="distinct keys, more than width 2"):
         pack_support(counts, tokens, 2)
+    for context in (True, False):    # several generators at once: each one's batch, stacked, bit for bit
+        one = [d.sample_counts(64, 40, torch.Generator().manual_seed(s), context) for s in (3, 4, 5)]
+        many = d.sample_counts(64, 40, [torch.Generator().manual_seed(s) for s in (3, 4, 5)], context)
+        assert all(torch.equal(torch.stack([o[i] for o in one]), many[i]) for i in range(4))
 
 
 def test_yz_forward_hand_computed():

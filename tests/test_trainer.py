@@ -391,15 +391,17 @@ def test_a_model_too_large_for_memory_is_refused_before_it_is_built(monkeypatch,
     assert not (tmp_path / "big").exists()
 
 
+@pytest.mark.parametrize("rows", [[1, 4, 6], [3, 4, 5, 6, 7]], ids=["gathered", "range"])
 @pytest.mark.parametrize("kind, kw", [("sgd", dict(momentum=0.9)), ("sgd", dict(momentum=0.0)), ("adam", {}),
                                       ("sgd", dict(momentum=0.9, weight_decay=0.01)), ("adamw", dict(weight_decay=0.1))])
-def test_grad_rows_update_equals_every_row_bit_for_bit(kind, kw):
+def test_grad_rows_update_equals_every_row_bit_for_bit(kind, kw, rows):
     """``Task.grad_rows``: updating only the rows that can have a gradient gives the same floats as the
-    update of every row (rows without gradient stay put), with a diverged (inactive) member too;
-    with weight decay the hint is ignored (every row moves)."""
+    update of every row (rows without gradient stay put), with a diverged (inactive) member too, for
+    rows gathered and written back and for one range updated through a view; with weight decay the
+    hint is ignored (every row moves)."""
     g = torch.Generator().manual_seed(2)
     lrs = torch.tensor([0.05, 0.3, 0.1])
-    rows = torch.tensor([1, 4, 6])
+    rows = torch.tensor(rows)
     x0, target = torch.randn(3, 9, 5, generator=g), torch.randn(3, 9, 5, generator=g)
     mask = torch.zeros(1, 9, 1)
     mask[:, rows] = 1
@@ -410,6 +412,7 @@ def test_grad_rows_update_equals_every_row_bit_for_bit(kind, kw):
         opts.append(EnsembleOptimizer({"p": p}, {"g": GroupConfig(params=["p"], optimizer=kind, lr=1.0, **kw)},
                                       {"g": lrs}, hint))
     assert ("p" in opts[1].rows) == (not kw.get("weight_decay"))
+    assert not opts[1].rows or isinstance(opts[1].rows["p"], slice) == (len(rows) == 5)
     for t in range(8):
         active = torch.tensor([True, t < 4, True])
         for p, opt in zip(ps, opts):

@@ -128,3 +128,36 @@ def test_training_batch_gives_the_loss_of_the_full_batch(model):
                             for i, t in enumerate(b))
     with torch.no_grad():
         assert torch.equal(task.loss(stack((x, y, sup))), task.loss(stack((fx, fy, fsup))))
+
+
+@pytest.mark.parametrize("model", [{}, {"residual": True}, {"include_query_key": True}, {"normalize": False},
+                                   {"parameterization": "embedding", "d": 8}],
+                         ids=["plain", "residual", "query-key", "unnormalized", "embedding"])
+@pytest.mark.parametrize("num_last", [1, 10])
+def test_streams_in_one_pass_and_the_rows_with_a_gradient(model, num_last):
+    """``sample_streams`` (what the trainer calls: all data streams drawn in one pass) gives each stream's
+    ``sample`` stacked, bit for bit; and ``grad_rows`` holds every row of Y and Z that has a gradient on
+    a full batch (the optimizer updates only those), while rows outside stay exactly zero."""
+    from tdyn.config import load_config
+    from tdyn.tasks import build_task
+    from tdyn.tasks.base import stack_batches
+    from tdyn.tasks.scan_snap import yz_config
+    from tdyn.train.seeding import generator
+    from tdyn.train.trainer import expand_members
+
+    cfg = load_config(yz_config(syn_medium(num_last), init="torch_default", seeds=[0, 1, 2])
+                      | {"model": {"init": "torch_default", **model}})
+    task = build_task(cfg, expand_members(cfg))
+    one = stack_batches([task.sample(generator(s, "data")) for s in (0, 1, 2)])
+    many = task.sample_streams([generator(s, "data") for s in (0, 1, 2)])
+    flat = lambda b: [b[0], b[1], *b[2]]  # noqa: E731
+    assert len(flat(one)) == len(flat(many)) and all(torch.equal(a, b) for a, b in zip(flat(one), flat(many)))
+    if model.get("parameterization") == "embedding":
+        assert task.grad_rows == {}
+        return
+    task.loss(task.full_sample([generator(s, "data") for s in (0, 1, 2)])).sum().backward()
+    for name in ("Y", "Z"):
+        grad = getattr(task.model, name).grad
+        moved = (grad != 0).any(2).any(0).nonzero().flatten()
+        assert set(moved.tolist()) <= set(task.grad_rows[name].tolist()), name
+        assert len(moved) > 0 and len(task.grad_rows[name]) < grad.shape[1], name

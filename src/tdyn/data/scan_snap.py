@@ -9,6 +9,7 @@ follow the authors' ``Dataset2`` layout, in consecutive blocks: global commons; 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import torch
 from pydantic import Field, model_validator
@@ -84,30 +85,43 @@ class SequenceClasses:
         x, y, _, _ = self._draw(batch_size, seq_len, gen)
         return x, y
 
-    def sample_counts(self, batch_size: int, seq_len: int, gen: torch.Generator, context: bool = True):
+    def sample_counts(self, batch_size: int, seq_len: int, gen: torch.Generator | Sequence[torch.Generator],
+                      context: bool = True):
         """:meth:`sample` (the same draws) with each sequence's context counted over its class's support:
         ``(x, y, tokens, count)``, ``tokens`` [B, W] the support of each sample's class (its CDF's step
         points, increasing, padded with M−1) and ``count`` [B, W] (int32) how often each occurs in the
         sequence. ``tdyn.models.yz.pack_support(count, tokens, width)`` turns this into exactly
         ``key_support(x, M, width)`` (tested) without a [B, M] histogram (~2x faster per batch here).
         ``context=False``: x is only the query column [B, 1] (the context tokens are not written out;
-        the draws and the counts are the same)."""
+        the draws and the counts are the same).
+
+        ``gen`` a sequence of G generators: G batches, each what ``gen[i]`` alone gives, stacked on a
+        leading axis [G, B, ...] (bit for bit, tested). Only the draws are per generator; the lookup and
+        the counting run once over all G·B sequences (an ensemble's data streams, ~2× faster for 5)."""
         x, y, cls, at = self._draw(batch_size, seq_len, gen, context)
         W = self.inverse_cdf.width
-        col = at + ((torch.arange(batch_size) - cls) * W)[:, None]        # sample b's column j: b·W + j
-        count = torch.zeros(batch_size * W, dtype=torch.int32).index_add_(
-            0, col.view(-1), torch.ones(col.numel(), dtype=torch.int32)).view(batch_size, W)
-        return x, y, self.inverse_cdf.tokens.view(-1, W).index_select(0, cls), count
+        N = cls.numel()
+        col = at + ((torch.arange(N) - cls.view(-1)) * W).view(at.shape[:-1] + (1,))     # sequence b's column j: b·W + j
+        count = torch.zeros(N * W, dtype=torch.int32).index_add_(
+            0, col.view(-1), torch.ones(col.numel(), dtype=torch.int32)).view(*cls.shape, W)
+        return x, y, self.inverse_cdf.tokens.view(-1, W).index_select(0, cls.view(-1)).view(*cls.shape, W), count
 
-    def _draw(self, batch_size: int, seq_len: int, gen: torch.Generator, context: bool = True):
+    def _draw(self, batch_size: int, seq_len: int, gen: torch.Generator | Sequence[torch.Generator],
+              context: bool = True):
         """(x, y, class [B], each context token's flat index in :class:`InverseCDF`'s rows [B, L−1]);
-        x without its context columns unless ``context``."""
-        cls = torch.randint(self.K, (batch_size,), generator=gen)
-        u = torch.rand(batch_size, seq_len - 1, generator=gen, dtype=torch.float64)
+        x without its context columns unless ``context``. Generators ``gen`` [G]: a leading axis G on each."""
+        gens = [gen] if isinstance(gen, torch.Generator) else list(gen)
+        cls = torch.empty(len(gens), batch_size, dtype=torch.long)
+        u = torch.empty(len(gens), batch_size, seq_len - 1, dtype=torch.float64)
+        for g, c, v in zip(gens, cls, u):      # per generator: its class draws, then its uniforms
+            torch.randint(self.K, (batch_size,), generator=g, out=c)
+            torch.rand(batch_size, seq_len - 1, generator=g, dtype=torch.float64, out=v)
+        if isinstance(gen, torch.Generator):
+            cls, u = cls[0], u[0]
         at = self.inverse_cdf.lookup(cls, u)
-        x = self.query[cls, None]
+        x = self.query[cls].unsqueeze(-1)
         if context:
-            x = torch.cat([self.inverse_cdf.tokens.take(at), x], dim=1)
+            x = torch.cat([self.inverse_cdf.tokens.take(at), x], dim=-1)
         return x, self.next_token[cls], cls, at
 
 
@@ -151,11 +165,14 @@ class InverseCDF:
         self.start = (torch.stack([c[:-1] for c in below]) + (torch.arange(K) * W)[:, None]).view(-1)
 
     def lookup(self, cls: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        """For classes ``cls`` [B] and uniforms ``u`` [B, T] in [0, 1): each draw's flat index into
-        ``tokens`` (the drawn token is ``tokens.take(index)``)."""
-        at = self.start.take((u * self.buckets).long().add_((cls * self.buckets)[:, None]))
+        """For classes ``cls`` [...] and uniforms ``u`` [..., T] in [0, 1): each draw's flat index into
+        ``tokens`` (the drawn token is ``tokens.take(index)``). Gathers by ``index_select`` on the flat
+        tables (~2× faster than ``take`` here)."""
+        def at_(table, index):
+            return table.index_select(0, index.view(-1)).view(index.shape)
+        at = at_(self.start, (u * self.buckets).long().add_((cls * self.buckets).unsqueeze(-1)))
         for _ in range(self.window):
-            at += self.values.take(at) <= u
+            at += at_(self.values, at) <= u
         return at
 
 

@@ -7,6 +7,8 @@ members, and exposes:
 * ``model``: an ``nn.Module`` whose parameters all carry a leading ensemble axis of size S;
 * ``sample(gen)``: one data stream's batch drawn with ``gen`` (members that share a seed share a
   stream), or ``None`` when the loss is an exact population loss;
+* ``sample_streams(gens)``: the batches of several streams stacked on a leading axis (default: each
+  ``sample(g)``, stacked by :func:`stack_batches`; a task overrides it to draw them in one pass);
 * ``loss(batch)``: the per-member training loss, shape [S], where ``batch`` is the per-stream batches
   stacked on a leading axis of size S (``None`` for population losses);
 * ``probe_batch(gen)``: a fixed batch the probes evaluate on (default: one ``sample``);
@@ -72,6 +74,11 @@ class Task:
     def sample(self, gen: torch.Generator) -> Any:
         raise NotImplementedError
 
+    def sample_streams(self, gens: list[torch.Generator]) -> Any:
+        """``sample(g)`` of every generator, stacked on a new leading axis; an override must give the same
+        (the trainer calls this once per step with its streams' generators)."""
+        return stack_batches([self.sample(g) for g in gens])
+
     def loss(self, batch: Any) -> torch.Tensor:
         raise NotImplementedError
 
@@ -80,6 +87,20 @@ class Task:
 
     def member_generators(self) -> dict[str, list[torch.Generator]]:
         return {}
+
+
+def stack_batches(batches: list[Any]) -> Any:
+    """Batches (tensors in dicts, lists and tuples, or ``None``) stacked on a new leading axis."""
+    first = batches[0]
+    if first is None:
+        return None
+    if isinstance(first, torch.Tensor):
+        return torch.stack(batches)
+    if isinstance(first, dict):
+        return {k: stack_batches([b[k] for b in batches]) for k in first}
+    if isinstance(first, (list, tuple)):
+        return type(first)(stack_batches([b[i] for b in batches]) for i in range(len(first)))
+    raise TypeError(f"cannot stack batch of type {type(first).__name__}")
 
 
 class PlainTask(Task):

@@ -32,8 +32,13 @@ class ScanSnapTask(Task):
         self.model = YZModel(mc.model_copy(update={"M": self.dist.M}), S=len(members))
         self.model.reset_parameters([generator(m.seed, "init") for m in members], [m.init_scale for m in members])
         d = self.dist
-        if mc.parameterization == "yz":    # Z[m, l] has a gradient only on the query rows m
-            self.grad_rows = {"Z": torch.unique(d.query)}
+        if mc.parameterization == "yz":
+            # Z[m, l] has a gradient only on the query rows m, Y[l, n] only on the rows of tokens the
+            # attended vector can hold: the context tokens, and the query where it is a key or the residual
+            keys = (d.table > 0).any(0).nonzero().flatten()
+            if mc.include_query_key or mc.residual:
+                keys = torch.cat([keys, d.query])
+            self.grad_rows = {"Z": torch.unique(d.query), "Y": torch.unique(keys)}
         self.support_width = int((d.table > 0).sum(1).max())    # the widest class support
         self.facts = {"table": d.table, "query": d.query, "next_token": d.next_token,
                       "distinct": d.distinct, "common": d.common}
@@ -44,6 +49,10 @@ class ScanSnapTask(Task):
         batch once per member."""
         return self.full_sample(gen, context=self.model.cfg.include_query_key)
 
+    def sample_streams(self, gens):
+        """:meth:`sample` of each generator, stacked, drawn in one pass (:meth:`full_sample` of the list)."""
+        return self.full_sample(gens, context=self.model.cfg.include_query_key)
+
     def probe_batch(self, gen):
         return self.full_sample(gen)
 
@@ -53,13 +62,15 @@ class ScanSnapTask(Task):
         support, the support by key (:func:`~tdyn.models.yz.key_bags`). The keys and counts are packed from
         the sampler's counts per class support (:meth:`~tdyn.data.scan_snap.SequenceClasses.sample_counts`,
         :func:`~tdyn.models.yz.pack_support`): ``(idx, count)`` equal to ``key_support(x)`` of the full x, the
-        model getting ``(idx, log count)``. ``context=False``: x is only the query column (the same draws)."""
+        model getting ``(idx, log count)``. ``context=False``: x is only the query column (the same draws).
+        ``gen`` a list of generators: their batches stacked on a leading axis, each the same as alone."""
         width = min(self.support_width, self.data_cfg.seq_len - 1)
         x, y, tokens, count = self.dist.sample_counts(self.data_cfg.batch_size, self.data_cfg.seq_len, gen, context)
-        idx, count = pack_support(count, tokens, width)
+        idx, count = pack_support(count.flatten(0, -2), tokens.flatten(0, -2), width)
+        idx, count = idx.view(*y.shape, -1), count.view(*y.shape, -1)
         support = (idx, count.to(next(self.model.parameters()).dtype).log())   # log counts in the model's dtype
         if support_decoder_applies(self.model.cfg, self.dist.M, width):
-            support = (*support, *key_bags(support[0], self.dist.M))
+            support = (*support, *key_bags(idx, self.dist.M))
         return x, y, support
 
     def loss(self, batch):

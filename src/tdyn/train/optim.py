@@ -23,7 +23,9 @@ class EnsembleOptimizer:
         ``grad_rows[name]`` (optional) the rows of a parameter (axis 1) outside which its gradient is
         always zero (``Task.grad_rows``): where the group has no weight decay, only those rows are
         updated (a row with zero gradient and zero state would not move; the arithmetic per element
-        is the same, so the result is bit-identical to updating every row)."""
+        is the same, so the result is bit-identical to updating every row). Rows that form one
+        contiguous range are updated in place through a view; other row sets are gathered and written
+        back, where they are at most half the rows (else updating every row is cheaper)."""
         self.params = params
         self.groups = groups
         self.group_of: dict[str, str] = {}
@@ -35,12 +37,17 @@ class EnsembleOptimizer:
                     raise ConfigError(f"optim.groups.{g}.params: parameter {p!r} is already in group {self.group_of[p]!r}")
                 self.group_of[p] = g
         self.lrs = lrs
-        self.rows: dict[str, torch.Tensor] = {}
+        self.rows: dict[str, torch.Tensor | slice] = {}
         for name, rows in (grad_rows or {}).items():
             p = params.get(name)
             gc = groups[self.group_of[name]] if name in self.group_of else None
-            if (p is not None and gc is not None and p.dim() >= 2 and not gc.weight_decay
-                    and 2 * len(rows) <= p.shape[1]):
+            if p is None or gc is None or p.dim() < 2 or gc.weight_decay or len(rows) == 0:
+                continue
+            rows = torch.unique(rows.to(torch.long).cpu())
+            if int(rows[-1]) - int(rows[0]) + 1 == len(rows):       # one range: a view, no copies
+                if len(rows) < p.shape[1]:
+                    self.rows[name] = slice(int(rows[0]), int(rows[-1]) + 1)
+            elif 2 * len(rows) <= p.shape[1]:
                 self.rows[name] = rows.to(p.device)
         self.state: dict[str, torch.Tensor] = {}
         self.scratch: dict[str, torch.Tensor] = {}
@@ -111,6 +118,10 @@ class EnsembleOptimizer:
             rows = self.rows.get(name)
             if rows is None:
                 self._update(gc, p.detach(), g, state, lr, self._scratch(name, p))
+            elif isinstance(rows, slice):   # one range of rows, updated in place through views
+                sub = {k: v[:, rows] if v.dim() > 1 else v for k, v in state.items()}
+                p_rows = p.detach()[:, rows]
+                self._update(gc, p_rows, g[:, rows], sub, lr, self._scratch(name, p_rows))
             else:      # only the rows that can have a gradient, updated as one block and written back
                 sub = {k: v.index_select(1, rows) if v.dim() > 1 else v for k, v in state.items()}
                 p_rows = p.detach().index_select(1, rows)

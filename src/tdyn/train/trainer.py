@@ -35,6 +35,7 @@ from tdyn.config import RunConfig, load_config
 from tdyn.errors import ConfigError, UserError
 from tdyn.probes import ProbeContext, get_probes
 from tdyn.tasks import DTYPES, Member, build_task, get_task
+from tdyn.tasks.base import stack_batches
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.train.seeding import generator
 from tdyn.train.sinks import make_sinks
@@ -126,20 +127,13 @@ def _tree_map(fn, x):
     return x
 
 
-def _stack(batches: list[Any], index: torch.Tensor) -> Any:
-    """Stack per-stream batches on a new leading axis and index it by member."""
-    first = batches[0]
-    if first is None:
-        return None
-    if isinstance(first, torch.Tensor):
-        s = torch.stack(batches)
-        return s if len(batches) == len(index) and bool((index == torch.arange(len(index))).all()) \
-            else s.index_select(0, index.to(s.device))
-    if isinstance(first, dict):
-        return {k: _stack([b[k] for b in batches], index) for k in first}
-    if isinstance(first, (list, tuple)):
-        return type(first)(_stack([b[i] for b in batches], index) for i in range(len(first)))
-    raise TypeError(f"cannot stack batch of type {type(first).__name__}")
+def _select(batch: Any, index: torch.Tensor) -> Any:
+    """Per-stream batches (leading axis: stream) indexed by member (``index``: each member's stream)."""
+    leaves: list[torch.Tensor] = []
+    _tree_map(leaves.append, batch)
+    if not leaves or (leaves[0].shape[0] == len(index) and bool((index == torch.arange(len(index))).all())):
+        return batch
+    return _tree_map(lambda t: t.index_select(0, index.to(t.device)), batch)
 
 
 class Steps:
@@ -281,8 +275,8 @@ class Job:
         self.stream_seeds = seeds
         self.stream_of = torch.tensor([seeds.index(m.seed) for m in members])
         self.gens = [generator(s, "data") for s in seeds]
-        self.probe_batch = self._to_device(_stack([self.task.probe_batch(generator(s, "probe")) for s in seeds],
-                                                  self.stream_of))
+        probe = stack_batches([self.task.probe_batch(generator(s, "probe")) for s in seeds])
+        self.probe_batch = self._to_device(_select(probe, self.stream_of))
         self.active = torch.ones(S, dtype=torch.bool)
         self.records: list[list[dict]] = [[] for _ in members]
         self.ckpt_steps = checkpoint_schedule(cfg)
@@ -295,7 +289,7 @@ class Job:
         return _tree_map(lambda t: t.to(self.device), batch)
 
     def _sample(self):
-        return self._to_device(_stack([self.task.sample(g) for g in self.gens], self.stream_of))
+        return self._to_device(_select(self.task.sample_streams(self.gens), self.stream_of))
 
     def _member_state(self, i: int, probes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         t = {f"param/{n}": p.detach()[i] for n, p in self.params.items()}
