@@ -485,3 +485,24 @@ def test_a_failed_run_keeps_its_records(tmp_path, initial):
         r = runs.Run(d)
         assert r.status == "failed" and "the task broke" in r.meta["message"]
         assert [m["step"] for m in r.metrics] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("flag", ["0", "1"])
+def test_tuned_allocator_serves_large_blocks_from_the_heap(flag):
+    """``tune_allocator`` (what training sets): blocks of any size, 64 MB and 1.25 GB (above the 1 GB mmap
+    threshold of the setting before, where Fig 10's float32 S = 25 logits were mapped and unmapped every
+    step), come from the heap, so a freed block is reused by the next step; under glibc's default
+    (``TDYN_MALLOPT=0``) each is a fresh mapping. ``torch.empty`` touches no page: nothing is faulted in.
+    Run in a child: the setting is per process."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch; from tdyn.train.threads import tune_allocator; t = tune_allocator(); "
+            "blocks = [torch.empty(n, dtype=torch.uint8) for n in (64 << 20, 5 << 28)]; "
+            "heap = [l.split()[0] for l in open('/proc/self/maps') if l.rstrip().endswith('[heap]')]; "
+            "lo, hi = (int(x, 16) for x in heap[0].split('-')); "
+            "print(t, *[lo <= b.data_ptr() < hi for b in blocks])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       env=dict(os.environ, TDYN_MALLOPT=flag))
+    assert r.stdout.split() == (["True", "True", "True"] if flag == "1" else ["False", "False", "False"])

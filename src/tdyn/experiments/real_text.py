@@ -27,6 +27,7 @@ from tdyn.report import style
 from tdyn.runs import write_csv
 from tdyn.schema import Strict
 from tdyn.train.seeding import generator
+from tdyn.train.threads import tune_allocator
 
 CORPORA = ("wiki", "bbc")
 CLASSES = ("same_token", "same_topic", "different_topic")
@@ -442,12 +443,13 @@ def _bench_lm(quick: bool) -> dict:
     the model's training step alone (forward, backward, an in-place SGD update of every parameter), on
     fixed random tokens: without the trainer's gradient clipping (Fig 10 clips at 0.5), metrics and probes. The two precisions alternate for two rounds and the
     faster round counts (this VM's speed drifts by ±20% over minutes). ``tokens_per_s`` counts every
-    member's tokens; ``tokens_per_s_per_member`` is that over S."""
+    member's tokens; ``tokens_per_s_per_member`` is that over S. The allocator is set as the trainer sets
+    it (:func:`tdyn.train.threads.tune_allocator`; ``allocator_tuned``), whichever entries ran before."""
 
     V, B, T = (2000 if quick else 20000), 20, 35
     reps = {1: 3, 5: 2, 25: 1}
     out: dict = {"V": V, "tokens_per_step_per_member": B * T, "timed_steps": reps, "rounds": 2,
-                 "threads": torch.get_num_threads()}
+                 "threads": torch.get_num_threads(), "allocator_tuned": tune_allocator()}
     for S in (1, 5, 25):
         m = CausalLM(LMConfig(V=V, max_len=T, dropout=0.2), S)
         m.reset_parameters([generator(i, "init") for i in range(S)])
