@@ -199,3 +199,19 @@ def test_torch_default_init_bounds_and_seeding():
     m.reset_parameters(gens, [1.0, 0.5])
     assert m.Z.abs().max() <= 1 / math.sqrt(M)
     torch.testing.assert_close(m.Z[1], 0.5 * m.Z[0])
+
+
+def test_no_draw_lands_on_a_token_of_probability_zero():
+    """A class whose cumulative sum ends an ulp below 1 before the last token (ten masses of 0.1: 1 − 2⁻⁵³):
+    the largest uniform below 1 still draws one of its tokens, not the last token (probability 0), in
+    the lookup and in the CDF it follows; every other draw is unchanged."""
+    table = torch.zeros(2, 16, dtype=torch.float64)
+    table[0, :10] = 0.1
+    table[1, 3:9] = 1 / 6
+    assert float(table[0].cumsum(0)[9]) < 1.0          # the case: the sum falls short of 1
+    d = _classes(table)
+    u = torch.tensor([[1 - 2.0 ** -53, 0.5, 0.0]], dtype=torch.float64).expand(2, 3).contiguous()
+    tokens = d.inverse_cdf.tokens.take(d.inverse_cdf.lookup(torch.arange(2), u))
+    assert torch.equal(tokens, _reference_draw(d, torch.arange(2), u))
+    assert bool((table.gather(1, tokens) > 0).all()), tokens
+    assert tokens[0].tolist() == [9, 5, 0] and tokens[1].tolist() == [8, 6, 3]

@@ -161,3 +161,25 @@ def test_streams_in_one_pass_and_the_rows_with_a_gradient(model, num_last):
         moved = (grad != 0).any(2).any(0).nonzero().flatten()
         assert set(moved.tolist()) <= set(task.grad_rows[name].tolist()), name
         assert len(moved) > 0 and len(task.grad_rows[name]) < grad.shape[1], name
+
+
+def test_a_subclass_with_its_own_sampler_trains_on_its_own_batches():
+    """A ScanSnapTask subclass that overrides ``sample`` gets its own batches in training (sample_streams
+    falls back to them, stream by stream) and no ``grad_rows`` (its tokens need not be the table's)."""
+    from tdyn.config import load_config
+    from tdyn.tasks.base import stack_batches
+    from tdyn.tasks.scan_snap import ScanSnapTask, yz_config
+    from tdyn.train.seeding import generator
+    from tdyn.train.trainer import expand_members
+
+    class Shifted(ScanSnapTask):
+        def sample(self, gen):
+            x, y, support = super().sample(gen)
+            return x, (y + 1) % self.dist.M, support
+
+    cfg = load_config(yz_config(syn_medium(3), seeds=[0, 1]))
+    task = Shifted(cfg, expand_members(cfg))
+    ref = stack_batches([task.sample(generator(s, "data")) for s in (0, 1)])
+    got = task.sample_streams([generator(s, "data") for s in (0, 1)])
+    assert torch.equal(got[1], ref[1]) and task.grad_rows == {}
+    assert ScanSnapTask(cfg, expand_members(cfg)).grad_rows.keys() == {"Y", "Z"}

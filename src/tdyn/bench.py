@@ -17,7 +17,6 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils import _pytree as pytree
 
 from tdyn import runs
 from tdyn.config import RunConfig, load_config
@@ -197,10 +196,9 @@ def step_rate(task: Task, cfg: RunConfig, steps: int) -> float:
     members = expand_members(cfg)
     params = dict(task.model.named_parameters())
     lrs = {g: torch.tensor([m.lrs[g] for m in members], dtype=torch.float64) for g in cfg.optim.groups}
-    opt = EnsembleOptimizer(params, cfg.optim.groups, lrs)
+    opt = EnsembleOptimizer(params, cfg.optim.groups, lrs, task.grad_rows)
     active = torch.ones(len(members), dtype=torch.bool)
-    batches = [task.sample(generator(m.seed, "data")) for m in members]
-    batch = pytree.tree_map(lambda *xs: torch.stack(xs), *batches)
+    batch = task.sample_streams([generator(m.seed, "data") for m in members])
 
     def step():
         for p in params.values():

@@ -71,8 +71,13 @@ class SequenceClasses:
     num_contextual: int           # ids below this are context tokens (commons + distincts)
 
     def __post_init__(self):
+        # The CDF is 1 from each class's last token of positive probability on: its cumulative sum can end
+        # an ulp below 1 (e.g. ten masses of 0.1), and a draw u in that gap must not land on a later token
+        # of probability 0.
         self.cdf = self.table.cumsum(1)
-        self.cdf[:, -1] = 1.0
+        M = self.table.shape[1]
+        last = M - 1 - (self.table > 0).flip(1).to(torch.int8).argmax(1)
+        self.cdf[torch.arange(M) >= last[:, None]] = 1.0
         self.inverse_cdf = InverseCDF(self.cdf)
 
     def sample(self, batch_size: int, seq_len: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

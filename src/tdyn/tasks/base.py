@@ -16,7 +16,7 @@ members, and exposes:
 * ``member_generators()``: any further random streams (e.g. dropout), one generator per member,
   which the trainer checkpoints and restores so that resume is exact;
 * ``grad_rows``: optionally, per parameter, the rows (its axis 1, after the ensemble axis) outside which
-  its gradient is always zero (Scan and Snap's Z: the query tokens' rows). The optimizer then updates
+  its gradient is always zero (Scan and Snap's Z: the query tokens' rows; Y: the context tokens'). The optimizer then updates
   only those rows where that is exact (no weight decay: a zero gradient with zero optimizer state
   leaves a row unchanged), the same arithmetic per element as updating every row.
 

@@ -32,7 +32,7 @@ class ScanSnapTask(Task):
         self.model = YZModel(mc.model_copy(update={"M": self.dist.M}), S=len(members))
         self.model.reset_parameters([generator(m.seed, "init") for m in members], [m.init_scale for m in members])
         d = self.dist
-        if mc.parameterization == "yz":
+        if mc.parameterization == "yz" and self._own_sampler():
             # Z[m, l] has a gradient only on the query rows m, Y[l, n] only on the rows of tokens the
             # attended vector can hold: the context tokens, and the query where it is a key or the residual
             keys = (d.table > 0).any(0).nonzero().flatten()
@@ -43,14 +43,21 @@ class ScanSnapTask(Task):
         self.facts = {"table": d.table, "query": d.query, "next_token": d.next_token,
                       "distinct": d.distinct, "common": d.common}
 
+    def _own_sampler(self) -> bool:
+        """Whether batches are this class's (``sample``, ``full_sample`` not overridden): then the tokens
+        are the distribution's, which ``grad_rows`` and the one-pass :meth:`sample_streams` rely on."""
+        return type(self).sample is ScanSnapTask.sample and type(self).full_sample is ScanSnapTask.full_sample
+
     def sample(self, gen):
         """One training batch: :meth:`full_sample` with, where attention runs on the support, only the
-        query column of x ([B, 1]): the keys enter through the support, and the trainer stacks the
-        batch once per member."""
+        query column of x ([B, 1]): the keys enter through the support."""
         return self.full_sample(gen, context=self.model.cfg.include_query_key)
 
     def sample_streams(self, gens):
-        """:meth:`sample` of each generator, stacked, drawn in one pass (:meth:`full_sample` of the list)."""
+        """:meth:`sample` of each generator, stacked: drawn in one pass (:meth:`full_sample` of the list),
+        or stream by stream where a subclass overrides ``sample`` or ``full_sample``."""
+        if not self._own_sampler():
+            return super().sample_streams(gens)
         return self.full_sample(gens, context=self.model.cfg.include_query_key)
 
     def probe_batch(self, gen):

@@ -44,6 +44,9 @@ class EnsembleOptimizer:
             if p is None or gc is None or p.dim() < 2 or gc.weight_decay or len(rows) == 0:
                 continue
             rows = torch.unique(rows.to(torch.long).cpu())
+            if int(rows[0]) < 0 or int(rows[-1]) >= p.shape[1]:
+                raise ValueError(f"grad_rows[{name!r}]: rows must lie in [0, {p.shape[1]}), "
+                                 f"got {int(rows[0])}..{int(rows[-1])}")
             if int(rows[-1]) - int(rows[0]) + 1 == len(rows):       # one range: a view, no copies
                 if len(rows) < p.shape[1]:
                     self.rows[name] = slice(int(rows[0]), int(rows[-1]) + 1)

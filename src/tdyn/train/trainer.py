@@ -39,7 +39,7 @@ from tdyn.tasks.base import stack_batches
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.train.seeding import generator
 from tdyn.train.sinks import make_sinks
-from tdyn.train.threads import tune_allocator
+from tdyn.train.threads import release_memory, tune_allocator
 
 _FLUSH_SECONDS = 10.0
 #: The measured scalars whose overflow (inf/NaN) is a divergence: parameter norms and update norms.
@@ -473,6 +473,7 @@ class Job:
                 sink.close()
             if old_handler is not None:
                 signal.signal(signal.SIGINT, old_handler)
+            release_memory()      # the steps' freed blocks, kept for reuse while training, back to the OS
 
 
 # ---------------------------------------------------------------- entry points
