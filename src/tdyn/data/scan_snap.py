@@ -115,13 +115,14 @@ class SequenceClasses:
               context: bool = True):
         """(x, y, class [B], each context token's flat index in :class:`InverseCDF`'s rows [B, L−1]);
         x without its context columns unless ``context``. Generators ``gen`` [G]: a leading axis G on each."""
-        gens = [gen] if isinstance(gen, torch.Generator) else list(gen)
+        one = isinstance(gen, torch.Generator)
+        gens = [gen] if one else list(gen)
         cls = torch.empty(len(gens), batch_size, dtype=torch.long)
         u = torch.empty(len(gens), batch_size, seq_len - 1, dtype=torch.float64)
         for g, c, v in zip(gens, cls, u):      # per generator: its class draws, then its uniforms
             torch.randint(self.K, (batch_size,), generator=g, out=c)
             torch.rand(batch_size, seq_len - 1, generator=g, dtype=torch.float64, out=v)
-        if isinstance(gen, torch.Generator):
+        if one:
             cls, u = cls[0], u[0]
         at = self.inverse_cdf.lookup(cls, u)
         x = self.query[cls].unsqueeze(-1)

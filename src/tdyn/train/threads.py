@@ -8,6 +8,7 @@ region waits for a descheduled thread and steps slow down up to 25× (Fig 6 quic
 
 from __future__ import annotations
 
+import functools
 import os
 
 from tdyn.errors import UserError
@@ -51,26 +52,31 @@ def tune_allocator() -> bool:
     if _TUNED or os.environ.get("TDYN_MALLOPT", "1") == "0":
         return _TUNED
     import ctypes
-    import ctypes.util
-    import sys
-    if not sys.platform.startswith("linux"):
+    libc = _libc()
+    if libc is None:
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    ok = all(mallopt(k, v) == 1 for k, v in ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, -1), (_M_TOP_PAD, 1 << 29)))
-    _TUNED = ok
-    return ok
+    libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    _TUNED = all(libc.mallopt(k, v) == 1 for k, v in ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, -1), (_M_TOP_PAD, 1 << 29)))
+    return _TUNED
 
 
 def release_memory() -> None:
     """Hand the heap's free memory back to the OS (glibc ``malloc_trim``), where :func:`tune_allocator`
     keeps it between steps: called when a training run ends. A no-op where the allocator was not tuned."""
-    if not _TUNED:
-        return
+    if _TUNED:
+        _libc().malloc_trim(0)
+
+
+@functools.cache
+def _libc():
+    """glibc (a ``ctypes.CDLL``), for ``mallopt`` and ``malloc_trim``; None off Linux or without them."""
     import ctypes
     import ctypes.util
-    ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    import sys
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None

@@ -128,10 +128,9 @@ def _tree_map(fn, x):
 
 
 def _select(batch: Any, index: torch.Tensor) -> Any:
-    """Per-stream batches (leading axis: stream) indexed by member (``index``: each member's stream)."""
-    leaves: list[torch.Tensor] = []
-    _tree_map(leaves.append, batch)
-    if not leaves or (leaves[0].shape[0] == len(index) and bool((index == torch.arange(len(index))).all())):
+    """Per-stream batches (leading axis: stream) indexed by member (``index``: each member's stream; where
+    member i has stream i, the batches as they are)."""
+    if torch.equal(index, torch.arange(len(index))):
         return batch
     return _tree_map(lambda t: t.index_select(0, index.to(t.device)), batch)
 
