@@ -30,7 +30,7 @@ from tdyn.tasks.lda_mlm import QUICK_DATA, dataset, lda_config
 from tdyn.tasks.scan_snap import yz_config
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.train.seeding import generator
-from tdyn.train.trainer import expand_members, train
+from tdyn.train.trainer import _tree_map, expand_members, train
 
 #: The bench entries of this module, by name. Entries registered next to their reproductions (in the
 #: experiments layer, above this one) are named by the caller: ``run(..., modules=...)``.
@@ -59,11 +59,16 @@ def on_device(cfg: dict) -> dict:
     return dict(cfg, device=DEVICE)
 
 
+def sync() -> None:
+    """Wait for the bench device's queued work (a no-op on the CPU), so a host clock times it."""
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
 def timed_train(cfg: dict) -> float:
     """Wall seconds of one ``train`` call into a temporary directory (on :data:`DEVICE`)."""
     cfg = on_device(cfg)
-    if DEVICE == "cuda":
-        torch.cuda.synchronize()
+    sync()
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
         train(cfg, Path(d) / "r", progress=False)
@@ -194,11 +199,12 @@ def step_rate(task: Task, cfg: RunConfig, steps: int) -> float:
     """Training steps per second of ``task`` for ``cfg``'s members: forward, one backward, one
     optimizer step (``cfg.optim``), on one fixed batch (sampling is not timed); 3 warm-up steps."""
     members = expand_members(cfg)
+    task.model.to(cfg.device)                      # before the optimizer's state is made like the parameters
     params = dict(task.model.named_parameters())
     lrs = {g: torch.tensor([m.lrs[g] for m in members], dtype=torch.float64) for g in cfg.optim.groups}
     opt = EnsembleOptimizer(params, cfg.optim.groups, lrs, task.grad_rows)
     active = torch.ones(len(members), dtype=torch.bool)
-    batch = task.sample_streams([generator(m.seed, "data") for m in members])
+    batch = _tree_map(lambda t: t.to(cfg.device), task.sample_streams([generator(m.seed, "data") for m in members]))
 
     def step():
         for p in params.values():
@@ -208,9 +214,11 @@ def step_rate(task: Task, cfg: RunConfig, steps: int) -> float:
 
     for _ in range(3):
         step()
+    sync()
     t0 = time.perf_counter()
     for _ in range(steps):
         step()
+    sync()
     return steps / (time.perf_counter() - t0)
 
 
@@ -221,7 +229,7 @@ def _compare(cfg: Callable[[int], dict], plain: Callable[[Any, list], PlainTask]
     the plain module."""
     out: dict[str, Any] = {"steps": steps}
     for S in sizes:
-        raw = cfg(S)
+        raw = on_device(cfg(S))
         rc = load_config(raw)
         members = expand_members(rc)
         hand = step_rate(build_task(rc, members), rc, steps)

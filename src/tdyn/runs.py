@@ -929,8 +929,9 @@ class Run:
         return self.checkpoint(step)[f"probe/{key}"]
 
     def task(self):
-        """The run's task built from its config (one member; no weights loaded)."""
-        cfg = load_run_config(self.path)
+        """The run's task built from its config (one member; no weights loaded), on the CPU whatever device
+        it trained on: analysis reads checkpoints, which hold CPU tensors, and may run where no GPU is."""
+        cfg = load_run_config(self.path).model_copy(update={"device": "cpu"})
         lrs = {g: gc.lr for g, gc in cfg.optim.groups.items()}
         scale = (cfg.ensemble.init_scales or [1.0])[0]
         return build_task(cfg, [Member(cfg.seeds[0], lrs, scale, self.path.name)])

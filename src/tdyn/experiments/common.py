@@ -142,12 +142,21 @@ def write_results(out: Path, results: dict[str, Any]) -> Path:
     return Path(out) / runs.RESULTS
 
 
+def on_reproduction_device(base: dict, overrides) -> dict:
+    """``base`` on the reproduction's ``--device`` (carried by ``ctx.overrides``; a ``--set device=``
+    still wins). On the CPU ``base`` is returned as it is, so CPU configs, and the digests of the sweeps
+    built from them, stay as they were."""
+    device = getattr(overrides, "device", "cpu")
+    return base if device == "cpu" else dict(base, device=device)
+
+
 def configure(base: dict, overrides: list[str]):
-    """Validate a reproduction's run config after the user's ``--set`` overrides (``ctx.overrides``).
+    """Validate a reproduction's run config after the user's ``--set`` overrides (``ctx.overrides``),
+    on the reproduction's device (:func:`on_reproduction_device`).
 
     Marks the overrides consumed (the runner rejects overrides no config consumed); an override the
     config's own settings would shadow (``optim.groups.Y.lr`` under ``ensemble.lrs``) is an error."""
-    raw = apply_overrides(base, overrides)
+    raw = apply_overrides(on_reproduction_device(base, overrides), overrides)
     check_shadowed(raw, overrides)
     if hasattr(overrides, "consumed"):
         overrides.consumed = True

@@ -15,6 +15,7 @@ import torch
 from pydantic import Field
 
 from tdyn import runs
+from tdyn import bench
 from tdyn.bench import register_bench
 from tdyn.data import corpora
 from tdyn.data.real_topics import fit_lda, top_words, word_topics
@@ -444,21 +445,26 @@ def _bench_lm(quick: bool) -> dict:
     fixed random tokens: without the trainer's gradient clipping (Fig 10 clips at 0.5), metrics and probes. The two precisions alternate for two rounds and the
     faster round counts (this VM's speed drifts by ±20% over minutes). ``tokens_per_s`` counts every
     member's tokens; ``tokens_per_s_per_member`` is that over S. The allocator is set as the trainer sets
-    it (:func:`tdyn.train.threads.tune_allocator`; ``allocator_tuned``), whichever entries ran before."""
+    it (:func:`tdyn.train.threads.tune_allocator`; ``allocator_tuned``), whichever entries ran before.
+    On ``--device cuda`` the model, tokens and dropout streams live on the GPU, autocast is CUDA's, each
+    timing waits for the GPU, and 20 times the steps are timed (a step takes milliseconds there)."""
 
     V, B, T = (2000 if quick else 20000), 20, 35
-    reps = {1: 3, 5: 2, 25: 1}
+    dev = bench.DEVICE
+    reps = {S: n * (20 if dev == "cuda" else 1) for S, n in {1: 3, 5: 2, 25: 1}.items()}
     out: dict = {"V": V, "tokens_per_step_per_member": B * T, "timed_steps": reps, "rounds": 2,
-                 "threads": torch.get_num_threads(), "allocator_tuned": tune_allocator()}
+                 "threads": torch.get_num_threads(), "allocator_tuned": tune_allocator(), "device": dev}
     for S in (1, 5, 25):
         m = CausalLM(LMConfig(V=V, max_len=T, dropout=0.2), S)
         m.reset_parameters([generator(i, "init") for i in range(S)])
+        m.to(dev)
+        m.dropout_gens = [torch.Generator(dev).manual_seed(i) for i in range(S)]   # the model's own streams, on dev
         g = generator(0, "bench")
-        x, y = torch.randint(0, V, (S, B, T), generator=g), torch.randint(0, V, (S, B, T), generator=g)
+        x, y = (torch.randint(0, V, (S, B, T), generator=g).to(dev) for _ in range(2))
         params = list(m.parameters())
 
         def step(amp: str | None) -> None:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp is not None):
+            with torch.autocast(dev, dtype=torch.bfloat16, enabled=amp is not None):
                 loss = m.loss(x, y)
             for p in params:
                 p.grad = None
@@ -471,9 +477,11 @@ def _bench_lm(quick: bool) -> dict:
         for _ in range(out["rounds"]):
             for amp in (None, "bfloat16"):
                 step(amp)   # warm-up
+                bench.sync()
                 t0 = time.perf_counter()
                 for _ in range(reps[S]):
                     step(amp)
+                bench.sync()
                 best[amp] = min(best.get(amp, math.inf), (time.perf_counter() - t0) / reps[S])
         for amp, dt in best.items():
             out[f"S{S}_{amp or 'float32'}"] = {"s_per_step": dt, "tokens_per_s": S * B * T / dt,

@@ -51,6 +51,7 @@ class Overrides(list):
     config of the reproduction consumed (exit 2), so a knob is never silently dropped."""
 
     consumed: bool = False
+    device: str = "cpu"   # the reproduction's --device, which ``configure`` puts into every run config
 
 
 @dataclasses.dataclass
@@ -70,6 +71,7 @@ class ReproduceContext:
     def __post_init__(self):
         if not isinstance(self.overrides, Overrides):
             self.overrides = Overrides(self.overrides)
+        self.overrides.device = self.device
 
 
 @dataclasses.dataclass

@@ -23,7 +23,7 @@ from tdyn.bench import on_device, register_bench, timed_train
 from tdyn.config import override_key, validate_config
 from tdyn.data import scan_snap as data
 from tdyn.errors import UserError
-from tdyn.experiments.common import claim, configure, decide, every_cell, paired, reading, with_options
+from tdyn.experiments.common import claim, configure, decide, every_cell, on_reproduction_device, paired, reading, with_options
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.experiments.scan_snap_common import _facts, _final, _lrs
 from tdyn.probes import scan_snap as pr
@@ -100,6 +100,7 @@ def fig6_sweep(ctx: ReproduceContext) -> tuple[dict, list[dict]]:
     if (base / runs.RESULTS).exists() and (base / "runs").is_dir():     # an earlier fig6 --out
         base = base / "runs"
     spec = fig6_spec(grid, list(overrides))
+    spec["config"] = on_reproduction_device(spec["config"], overrides)   # a GPU sweep is another directory
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     root = base / f"fig6{'-quick' if ctx.quick else ''}-{digest}"     # one directory per distinct sweep
     run_sweep(spec, root, progress=ctx.progress)
@@ -405,8 +406,8 @@ def fig11_12(ctx: ReproduceContext) -> dict:
 def _bench_fig6(quick: bool) -> dict:
     """The Fig 6 sweep (640 runs) with ``tdyn sweep`` (batched into 8 ensemble jobs on the local
     pool; the median of 3 sweeps, each into a fresh directory, 1 if ``quick``: one sweep's wall time
-    varies by ~±8% on this VM) vs the same runs trained one at a time in this process (``quick``:
-    extrapolated from a few runs per panel)."""
+    varies by ~±8% on this VM) vs the same runs trained one at a time in this process (``quick`` and on
+    CUDA: extrapolated from a few runs per job)."""
     import statistics
 
     spec = fig6_spec(FIG6)
@@ -422,11 +423,14 @@ def _bench_fig6(quick: bool) -> dict:
     batched = statistics.median(w for w, _ in sweeps)
     busy = next(b for w, b in sweeps if w == batched)
     seq, timed, total_runs = 0.0, 0, 0
+    # quick, or on a GPU (where one run is bound by kernel launches, alike across a job's members, and 640
+    # of them would take minutes of a lent device): a few runs per job, extrapolated
+    few = quick or spec["config"]["device"] == "cuda"
     for job in plan(load_spec(spec)):
         cfg = validate_config(job.config)
         members = expand_members(cfg)
         total_runs += len(members)
-        picked = members[:: max(1, len(members) // 3)] if quick else members
+        picked = members[:: max(1, len(members) // 3)] if few else members
         t = sum(timed_train(member_config(cfg, m)) for m in picked)
         timed += len(picked)
         seq += t * len(members) / len(picked)

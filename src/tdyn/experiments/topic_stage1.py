@@ -42,7 +42,7 @@ from pydantic import Field
 from tdyn import runs
 from tdyn.config import apply_overrides, validate_config
 from tdyn.data.lda import NUM_SPECIAL, LdaDataset
-from tdyn.experiments.common import claim, configure, decide, margin, reading, train_into
+from tdyn.experiments.common import claim, configure, decide, margin, on_reproduction_device, reading, train_into
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.experiments.topic_common import E2, all_seeds, heatmaps, member_model, split_loss, stage_config
 from tdyn.probes.topic_value import effective_value_map, gauge_fix, r2_aIbBc11, value_structure
@@ -224,7 +224,7 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
     """
     preset = _stage1_preset(ctx)
     base = stage1_config(ctx.seed, ctx.quick, preset)
-    raw = apply_overrides(base, list(ctx.overrides))
+    raw = apply_overrides(on_reproduction_device(base, ctx.overrides), list(ctx.overrides))
     cfg = configure(base, ctx.overrides)
     dc = cfg.typed_data()
     v, ds = dc.words_per_topic, dataset(dc)

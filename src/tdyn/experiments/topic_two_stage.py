@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from tdyn import runs
-from tdyn.bench import register_bench
+from tdyn.bench import on_device, register_bench, sync
 from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig
 from tdyn.experiments.common import claim
 from tdyn.experiments.registry import ReproduceContext, register
@@ -280,12 +280,13 @@ def bench(steps: int = 50) -> dict[str, float]:
     settings; the dataset is built before timing."""
     out = {}
     for name, model in (("topic/stage1", E2), ("topic/two-stage", E4)):
-        cfg = lda_config(model, steps=steps, seeds=[0])
+        cfg = on_device(lda_config(model, steps=steps, seeds=[0]))
         cfg["probes"] = {"names": [], "every": steps}
         cfg["checkpoint"] = {"schedule": "none"}
         dataset(LdaDataConfig.model_validate(cfg["data"]))
         with tempfile.TemporaryDirectory() as tmp:
             train(cfg, Path(tmp) / "b", progress=False)                       # warm-up (build, allocator)
+            sync()
             t0 = time.perf_counter()
             train(cfg, Path(tmp) / "c", progress=False)
             out[name] = steps / (time.perf_counter() - t0)

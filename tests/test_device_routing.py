@@ -1,0 +1,63 @@
+"""``--device`` reaches every run config a reproduction trains, and analysis rebuilds a GPU-trained run
+on the CPU. (The CUDA kernels themselves run only on a lent GPU machine: benchmarks/gpu_check.sh.)"""
+
+import json
+
+import pytest
+import torch
+
+from tdyn import runs
+from tdyn.experiments.common import configure
+from tdyn.experiments.registry import ReproduceContext, all_experiments
+from tdyn.train.trainer import train
+
+#: reproductions whose configs are cheap to build (the decision-list ones compute their grids first)
+NAMES = ["scan-snap/fig4", "scan-snap/fig6", "topic/stage1", "topic/two-stage", "real/entropy-vs-lr",
+         "real/attention-maps", "scan-snap/thm3"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reproduce_device_reaches_every_run_config(name, tmp_path):
+    exp = all_experiments()[name]
+    on_gpu = ReproduceContext(out=tmp_path, quick=True, device="cuda")
+    on_cpu = ReproduceContext(out=tmp_path, quick=True)
+    raws = exp.configs(on_cpu)
+    assert raws
+    for key, raw in raws.items():
+        assert configure(raw, on_gpu.overrides).device == "cuda", key
+        assert configure(raw, on_cpu.overrides).device == "cpu", key
+        # a --set device= still wins over --device
+        assert configure(raw, ReproduceContext(out=tmp_path, device="cuda", overrides=["device=cpu"]).overrides).device == "cpu"
+
+
+def test_cpu_configs_are_unchanged_by_the_device_routing(tmp_path):
+    """On the CPU the raw config is passed through as it is: the Fig 6 sweep's digest, which names its
+    directory, does not change for runs made before ``--device`` reached it."""
+    from tdyn.experiments.common import on_reproduction_device
+
+    raw = {"task": "x"}
+    assert on_reproduction_device(raw, ReproduceContext(out=tmp_path).overrides) is raw
+    assert on_reproduction_device(raw, ReproduceContext(out=tmp_path, device="cuda").overrides) == {"task": "x", "device": "cuda"}
+
+
+def test_a_gpu_trained_run_is_rebuilt_on_the_cpu(tmp_path):
+    from tdyn.experiments.real_text import lm_groups
+
+    """``Run.task()``/``Run.model()`` build on the CPU whatever device the run trained on (its checkpoints
+    hold CPU tensors): here a corpus-LM run whose config says cuda, on a machine that may have no GPU.
+    Built with the run's device, its dropout streams were CUDA generators and a training-mode forward
+    on the CPU weights failed."""
+    cfg = {"task": "corpus_lm", "data": {"corpus": "fixture", "bptt": 8, "batch_size": 2},
+           "model": {"d": 8, "d_hid": 8, "n_layers": 1, "dropout": 0.2}, "seeds": [0],
+           "optim": {"steps": 2, "groups": lm_groups(1, "one", 0.1)},
+           "checkpoint": {"schedule": "none"}}
+    (d,) = train(cfg, tmp_path / "r", progress=False)
+    saved = json.loads((d / runs.CONFIG).read_text())
+    (d / runs.CONFIG).write_text(json.dumps(saved | {"device": "cuda"}))
+    run = runs.Run(d)
+    assert run.config["device"] == "cuda"
+    model = run.model()
+    assert all(p.device.type == "cpu" for p in model.parameters()) and model.training
+    x = torch.zeros(1, 2, 8, dtype=torch.long)
+    assert torch.isfinite(model.loss(x, x)).all()
+    torch.testing.assert_close(model.emb.detach()[0], run.param("emb"))
