@@ -44,7 +44,7 @@ if [ "$mode" = smoke ]; then
   stamp "full-size Fig 10 steps: the trainer (clipping, metrics, probes every 250 steps) for $NSTEP steps"
   for p in fp32 bf16; do
     tdyn config real/entropy-vs-lr --set device=$DEV $(prec_args $p) > $W/cfg_$p.yaml || continue
-    for n in wiki_eta wiki_ratio; do
+    for n in wiki_eta; do
       python3 -c "import sys, yaml; c = yaml.safe_load(open('$W/cfg_$p.yaml'))['$n']; c['optim']['steps'] = $NSTEP; yaml.safe_dump(c, open('$W/s_${p}_$n.yaml', 'w'))"
       a=$(date +%s.%N)
       timeout 120 python3 -m tdyn run $W/s_${p}_$n.yaml --out $W/s_${p}_$n --quiet > /dev/null 2>"$L/steps_${p}_$n.err"
