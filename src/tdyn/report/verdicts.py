@@ -72,19 +72,23 @@ def table(d: Path, names: list[str] | None = None, link_from: Path | None = None
     missing = [n for n in names or [] if n not in have]
     rows = ["| reproduction | settings | time | holds | fails | inconclusive |", "|---|---|---|---|---|---|"]
     notes = []
-    lines = {n: f"| {_name(n, link_from)} | not run at full settings | — | — | — | — |" for n in missing}
+    # one row per results.json (a reproduction may have several: quick and full, or runs judged early)
+    lines = {(n, ""): f"| {_name(n, link_from)} | not run at full settings | — | — | — | — |" for n in missing}
     for rdir, res in found:
         name = res.get("experiment", rdir.name)
         claims = res.get("claims", [])
         n = counts(claims)
         setting = ("quick" if res.get("quick") else res["settings_note"] if res.get("settings_note") else "full")
         err = " (error)" if "error" in res else ""
-        lines[name] = (f"| {_name(name, link_from)}{err} | {_md(setting)} | {_time(res.get('wall_seconds'))} | "
-                       + " | ".join(str(n[v]) for v in ORDER) + " |")
+        # results judged on runs trained elsewhere (--at-step) took no training time of their own
+        took = "—" if res.get("at_step") is not None else _time(res.get("wall_seconds"))
+        lines[name, rdir.name] = (f"| {_name(name, link_from)}{err} | {_md(setting)} | {took} | "
+                                  + " | ".join(str(n[v]) for v in ORDER) + " |")
         for c in claims:
             if c.get("verdict") != "holds":
                 text = c["reason"] if c.get("verdict") == "inconclusive" and c.get("reason") else c.get("claim", "")
-                notes.append(f"- `{_md(name)}` `{_md(c.get('id', ''))}` **{_md(c.get('verdict'))}**: {_md(_short(text))}")
+                where = "" if setting == "full" else f" ({_md(setting)})"
+                notes.append(f"- `{_md(name)}`{where} `{_md(c.get('id', ''))}` **{_md(c.get('verdict'))}**: {_md(_short(text))}")
     rows += [lines[n] for n in sorted(lines)]
     out = "\n".join(rows)
     if notes:
