@@ -5,10 +5,13 @@
 # made). Writes what it keeps under $OUT (default /tmp/gpu_out).
 #
 #   bash benchmarks/gpu_check.sh smoke          # quick Fig 10 (5 seeds) fp32 + bf16, bench, full-size step times
-#   bash benchmarks/gpu_check.sh fig10 SECONDS  # the full Fig 10, fp32 and bf16, training capped at SECONDS
+#   bash benchmarks/gpu_check.sh fig10 SECONDS  # the full Fig 10 (PRECS="fp32 bf16" by default), training capped
+#                                               # at SECONDS. On the H200 float32 alone took ~490 s of training (4
+#                                               # processes at once; 2026-11-26: cut at 440 s at steps 4500-4750)
 # A dry run on a CPU machine: DEV=cpu EXTRA="--quick --set optim.steps=3" BENCH_ONLY=topic WHEELS=no.
 set -u
 mode=${1:?smoke or fig10}
+[ "$mode" = smoke ] || [ "$mode" = fig10 ] || { echo "gpu_check.sh: mode must be smoke or fig10, not $mode" >&2; exit 2; }
 cap=${2:-300}
 OUT=${OUT:-/tmp/gpu_out}
 DEV=${DEV:-cuda}
@@ -20,7 +23,7 @@ L=$OUT/logs   # at most 8 files come back from a lent machine: the logs go back 
 mkdir -p "$L"
 finish() { tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$L"; stamp done; }
 if [ "${WHEELS:-yes}" = yes ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .devdata/whl/*.whl || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .devdata/whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD/src:$PWD/.devdata/site TDYN_CACHE=$PWD/.devdata/cache
 fi
 export PYTHONUNBUFFERED=1 TMPDIR=$W
@@ -40,7 +43,8 @@ if [ "$mode" = smoke ]; then
   tail -n 4 "$L"/quick_*.log
   tar czf "$OUT/quick.tar.gz" -C $W --exclude=runs q_fp32 q_bf16 2>/dev/null
   stamp "tdyn bench --device $DEV"
-  timeout 300 python3 -m tdyn bench --device $DEV --only $BENCH_ONLY --out "$OUT/bench-cuda.json" 2>&1 | tail -n 40
+  only=(); for e in $BENCH_ONLY; do only+=(--only "$e"); done
+  timeout 300 python3 -m tdyn bench --device $DEV "${only[@]}" --out "$OUT/bench-cuda.json" 2>&1 | tail -n 40
   stamp "full-size Fig 10 steps: the trainer (clipping, metrics, probes every 250 steps) for $NSTEP steps"
   for p in fp32 bf16; do
     tdyn config real/entropy-vs-lr --set device=$DEV $(prec_args $p) > $W/cfg_$p.yaml || continue
@@ -63,7 +67,7 @@ fi
 # fig10: per precision, a 1-step reproduction makes the output directory; the four jobs `tdyn config`
 # prints for the same settings then train concurrently on the one GPU (`tdyn run`, one process each);
 # `reproduce --resume` keeps them (same configs) and runs the analysis.
-for p in fp32 bf16; do
+for p in ${PRECS:-fp32 bf16}; do
   (
     d=$W/f_$p
     tdyn reproduce real/entropy-vs-lr --device $DEV $(prec_args $p) --set optim.steps=1 --out $d --quiet > "$L/pre_$p.log" 2>&1 || exit 1
