@@ -524,4 +524,30 @@ def _bench_lm(quick: bool) -> dict:
             out[f"S{S}_{amp or 'float32'}"] = {"s_per_step": dt, "tokens_per_s": S * B * T / dt,
                                                "tokens_per_s_per_member": B * T / dt}
         out[f"S{S}_bf16_speedup"] = best[None] / best["bfloat16"]
+        out[f"S{S}_decoder_matmul_floor"] = _decoder_floor(S, B * T, LMConfig().d, V, dev)
+    return out
+
+
+def _decoder_floor(S: int, N: int, d: int, V: int, dev: str) -> dict:
+    """The decoder's three matmuls of one training step alone (logits X Wᵀ, dX = G W, dW = Gᵀ X: 6·S·N·d·V
+    FLOPs, ~97% of the step's), timed in float32 and bf16 on random operands, best of 3: the step can take
+    no less, so ``tokens_per_s_max`` bounds every implementation of this step on this machine."""
+    g = generator(1, "bench")
+    out = {}
+    for dt in (torch.float32, torch.bfloat16):
+        X, W, G = (torch.randn(S, *shape, generator=g).to(dev, dt) for shape in ((N, d), (V, d), (N, V)))
+
+        def mm():
+            torch.bmm(X, W.transpose(1, 2)), torch.bmm(G, W), torch.bmm(G.transpose(1, 2), X)
+
+        mm()
+        best = math.inf
+        for _ in range(3):
+            bench.sync()
+            t0 = time.perf_counter()
+            mm()
+            bench.sync()
+            best = min(best, time.perf_counter() - t0)
+        out[str(dt).removeprefix("torch.")] = {"s_per_step": best, "gflops": 6 * S * N * d * V / best / 1e9,
+                                                "tokens_per_s_max": S * N / best}
     return out
