@@ -75,6 +75,7 @@ def test_pool_start_method_forks_only_where_safe(monkeypatch):
     monkeypatch.setattr(threading, "active_count", lambda: 1)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     can_fork = sys.platform.startswith("linux") and sys.version_info < (3, 12)
     assert executors.start_method() == ("fork" if can_fork else "spawn")
     monkeypatch.setenv("TDYN_START_METHOD", "spawn")
@@ -86,6 +87,7 @@ def test_pool_start_method_forks_only_where_safe(monkeypatch):
     assert executors.start_method() == ("fork" if can_fork else "spawn")
     for name, value, patch in (("TDYN_THREADS", "2", None), (None, None, (torch, "get_num_threads", lambda: 2)),
                                (None, None, (torch.cuda, "is_initialized", lambda: True)),
+                               (None, None, (torch.cuda, "is_available", lambda: True)),   # a device: never fork
                                (None, None, (threading, "active_count", lambda: 2))):   # e.g. a tqdm monitor
         with monkeypatch.context() as m:
             if name:

@@ -62,8 +62,9 @@ def start_method() -> str:
 
     A forked worker starts in milliseconds with torch and tdyn already imported; a spawned one imports
     them again (1.5–2.3 s on this project's 2-core machine, paid by every sweep and pool). Forking is
-    allowed under the conditions PyTorch's own DataLoader workers rely on: Linux, no CUDA context in this
-    process (a forked child cannot use it), one intra-op torch thread here and in the workers (the child
+    allowed under the conditions PyTorch's own DataLoader workers rely on: Linux, no CUDA device here (a
+    child forked after the CUDA driver started, which asking for the device count already does, cannot
+    use it; on a CPU-only build this costs nothing), one intra-op torch thread here and in the workers (the child
     never enters an OpenMP pool the parent started), and no other Python thread running (whose locks the
     child would inherit held); and Python < 3.12, which counts every OS thread (numpy's BLAS threads
     included) and deprecates forking any process that has one. Otherwise, or with
@@ -72,7 +73,7 @@ def start_method() -> str:
     if chosen not in START_METHODS:
         raise UserError(f"TDYN_START_METHOD={chosen!r}: allowed: {', '.join(START_METHODS)}")
     one_thread = cli_threads() == 1 and torch.get_num_threads() == 1
-    cuda = torch.cuda.is_initialized()
+    cuda = torch.cuda.is_initialized() or torch.cuda.is_available()
     safe = (sys.platform.startswith("linux") and sys.version_info < (3, 12) and not cuda and one_thread
             and threading.active_count() == 1)
     return "fork" if safe and chosen == "auto" else "spawn"
