@@ -37,6 +37,7 @@ class EnsembleOptimizer:
                     raise ConfigError(f"optim.groups.{g}.params: parameter {p!r} is already in group {self.group_of[p]!r}")
                 self.group_of[p] = g
         self.lrs = lrs
+        self._lr_as: dict[tuple, tuple[torch.Tensor, int, torch.Tensor]] = {}
         self.rows: dict[str, torch.Tensor | slice] = {}
         for name, rows in (grad_rows or {}).items():
             p = params.get(name)
@@ -72,6 +73,17 @@ class EnsembleOptimizer:
         if tmp is None or tmp.shape != p.shape or tmp.dtype != p.dtype or tmp.device != p.device:
             tmp = self.scratch[name] = torch.empty_like(p)
         return tmp
+
+    def _lr(self, gname: str, p: torch.Tensor) -> torch.Tensor:
+        """Group ``gname``'s per-member lrs in ``p``'s dtype and device, converted once while ``lrs[gname]``
+        stays the same tensor, unchanged: on a GPU each conversion is a host-to-device copy that waits for
+        the device (one per parameter and step before). The same values, so the same bits."""
+        src = self.lrs[gname]
+        key = (gname, p.dtype, p.device)
+        hit = self._lr_as.get(key)
+        if hit is None or hit[0] is not src or hit[1] != src._version:
+            hit = self._lr_as[key] = (src, src._version, src.to(p))
+        return hit[2]
 
     @staticmethod
     def _update(gc: GroupConfig, p: torch.Tensor, g: torch.Tensor, state: dict[str, torch.Tensor],
@@ -112,7 +124,7 @@ class EnsembleOptimizer:
                 continue
             gc = self.groups[gname]
             shape = (-1,) + (1,) * (p.dim() - 1)
-            lr = self.lrs[gname].to(p).view(shape)
+            lr = self._lr(gname, p).view(shape)
             g = p.grad
             keys = [k for k in (f"momentum/{name}", f"exp_avg/{name}", f"exp_avg_sq/{name}", f"step/{name}")
                     if k in self.state]
