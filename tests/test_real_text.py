@@ -174,16 +174,23 @@ def test_fig10_judged_at_an_earlier_step(cli, tmp_path):
     assert r.returncode == 0, r.stderr
     curves = (out / "entropy_curves.csv").read_text()
     before = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")}
-    r = cli("reproduce", "real/entropy-vs-lr", "--quick", "--at-step", "2", "--force", "--out", out)
+    r = cli("reproduce", "real/entropy-vs-lr", *tiny, "--at-step", "2", "--force", "--out", out)
     assert r.returncode == 0, r.stderr
     res = json.loads((out / "results.json").read_text())
     assert res["at_step"] == 2 and res["settings_note"] == "quick settings (float32 on cpu), judged at step 2 of 4"
-    assert all(c["definition"].startswith("at step 2 of 4 ") for c in res["claims"]) and len(res["claims"]) == 6
+    assert all(c["definition"].startswith("at step 2 of 4 (--at-step): ") for c in res["claims"]) and len(res["claims"]) == 6
+    assert res["runs_cut_short"] is False          # finished runs, judged early: not "cut short"
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")} == before   # nothing trained
     steps = {int(line.split(",")[3]) for line in (out / "entropy_curves.csv").read_text().splitlines()[1:]}
     assert steps == {0, 2} and curves != (out / "entropy_curves.csv").read_text()
-    r = cli("reproduce", "real/entropy-vs-lr", "--quick", "--at-step", "3", "--force", "--out", out)
+    r = cli("reproduce", "real/entropy-vs-lr", *tiny, "--at-step", "3", "--force", "--out", out)
     assert r.returncode == 2 and "no probe at step 3" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    # runs of other settings than the command's are refused: judged as full ones, or without the --set that trained them
+    r = cli("reproduce", "real/entropy-vs-lr", "--at-step", "2", "--force", "--out", out)
+    assert r.returncode == 2 and "other settings than this command's" in r.stderr and "--quick" in r.stderr
+    r = cli("reproduce", "real/entropy-vs-lr", "--quick", "--at-step", "2", "--force", "--out", out)
+    assert r.returncode == 2 and "(optim, probes differ)" in r.stderr
+    assert json.loads((out / "results.json").read_text()) == res     # nothing written by the refused commands
     empty = tmp_path / "empty"
-    r = cli("reproduce", "real/entropy-vs-lr", "--quick", "--at-step", "2", "--out", empty)
+    r = cli("reproduce", "real/entropy-vs-lr", *tiny, "--at-step", "2", "--out", empty)
     assert r.returncode == 2 and "holds no trained job" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -93,3 +93,21 @@ def test_permutation_null_separates_topic_structure_from_noise():
         null = permutation_null(E, T, "cosine", n_perm=100)
         diff = st["same_topic"]["mean"] - st["different_topic"]["mean"] - null["mean"]
         assert decide(diff, null["std"]) is expect
+
+
+def test_table_keeps_a_row_per_results_file(tmp_path):
+    """Two results of one reproduction (quick, and full runs judged early with --at-step) are two rows,
+    also in directories of the same name under different parents; a settings_note wins over quick/full,
+    and a result judged on runs trained elsewhere shows no time of its own."""
+    c = claim("c1", "x", False, **REF)
+    for sub, res in (("a/r", {"quick": True, "wall_seconds": 30.0}),
+                     ("b/r", {"quick": False, "wall_seconds": 0.7, "at_step": 4500,
+                              "settings_note": "full settings (float32 on cuda), judged at step 4500 of 5000"})):
+        (tmp_path / sub).mkdir(parents=True)
+        (tmp_path / sub / "results.json").write_text(json.dumps({"experiment": "x/y", "claims": [c], **res}))
+    out = verdicts.table(tmp_path)
+    rows = [line for line in out.splitlines() if line.startswith("| `x/y`")]
+    assert rows == ["| `x/y` | quick | 30 s | 0 | 1 | 0 |",
+                    "| `x/y` | full settings (float32 on cuda), judged at step 4500 of 5000 | — | 0 | 1 | 0 |"]
+    assert "- `x/y` (quick) `c1` **fails**" in out
+    assert "- `x/y` (full settings (float32 on cuda), judged at step 4500 of 5000) `c1` **fails**" in out

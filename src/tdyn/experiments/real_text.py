@@ -346,19 +346,34 @@ class EntropyVsLrOptions(Strict):
     """Where the claims are judged."""
 
     at_step: int | None = Field(
-        None, ge=0, description="judge every claim at this probe step of the runs already in OUT/runs (finished or cut "
+        None, ge=1, description="judge every claim at this probe step of the runs already in OUT/runs (finished or cut "
         "short, as `tdyn run` left them), training nothing: evidence from runs stopped before their last step. "
-        "results.json says so in settings_note and in each claim's definition")
+        "Give the options and --set that trained them (checked against their configs; device, dtype and autocast "
+        "may differ). results.json says so in settings_note and in each claim's definition")
 
 
-def _job_dirs(ctx: ReproduceContext, name: str, cfg: dict) -> list[Path]:
-    """The job's run directories: trained (or kept, with --resume), or with ``--at-step`` read as they are."""
+#: how a job was trained, which may differ between the runs ``--at-step`` reads and the command's configs
+_HOW = ("device", "dtype", "autocast")
+
+
+def _job_dirs(ctx: ReproduceContext, name: str, cfg: dict, judged: list[dict]) -> list[Path]:
+    """The job's run directories: trained (or kept, with --resume), or with ``--at-step`` read as they are,
+    after checking that they were trained from this command's config (but for :data:`_HOW`); each job
+    read goes into ``judged`` as ``{"config": ..., "last_steps": [each run's last probe step]}``."""
     if ctx.options is None or ctx.options.at_step is None:
         return train_into(ctx, name, configure(cfg, ctx.overrides))
     job = ctx.out / "runs" / name
     if not (job / runs.ENSEMBLE).exists():
         raise UserError(f"--at-step: {str(job)!r} holds no trained job (no {runs.ENSEMBLE}); train it first")
-    return runs.ensemble_dirs(job)
+    have, want = runs.read_ensemble(job)["config"], configure(cfg, ctx.overrides).model_dump(mode="json")
+    differ = sorted(k for k in set(have) | set(want) if k not in _HOW and have.get(k) != want.get(k))
+    if differ:
+        raise UserError(f"--at-step: the runs in {str(job)!r} were trained with other settings than this command's "
+                        f"({', '.join(differ)} differ{'; were they --quick?' if not ctx.quick else ''}): judge them "
+                        "with the options and --set that trained them")
+    dirs = runs.ensemble_dirs(job)
+    judged.append({"config": have, "last_steps": [runs.Run(d).metrics[-1]["step"] for d in dirs]})
+    return dirs
 
 
 def fig10_all(ctx: ReproduceContext) -> dict[str, dict]:
@@ -374,13 +389,14 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
 
     style.apply()
     at = ctx.options.at_step if ctx.options is not None else None
+    judged: list[dict] = []   # with --at-step: the jobs read
     res = {"experiment": "real/entropy-vs-lr", "claims": [], "entropy_vs_eta": {}, "ratio": {}}
     fig, axes = plt.subplots(2, 3, figsize=(13, 8), constrained_layout=True)
     final_rows, curve_rows, ratio_rows = [], [], []
     for r, corpus in enumerate(CORPORA):
         eta_cfg, ratio_cfg = fig10_configs(ctx, corpus)
         finals, curves = [], []
-        for d in _job_dirs(ctx, f"{corpus}_eta", eta_cfg):
+        for d in _job_dirs(ctx, f"{corpus}_eta", eta_cfg, judged):
             f, curve = _final_entropy(d, at)
             finals.append(f | {"corpus": corpus})
             curves.append([c["entropy"] for c in curve])
@@ -417,7 +433,7 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
             measured="final validation attention entropy (mean over seeds) vs η",
             expected="decreasing in η, each step beyond 2σ", eta=etas, mean=mean, std=std, noise=noise))
         rfin, rcurves = [], []
-        for d in _job_dirs(ctx, f"{corpus}_ratio", ratio_cfg):
+        for d in _job_dirs(ctx, f"{corpus}_ratio", ratio_cfg, judged):
             f, curve = _final_entropy(d, at)
             rfin.append(f | {"corpus": corpus, "ratio": f["Y"] / f["Z"]})
             rcurves.append([c["entropy"] for c in curve])
@@ -458,14 +474,15 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
             measured="final attention entropy (mean over seeds) vs η_Y/η_Z",
             expected="largest ratio > smallest ratio by 2σ, at every η_Z", table=tab, noise=sd))
     if at is not None:
-        jobs = [runs.read_ensemble(j)["config"] for j in sorted((ctx.out / "runs").iterdir()) if (j / runs.ENSEMBLE).exists()]
-        trained = sorted({f"{c['autocast'] or c['dtype']} on {c['device']}" for c in jobs})   # as the runs say
-        steps = "/".join(str(s) for s in sorted({c["optim"]["steps"] for c in jobs}))
-        res["at_step"] = at
+        trained = sorted({f"{j['config']['autocast'] or j['config']['dtype']} on {j['config']['device']}" for j in judged})
+        steps = "/".join(str(s) for s in sorted({j["config"]["optim"]["steps"] for j in judged}))
+        cut = any(last < j["config"]["optim"]["steps"] for j in judged for last in j["last_steps"])
+        res["at_step"], res["runs_cut_short"] = at, cut
         res["settings_note"] = (f"{'quick' if ctx.quick else 'full'} settings ({', '.join(trained)}), "
                                 f"judged at step {at} of {steps}")
+        why = "; the runs stopped before their last step" if cut else ""
         for c in res["claims"]:
-            c["definition"] = f"at step {at} of {steps} (runs cut short; --at-step), not the end: " + c["definition"]
+            c["definition"] = f"at step {at} of {steps} (--at-step{why}): " + c["definition"]
     style.save(fig, ctx.out / "entropy_vs_lr.png")
     write_csv(ctx.out / "final_entropy.csv", final_rows, ["corpus", "seed", "all", "entropy", "val_loss"])
     write_csv(ctx.out / "entropy_curves.csv", curve_rows, ["corpus", "eta", "seed", "step", "entropy", "val_loss"])

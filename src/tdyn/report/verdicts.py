@@ -61,7 +61,8 @@ def _name(name: str, link_from: Path | None) -> str:
 
 
 def table(d: Path, names: list[str] | None = None, link_from: Path | None = None) -> str:
-    """Markdown: one row per reproduction (settings, wall time, verdict counts) and, below, every claim
+    """Markdown: one row per results.json (settings, wall time, verdict counts; a reproduction with several,
+    e.g. quick and full, has a row for each) and, below, every claim
     that did not hold with its verdict, reason and the paper statement it tests. ``names`` (the
     registered reproductions) adds a row for each one that has no results below ``d``; ``link_from``
     (the file the table goes into) links each name to its section of docs/reproductions/."""
@@ -78,11 +79,11 @@ def table(d: Path, names: list[str] | None = None, link_from: Path | None = None
         name = res.get("experiment", rdir.name)
         claims = res.get("claims", [])
         n = counts(claims)
-        setting = ("quick" if res.get("quick") else res["settings_note"] if res.get("settings_note") else "full")
+        setting = res.get("settings_note") or ("quick" if res.get("quick") else "full")
         err = " (error)" if "error" in res else ""
         # results judged on runs trained elsewhere (--at-step) took no training time of their own
         took = "—" if res.get("at_step") is not None else _time(res.get("wall_seconds"))
-        lines[name, rdir.name] = (f"| {_name(name, link_from)}{err} | {_md(setting)} | {took} | "
+        lines[name, str(rdir.relative_to(d))] = (f"| {_name(name, link_from)}{err} | {_md(setting)} | {took} | "
                                   + " | ".join(str(n[v]) for v in ORDER) + " |")
         for c in claims:
             if c.get("verdict") != "holds":
