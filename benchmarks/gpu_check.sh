@@ -10,9 +10,11 @@
 #                                               # processes at once; 2026-11-26: cut at 440 s at steps 4500-4750)
 # A dry run on a CPU machine: DEV=cpu EXTRA="--quick --set optim.steps=3" BENCH_ONLY=topic WHEELS=no.
 set -u
+set -f   # EXTRA's words (e.g. seeds=[1,2]) are arguments, never glob patterns
 mode=${1:?smoke or fig10}
 [ "$mode" = smoke ] || [ "$mode" = fig10 ] || { echo "gpu_check.sh: mode must be smoke or fig10, not $mode" >&2; exit 2; }
 cap=${2:-300}
+case $cap in ''|*[!0-9]*) echo "gpu_check.sh: SECONDS must be a whole number, not $cap" >&2; exit 2 ;; esac
 OUT=${OUT:-/tmp/gpu_out}
 DEV=${DEV:-cuda}
 EXTRA=${EXTRA:-}
@@ -20,8 +22,11 @@ BENCH_ONLY=${BENCH_ONLY:-startup scan_snap_single scan_snap_ensemble32 plain_vs_
 W=${W:-/tmp}
 NSTEP=${NSTEP:-400}
 L=$OUT/logs   # at most 8 files come back from a lent machine: the logs go back as one archive
+set +f; rm -rf "$L" "$W"/q_* "$W"/s_* "$W"/f_* "$W"/cfg_*; set -f   # a warm machine keeps an earlier call's
 mkdir -p "$L"
-finish() { tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$L"; stamp done; }
+finish() { [ -d "$L" ] && tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$L"; stamp done; }
+trap finish EXIT   # the logs come back as one archive even when the call's limit stops the script
+trap 'exit 143' TERM
 if [ "${WHEELS:-yes}" = yes ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .devdata/whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD/src:$PWD/.devdata/site TDYN_CACHE=$PWD/.devdata/cache
@@ -44,14 +49,14 @@ if [ "$mode" = smoke ]; then
   tar czf "$OUT/quick.tar.gz" -C $W --exclude=runs q_fp32 q_bf16 2>/dev/null
   stamp "tdyn bench --device $DEV"
   only=(); for e in $BENCH_ONLY; do only+=(--only "$e"); done
-  timeout 300 python3 -m tdyn bench --device $DEV "${only[@]}" --out "$OUT/bench-cuda.json" 2>&1 | tail -n 40
+  timeout 240 python3 -m tdyn bench --device $DEV "${only[@]}" --out "$OUT/bench-cuda.json" 2>&1 | tail -n 40
   stamp "full-size Fig 10 steps: the trainer (clipping, metrics, probes every 250 steps) for $NSTEP steps"
   for p in fp32 bf16; do
     tdyn config real/entropy-vs-lr --set device=$DEV $(prec_args $p) > $W/cfg_$p.yaml || continue
     for n in wiki_eta; do
       python3 -c "import sys, yaml; c = yaml.safe_load(open('$W/cfg_$p.yaml'))['$n']; c['optim']['steps'] = $NSTEP; yaml.safe_dump(c, open('$W/s_${p}_$n.yaml', 'w'))"
       a=$(date +%s.%N)
-      timeout 120 python3 -m tdyn run $W/s_${p}_$n.yaml --out $W/s_${p}_$n --quiet > /dev/null 2>"$L/steps_${p}_$n.err"
+      timeout 90 python3 -m tdyn run $W/s_${p}_$n.yaml --out $W/s_${p}_$n --quiet > /dev/null 2>"$L/steps_${p}_$n.err"
       rc=$?
       echo "$p $n rc=$rc steps=$NSTEP process_s=$(python3 -c "print(round($(date +%s.%N) - $a, 2))") $(python3 -c "
 import datetime as D, json, pathlib as P
@@ -60,7 +65,6 @@ t = lambda k: D.datetime.fromisoformat(m[0][k])
 print('train_s (meta, 1 s resolution)=%d' % (t('ended') - t('started')).total_seconds())" 2>/dev/null)" | tee -a "$OUT/steps.txt"
     done
   done
-  finish
   exit 0
 fi
 
@@ -70,7 +74,7 @@ fi
 for p in ${PRECS:-fp32 bf16}; do
   (
     d=$W/f_$p
-    tdyn reproduce real/entropy-vs-lr --device $DEV $(prec_args $p) --set optim.steps=1 --out $d --quiet > "$L/pre_$p.log" 2>&1 || exit 1
+    timeout 120 python3 -m tdyn reproduce real/entropy-vs-lr --device $DEV $(prec_args $p) --set optim.steps=1 --out $d --quiet > "$L/pre_$p.log" 2>&1 || exit 1
     tdyn config real/entropy-vs-lr --set device=$DEV $(prec_args $p) > $W/cfg_$p.yaml || exit 1
     python3 -c "import yaml; [yaml.safe_dump(c, open(f'$W/cfg_${p}_{n}.yaml', 'w')) for n, c in yaml.safe_load(open('$W/cfg_$p.yaml')).items()]"
     stamp "$p: training"
@@ -90,4 +94,3 @@ for p in ${PRECS:-fp32 bf16}; do
 done
 wait
 tail -n 12 "$L"/fig10_*.log "$L"/train_*.err 2>/dev/null
-finish
