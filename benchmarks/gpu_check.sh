@@ -19,11 +19,11 @@ OUT=${OUT:-/tmp/gpu_out}
 DEV=${DEV:-cuda}
 EXTRA=${EXTRA:-}
 BENCH_ONLY=${BENCH_ONLY:-startup scan_snap_single scan_snap_ensemble32 plain_vs_handwritten_yz plain_vs_handwritten_topic topic fig6_sweep real_lm_tokens_per_s}
-W=${W:-/tmp}
+W=${W:-/tmp/tdyn_gpu_check}   # scratch (cleared of an earlier call's outputs)
 NSTEP=${NSTEP:-400}
 L=$OUT/logs   # at most 8 files come back from a lent machine: the logs go back as one archive
 set +f; rm -rf "$L" "$W"/q_* "$W"/s_* "$W"/f_* "$W"/cfg_*; set -f   # a warm machine keeps an earlier call's
-mkdir -p "$L"
+mkdir -p "$L" "$W"
 finish() { [ -d "$L" ] && tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$L"; stamp done; }
 trap finish EXIT   # the logs come back as one archive even when the call's limit stops the script
 trap 'exit 143' TERM
