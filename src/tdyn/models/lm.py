@@ -251,7 +251,8 @@ def linear_cross_entropy(X: torch.Tensor, W: torch.Tensor, b: torch.Tensor, y: t
     V = 20k, N = 700). Chunk and group do not depend on S, so a member computes the same bits in any
     ensemble of the same group size. On a CUDA device, where each kernel launch costs more than the bytes
     of a larger block, the defaults are 8192 columns and every member in one group (3 chunks per pass at
-    V = 20k instead of 10 per member)."""
+    V = 20k instead of 10 per member): there a member's bits depend on the ensemble's size (equal within
+    rounding, as across devices)."""
     S, N, _ = X.shape
     V = W.shape[1]
     if (chunk is not None and chunk < 1) or (group is not None and group < 1):
