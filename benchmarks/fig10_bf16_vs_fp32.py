@@ -39,6 +39,8 @@ def _cells(out: Path) -> dict[tuple[str, str, str], dict[int, float]]:
 
 
 def compare(fp32: Path, bf16: Path, dest: Path, la: str = "fp32", lb: str = "bf16") -> tuple[Path, Path]:
+    if la == lb:
+        raise SystemExit(f"the two labels must differ (both {la!r}): they name the columns")
     a, b = _cells(fp32), _cells(bf16)
     if a.keys() != b.keys():
         raise SystemExit(f"the two runs trained different cells: {sorted(a.keys() ^ b.keys())[:3]}")

@@ -41,12 +41,12 @@ def test_cpu_configs_are_unchanged_by_the_device_routing(tmp_path):
 
 
 def test_a_gpu_trained_run_is_rebuilt_on_the_cpu(tmp_path):
-    from tdyn.experiments.real_text import lm_groups
-
     """``Run.task()``/``Run.model()`` build on the CPU whatever device the run trained on (its checkpoints
     hold CPU tensors): here a corpus-LM run whose config says cuda, on a machine that may have no GPU.
     Built with the run's device, its dropout streams were CUDA generators and a training-mode forward
     on the CPU weights failed."""
+    from tdyn.experiments.real_text import lm_groups
+
     cfg = {"task": "corpus_lm", "data": {"corpus": "fixture", "bptt": 8, "batch_size": 2},
            "model": {"d": 8, "d_hid": 8, "n_layers": 1, "dropout": 0.2}, "seeds": [0],
            "optim": {"steps": 2, "groups": lm_groups(1, "one", 0.1)},
@@ -61,3 +61,39 @@ def test_a_gpu_trained_run_is_rebuilt_on_the_cpu(tmp_path):
     x = torch.zeros(1, 2, 8, dtype=torch.long)
     assert torch.isfinite(model.loss(x, x)).all()
     torch.testing.assert_close(model.emb.detach()[0], run.param("emb"))
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_paths_that_build_their_own_configs_get_the_device(device, tmp_path, monkeypatch):
+    """The Fig 6 sweep's spec and topic/stage1's two jobs (the second built from the first's raw config) are
+    made outside ``configure``'s return value: what reaches ``run_sweep`` / ``train_into`` is checked. On
+    the CPU the sweep's spec has no device key, so its digest, which names its directory, is as before."""
+    import tdyn.experiments.scan_snap_fig6 as fig6
+    import tdyn.experiments.topic_stage1 as stage1
+
+    seen = []
+
+    def sweep(spec, root, **kw):
+        seen.append(spec["config"].get("device"))
+        raise _Stop
+
+    def train(ctx, name, cfg):
+        seen.append(cfg.device)
+        if len(seen) == 2:
+            raise _Stop
+        return []
+
+    monkeypatch.setattr(fig6, "run_sweep", sweep)
+    monkeypatch.setattr(stage1, "train_into", train)
+    ctx = ReproduceContext(out=tmp_path, quick=True, device=device)
+    with pytest.raises(_Stop):
+        fig6.fig6_sweep(ctx)
+    assert seen == [None if device == "cpu" else "cuda"]
+    seen.clear()
+    with pytest.raises(_Stop):
+        all_experiments()["topic/stage1"].reproduce(ReproduceContext(out=tmp_path / "s", quick=True, device=device))
+    assert seen == [device, device]

@@ -534,3 +534,24 @@ def test_a_training_run_hands_its_freed_memory_back(tmp_path, monkeypatch):
     monkeypatch.setattr(trainer, "release_memory", lambda: calls.append(1))
     train(quad_config(seeds=[0, 1]), tmp_path / "a", progress=False)
     assert calls == [1]
+
+
+def test_optimizer_lrs_follow_a_changed_or_replaced_tensor():
+    """The optimizer converts each group's lrs once (``_lr``), but a step always uses the lrs it holds now:
+    changed in place, or replaced by another tensor."""
+    p = torch.nn.Parameter(torch.zeros(2, 3))
+    lrs = {"g": torch.tensor([1.0, 2.0], dtype=torch.float64)}
+    opt = EnsembleOptimizer({"p": p}, {"g": GroupConfig(params=["p"], optimizer="sgd", lr=1.0)}, lrs)
+    active = torch.ones(2, dtype=torch.bool)
+
+    def step():
+        before = p.detach().clone()
+        p.grad = torch.ones_like(p)
+        opt.step(set(), active)
+        return (before - p.detach())[:, 0].tolist()
+
+    assert step() == [1.0, 2.0]
+    lrs["g"].mul_(3)                                           # in place
+    assert step() == [3.0, 6.0]
+    opt.lrs["g"] = torch.tensor([0.5, 0.25], dtype=torch.float64)   # replaced
+    assert step() == [0.5, 0.25]

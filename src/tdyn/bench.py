@@ -30,7 +30,7 @@ from tdyn.tasks.lda_mlm import QUICK_DATA, dataset, lda_config
 from tdyn.tasks.scan_snap import yz_config
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.train.seeding import generator
-from tdyn.train.trainer import _tree_map, expand_members, train
+from tdyn.train.trainer import expand_members, to_device, train
 
 #: The bench entries of this module, by name. Entries registered next to their reproductions (in the
 #: experiments layer, above this one) are named by the caller: ``run(..., modules=...)``.
@@ -204,7 +204,7 @@ def step_rate(task: Task, cfg: RunConfig, steps: int) -> float:
     lrs = {g: torch.tensor([m.lrs[g] for m in members], dtype=torch.float64) for g in cfg.optim.groups}
     opt = EnsembleOptimizer(params, cfg.optim.groups, lrs, task.grad_rows)
     active = torch.ones(len(members), dtype=torch.bool)
-    batch = _tree_map(lambda t: t.to(cfg.device), task.sample_streams([generator(m.seed, "data") for m in members]))
+    batch = to_device(task.sample_streams([generator(m.seed, "data") for m in members]), cfg.device)
 
     def step():
         for p in params.values():

@@ -31,7 +31,6 @@ softmax regression on the visible bag of words, logits W h + b:
 
 from __future__ import annotations
 
-import copy
 import math
 from pathlib import Path
 from typing import Any, Literal
@@ -40,9 +39,9 @@ import numpy as np
 from pydantic import Field
 
 from tdyn import runs
-from tdyn.config import apply_overrides, validate_config
+from tdyn.config import validate_config
 from tdyn.data.lda import NUM_SPECIAL, LdaDataset
-from tdyn.experiments.common import claim, configure, decide, margin, on_reproduction_device, reading, train_into
+from tdyn.experiments.common import claim, configure, decide, margin, reading, train_into
 from tdyn.experiments.registry import ReproduceContext, register
 from tdyn.experiments.topic_common import E2, all_seeds, heatmaps, member_model, split_loss, stage_config
 from tdyn.probes.topic_value import effective_value_map, gauge_fix, r2_aIbBc11, value_structure
@@ -224,15 +223,12 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
     """
     preset = _stage1_preset(ctx)
     base = stage1_config(ctx.seed, ctx.quick, preset)
-    raw = apply_overrides(on_reproduction_device(base, ctx.overrides), list(ctx.overrides))
     cfg = configure(base, ctx.overrides)
     dc = cfg.typed_data()
     v, ds = dc.words_per_topic, dataset(dc)
     refs = stage1_references(ds)
     lam = refs["tuned"]["l2"]
-    raw_l2 = copy.deepcopy(raw)
-    raw_l2["model"]["l2"] = lam
-    cfg_l2 = validate_config(raw_l2)
+    cfg_l2 = validate_config(cfg.model_dump(mode="json") | {"model": cfg.model | {"l2": lam}})   # the same job, ℓ2-tuned
     dirs = train_into(ctx, "e2", cfg)
     dirs_l2 = train_into(ctx, "e2-l2", cfg_l2)
     eval_steps = cfg.checkpoint.steps if preset == "authors" else []

@@ -127,6 +127,11 @@ def _tree_map(fn, x):
     return x
 
 
+def to_device(batch: Any, device: str | torch.device) -> Any:
+    """Every tensor of a batch (nested dicts, lists, tuples) on ``device``."""
+    return _tree_map(lambda t: t.to(device), batch)
+
+
 def _select(batch: Any, index: torch.Tensor) -> Any:
     """Per-stream batches (leading axis: stream) indexed by member (``index``: each member's stream; where
     member i has stream i, the batches as they are)."""
@@ -285,7 +290,7 @@ class Job:
     # ---- state
 
     def _to_device(self, batch):
-        return _tree_map(lambda t: t.to(self.device), batch)
+        return to_device(batch, self.device)
 
     def _sample(self):
         return self._to_device(_select(self.task.sample_streams(self.gens), self.stream_of))
