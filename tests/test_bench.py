@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 
 def test_bench_only_one_entry(cli, tmp_path):
     out = tmp_path / "bench.json"
@@ -42,3 +44,18 @@ def test_bench_allocation_entry(cli, tmp_path):
     for k in ("glibc_default", "tuned"):
         assert b[k]["train_s"] > 0 and b[k]["minor_faults"] > 0 and b[k]["sys_s"] >= 0
     assert b["fault_ratio"] > 0
+
+
+def test_bench_lm_entry_records_both_precisions_and_the_matmul_ceiling(cli, tmp_path):
+    """The LM entry: tokens/s in float32 and bf16 for S = 1, 5, 25, and the decoder's matmuls alone per step
+    (the ceiling any implementation of the step has on this machine). Structure only: no timing asserted."""
+    out = tmp_path / "bench.json"
+    r = cli("--threads", "1", "bench", "--quick", "--only", "real_lm_tokens_per_s", "--out", out, timeout=900)
+    assert r.returncode == 0, r.stderr
+    b = json.loads(out.read_text())["real_lm_tokens_per_s"]
+    assert b["V"] == 2000 and b["device"] == "cpu"
+    for S in (1, 5, 25):
+        for p in ("float32", "bfloat16"):
+            assert b[f"S{S}_{p}"]["tokens_per_s"] > 0
+            floor = b[f"S{S}_decoder_matmul_floor"][p]
+            assert floor["s_per_step"] > 0 and floor["tokens_per_s_max"] == pytest.approx(S * 700 / floor["s_per_step"])

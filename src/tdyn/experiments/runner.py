@@ -15,7 +15,7 @@ from tdyn.errors import UserError
 from tdyn.config import override_key
 from tdyn.errors import ConfigError
 from tdyn.experiments.common import configure, write_results
-from tdyn.experiments.registry import CATALOG, MODULES, Experiment, ReproduceContext, _option_entry, all_experiments, get
+from tdyn.experiments.registry import CATALOG, MODULES, Experiment, Overrides, ReproduceContext, _option_entry, all_experiments, get
 from tdyn.report.html import build_index, metadata, slug
 from tdyn.runs import REPRODUCE as MANIFEST, prepare_dir  # noqa: F401  (prepare_dir: used by the CLI)
 
@@ -48,8 +48,10 @@ def resolved_configs(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
         raws = exp.configs(ctx)
     out = {}
     for name, raw in raws.items():
+        overrides = Overrides(ctx.overrides)     # a copy (not marked consumed) that keeps --device
+        overrides.device = ctx.device
         try:
-            out[name] = configure(raw, list(ctx.overrides))
+            out[name] = configure(raw, overrides)
         except ConfigError as e:
             raise ConfigError(f"{exp.name} [{name}]: {e}; {accepts(exp)}") from None
     return out
