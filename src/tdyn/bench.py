@@ -59,20 +59,23 @@ def on_device(cfg: dict) -> dict:
     return dict(cfg, device=DEVICE)
 
 
-def sync() -> None:
-    """Wait for the bench device's queued work (a no-op on the CPU), so a host clock times it."""
-    if DEVICE == "cuda":
-        torch.cuda.synchronize()
+def seconds(fn: Callable[[], Any], n: int = 1) -> float:
+    """Wall seconds of ``n`` calls of ``fn``, the bench device's queued work waited for before and after
+    (on a GPU the host clock would otherwise time only the launches)."""
+    wait = torch.cuda.synchronize if DEVICE == "cuda" else (lambda: None)
+    wait()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    wait()
+    return time.perf_counter() - t0
 
 
 def timed_train(cfg: dict) -> float:
     """Wall seconds of one ``train`` call into a temporary directory (on :data:`DEVICE`)."""
     cfg = on_device(cfg)
-    sync()
     with tempfile.TemporaryDirectory() as d:
-        t0 = time.perf_counter()
-        train(cfg, Path(d) / "r", progress=False)
-        return time.perf_counter() - t0
+        return seconds(lambda: train(cfg, Path(d) / "r", progress=False))
 
 
 @register_bench("scan_snap_single")
@@ -214,12 +217,7 @@ def step_rate(task: Task, cfg: RunConfig, steps: int) -> float:
 
     for _ in range(3):
         step()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync()
-    return steps / (time.perf_counter() - t0)
+    return steps / seconds(step, steps)
 
 
 def _compare(cfg: Callable[[int], dict], plain: Callable[[Any, list], PlainTask], sizes: tuple[int, ...],

@@ -5,7 +5,6 @@ dynamics of a small causal LM on text (Tian et al. Figs 7, 10), on the offline c
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Literal
 
@@ -14,8 +13,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from tdyn import runs
-from tdyn import bench
+from tdyn import bench, runs
 from tdyn.bench import register_bench
 from tdyn.data import corpora
 from tdyn.data.real_topics import fit_lda, top_words, word_topics
@@ -228,7 +226,6 @@ def lm_config(ctx: ReproduceContext, *, corpus: str, n_layers: int, dropout: flo
         "optim": {"steps": steps, "groups": groups, "grad_clip": 0.5},
         "probes": {"names": ["corpus_lm.attention"], "every": every},
         "checkpoint": {"schedule": "none", "steps": ckpt_steps},
-        "device": ctx.device,
     }
 
 
@@ -531,12 +528,7 @@ def _bench_lm(quick: bool) -> dict:
         for _ in range(out["rounds"]):
             for amp in (None, "bfloat16"):
                 step(amp)   # warm-up
-                bench.sync()
-                t0 = time.perf_counter()
-                for _ in range(reps[S]):
-                    step(amp)
-                bench.sync()
-                best[amp] = min(best.get(amp, math.inf), (time.perf_counter() - t0) / reps[S])
+                best[amp] = min(best.get(amp, math.inf), bench.seconds(lambda: step(amp), reps[S]) / reps[S])
         for amp, dt in best.items():
             out[f"S{S}_{amp or 'float32'}"] = {"s_per_step": dt, "tokens_per_s": S * B * T / dt,
                                                "tokens_per_s_per_member": B * T / dt}
@@ -558,13 +550,7 @@ def _decoder_floor(S: int, N: int, d: int, V: int, dev: str) -> dict:
             torch.bmm(X, W.transpose(1, 2)), torch.bmm(G, W), torch.bmm(G.transpose(1, 2), X)
 
         mm()
-        best = math.inf
-        for _ in range(3):
-            bench.sync()
-            t0 = time.perf_counter()
-            mm()
-            bench.sync()
-            best = min(best, time.perf_counter() - t0)
+        best = min(bench.seconds(mm) for _ in range(3))
         out[str(dt).removeprefix("torch.")] = {"s_per_step": best, "gflops": 6 * S * N * d * V / best / 1e9,
                                                 "tokens_per_s_max": S * N / best}
     return out

@@ -71,8 +71,10 @@ def fig6_spec(grid: dict = FIG6, overrides: list[str] = ()) -> dict:
     batch 128, length 128, 100 steps, PyTorch-default init. Each panel's 10 seeds × 16 learning-rate pairs train as
     two ensemble jobs of 5 seeds (the sweep's default ``job_members``, so two workers share the largest panel).
     Probes only at the start and the end, and only the final checkpoint (the sweep needs only the final weights).
+    ``overrides``: the user's ``--set``; given as ``ctx.overrides``, also the reproduction's ``--device``.
     """
-    base = yz_config(data.syn_medium(grid["num_last"][0]), steps=grid["steps"], init="torch_default")
+    base = on_reproduction_device(yz_config(data.syn_medium(grid["num_last"][0]), steps=grid["steps"],
+                                            init="torch_default"), overrides)   # a GPU sweep: another digest
     base["probes"] = {"names": [], "every": grid["steps"] or 1}
     base["checkpoint"]["initial"] = False     # the analyses read only the final state
     pairs = [(ez, ez * r) for ez in grid["etas_z"] for r in grid["ratios"]]
@@ -99,8 +101,7 @@ def fig6_sweep(ctx: ReproduceContext) -> tuple[dict, list[dict]]:
     base = Path(opts.sweep_dir or ctx.out / "runs")
     if (base / runs.RESULTS).exists() and (base / "runs").is_dir():     # an earlier fig6 --out
         base = base / "runs"
-    spec = fig6_spec(grid, list(overrides))
-    spec["config"] = on_reproduction_device(spec["config"], overrides)   # a GPU sweep is another directory
+    spec = fig6_spec(grid, overrides)
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     root = base / f"fig6{'-quick' if ctx.quick else ''}-{digest}"     # one directory per distinct sweep
     run_sweep(spec, root, progress=ctx.progress)

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import math
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from tdyn import runs
-from tdyn.bench import on_device, register_bench, sync
+from tdyn.bench import on_device, register_bench, seconds
 from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig
 from tdyn.experiments.common import claim
 from tdyn.experiments.registry import ReproduceContext, register
@@ -286,8 +285,5 @@ def bench(steps: int = 50) -> dict[str, float]:
         dataset(LdaDataConfig.model_validate(cfg["data"]))
         with tempfile.TemporaryDirectory() as tmp:
             train(cfg, Path(tmp) / "b", progress=False)                       # warm-up (build, allocator)
-            sync()
-            t0 = time.perf_counter()
-            train(cfg, Path(tmp) / "c", progress=False)
-            out[name] = steps / (time.perf_counter() - t0)
+            out[name] = steps / seconds(lambda: train(cfg, Path(tmp) / "c", progress=False))
     return out

@@ -423,8 +423,8 @@ class Job:
                     losses = self.task.loss(batch)
                 if losses.shape != (S,):
                     raise RuntimeError(f"task {self.cfg.task!r}: loss must have shape [{S}], got {tuple(losses.shape)}")
-                loss_vals = losses.detach().cpu()           # the step's one wait for a GPU's losses
-                finite = torch.isfinite(loss_vals)
+                host_losses = losses.detach().cpu()           # the step's one wait for a GPU's losses
+                finite = torch.isfinite(host_losses)
                 newly = self.active & ~finite
                 before = {n: p.detach().clone() for n, p in self.params.items()} if evaluating and not last else None
                 if not last and losses.requires_grad:
@@ -433,7 +433,7 @@ class Job:
                     torch.where(torch.isfinite(losses.detach()), losses, torch.zeros_like(losses)).sum().backward()
                     self._clip()
                     self.opt.step(frozen, self.active & finite)
-                loss_vals = loss_vals.tolist()
+                loss_vals = host_losses.tolist()
                 if before is not None:
                     for n, p in self.params.items():
                         scalars[f"update_norm/{n}"] = (p.detach() - before[n]).reshape(S, -1).norm(dim=1)
