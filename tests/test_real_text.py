@@ -180,6 +180,12 @@ def test_fig10_judged_at_an_earlier_step(cli, tmp_path):
     assert res["at_step"] == 2 and res["settings_note"] == "quick settings (float32 on cpu), judged at step 2 of 4"
     assert all(c["definition"].startswith("at step 2 of 4 (--at-step): ") for c in res["claims"]) and len(res["claims"]) == 6
     assert res["runs_cut_short"] is False          # finished runs, judged early: not "cut short"
+    eta = [c for c in res["claims"] if c["id"].startswith("entropy_decreases_in_eta_") and "eta_Z" not in c["id"]]
+    assert len(eta) == 2 and all([r["name"] for r in c["readings"]] == ["every step", "the ends"] for c in eta)
+    for c in eta:       # the ends' reading: η = 1 against η = 5, noise the two cells' in quadrature
+        n = c["numbers"]
+        assert c["readings"][1]["numbers"]["diff"] == pytest.approx(n["mean"][0] - n["mean"][-1])
+        assert c["readings"][1]["numbers"]["noise"] == pytest.approx((n["noise"][0] ** 2 + n["noise"][-1] ** 2) ** 0.5)
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")} == before   # nothing trained
     steps = {int(line.split(",")[3]) for line in (out / "entropy_curves.csv").read_text().splitlines()[1:]}
     assert steps == {0, 2} and curves != (out / "entropy_curves.csv").read_text()
