@@ -6,6 +6,7 @@
 #
 #   bash benchmarks/gpu_check.sh smoke          # quick Fig 10 (5 seeds) fp32 + bf16, bench, full-size step times
 #   bash benchmarks/gpu_check.sh fig10 SECONDS  # the full Fig 10 (PRECS="fp32 bf16" by default), training capped
+#                                               # (DEADLINE=N: the analysis stops N s after the script's start)
 #                                               # at SECONDS. On the H200 float32 alone took ~490 s of training (4
 #                                               # processes at once; 2026-11-26: cut at 440 s at steps 4500-4750)
 # A dry run on a CPU machine: DEV=cpu EXTRA="--quick --set optim.steps=3" BENCH_ONLY=topic WHEELS=no.
@@ -85,11 +86,14 @@ for p in ${PRECS:-fp32 bf16}; do
     done
     for pid in "${pids[@]}"; do wait $pid || ok=0; done
     stamp "$p: trained (all finished: $ok)"
+    # the runs' metrics come back first: the call's limit may stop the analysis, never the training's outputs
+    tar czf "$OUT/fig10_${p}_runs.tar.gz" -C $W --exclude='checkpoints' --exclude='*.safetensors' f_$p/runs
     if [ $ok = 1 ]; then
-      timeout 120 python3 -m tdyn reproduce real/entropy-vs-lr --device $DEV $(prec_args $p) --resume --out $d --quiet > "$L/fig10_$p.log" 2>&1
+      left=$(( ${DEADLINE:-$((SECONDS + 135))} - SECONDS - 15 ))   # DEADLINE: seconds after the script's start
+      timeout $(( left > 10 ? left : 10 )) python3 -m tdyn reproduce real/entropy-vs-lr --device $DEV $(prec_args $p) --resume --out $d --quiet > "$L/fig10_$p.log" 2>&1
       stamp "$p: analysis rc=$?"
+      tar czf "$OUT/fig10_$p.tar.gz" -C $W --exclude='runs' f_$p
     fi
-    tar czf "$OUT/fig10_$p.tar.gz" -C $W --exclude='checkpoints' --exclude='*.safetensors' f_$p
   ) &
 done
 wait
