@@ -32,6 +32,33 @@ def test_reproduce_fig4(cli, tmp_path):
     assert r.returncode == 0 and "holds" in r.stdout
 
 
+def test_reproduction_stopped_before_its_results_resumes(cli, tmp_path):
+    """A reproduction stopped before its results.json leaves only OUT/runs, and tdyn says "re-run it with
+    --resume": --resume accepts that directory, keeps its finished runs and writes the results. A file of
+    the user's beside runs/ makes the directory not tdyn's: --force refuses it (one line, exit 2) and
+    leaves the file."""
+    out = tmp_path / "fig4"
+    assert cli("reproduce", "scan-snap/fig4", "--quick", "--out", out, "--quiet").returncode == 0
+
+    def stop_before_results():
+        for p in out.iterdir():
+            if p.name != "runs":
+                p.unlink()
+
+    stop_before_results()
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")}
+    assert stamps
+    r = cli("reproduce", "scan-snap/fig4", "--quick", "--out", out, "--quiet", "--resume")
+    assert r.returncode == 0, r.stderr
+    assert (out / "results.json").exists() and (out / "loss.csv").exists()
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())          # kept, not retrained
+    stop_before_results()
+    (out / "notes.txt").write_text("mine")
+    r = cli("reproduce", "scan-snap/fig4", "--quick", "--out", out, "--quiet", "--force")
+    assert r.returncode == 2 and "not a tdyn output directory" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert (out / "notes.txt").read_text() == "mine"
+
+
 def test_run_experiment_by_name(cli, tmp_path):
     r = cli("run", "scan-snap/fig4", "--out", tmp_path / "r", "--set", "optim.steps=5", "--quiet")
     assert r.returncode == 0, r.stderr

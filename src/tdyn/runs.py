@@ -608,13 +608,20 @@ def git_commit() -> str | None:
 
 
 MARKERS = (ENSEMBLE, SWEEP, RESULTS, REPRODUCE)   # besides CONFIG + META (a run): what makes a directory tdyn's
+RUNS = "runs"        # a reproduction's trained runs: OUT/runs/<job> (jobs, sweeps)
 
 
 def is_tdyn_dir(path: Path) -> bool:
     """Whether ``path`` is a directory tdyn wrote: a run (config + meta), a job (ensemble.json), a sweep
-    (sweep.json), a reproduction (results.json) or a ``reproduce --all`` directory (reproduce.json)."""
+    (sweep.json), a reproduction (results.json) or a ``reproduce --all`` directory (reproduce.json), or a
+    reproduction stopped before its results.json: nothing but ``runs/`` (and a lock file), every entry
+    of which tdyn wrote (so ``reproduce --resume`` continues it, and ``--force`` touches only tdyn's files)."""
     path = Path(path)
-    return is_run_dir(path) or any((path / m).exists() for m in MARKERS)
+    if is_run_dir(path) or any((path / m).exists() for m in MARKERS):
+        return True
+    runs_dir = path / RUNS
+    return (_entries(path) == [runs_dir] and runs_dir.is_dir() and not runs_dir.is_symlink()
+            and all(p.is_dir() and not p.is_symlink() and is_tdyn_dir(p) for p in _entries(runs_dir)))
 
 
 def _entries(out: Path) -> list[Path]:

@@ -178,5 +178,5 @@ def train_into(ctx, name: str, cfg) -> list[Path]:
     """Train ``cfg`` into the reproduction's ``runs/<name>``, replacing an earlier attempt there; with
     ``ctx.resume`` an earlier attempt of the same config is kept (finished) or continued (interrupted)."""
     if getattr(ctx, "resume", False):
-        return train_or_resume(cfg, ctx.out / "runs" / name, progress=ctx.progress)
-    return train(cfg, ctx.out / "runs" / name, force=True, progress=ctx.progress)
+        return train_or_resume(cfg, ctx.out / runs.RUNS / name, progress=ctx.progress)
+    return train(cfg, ctx.out / runs.RUNS / name, force=True, progress=ctx.progress)

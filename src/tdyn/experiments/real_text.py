@@ -363,7 +363,7 @@ def _job_dirs(ctx: ReproduceContext, name: str, cfg: dict, judged: list[dict]) -
     read goes into ``judged`` as ``{"config": ..., "last_steps": [each run's last probe step]}``."""
     if ctx.options is None or ctx.options.at_step is None:
         return train_into(ctx, name, configure(cfg, ctx.overrides))
-    job = ctx.out / "runs" / name
+    job = ctx.out / runs.RUNS / name
     if not (job / runs.ENSEMBLE).exists():
         raise UserError(f"--at-step: {str(job)!r} holds no trained job (no {runs.ENSEMBLE}); train it first")
     have, want = runs.read_ensemble(job)["config"], configure(cfg, ctx.overrides).model_dump(mode="json")

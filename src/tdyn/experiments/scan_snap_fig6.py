@@ -98,9 +98,9 @@ def fig6_sweep(ctx: ReproduceContext) -> tuple[dict, list[dict]]:
     grid = fig6_grid(ctx)
     configure(fig6_configs(ctx)["fig6-sweep-base"], overrides)  # validates (and consumes) the overrides
     opts = ctx.options or SweepOptions()
-    base = Path(opts.sweep_dir or ctx.out / "runs")
-    if (base / runs.RESULTS).exists() and (base / "runs").is_dir():     # an earlier fig6 --out
-        base = base / "runs"
+    base = Path(opts.sweep_dir or ctx.out / runs.RUNS)
+    if (base / runs.RESULTS).exists() and (base / runs.RUNS).is_dir():     # an earlier fig6 --out
+        base = base / runs.RUNS
     spec = fig6_spec(grid, overrides)
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
     root = base / f"fig6{'-quick' if ctx.quick else ''}-{digest}"     # one directory per distinct sweep

@@ -169,7 +169,7 @@ def squared_variants(seed: int = 0, quick: bool = False) -> dict[str, dict]:
 def reproduce_squared(ctx: ReproduceContext) -> dict:
     rows = _claim_table(ctx, squared_variants(ctx.seed, ctx.quick))
     write_csv(ctx.out / "squared_loss.csv", rows, SUMMARY_COLS)
-    model, _ = member_model(ctx.out / "runs" / "v1")
+    model, _ = member_model(ctx.out / runs.RUNS / "v1")
     W = model.W_V[0].detach()
     heatmaps(ctx.out / "squared_loss_value.png", {"W_V (E2, squared loss)": W, "W_Vᵀ W_V": W.T @ W},
              10, "E6: stage 1 with the squared loss")
