@@ -10,6 +10,7 @@ installed, else a dict of numpy columns); ``tdyn.load_run`` one run, with ``.df`
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 
@@ -21,7 +22,7 @@ ap.add_argument("--sweep", required=True, help="a sweep directory, e.g. from exa
 ap.add_argument("--png", help="where to save the figure (default: SWEEP/distinct_attention.png)")
 args = ap.parse_args()
 SWEEP, PNG = args.sweep, args.png or f"{args.sweep}/distinct_attention.png"
-tdyn.plugins.add(["examples/plain_attention_block.py"])   # the task and probe the runs used (for .model())
+tdyn.plugins.add([str(Path(__file__).with_name("plain_attention_block.py"))])   # the task and probe the runs used (for .model())
 
 # %% every run, every evaluated step, in one table
 table = tdyn.load_sweep(SWEEP)

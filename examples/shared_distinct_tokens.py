@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 import tdyn
 from tdyn.data.scan_snap import SequenceClasses
+from tdyn.errors import ConfigError
 from tdyn.models.yz import YZConfig
 from tdyn.probes.scan_snap import c_n
 from tdyn.schema import Strict
@@ -36,12 +37,18 @@ class SharedDistinctData(Strict):
     seq_len: int = Field(128, ge=2)
     batch_size: int = Field(128, ge=1)
 
+    @model_validator(mode="after")
+    def _check(self):
+        """A bad value is checked here, with the config: one line, exit 2 (docs/library.md)."""
+        if self.shared >= self.distinct_per_class:
+            raise ConfigError(f"data.shared = {self.shared}: must be below data.distinct_per_class = "
+                              f"{self.distinct_per_class}")
+        return self
+
 
 def build_distribution(cfg: SharedDistinctData) -> SequenceClasses:
     """Token ids: commons, then the overlapping distinct blocks, then K query ids, then K next tokens."""
     K, D, o = cfg.num_classes, cfg.distinct_per_class, cfg.shared
-    if o >= D:
-        raise ValueError(f"shared = {o} must be below distinct_per_class = {D}")
     step = D - o                                     # block k starts here: it overlaps block k+1 by o tokens
     off_q = cfg.num_common + step * (K - 1) + D
     M = off_q + 2 * K

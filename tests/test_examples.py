@@ -11,13 +11,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(*args, timeout=600):
+def _run(*args, timeout=600, cwd=ROOT, code=0):
     env = os.environ | {"PYTHONPATH": str(ROOT / "src"), "TDYN_THREADS": "1"}
     env.pop("TDYN_IMPORT", None)
-    r = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, env=env, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True,
                        timeout=timeout)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r.stdout
+    assert r.returncode == code, r.stderr[-3000:]
+    return r.stdout if code == 0 else r.stderr
 
 
 def test_example_a_new_distribution(tmp_path):
@@ -29,11 +29,23 @@ def test_example_a_new_distribution(tmp_path):
         assert m and sum(map(float, m.groups())) == pytest.approx(1.0, abs=2e-3)
 
 
+def test_example_a_checks_its_config_in_one_line(tmp_path):
+    """The example's data config rejects a bad value as tdyn's own do: one line, exit 2 (docs/library.md)."""
+    import json
+
+    cfg = {"task": "shared_distinct", "data": {"shared": 10, "distinct_per_class": 10}, "seeds": [0],
+           "optim": {"steps": 2, "groups": {"Y": {"params": ["Y"], "lr": 1.0}, "Z": {"params": ["Z"], "lr": 1.0}}}}
+    (tmp_path / "bad.json").write_text(json.dumps(cfg))
+    err = _run("-m", "tdyn", "--import", ROOT / "examples/shared_distinct_tokens.py", "run", tmp_path / "bad.json",
+               "--out", tmp_path / "o", code=2)
+    assert err.strip() == "tdyn: error: data.shared = 10: must be below data.distinct_per_class = 10"
+
+
 @pytest.mark.slow
 def test_examples_b_plain_module_sweep_and_c_reading_back(tmp_path):
     sweep = tmp_path / "b"
     out = _run("examples/plain_attention_block.py", "--small", "--out", sweep, "--workers", "2")
     assert out.count(": finished") == 6
-    out = _run("examples/read_results.py", "--sweep", sweep, "--png", tmp_path / "c.png")
+    out = _run(ROOT / "examples/read_results.py", "--sweep", sweep, "--png", tmp_path / "c.png", cwd=tmp_path)
     assert "6 runs, learning rates [0.0003, 0.001, 0.003]" in out
     assert "AttentionBlock" in out and (tmp_path / "c.png").stat().st_size > 10_000

@@ -235,6 +235,29 @@ def test_resume_equals_uninterrupted(tmp_path):
         torch.testing.assert_close(model.running[0], fb["buffer/running"], rtol=0, atol=0)
 
 
+@probe("test.heldout_loss")
+def _heldout_probe(ctx):
+    """A user's probe that runs the model's forward pass (a held-out loss on the probe batch)."""
+    return {"loss": ctx.task.loss(ctx.batch).detach()}
+
+
+def test_a_probe_running_the_forward_leaves_training_unchanged(tmp_path):
+    """Probes see the model in eval mode: with dropout and a running buffer, a job probed every 2 steps
+    trains exactly as the same job without probes (every loss, every final tensor: parameters, buffers,
+    the per-member dropout streams), and its probe is the dropout-free loss."""
+    base = net_config(seeds=[0, 1])
+    train(base | {"probes": {"names": [], "every": 2}}, tmp_path / "plain", progress=False)
+    train(base | {"probes": {"names": ["test.heldout_loss"], "every": 2}}, tmp_path / "probed", progress=False)
+    for m in ("seed0", "seed1"):
+        a, b = runs.read_metrics(tmp_path / "plain" / m), runs.read_metrics(tmp_path / "probed" / m)
+        assert [(r["step"], r["loss"]) for r in a] == [(r["step"], r["loss"]) for r in b]
+        fa, fb = runs.load_checkpoint(tmp_path / "plain" / m), runs.load_checkpoint(tmp_path / "probed" / m)
+        assert fa.keys() == fb.keys() and {"buffer/running", "rng/forward"} <= fa.keys()
+        assert all(torch.equal(fa[k], fb[k]) for k in fa), m
+        probed = [r["test.heldout_loss/loss"] for r in b if "test.heldout_loss/loss" in r]
+        assert len(probed) == 7 and all(math.isfinite(x) for x in probed)
+
+
 class LinearTask(PlainTask):
     """Least squares with a bare nn.Linear (no ensemble axis anywhere)."""
 
@@ -312,6 +335,29 @@ def test_stacked_names_member_and_gradients_against_plain_modules():
                                            rtol=1e-12, atol=1e-12)
         back = st.member(2)
         assert all(torch.equal(back.state_dict()[k], v) for k, v in mods[2].state_dict().items())
+
+
+def test_an_op_vmap_cannot_batch_is_one_line_naming_the_loop():
+    """nn.GRU has no vmap batching rule: map says so in one line (UserError: exit 2 from the CLI) naming
+    randomness="loop", under which the same members run and equal the modules run alone."""
+    from tdyn.errors import UserError
+
+    class Recurrent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru = nn.GRU(3, 4, batch_first=True)
+
+        def forward(self, x):
+            return self.gru(x)[0][:, -1].sum()
+
+    torch.manual_seed(0)
+    mods = [Recurrent() for _ in range(2)]
+    x = torch.randn(2, 5, 6, 3)
+    with pytest.raises(UserError, match=r'aten::gru.*randomness="loop"') as e:
+        Stacked(mods, [torch.Generator() for _ in mods], randomness="vmap").map(lambda m, x: m(x), x)
+    assert "\n" not in str(e.value)
+    out = Stacked(mods, [torch.Generator() for _ in mods], randomness="loop").map(lambda m, x: m(x), x)
+    torch.testing.assert_close(out, torch.stack([m(x[i]) for i, m in enumerate(mods)]).detach(), rtol=0, atol=0)
 
 
 def test_undeclared_randomness_under_vmap_is_an_error():

@@ -186,3 +186,21 @@ def test_mount_types():
     assert runs.mount_types(text) == {os.makedev(254, 0): "ext4", os.makedev(0, 36): "fuse.sshfs",
                                       os.makedev(0, 37): "tmpfs"}
     assert "fuse.sshfs" not in runs.SYNCFS_FILESYSTEMS and "ext4" in runs.SYNCFS_FILESYSTEMS
+
+
+def test_a_checkpoint_has_the_same_bytes_in_every_process(tmp_path):
+    """safetensors writes its header's metadata from a hash map whose order differs between processes;
+    tdyn sorts it, so the same tensors and metadata give the same file in any process (and it reads back)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch; from tdyn import runs; "
+            "p, b = runs.checkpoint_file(sys.argv[1], 'final', {'b': torch.arange(3.0), 'a': torch.ones(2, 2)}, "
+            "{'step': '7', 'kind': 'x', 'zeta': 'y'}); sys.stdout.buffer.write(b)")
+    outs = {subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, check=True).stdout
+            for _ in range(6)}
+    assert len(outs) == 1
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / runs.FINAL).write_bytes(outs.pop())
+    ck = runs.load_checkpoint(tmp_path)
+    assert torch.equal(ck["b"], torch.arange(3.0)) and torch.equal(ck["a"], torch.ones(2, 2))

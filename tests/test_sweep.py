@@ -519,3 +519,17 @@ def test_lost_job_without_a_word_from_its_worker_is_failed(tmp_path):
     assert len(st) == 2 and sorted(st.values()) == ["failed", "finished"]
     (lost,) = [x for x in runs.read_sweep(tmp_path / "o")["runs"] if x["status"] == "failed"]
     assert "seq_len=32" in lost["name"] and "node went away" in lost["error"]
+
+
+def test_a_sweep_started_while_a_worker_imports_the_script_says_where_to_put_it(tmp_path, monkeypatch):
+    """A spawned worker runs the top level of the user's script again (multiprocessing marks the process
+    as inheriting meanwhile): tdyn.sweep called there names the fix in one line instead of failing on the
+    parent's lock."""
+    import multiprocessing
+
+    from tdyn.errors import UserError
+
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    with pytest.raises(UserError, match='if __name__ == "__main__":'):
+        run_sweep("syn_small_lr", tmp_path / "sw")
+    assert not (tmp_path / "sw").exists()

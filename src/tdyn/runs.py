@@ -467,7 +467,23 @@ def checkpoint_file(run_dir: Path, step: int | str, tensors: dict[str, torch.Ten
                     metadata: dict[str, str] | None = None) -> tuple[Path, bytes]:
     """A checkpoint's path and contents (for :func:`atomic_write_many`; :func:`save_checkpoint` writes one)."""
     tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
-    return checkpoint_path(run_dir, step), save(tensors, metadata=dict(metadata or {}) | {CHECKSUM: tensor_checksum(tensors)})
+    return checkpoint_path(run_dir, step), _safetensors_bytes(
+        tensors, dict(metadata or {}) | {CHECKSUM: tensor_checksum(tensors)})
+
+
+def _safetensors_bytes(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> bytes:
+    """``safetensors.torch.save`` with the header's metadata in key order: safetensors writes it from a
+    Rust hash map, whose order changes from process to process, so the same checkpoint's bytes did too.
+    The header is the same JSON with its keys reordered (same length, same padding), the data untouched."""
+    data = save(tensors, metadata=metadata)
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", None)
+    fixed = {"__metadata__": dict(sorted(meta.items()))} | header if meta is not None else header
+    text = json.dumps(fixed, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(text) > n:      # never: the same keys and values, reordered
+        raise RuntimeError("safetensors header grew when its metadata was sorted")
+    return data[:8] + text + b" " * (n - len(text)) + data[8 + n:]
 
 
 def save_checkpoint(run_dir: Path, step: int | str, tensors: dict[str, torch.Tensor],

@@ -45,6 +45,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from tdyn.errors import UserError
 from tdyn.train.seeding import global_rng
 
 Randomness = Literal["auto", "vmap", "loop"]
@@ -157,6 +158,11 @@ class Stacked(nn.Module):
                 raise RuntimeError("Stacked: the module draws random numbers in forward that vmap cannot give each "
                                    "member as it would draw alone; use randomness=\"loop\" (a PlainTask: "
                                    f"class attribute randomness = \"loop\"). vmap said: {e}") from None
+            if "Batching rule not implemented" in str(e):
+                op = str(e).split("Batching rule not implemented for ", 1)[1].split(".", 1)[0].split(";")[0]
+                raise UserError(f"the module uses {op}, which torch.func.vmap cannot run for all members at once; "
+                                f"train it member by member: randomness=\"loop\" (a PlainTask: class attribute "
+                                f"randomness = \"loop\")") from None
             raise
 
     def forward(self, *args, **kwargs):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import logging
 import math
+import multiprocessing
 import os
 import time
 from pathlib import Path
@@ -119,6 +120,9 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
     ran; ``failed``: its job raised or was lost, the error in ``sweep.json``). ``slurm``: Slurm resources
     (fields of :class:`~tdyn.sweep.spec.SlurmOptions`) over the spec's ``slurm:`` section. ``out`` is
     locked while the sweep runs (a second sweep on it is refused naming the first)."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise UserError("tdyn.sweep was called while a sweep worker started: a spawned worker runs the top level of "
+                        "your script again; put the call under `if __name__ == \"__main__\":`")
     spec = spec_source if isinstance(spec_source, SweepSpec) else load_spec(spec_source)
     out = Path(out)
     if slurm:
@@ -206,8 +210,10 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
                 for jid in _lost_jobs(broken, args, seen):
                     lost[jid] = lost.get(jid, 0) + 1
                     if lost[jid] >= MAX_LOST:
-                        done(jid, {"error": f"lost {MAX_LOST} times: the worker process running it died (killed, or "
-                                            f"out of memory); re-run the sweep to continue it"})
+                        done(jid, {"error": f"lost {MAX_LOST} times: the worker process running it died (killed, "
+                                            f"out of memory, or it could not start: a script that calls tdyn.sweep "
+                                            f"must do so under `if __name__ == \"__main__\":`); re-run the sweep to "
+                                            f"continue it"})
                 ex.reset()
     finally:
         bar.close()

@@ -350,12 +350,20 @@ class Job:
 
     @torch.no_grad()
     def _measure(self, step: int, batch_probe) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Every probe at ``step``, with the model in eval mode (dropout off, running statistics such as
+        BatchNorm's not updated) and back in its mode after: a probe that runs the forward pass leaves
+        the training, its random streams and its checkpoints as they would be without it (docs/library.md)."""
         scalars, arrays = {}, {}
-        for name, fn in self.probes.items():
-            ctx = ProbeContext(self.model, self.task, batch_probe, step, self.cfg.probes.options.get(name, {}))
-            for k, v in fn(ctx).items():
-                key = f"{name}/{k}"
-                (scalars if v.dim() == 1 else arrays)[key] = v.detach()
+        was = self.model.training
+        self.model.eval()
+        try:
+            for name, fn in self.probes.items():
+                ctx = ProbeContext(self.model, self.task, batch_probe, step, self.cfg.probes.options.get(name, {}))
+                for k, v in fn(ctx).items():
+                    key = f"{name}/{k}"
+                    (scalars if v.dim() == 1 else arrays)[key] = v.detach()
+        finally:
+            self.model.train(was)
         S = len(self.members)
         for n, p in self.params.items():
             scalars[f"norm/{n}"] = p.detach().reshape(S, -1).norm(dim=1)
