@@ -43,11 +43,12 @@ def test_reproduction_stopped_before_its_results_resumes(cli, tmp_path):
     def stop_before_results():
         for p in out.iterdir():
             if p.name != "runs":
-                p.unlink()
+                p.unlink() if p.is_file() else __import__("shutil").rmtree(p)
 
     stop_before_results()
     stamps = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")}
     assert stamps
+    assert cli("report", out).returncode == 0            # a look at it meanwhile (index.html, report_files/)
     r = cli("reproduce", "scan-snap/fig4", "--quick", "--out", out, "--quiet", "--resume")
     assert r.returncode == 0, r.stderr
     assert (out / "results.json").exists() and (out / "loss.csv").exists()
@@ -57,6 +58,28 @@ def test_reproduction_stopped_before_its_results_resumes(cli, tmp_path):
     r = cli("reproduce", "scan-snap/fig4", "--quick", "--out", out, "--quiet", "--force")
     assert r.returncode == 2 and "not a tdyn output directory" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_force_deletes_only_what_tdyn_wrote(cli, tmp_path):
+    """--force clears a run directory only when everything in it is tdyn's (its runs, checkpoints, a report
+    of them): a file named like tdyn's marker but not tdyn's, a user's file or folder anywhere inside, is
+    refused in one line (exit 2) naming it, and nothing is deleted."""
+    user = tmp_path / "user"
+    (user / "data").mkdir(parents=True)
+    (user / "results.json").write_text('{"accuracy": 0.93}')
+    (user / "data" / "thesis.tex").write_text("precious")
+    r = cli("run", "syn_small", "--out", user, "--set", "optim.steps=3", "--quiet", "--force")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert (user / "data" / "thesis.tex").read_text() == "precious" and (user / "results.json").exists()
+    run = tmp_path / "run"
+    assert cli("run", "syn_small", "--out", run, "--set", "optim.steps=3", "--set", "seeds=[0,1]", "--quiet").returncode == 0
+    assert cli("report", run).returncode == 0
+    assert cli("run", "syn_small", "--out", run, "--set", "optim.steps=3", "--set", "seeds=[0,1]", "--quiet",
+               "--force").returncode == 0                               # its own runs and report: cleared
+    (run / "seed1" / "notes.txt").write_text("mine")
+    r = cli("run", "syn_small", "--out", run, "--set", "optim.steps=3", "--quiet", "--force")
+    assert r.returncode == 2 and "seed1/notes.txt" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert (run / "seed1" / "notes.txt").read_text() == "mine" and (run / "seed0" / "metrics.jsonl").exists()
 
 
 def test_run_experiment_by_name(cli, tmp_path):
@@ -80,3 +103,32 @@ def test_packaged_configs_by_name_outside_a_clone(cli, tmp_path):
         r = cli(cmd, "syn_smal", "--out", "x", cwd=tmp_path)
         assert r.returncode == 2 and listed in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not (tmp_path / "x").exists()
+
+
+def test_reproduce_all_resumes_what_an_interrupt_left(tmp_path):
+    """`reproduce --all --resume` (what tdyn advises after Ctrl-C): a reproduction finished before is kept
+    as it is, an interrupted one continues (its trained runs kept) and gets its results; other options than
+    the directory's are refused in one line."""
+    import pytest
+
+    from tdyn import runs
+    from tdyn.errors import UserError
+    from tdyn.experiments.runner import reproduce_all
+
+    out = tmp_path / "all"
+    names = ["scan-snap/fig4", "scan-snap/fig5"]
+    reproduce_all(out, quick=True, progress=False, names=names)
+    man = runs.read_json(out / "reproduce.json")
+    man["reproductions"][1]["status"] = "interrupted"        # as Ctrl-C during fig5's analysis leaves it
+    runs.write_json(out / "reproduce.json", man)
+    sub = out / man["reproductions"][1]["dir"]
+    (sub / "results.json").unlink()
+    kept = (out / man["reproductions"][0]["dir"] / "results.json").stat().st_mtime_ns
+    trained = {p: p.stat().st_mtime_ns for p in (sub / "runs").rglob("metrics.jsonl")}
+    assert trained
+    with pytest.raises(UserError, match="other options"):
+        reproduce_all(out, quick=False, progress=False, names=names, resume=True)
+    reproduce_all(out, quick=True, progress=False, names=names, resume=True)
+    assert (out / man["reproductions"][0]["dir"] / "results.json").stat().st_mtime_ns == kept
+    assert (sub / "results.json").exists() and all(p.stat().st_mtime_ns == t for p, t in trained.items())
+    assert [e["status"] for e in runs.read_json(out / "reproduce.json")["reproductions"]] == ["finished", "finished"]

@@ -235,6 +235,39 @@ def test_resume_equals_uninterrupted(tmp_path):
         torch.testing.assert_close(model.running[0], fb["buffer/running"], rtol=0, atol=0)
 
 
+@probe("test.sigint_at")
+def _sigint_probe(ctx):
+    """Sends this process SIGINT once at step ``at`` (a user's Ctrl-C): the trainer stops at the next step."""
+    import os
+    import signal
+
+    key = ctx.options.get("key")
+    if ctx.step == ctx.options.get("at") and key not in _STOPPED:
+        _STOPPED.add(key)
+        os.kill(os.getpid(), signal.SIGINT)
+    return {}
+
+
+def test_ctrl_c_then_resume_leaves_the_uninterrupted_run_directory(tmp_path):
+    """Ctrl-C saves a checkpoint off the schedule (step 13) for the resume; the resumed run's first
+    scheduled checkpoint removes it, so the directory lists the uninterrupted run's checkpoints and its
+    metrics, lines and final tensors, are the same."""
+    base = net_config(seeds=[0, 1], checkpoint={"schedule": "none", "every": 5})
+    base["optim"]["steps"] = 20
+    opts = {"names": ["test.sigint_at"], "every": 1}
+    train(base | {"probes": opts | {"options": {"test.sigint_at": {"at": -1}}}}, tmp_path / "ref", progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        train(base | {"probes": opts | {"options": {"test.sigint_at": {"at": 12, "key": str(tmp_path)}}}},
+              tmp_path / "cut", progress=False)
+    assert runs.checkpoint_steps(tmp_path / "cut" / "seed0")[-1] == 13
+    resume(tmp_path / "cut", progress=False)
+    a, b = tmp_path / "ref" / "seed0", tmp_path / "cut" / "seed0"
+    assert runs.checkpoint_steps(b) == runs.checkpoint_steps(a) == [0, 5, 10, 15]
+    assert (a / runs.METRICS).read_text() == (b / runs.METRICS).read_text()
+    fa, fb = runs.load_checkpoint(a), runs.load_checkpoint(b)
+    assert all(torch.equal(fa[k], fb[k]) for k in fa)
+
+
 @probe("test.heldout_loss")
 def _heldout_probe(ctx):
     """A user's probe that runs the model's forward pass (a held-out loss on the probe batch)."""

@@ -533,3 +533,36 @@ def test_a_sweep_started_while_a_worker_imports_the_script_says_where_to_put_it(
     with pytest.raises(UserError, match='if __name__ == "__main__":'):
         run_sweep("syn_small_lr", tmp_path / "sw")
     assert not (tmp_path / "sw").exists()
+
+
+def test_ctrl_c_stops_a_sweep_at_once_and_a_rerun_finishes_it(tmp_path):
+    """SIGINT to `tdyn sweep` alone (as `timeout -s INT` sends it): the running jobs save an interrupt
+    checkpoint and end, a job already handed to a worker ends at its first step, the process exits 130 within seconds with sweep.json written;
+    the same command again finishes every run, the summary equal to an uninterrupted sweep's."""
+    import json
+    import signal
+    import subprocess
+
+    spec = dict(LONG, axes={"grid": {"data.seq_len": [64, 96, 128]}})
+    (tmp_path / "s.json").write_text(json.dumps(spec))
+    root = Path(__file__).resolve().parents[1]
+    env = os.environ | {"PYTHONPATH": str(root / "src")}
+    cmd = [sys.executable, "-m", "tdyn.cli", "sweep", str(tmp_path / "s.json"), "--workers", "2", "--quiet"]
+    p = subprocess.Popen(cmd + ["--out", str(tmp_path / "o")], cwd=root, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    out = tmp_path / "o"
+    t0 = time.time()
+    while time.time() - t0 < 180 and sum(bool(runs.checkpoint_steps(d)) for d in out.glob("data.seq_len=*")
+                                         if runs.is_run_dir(d)) < 4:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    t1 = time.time()
+    err = p.communicate(timeout=60)[1]
+    assert p.returncode == 130 and time.time() - t1 < 20, err
+    st = {d.name: runs.read_meta(d)["status"] for d in out.glob("data.seq_len=*") if runs.is_run_dir(d)}
+    assert set(st.values()) == {"interrupted"}, st    # the running jobs stopped; one already handed to a worker
+    # stopped at its start
+    assert {r["status"] for r in runs.read_sweep(out)["runs"]} == {"pending"}
+    assert subprocess.run(cmd + ["--out", str(out)], cwd=root, env=env, capture_output=True).returncode == 0
+    assert subprocess.run(cmd + ["--out", str(tmp_path / "ref")], cwd=root, env=env, capture_output=True).returncode == 0
+    assert (out / "summary.csv").read_text() == (tmp_path / "ref" / "summary.csv").read_text()

@@ -89,14 +89,13 @@ def _cmd_reproduce(args) -> int:
 
     if args.all == bool(args.name):
         raise UserError("tdyn reproduce takes an experiment name or --all (not both)")
-    if args.all and args.resume:
-        raise UserError("--resume continues one reproduction (tdyn reproduce NAME --out DIR --resume), not --all")
     if args.all:
         _setup(args)
         from tdyn.experiments import runner
 
         page, failed = runner.reproduce_all(args.out, seed=args.seed, quick=args.quick, overrides=list(args.set or []),
-                                            device=args.device, progress=not args.quiet, force=args.force)
+                                            device=args.device, progress=not args.quiet, force=args.force,
+                                            resume=args.resume)
         if failed:
             print(f"{len(failed)} reproduction(s) failed: {', '.join(failed)}", file=sys.stderr)
         print(f"report: {page.resolve()}")
@@ -112,7 +111,7 @@ def _cmd_reproduce(args) -> int:
                            options=exp.make_options(_option_values(args, exp)), resume=args.resume)
     runner.check_overrides(exp, ctx)  # before the directory is made
     with runs.Locks() as locks:       # one writer: a second reproduce into DIR is refused naming this one
-        runner.prepare_dir(out, args.force or args.resume, locks=locks)
+        runner.prepare_dir(out, args.force or args.resume, locks=locks, flag="--force" if args.force else "--resume")
         results = runner.run_reproduction(exp, ctx)
     _print_claims(results)
     print(f"wrote {out / runs.RESULTS} ({results['wall_seconds']:.1f}s)")
@@ -327,7 +326,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true", help="overwrite a non-empty output directory")
     s.add_argument("--resume", action="store_true",
                    help="continue an interrupted reproduction in OUT: runs already trained with the same config are "
-                        "kept, interrupted ones resume from their last checkpoint, then the analysis runs again")
+                        "kept, interrupted ones resume from their last checkpoint, then the analysis runs again "
+                        "(with --all: the reproductions finished before are kept, the others continue)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=_cmd_reproduce)
     _add_options(s, argv, "reproduce")

@@ -630,14 +630,67 @@ RUNS = "runs"        # a reproduction's trained runs: OUT/runs/<job> (jobs, swee
 def is_tdyn_dir(path: Path) -> bool:
     """Whether ``path`` is a directory tdyn wrote: a run (config + meta), a job (ensemble.json), a sweep
     (sweep.json), a reproduction (results.json) or a ``reproduce --all`` directory (reproduce.json), or a
-    reproduction stopped before its results.json: nothing but ``runs/`` (and a lock file), every entry
-    of which tdyn wrote (so ``reproduce --resume`` continues it, and ``--force`` touches only tdyn's files)."""
+    reproduction stopped before its results.json: nothing but ``runs/`` (and a lock file, and a report of
+    it), every entry of which tdyn wrote (so ``reproduce --resume`` continues it, and ``--force`` touches only tdyn's files)."""
     path = Path(path)
-    if is_run_dir(path) or any((path / m).exists() for m in MARKERS):
+    if is_run_dir(path) or any(_is_marker(path / m) for m in MARKERS):
         return True
     runs_dir = path / RUNS
-    return (_entries(path) == [runs_dir] and runs_dir.is_dir() and not runs_dir.is_symlink()
+    report = {path / "index.html", path / "report_files"}      # `tdyn report` of it, made meanwhile
+    return (runs_dir in _entries(path) and set(_entries(path)) <= {runs_dir} | report
+            and runs_dir.is_dir() and not runs_dir.is_symlink()
             and all(p.is_dir() and not p.is_symlink() and is_tdyn_dir(p) for p in _entries(runs_dir)))
+
+
+_MARKER_KEYS = {RESULTS: "experiment", REPRODUCE: "reproductions"}   # a file of the user's so named is not tdyn's
+
+
+def _is_marker(p: Path) -> bool:
+    """Whether ``p`` (one of :data:`MARKERS`) is tdyn's: it exists and, for a results.json or reproduce.json,
+    holds a JSON object with tdyn's key (``experiment``, ``reproductions``)."""
+    if not p.is_file():
+        return False
+    key = _MARKER_KEYS.get(p.name)
+    if key is None:
+        return True
+    try:
+        obj = json.loads(p.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and key in obj
+
+
+OWN_FILES = {CONFIG, META, METRICS, ENSEMBLE, SWEEP, SUMMARY, RESULTS, REPRODUCE, LOCK, "index.html"}
+OWN_TREES = {CKPT_DIR, "tensorboard", "wandb", "report_files", ".submitit"}   # directories tdyn (or its sinks) fill
+_REPRODUCTION_SUFFIXES = (".csv", ".png", ".json")                          # a reproduction's tables and figures
+_TEMP_RE = re.compile(r"^\..+\.tdyn-.+\.tmp$")                              # atomic_write's temp files
+
+
+def foreign_entry(path: Path) -> Path | None:
+    """The first entry below ``path`` that tdyn did not write, or None: what ``--force`` would otherwise
+    delete. tdyn's are its file names (:data:`OWN_FILES`), its trees (:data:`OWN_TREES`), its temp files,
+    a reproduction's tables and figures (files beside its results.json), and directories tdyn wrote
+    (:func:`is_tdyn_dir`, and a reproduction's ``runs/``) whose own entries are all tdyn's."""
+    path = Path(path)
+    reproduction = (path / RESULTS).is_file() or (path / RUNS).is_dir()
+    for p in sorted(path.iterdir()):
+        if p.is_symlink():
+            return p
+        if p.is_dir():
+            if p.name in OWN_TREES:
+                continue
+            if p.name == RUNS and reproduction:
+                if not all(q.is_dir() and not q.is_symlink() and is_tdyn_dir(q) for q in _entries(p)):
+                    return next(q for q in _entries(p) if not (q.is_dir() and not q.is_symlink() and is_tdyn_dir(q)))
+            elif not is_tdyn_dir(p):
+                return p
+            inner = foreign_entry(p)
+            if inner is not None:
+                return inner
+        elif not (p.name in OWN_FILES or _TEMP_RE.match(p.name)
+                  or (reproduction and p.suffix in _REPRODUCTION_SUFFIXES)):
+            return p
+    return None
 
 
 def _entries(out: Path) -> list[Path]:
@@ -645,7 +698,7 @@ def _entries(out: Path) -> list[Path]:
     return sorted(p for p in out.iterdir() if p.name != LOCK) if out.is_dir() else []
 
 
-def _check_out(out: Path, force: bool, hint: str) -> None:
+def _check_out(out: Path, force: bool, hint: str, flag: str = "--force") -> None:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {str(out)!r} is a file, not a directory")
     entries = _entries(out)
@@ -654,17 +707,19 @@ def _check_out(out: Path, force: bool, hint: str) -> None:
             raise UserError(f"output directory {str(out)!r} already exists and is not empty; "
                             f"use --force to overwrite{hint}")
         if not is_tdyn_dir(out):
-            raise UserError(f"--force: {str(out)!r} is not a tdyn output directory (it holds {entries[0].name!r}, and no "
+            raise UserError(f"{flag}: {str(out)!r} is not a tdyn output directory (it holds {entries[0].name!r}, and no "
                             f"{CONFIG}/{META}, {', '.join(MARKERS)}); tdyn deletes only its own outputs — "
                             f"choose another --out")
 
 
-def prepare_dir(out: Path, force: bool, *, clear: bool = False, hint: str = "", locks: "Locks | None" = None) -> Path:
+def prepare_dir(out: Path, force: bool, *, clear: bool = False, hint: str = "", locks: "Locks | None" = None,
+                flag: str = "--force") -> Path:
     """Create ``out`` for writing. A non-empty ``out`` is a UserError unless ``force``; then with
     ``clear`` its contents are removed first (a run directory), else its files get overwritten (a
     reproduction directory). ``force`` applies only to a directory tdyn wrote (:func:`is_tdyn_dir`):
     anything else is refused, so ``--force`` never deletes or overwrites a user's files.
-    ``hint`` is appended to the error (e.g. "or --resume to continue it").
+    ``hint`` is appended to the error (e.g. "or --resume to continue it"); ``flag`` names the option that
+    allowed a non-empty ``out`` (``--force``, or ``--resume``).
 
     With ``locks``, ``out``'s lock is taken (a directory another process writes is refused naming it,
     before anything else is said about it) and kept in ``locks``; clearing then spares the lock files
@@ -674,14 +729,23 @@ def prepare_dir(out: Path, force: bool, *, clear: bool = False, hint: str = "", 
         raise UserError(f"--out {str(out)!r} is a file, not a directory")
     if locks is not None and (out / LOCK).exists():
         locks.acquire(out)
-    _check_out(out, force, hint)
+    _check_out(out, force, hint, flag)
     if locks is not None and not locks.holds(out):
         locks.acquire(out)
-        _check_out(out, force, hint)     # again: written by someone else between the check and the lock?
+        _check_out(out, force, hint, flag)     # again: written by someone else between the check and the lock?
     if clear and _entries(out):
+        check_own(out)
         _clear(out)
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def check_own(out: Path) -> None:
+    """Before ``--force`` deletes ``out``'s contents: a UserError naming the first entry tdyn did not write."""
+    bad = foreign_entry(out)
+    if bad is not None:
+        raise UserError(f"--force: {str(out)!r} holds {str(bad.relative_to(out))!r}, which tdyn did not write; "
+                        f"tdyn deletes only its own outputs — move it, or choose another --out")
 
 
 def _clear(out: Path) -> None:

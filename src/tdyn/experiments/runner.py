@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import traceback
 from pathlib import Path
@@ -101,35 +100,53 @@ def run_reproduction(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
 
 
 def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overrides: list[str] | None = None,
-                  device: str = "cpu", progress: bool = True, force: bool = False,
+                  device: str = "cpu", progress: bool = True, force: bool = False, resume: bool = False,
                   names: list[str] | None = None) -> tuple[Path, list[str]]:
     """Run every registered reproduction (or ``names``) into ``out/<slug>/``, going on past failures
     (a failed one gets a ``results.json`` with its error and traceback), then write ``out/index.html``.
+    ``resume``: continue an interrupted ``out`` made with the same options: reproductions it finished are
+    kept, the others continue (their finished runs kept, interrupted ones resumed, as ``reproduce NAME
+    --resume``).
 
     Returns the page's path and the names of the reproductions that failed.
     """
     out = Path(out)
     exps = [e for e in all_experiments().values() if names is None or e.name in names]
     with runs.Locks() as locks:   # one writer per directory: a second reproduce --all into out is refused
-        prepare_dir(out, force, locks=locks)
+        prepare_dir(out, force or resume, locks=locks, flag="--force" if force else "--resume")
+        done: dict[str, dict] = {}
+        if resume and (out / MANIFEST).exists():
+            old = runs.read_json(out / MANIFEST)
+            mine = {"seed": seed, "quick": quick, "overrides": list(overrides or []), "device": device}
+            if not isinstance(old, dict) or {k: old.get(k) for k in mine} != mine:
+                raise UserError(f"--resume: {str(out)!r} was made with other options than these "
+                                f"({', '.join(f'{k} {v!r}' for k, v in mine.items())}); run it with its own, or "
+                                f"choose another --out")
+            done = {e["name"]: e for e in old.get("reproductions", []) if isinstance(e, dict)
+                    and e.get("status") == "finished" and (out / str(e.get("dir")) / runs.RESULTS).is_file()}
         return _reproduce_all(out, exps, seed=seed, quick=quick, overrides=overrides, device=device,
-                              progress=progress)
+                              progress=progress, locks=locks, resume=resume, done=done)
 
 
-def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides, device, progress):
+def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides, device, progress, locks, resume, done):
     manifest = {"seed": seed, "quick": quick, "overrides": list(overrides or []), "device": device,
                 "started": runs.now(), "ended": None, "metadata": metadata(), "reproductions": []}
     for i, exp in enumerate(exps):
         sub = out / slug(exp.name)
-        if sub.exists():  # only with force: no stale figures or tables of an earlier run in the page
-            shutil.rmtree(sub)
-        sub.mkdir()
+        if exp.name in done:     # --resume: finished before
+            manifest["reproductions"].append(done[exp.name])
+            print(f"[{i + 1}/{len(exps)}] {exp.name}: kept (finished before)", flush=True)
+            continue
+        sub.mkdir(exist_ok=True)
+        locks.acquire(sub)    # one writer: a `reproduce NAME --out` into it while this runs is refused
+        if not resume:        # (only with force) no stale figures or tables of an earlier run
+            runs.prepare_dir(sub, True, clear=True)
         entry = {"name": exp.name, "dir": sub.name, "status": "running"}
         manifest["reproductions"].append(entry)
         runs.write_json(out / MANIFEST, manifest)
         print(f"[{i + 1}/{len(exps)}] {exp.name}", flush=True)
         # --set applies to the reproductions that train; those that train nothing run without it
-        ctx = ReproduceContext(out=sub, seed=seed, quick=quick, device=device, progress=progress,
+        ctx = ReproduceContext(out=sub, seed=seed, quick=quick, device=device, progress=progress, resume=resume,
                                overrides=[] if exp.takes_set is False else list(overrides or []))
         t0 = time.time()
         try:

@@ -215,6 +215,15 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
                                             f"must do so under `if __name__ == \"__main__\":`); re-run the sweep to "
                                             f"continue it"})
                 ex.reset()
+    except BaseException:   # Ctrl-C (or an error here): stop the workers' jobs, then record what they left
+        stop = getattr(ex, "stop", None)
+        if stop is not None:
+            stop()          # queued jobs cancelled; running ones save an interrupt checkpoint and end
+        for a in pending.values():
+            status.update({n: s for n, s in run_statuses([Path(d) for d in a[2]], tensors=False).items()
+                           if s in runs.DONE})
+        _record(out, spec, jobs, status, errors, busy)
+        raise
     finally:
         bar.close()
     _record(out, spec, jobs, status, errors, busy)

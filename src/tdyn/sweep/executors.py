@@ -11,8 +11,10 @@ import concurrent.futures as cf
 import gc
 import multiprocessing as mp
 import os
+import signal
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 import torch
@@ -21,7 +23,7 @@ from tqdm.std import TqdmDefaultWriteLock
 from tdyn import plugins
 from tdyn.errors import UserError
 from tdyn.train.threads import cli_threads
-from tdyn.train.trainer import progress_bar
+from tdyn.train.trainer import progress_bar, stop_all
 
 
 def _die_with_parent(parent: int) -> None:
@@ -48,10 +50,12 @@ def _init_worker(parent: int) -> None:
     worker shares its parent's, and killed while holding it would stall every later bar); and
     ``gc.freeze()``: the objects the worker begins with (a forked worker's are its parent's, shared
     copy-on-write) move to the collector's permanent generation, so its collections neither traverse
-    them nor copy their pages."""
+    them nor copy their pages; SIGINT (Ctrl-C reaches the whole process group) asks the training in the
+    worker, and any it starts later, to stop at its next step (:func:`~tdyn.train.trainer.stop_all`)."""
     gc.freeze()
     progress_bar.set_lock(TqdmDefaultWriteLock())
     _die_with_parent(parent)
+    signal.signal(signal.SIGINT, stop_all)   # Ctrl-C: the job here checkpoints and ends; no traceback from the pool's queue
 
 
 START_METHODS = ("auto", "spawn")   # $TDYN_START_METHOD
@@ -129,6 +133,28 @@ class LocalExecutor:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+    def stop(self, grace: float = 60.0) -> None:
+        """After an interrupt: the queued jobs cancelled, the workers sent SIGINT (a running job saves an
+        interrupt checkpoint and ends at its next step; one already handed to a worker ends at its first),
+        then the pool shut down; workers still alive after ``grace`` seconds are killed (a re-run of the
+        sweep resumes from the checkpoints either way)."""
+        if self._pool is None:
+            return
+        pool, self._pool = self._pool, None
+        procs = list((pool._processes or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for p in procs:
+            if p.is_alive() and p.pid is not None:
+                try:
+                    os.kill(p.pid, signal.SIGINT)
+                except OSError:
+                    pass
+        end = time.monotonic() + grace
+        for p in procs:
+            p.join(max(0.0, end - time.monotonic()))
+            if p.is_alive():
+                p.kill()
 
 
 def _call_with_threads(fn: Callable, args: tuple) -> Any:

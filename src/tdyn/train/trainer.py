@@ -327,10 +327,19 @@ class Job:
         for k, gens in self.task.member_generators().items():
             gens[i].set_state(ckpt[f"rng/{k}"])
 
-    def _save(self, step: int | str, probes: dict[str, torch.Tensor]) -> None:
+    def _save(self, step: int | str, probes: dict[str, torch.Tensor], interrupt: bool = False) -> None:
+        """Every active member's checkpoint at ``step``. ``interrupt``: one off the schedule, for resuming;
+        the first scheduled (or final) checkpoint after it removes it, so a resumed run's directory holds
+        the checkpoints of the uninterrupted run (analyses list a run's checkpoint steps)."""
         meta = {"step": str(self.cfg.optim.steps if step == "final" else step)}
         runs.atomic_write_many(runs.checkpoint_file(d, step, self._member_state(i, probes), meta)
                                for i, d in enumerate(self.dirs) if self.active[i])
+        if interrupt:
+            return
+        for d in self.dirs:
+            for s in runs.checkpoint_steps(d):
+                if s not in self.ckpt_steps and (step == "final" or s < step):
+                    runs.checkpoint_path(d, s).unlink(missing_ok=True)
 
     def _flush(self) -> None:
         runs.atomic_write_many(runs.metrics_file(d, rec) for d, rec in zip(self.dirs, self.records))
@@ -401,7 +410,8 @@ class Job:
         self._last_flush = time.monotonic()
         old_handler = None
         try:
-            old_handler = signal.signal(signal.SIGINT, self._request_stop)
+            if signal.getsignal(signal.SIGINT) is not stop_all:   # a sweep worker's handler stops this run too
+                old_handler = signal.signal(signal.SIGINT, self._request_stop)
         except ValueError:  # not the main thread
             pass
         bar = progress_bar(total=T, initial=start, desc=self.cfg.task, unit="step", leave=False,
@@ -411,9 +421,9 @@ class Job:
         log.info("training %s: %d member(s), steps %d..%d", self.cfg.task, S, start, T)
         try:
             for step in range(start, T + 1):
-                if self._stop and step < T:
+                if (self._stop or _STOP) and step < T:
                     self._flush()
-                    self._save(step, {})
+                    self._save(step, {}, interrupt=True)
                     self._set_status([i for i in range(S) if self.active[i]], "interrupted",
                                      f"interrupted at step {step}; continue with: tdyn run --resume {self.resume_dir}")
                     raise KeyboardInterrupt
@@ -459,6 +469,7 @@ class Job:
                 for i in range(S) if why or evaluating else ():
                     if i in why:
                         self.records[i].append({"step": step, "loss": None, "diverged": True})
+                        self._flush()   # the divergence record on disk before meta.json says diverged (a kill between)
                         self._set_status([i], "diverged", f"diverged at step {step}: {why[i][0]}; "
                                                           f"{self._last_good(step + why[i][1])}")
                     elif active[i] and evaluating:
@@ -487,6 +498,20 @@ class Job:
             if old_handler is not None:
                 signal.signal(signal.SIGINT, old_handler)
             release_memory()      # the steps' freed blocks, kept for reuse while training, back to the OS
+
+
+# ---------------------------------------------------------------- stopping a whole process
+
+
+_STOP = False   # set by stop_all(): every training in this process stops at its next step
+
+
+def stop_all(*_) -> None:
+    """Ask every training in this process, running or started later, to stop at its next step (an
+    interrupt checkpoint, status "interrupted", KeyboardInterrupt): a sweep worker's SIGINT handler, so
+    that after Ctrl-C the job it runs and the jobs already handed to it end at once."""
+    global _STOP
+    _STOP = True
 
 
 # ---------------------------------------------------------------- entry points
