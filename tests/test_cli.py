@@ -132,3 +132,28 @@ def test_reproduce_all_resumes_what_an_interrupt_left(tmp_path):
     assert (out / man["reproductions"][0]["dir"] / "results.json").stat().st_mtime_ns == kept
     assert (sub / "results.json").exists() and all(p.stat().st_mtime_ns == t for p, t in trained.items())
     assert [e["status"] for e in runs.read_json(out / "reproduce.json")["reproductions"]] == ["finished", "finished"]
+
+
+def test_report_names_a_results_or_manifest_file_of_the_wrong_shape(cli, tmp_path):
+    """A results.json or reproduce.json that parses but is not tdyn's shape is one line naming the file
+    (exit 2), as a truncated one is; never a traceback."""
+    cases = [("results.json", "[]", "holds a JSON list"), ("results.json", '{"claims": 5}', "not a list of claims"),
+             ("reproduce.json", "[]", "holds a JSON list"), ("reproduce.json", '{"reproductions": 3}', "not a list"),
+             ("reproduce.json", '{"reproductions": [{"name": "x"}]}', "without a subdirectory name"),
+             ("reproduce.json", '{"reproductions": [{"dir": "../x"}]}', "without a subdirectory name")]
+    for i, (name, text, says) in enumerate(cases):
+        d = tmp_path / str(i)
+        d.mkdir()
+        (d / name).write_text(text)
+        r = cli("report", d)
+        assert r.returncode == 2 and says in r.stderr and name in r.stderr, (name, text, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_reproduce_force_over_another_reproduction_leaves_none_of_its_files(cli, tmp_path):
+    """`reproduce B --force --out DIR` where DIR holds reproduction A: A's tables, figures and runs go (the
+    page would show them as B's); B's own re-run keeps overwriting in place (--at-step relies on it)."""
+    out = tmp_path / "d"
+    assert cli("reproduce", "scan-snap/fig4", "--quick", "--out", out, "--quiet").returncode == 0
+    assert cli("reproduce", "scan-snap/fig5", "--quick", "--out", out, "--quiet", "--force").returncode == 0
+    assert not (out / "fig4.png").exists() and not (out / "runs" / "fig4").exists() and (out / "fig5.png").exists()

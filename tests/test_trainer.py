@@ -174,6 +174,28 @@ def test_divergence_stops_member_keeps_checkpoint(tmp_path):
     assert all(torch.isfinite(v).all() for v in runs.params_of(runs.load_checkpoint(bad, max(ckpts))).values())
 
 
+def test_a_divergence_is_on_disk_before_meta_json_says_so(tmp_path, monkeypatch):
+    """When meta.json is written "diverged", metrics.jsonl already ends with the divergence record: a kill
+    between the two writes leaves a job that resumes (meta.json's status without its record is refused)."""
+    from tdyn.train.trainer import Job
+
+    seen = []
+    real = Job._set_status
+
+    def checked(self, members, status, message=None):
+        if status == "diverged":
+            for i in members:
+                seen.append(_metrics(self.dirs[i])[-1])
+        return real(self, members, status, message)
+
+    monkeypatch.setattr(Job, "_set_status", checked)
+    cfg = quad_config(seeds=[0], ensemble={"lrs": [{"w": 0.1}, {"w": 25.0}]}, data={"dim": 3, "curvature": 2.0},
+                      checkpoint={"schedule": "none"})
+    cfg["optim"]["steps"] = 60
+    train(cfg, tmp_path / "d", progress=False)
+    assert len(seen) == 1 and seen[0]["diverged"] is True
+
+
 class RunawayTask(Task):
     """Loss 0 whatever w is (``nan_to_num`` of w − w.detach()), gradient 1: SGD walks w down by lr a step
     until it overflows to −inf, the loss staying finite throughout."""

@@ -112,6 +112,9 @@ def _cmd_reproduce(args) -> int:
     runner.check_overrides(exp, ctx)  # before the directory is made
     with runs.Locks() as locks:       # one writer: a second reproduce into DIR is refused naming this one
         runner.prepare_dir(out, args.force or args.resume, locks=locks, flag="--force" if args.force else "--resume")
+        if args.force and (out / runs.RESULTS).is_file() and \
+                runs.read_results(out / runs.RESULTS).get("experiment") != exp.name:
+            runner.prepare_dir(out, True, clear=True, locks=locks)   # another reproduction's: none of its files stay
         results = runner.run_reproduction(exp, ctx)
     _print_claims(results)
     print(f"wrote {out / runs.RESULTS} ({results['wall_seconds']:.1f}s)")

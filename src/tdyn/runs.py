@@ -342,6 +342,30 @@ def _object(path: Path, what: str) -> dict:
     return obj
 
 
+def read_results(path: Path) -> dict:
+    """A reproduction's ``results.json``, checked: a JSON object whose ``claims`` (if present) is a list of
+    objects (what the report and the verdict table read)."""
+    path = Path(path)
+    res = _object(path, "a reproduction's results")
+    claims = res.get("claims", [])
+    if not isinstance(claims, list) or not all(isinstance(c, dict) for c in claims):
+        raise CorruptFile(path, f"has 'claims' = {_short(claims)}, not a list of claims (JSON objects)")
+    return res
+
+
+def read_manifest(path: Path) -> dict:
+    """A ``reproduce --all`` directory's ``reproduce.json``, checked: a JSON object whose ``reproductions``
+    is a list of objects each naming its ``dir`` (a subdirectory's name)."""
+    path = Path(path)
+    man = _object(path, "a reproduce --all manifest")
+    entries = _field(path, man, "reproductions", list, "a list of reproductions")
+    for e in entries:
+        if not isinstance(e, dict) or not isinstance(e.get("dir"), str) or not e["dir"] \
+                or Path(e["dir"]).name != e["dir"] or e["dir"] in (".", ".."):
+            raise CorruptFile(path, f"has a reproduction {_short(e)} without a subdirectory name 'dir'")
+    return man
+
+
 def _field(path: Path, obj: dict, key: str, typ: type, what: str) -> Any:
     v = obj.get(key)
     if not isinstance(v, typ) or (isinstance(v, bool) and typ is not bool):

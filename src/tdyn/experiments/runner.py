@@ -116,14 +116,14 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
         prepare_dir(out, force or resume, locks=locks, flag="--force" if force else "--resume")
         done: dict[str, dict] = {}
         if resume and (out / MANIFEST).exists():
-            old = runs.read_json(out / MANIFEST)
+            old = runs.read_manifest(out / MANIFEST)
             mine = {"seed": seed, "quick": quick, "overrides": list(overrides or []), "device": device}
-            if not isinstance(old, dict) or {k: old.get(k) for k in mine} != mine:
+            if {k: old.get(k) for k in mine} != mine:
                 raise UserError(f"--resume: {str(out)!r} was made with other options than these "
                                 f"({', '.join(f'{k} {v!r}' for k, v in mine.items())}); run it with its own, or "
                                 f"choose another --out")
-            done = {e["name"]: e for e in old.get("reproductions", []) if isinstance(e, dict)
-                    and e.get("status") == "finished" and (out / str(e.get("dir")) / runs.RESULTS).is_file()}
+            done = {e.get("name"): e for e in old["reproductions"]
+                    if e.get("status") == "finished" and (out / e["dir"] / runs.RESULTS).is_file()}
         return _reproduce_all(out, exps, seed=seed, quick=quick, overrides=overrides, device=device,
                               progress=progress, locks=locks, resume=resume, done=done)
 

@@ -214,15 +214,15 @@ def reproductions(out: Path) -> list[tuple[Path, dict[str, Any]]]:
     subdirectories holding a ``results.json``; with a reproduce-all manifest, its reproductions in its
     order, one that left no ``results.json`` (killed) shown as failed."""
     if (out / RESULTS).exists():
-        return [(out, runs.read_json(out / RESULTS))]
+        return [(out, runs.read_results(out / RESULTS))]
     if (out / MANIFEST).exists():
-        entries = runs.read_json(out / MANIFEST).get("reproductions", [])
+        entries = runs.read_manifest(out / MANIFEST)["reproductions"]
     else:
         entries = [{"dir": p.name} for p in sorted(out.iterdir()) if (p / RESULTS).exists()]
     found = []
     for e in entries:
         d = out / e["dir"]
-        res = runs.read_json(d / RESULTS) if (d / RESULTS).exists() else \
+        res = runs.read_results(d / RESULTS) if (d / RESULTS).exists() else \
             {"experiment": e.get("name", d.name), "claims": [], "error": f"did not finish (status {e.get('status')})"}
         found.append((d, res))
     return found
@@ -368,7 +368,7 @@ def build_index(out_dir: str | Path, title: str | None = None, descriptions: dic
     results = reproductions(out)
     if not results:
         raise UserError(f"{str(out)!r} holds no {RESULTS} (neither itself nor its subdirectories)")
-    manifest = runs.read_json(out / MANIFEST) if (out / MANIFEST).exists() else {}
+    manifest = runs.read_manifest(out / MANIFEST) if (out / MANIFEST).exists() else {}
     descriptions = descriptions or {}
 
     claim_rows = [r for d, res in results for r in _claims_rows(res, out, d)]

@@ -8,7 +8,6 @@ from the code that produced the verdicts. Quick-setting results are listed, but 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +28,7 @@ def collect(d: Path) -> list[tuple[Path, dict[str, Any]]]:
     """``(dir, results)`` for every ``results.json`` below ``d``, sorted by experiment name."""
     found = []
     for p in sorted(Path(d).rglob(runs.RESULTS)):
-        try:
-            res = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise UserError(f"{str(p)!r} is not a readable results file: {e}") from None
-        if not isinstance(res, dict) or not isinstance(res.get("claims", []), list):
-            raise UserError(f"{str(p)!r} is not a tdyn results file (no claims list)")
-        found.append((p.parent, res))
+        found.append((p.parent, runs.read_results(p)))
     return sorted(found, key=lambda t: str(t[1].get("experiment", t[0].name)))
 
 
