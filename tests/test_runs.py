@@ -204,3 +204,28 @@ def test_a_checkpoint_has_the_same_bytes_in_every_process(tmp_path):
     (tmp_path / "checkpoints" / runs.FINAL).write_bytes(outs.pop())
     ck = runs.load_checkpoint(tmp_path)
     assert torch.equal(ck["b"], torch.arange(3.0)) and torch.equal(ck["a"], torch.ones(2, 2))
+
+
+def test_foreign_entry_knows_every_directory_tdyn_writes(tmp_path):
+    """What --force may clear: a sweep (its .jobs/, summary, runs), with a report of it, and a `reproduce
+    --all` directory stopped as its first reproduction began (an empty subdirectory) are all tdyn's; a file
+    of the user's anywhere in them is named."""
+    from tdyn.report.html import build_run_report
+    from tdyn.sweep import run_sweep
+
+    sw = tmp_path / "sw"
+    run_sweep({"base": "syn_small", "set": ["optim.steps=2"], "axes": {"grid": {"optim.groups.Y.lr": [1.0, 2.0]}},
+               "seeds": [0]}, sw, workers=1, progress=False)
+    build_run_report(sw)
+    assert (sw / ".jobs").is_dir() and (sw / "index.html").exists() and runs.foreign_entry(sw) is None
+    run = next(p for p in sw.iterdir() if runs.is_run_dir(p))
+    (run / "mine.txt").write_text("x")
+    assert runs.foreign_entry(sw) == run / "mine.txt"
+    al = tmp_path / "all"
+    (al / "a__b").mkdir(parents=True)
+    runs.write_json(al / runs.REPRODUCE, {"reproductions": [{"name": "a/b", "dir": "a__b", "status": "interrupted"}]})
+    assert runs.is_tdyn_dir(al) and runs.foreign_entry(al) is None
+    (al / "a__b" / "partial.csv").write_text("x")          # its analysis had begun: a reproduction's table
+    assert runs.foreign_entry(al) is None
+    (al / "a__b" / "notes.md").write_text("x")
+    assert runs.foreign_entry(al) == al / "a__b" / "notes.md"

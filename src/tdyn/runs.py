@@ -67,6 +67,7 @@ SUMMARY = "summary.csv"         # a sweep's per-cell summary
 RESULTS = "results.json"        # a reproduction's claims and numbers
 REPRODUCE = "reproduce.json"    # a `reproduce --all` directory's options, metadata, each reproduction's status
 LOCK = ".tdyn.lock"             # the writer's lock (pid@host) while a process writes the directory
+JOBS = ".jobs"                  # a sweep's job directories (ensemble.json of each job, their locks)
 
 STATUSES = ("running", "finished", "diverged", "failed", "interrupted")   # meta.json's status
 DONE = ("finished", "diverged")                                          # a result: nothing left to train
@@ -685,30 +686,38 @@ def _is_marker(p: Path) -> bool:
 
 
 OWN_FILES = {CONFIG, META, METRICS, ENSEMBLE, SWEEP, SUMMARY, RESULTS, REPRODUCE, LOCK, "index.html"}
-OWN_TREES = {CKPT_DIR, "tensorboard", "wandb", "report_files", ".submitit"}   # directories tdyn (or its sinks) fill
+OWN_TREES = {CKPT_DIR, JOBS, "tensorboard", "wandb", "report_files", ".submitit"}   # directories tdyn (or its sinks) fill
 _REPRODUCTION_SUFFIXES = (".csv", ".png", ".json")                          # a reproduction's tables and figures
 _TEMP_RE = re.compile(r"^\..+\.tdyn-.+\.tmp$")                              # atomic_write's temp files
 
 
-def foreign_entry(path: Path) -> Path | None:
+def foreign_entry(path: Path, reproduction: bool = False) -> Path | None:
     """The first entry below ``path`` that tdyn did not write, or None: what ``--force`` would otherwise
     delete. tdyn's are its file names (:data:`OWN_FILES`), its trees (:data:`OWN_TREES`), its temp files,
-    a reproduction's tables and figures (files beside its results.json), and directories tdyn wrote
+    empty directories, a reproduction's tables and figures (files beside its results.json or runs/; the
+    subdirectories a ``reproduce --all`` manifest names are reproductions), and directories tdyn wrote
     (:func:`is_tdyn_dir`, and a reproduction's ``runs/``) whose own entries are all tdyn's."""
     path = Path(path)
-    reproduction = (path / RESULTS).is_file() or (path / RUNS).is_dir()
+    reproduction = reproduction or _is_marker(path / RESULTS) or (path / RUNS).is_dir()
+    named: set[str] = set()
+    if _is_marker(path / REPRODUCE):
+        try:
+            named = {e["dir"] for e in read_manifest(path / REPRODUCE)["reproductions"]}
+        except UserError:
+            pass
     for p in sorted(path.iterdir()):
         if p.is_symlink():
             return p
         if p.is_dir():
-            if p.name in OWN_TREES:
+            if p.name in OWN_TREES or not _entries(p):
                 continue
             if p.name == RUNS and reproduction:
-                if not all(q.is_dir() and not q.is_symlink() and is_tdyn_dir(q) for q in _entries(p)):
-                    return next(q for q in _entries(p) if not (q.is_dir() and not q.is_symlink() and is_tdyn_dir(q)))
-            elif not is_tdyn_dir(p):
+                bad = next((q for q in _entries(p) if not (q.is_dir() and not q.is_symlink() and is_tdyn_dir(q))), None)
+                if bad is not None:
+                    return bad
+            elif not (p.name in named or is_tdyn_dir(p)):
                 return p
-            inner = foreign_entry(p)
+            inner = foreign_entry(p, reproduction=p.name in named)
             if inner is not None:
                 return inner
         elif not (p.name in OWN_FILES or _TEMP_RE.match(p.name)

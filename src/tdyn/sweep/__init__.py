@@ -32,7 +32,6 @@ from tdyn.sweep.spec import JobPlan, SlurmOptions, SweepSpec, load_spec, plan
 from tdyn.train import trainer
 from tdyn.train.threads import cli_threads
 
-JOBS = ".jobs"
 log = logging.getLogger(__name__)
 
 
@@ -160,7 +159,7 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
 def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: bool) -> dict[str, str]:
     status: dict[str, str] = {}
     errors: dict[str, str] = {}
-    args = {j.id: (str(out / JOBS / j.id), j.config, [str(out / r.name) for r in j.runs])
+    args = {j.id: (str(out / runs.JOBS / j.id), j.config, [str(out / r.name) for r in j.runs])
             for j in sorted(jobs, key=job_cost, reverse=True)}
     busy: dict[int, float] = {}
     lost: dict[str, int] = {}          # job → times its worker died under it
