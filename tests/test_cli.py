@@ -108,7 +108,7 @@ def test_packaged_configs_by_name_outside_a_clone(cli, tmp_path):
 def test_reproduce_all_resumes_what_an_interrupt_left(tmp_path):
     """`reproduce --all --resume` (what tdyn advises after Ctrl-C): a reproduction finished before is kept
     as it is, an interrupted one continues (its trained runs kept) and gets its results; other options than
-    the directory's are refused in one line."""
+    the directory's are refused in one line. `--all --force` clears a reproduction's partial outputs."""
     import pytest
 
     from tdyn import runs
@@ -132,6 +132,10 @@ def test_reproduce_all_resumes_what_an_interrupt_left(tmp_path):
     assert (out / man["reproductions"][0]["dir"] / "results.json").stat().st_mtime_ns == kept
     assert (sub / "results.json").exists() and all(p.stat().st_mtime_ns == t for p, t in trained.items())
     assert [e["status"] for e in runs.read_json(out / "reproduce.json")["reproductions"]] == ["finished", "finished"]
+    (sub / "results.json").unlink()                 # stopped mid-way by an older tdyn: a table, no results
+    (sub / "partial.csv").write_text("x\n")
+    reproduce_all(out, quick=True, progress=False, names=names, force=True)   # --force starts it again
+    assert (sub / "results.json").exists() and not (sub / "partial.csv").exists()
 
 
 def test_report_names_a_results_or_manifest_file_of_the_wrong_shape(cli, tmp_path):

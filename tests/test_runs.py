@@ -229,3 +229,31 @@ def test_foreign_entry_knows_every_directory_tdyn_writes(tmp_path):
     assert runs.foreign_entry(al) is None
     (al / "a__b" / "notes.md").write_text("x")
     assert runs.foreign_entry(al) == al / "a__b" / "notes.md"
+    (run / "mine.txt").unlink()
+    (run / "results.json").write_text('{"accuracy": 0.9}')   # a file of the user's, named like tdyn's marker
+    assert runs.foreign_entry(sw) == run / "results.json"
+    (run / "results.json").unlink()
+    (sw / ".DS_Store").write_bytes(b"\0")                        # a file browser's litter: deletable
+    assert runs.foreign_entry(sw) is None
+
+
+def test_a_reproduction_under_way_is_tdyns_whatever_it_wrote_so_far(tmp_path):
+    """.reproducing.json (written as a reproduction begins, removed with its results.json) makes its
+    directory tdyn's for --resume and --force, with a table written before training or no runs/ at all;
+    a report of its runs/ is tdyn's too."""
+    from tdyn.sweep import run_sweep
+
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "first_gradient.csv").write_text("a\n1\n")
+    assert not runs.is_tdyn_dir(out)
+    runs.write_json(out / runs.REPRODUCING, {"experiment": "x/y", "started": runs.now()})
+    assert runs.is_tdyn_dir(out) and runs.foreign_entry(out) is None
+    run_sweep({"base": "syn_small", "set": ["optim.steps=2"], "axes": {"grid": {"optim.groups.Y.lr": [1.0]}},
+               "seeds": [0]}, out / "runs" / "sw", workers=1, progress=False)
+    (out / "runs" / "index.html").write_text("<p>")
+    (out / "runs" / "report_files").mkdir()
+    assert runs.foreign_entry(out) is None
+    (out / runs.REPRODUCING).unlink()
+    (out / "first_gradient.csv").unlink()
+    assert runs.is_tdyn_dir(out)          # an older tdyn's stopped reproduction: runs/ (and its report) only

@@ -68,6 +68,7 @@ RESULTS = "results.json"        # a reproduction's claims and numbers
 REPRODUCE = "reproduce.json"    # a `reproduce --all` directory's options, metadata, each reproduction's status
 LOCK = ".tdyn.lock"             # the writer's lock (pid@host) while a process writes the directory
 JOBS = ".jobs"                  # a sweep's job directories (ensemble.json of each job, their locks)
+REPRODUCING = ".reproducing.json"   # a reproduction under way (its name): removed once its results.json is written
 
 STATUSES = ("running", "finished", "diverged", "failed", "interrupted")   # meta.json's status
 DONE = ("finished", "diverged")                                          # a result: nothing left to train
@@ -648,26 +649,39 @@ def git_commit() -> str | None:
         return None
 
 
-MARKERS = (ENSEMBLE, SWEEP, RESULTS, REPRODUCE)   # besides CONFIG + META (a run): what makes a directory tdyn's
+MARKERS = (ENSEMBLE, SWEEP, RESULTS, REPRODUCE, REPRODUCING)   # besides CONFIG + META (a run): what makes a directory tdyn's
 RUNS = "runs"        # a reproduction's trained runs: OUT/runs/<job> (jobs, sweeps)
 
 
 def is_tdyn_dir(path: Path) -> bool:
     """Whether ``path`` is a directory tdyn wrote: a run (config + meta), a job (ensemble.json), a sweep
-    (sweep.json), a reproduction (results.json) or a ``reproduce --all`` directory (reproduce.json), or a
-    reproduction stopped before its results.json: nothing but ``runs/`` (and a lock file, and a report of
-    it), every entry of which tdyn wrote (so ``reproduce --resume`` continues it, and ``--force`` touches only tdyn's files)."""
+    (sweep.json), a reproduction (results.json, or .reproducing.json while it runs) or a ``reproduce --all``
+    directory (reproduce.json), or a reproduction stopped before its results.json by an older tdyn: nothing
+    but ``runs/`` (and a lock file, and a report of it), every entry of which tdyn wrote (so ``reproduce
+    --resume`` continues it, and ``--force`` touches only tdyn's files)."""
     path = Path(path)
     if is_run_dir(path) or any(_is_marker(path / m) for m in MARKERS):
         return True
     runs_dir = path / RUNS
     report = {path / "index.html", path / "report_files"}      # `tdyn report` of it, made meanwhile
     return (runs_dir in _entries(path) and set(_entries(path)) <= {runs_dir} | report
-            and runs_dir.is_dir() and not runs_dir.is_symlink()
-            and all(p.is_dir() and not p.is_symlink() and is_tdyn_dir(p) for p in _entries(runs_dir)))
+            and _foreign_in_runs(runs_dir) is None)
 
 
-_MARKER_KEYS = {RESULTS: "experiment", REPRODUCE: "reproductions"}   # a file of the user's so named is not tdyn's
+def _foreign_in_runs(runs_dir: Path) -> Path | None:
+    """A reproduction's ``runs/``: the first entry that is not a directory tdyn wrote (nor a report of the
+    runs, which ``tdyn report OUT/runs`` makes), or None; ``runs_dir`` itself when it is no directory."""
+    if not runs_dir.is_dir() or runs_dir.is_symlink():
+        return runs_dir
+    for q in _entries(runs_dir):
+        if q.name in ("index.html", "report_files") and not q.is_symlink():
+            continue
+        if not (q.is_dir() and not q.is_symlink() and is_tdyn_dir(q)):
+            return q
+    return None
+
+
+_MARKER_KEYS = {RESULTS: "experiment", REPRODUCE: "reproductions", REPRODUCING: "experiment"}   # a file of the user's so named is not tdyn's
 
 
 def _is_marker(p: Path) -> bool:
@@ -685,20 +699,24 @@ def _is_marker(p: Path) -> bool:
     return isinstance(obj, dict) and key in obj
 
 
-OWN_FILES = {CONFIG, META, METRICS, ENSEMBLE, SWEEP, SUMMARY, RESULTS, REPRODUCE, LOCK, "index.html"}
+OWN_FILES = {CONFIG, META, METRICS, ENSEMBLE, SWEEP, SUMMARY, LOCK, "index.html"}   # and markers, checked
 OWN_TREES = {CKPT_DIR, JOBS, "tensorboard", "wandb", "report_files", ".submitit"}   # directories tdyn (or its sinks) fill
-_REPRODUCTION_SUFFIXES = (".csv", ".png", ".json")                          # a reproduction's tables and figures
-_TEMP_RE = re.compile(r"^\..+\.tdyn-.+\.tmp$")                              # atomic_write's temp files
+OS_LITTER = {".DS_Store", "Thumbs.db", "desktop.ini", ".ipynb_checkpoints"}          # a file browser's or Jupyter's
+_REPRODUCTION_SUFFIXES = (".csv", ".png", ".json")                                  # a reproduction's tables and figures
+_TEMP_RE = re.compile(r"^\..+\.tdyn-.+\.tmp$")                                      # atomic_write's temp files
 
 
 def foreign_entry(path: Path, reproduction: bool = False) -> Path | None:
     """The first entry below ``path`` that tdyn did not write, or None: what ``--force`` would otherwise
-    delete. tdyn's are its file names (:data:`OWN_FILES`), its trees (:data:`OWN_TREES`), its temp files,
-    empty directories, a reproduction's tables and figures (files beside its results.json or runs/; the
-    subdirectories a ``reproduce --all`` manifest names are reproductions), and directories tdyn wrote
+    delete. tdyn's are its file names (:data:`OWN_FILES`; results.json, reproduce.json and
+    .reproducing.json only with tdyn's content), its trees (:data:`OWN_TREES`), its temp files, empty
+    directories, a file browser's litter (:data:`OS_LITTER`), a reproduction's tables and figures (files
+    beside its results.json, .reproducing.json or runs/; the subdirectories a ``reproduce --all``
+    manifest names are reproductions; ``reproduction``: ``path`` is one), and directories tdyn wrote
     (:func:`is_tdyn_dir`, and a reproduction's ``runs/``) whose own entries are all tdyn's."""
     path = Path(path)
-    reproduction = reproduction or _is_marker(path / RESULTS) or (path / RUNS).is_dir()
+    reproduction = (reproduction or _is_marker(path / RESULTS) or _is_marker(path / REPRODUCING)
+                    or (path / RUNS).is_dir())
     named: set[str] = set()
     if _is_marker(path / REPRODUCE):
         try:
@@ -708,11 +726,13 @@ def foreign_entry(path: Path, reproduction: bool = False) -> Path | None:
     for p in sorted(path.iterdir()):
         if p.is_symlink():
             return p
+        if p.name in OS_LITTER:
+            continue
         if p.is_dir():
             if p.name in OWN_TREES or not _entries(p):
                 continue
             if p.name == RUNS and reproduction:
-                bad = next((q for q in _entries(p) if not (q.is_dir() and not q.is_symlink() and is_tdyn_dir(q))), None)
+                bad = _foreign_in_runs(p)
                 if bad is not None:
                     return bad
             elif not (p.name in named or is_tdyn_dir(p)):
@@ -720,6 +740,9 @@ def foreign_entry(path: Path, reproduction: bool = False) -> Path | None:
             inner = foreign_entry(p, reproduction=p.name in named)
             if inner is not None:
                 return inner
+        elif p.name in _MARKER_KEYS:
+            if not _is_marker(p):
+                return p
         elif not (p.name in OWN_FILES or _TEMP_RE.match(p.name)
                   or (reproduction and p.suffix in _REPRODUCTION_SUFFIXES)):
             return p
@@ -767,15 +790,21 @@ def prepare_dir(out: Path, force: bool, *, clear: bool = False, hint: str = "", 
         locks.acquire(out)
         _check_out(out, force, hint, flag)     # again: written by someone else between the check and the lock?
     if clear and _entries(out):
-        check_own(out)
-        _clear(out)
+        clear_own(out)
     out.mkdir(parents=True, exist_ok=True)
     return out
 
 
-def check_own(out: Path) -> None:
+def clear_own(out: Path, reproduction: bool = False) -> None:
+    """Delete ``out``'s contents, all of which tdyn wrote (:func:`check_own`; ``reproduction``: ``out`` is
+    one, e.g. a subdirectory a ``reproduce --all`` manifest names), sparing the locks this process holds."""
+    check_own(out, reproduction)
+    _clear(out)
+
+
+def check_own(out: Path, reproduction: bool = False) -> None:
     """Before ``--force`` deletes ``out``'s contents: a UserError naming the first entry tdyn did not write."""
-    bad = foreign_entry(out)
+    bad = foreign_entry(out, reproduction)
     if bad is not None:
         raise UserError(f"--force: {str(out)!r} holds {str(bad.relative_to(out))!r}, which tdyn did not write; "
                         f"tdyn deletes only its own outputs — move it, or choose another --out")

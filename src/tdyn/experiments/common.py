@@ -138,7 +138,9 @@ def _jsonable(x: Any) -> Any:
 
 
 def write_results(out: Path, results: dict[str, Any]) -> Path:
+    """A reproduction's ``results.json``; its ``.reproducing.json`` (written as it began) goes."""
     runs.write_json(Path(out) / runs.RESULTS, _jsonable(results))
+    (Path(out) / runs.REPRODUCING).unlink(missing_ok=True)
     return Path(out) / runs.RESULTS
 
 

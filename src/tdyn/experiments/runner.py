@@ -81,6 +81,9 @@ def run_reproduction(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
         ctx.options = exp.make_options()
     check_overrides(exp, ctx)
     t0 = time.time()
+    # until its results.json: what makes OUT a reproduction's (tdyn's) for --resume and --force, whatever
+    # the reproduction has written so far
+    runs.write_json(ctx.out / runs.REPRODUCING, {"experiment": exp.name, "started": runs.now()})
     results = exp.reproduce(ctx)
     if ctx.overrides and not ctx.overrides.consumed:
         raise UserError(f"{exp.name} used none of --set {' '.join(ctx.overrides)}; {accepts(exp)}")
@@ -114,7 +117,7 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
     exps = [e for e in all_experiments().values() if names is None or e.name in names]
     with runs.Locks() as locks:   # one writer per directory: a second reproduce --all into out is refused
         prepare_dir(out, force or resume, locks=locks, flag="--force" if force else "--resume")
-        done: dict[str, dict] = {}
+        previous: list[dict] = []
         if resume and (out / MANIFEST).exists():
             old = runs.read_manifest(out / MANIFEST)
             mine = {"seed": seed, "quick": quick, "overrides": list(overrides or []), "device": device}
@@ -122,15 +125,25 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
                 raise UserError(f"--resume: {str(out)!r} was made with other options than these "
                                 f"({', '.join(f'{k} {v!r}' for k, v in mine.items())}); run it with its own, or "
                                 f"choose another --out")
-            done = {e.get("name"): e for e in old["reproductions"]
-                    if e.get("status") == "finished" and (out / e["dir"] / runs.RESULTS).is_file()}
+            previous = old["reproductions"]
         return _reproduce_all(out, exps, seed=seed, quick=quick, overrides=overrides, device=device,
-                              progress=progress, locks=locks, resume=resume, done=done)
+                              progress=progress, locks=locks, resume=resume, previous=previous)
 
 
-def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides, device, progress, locks, resume, done):
+def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides, device, progress, locks, resume,
+                   previous: list[dict]):
+    """``previous``: the manifest entries of the run ``--resume`` continues (a finished one is kept; every
+    one not reached yet stays listed, so an interrupt loses none of them)."""
+    done = {e.get("name"): e for e in previous
+            if e.get("status") == "finished" and (out / e["dir"] / runs.RESULTS).is_file()}
     manifest = {"seed": seed, "quick": quick, "overrides": list(overrides or []), "device": device,
                 "started": runs.now(), "ended": None, "metadata": metadata(), "reproductions": []}
+
+    def save() -> None:
+        reached = {e["name"] for e in manifest["reproductions"]}
+        runs.write_json(out / MANIFEST, manifest | {"reproductions": manifest["reproductions"] +
+                                                    [e for e in previous if e.get("name") not in reached]})
+
     for i, exp in enumerate(exps):
         sub = out / slug(exp.name)
         if exp.name in done:     # --resume: finished before
@@ -140,10 +153,10 @@ def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides,
         sub.mkdir(exist_ok=True)
         locks.acquire(sub)    # one writer: a `reproduce NAME --out` into it while this runs is refused
         if not resume:        # (only with force) no stale figures or tables of an earlier run
-            runs.prepare_dir(sub, True, clear=True)
+            runs.clear_own(sub, reproduction=True)
         entry = {"name": exp.name, "dir": sub.name, "status": "running"}
         manifest["reproductions"].append(entry)
-        runs.write_json(out / MANIFEST, manifest)
+        save()
         print(f"[{i + 1}/{len(exps)}] {exp.name}", flush=True)
         # --set applies to the reproductions that train; those that train nothing run without it
         ctx = ReproduceContext(out=sub, seed=seed, quick=quick, device=device, progress=progress, resume=resume,
@@ -157,7 +170,7 @@ def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides,
                   + (" — quick settings" if quick else "") + f" ({results['wall_seconds']:.1f}s)", flush=True)
         except KeyboardInterrupt:  # the page still shows what finished
             entry["status"] = "interrupted"
-            runs.write_json(out / MANIFEST, manifest)
+            save()
             print(f"report so far: {build_index(out, descriptions=descriptions())}", flush=True)
             raise
         except Exception as e:  # recorded in the page; the other reproductions still run
@@ -168,7 +181,7 @@ def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides,
             print(f"    FAILED: {type(e).__name__}: {e}", flush=True)
         entry["wall_seconds"] = round(time.time() - t0, 2)
     manifest["ended"] = runs.now()
-    runs.write_json(out / MANIFEST, manifest)
+    save()
     return build_index(out, descriptions=descriptions()), [e["name"] for e in manifest["reproductions"] if e["status"] == "failed"]
 
 

@@ -144,7 +144,7 @@ class LocalExecutor:
         pool, self._pool = self._pool, None
         procs = list((pool._processes or {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
-        for p in procs:
+        for p in procs if os.name == "posix" else ():   # elsewhere os.kill terminates; the console's Ctrl-C reached them
             if p.is_alive() and p.pid is not None:
                 try:
                     os.kill(p.pid, signal.SIGINT)
