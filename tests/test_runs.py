@@ -37,11 +37,14 @@ def test_prepare_dir(tmp_path):
         runs.prepare_dir(d, False)
     with pytest.raises(UserError, match="not a tdyn output directory"):   # force touches only tdyn's own
         runs.prepare_dir(d, True)
-    (d / runs.RESULTS).write_text("{}")                                  # now a reproduction directory
+    (d / runs.RESULTS).write_text('{"experiment": "x/y", "claims": []}')   # now a reproduction directory
     runs.prepare_dir(d, True)
     assert (d / "f").exists()
+    with pytest.raises(UserError, match="holds 'f', which tdyn did not write"):   # clearing deletes: only tdyn's
+        runs.prepare_dir(d, True, clear=True)
+    (d / "f").rename(d / "f.csv")                                        # a reproduction's table
     runs.prepare_dir(d, True, clear=True)
-    assert not (d / "f").exists()
+    assert not any(d.iterdir())
 
 
 def test_written_files_are_readable_as_the_umask_allows(tmp_path):
