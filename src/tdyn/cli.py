@@ -111,10 +111,10 @@ def _cmd_reproduce(args) -> int:
                            options=exp.make_options(_option_values(args, exp)), resume=args.resume)
     runner.check_overrides(exp, ctx)  # before the directory is made
     with runs.Locks() as locks:       # one writer: a second reproduce into DIR is refused naming this one
-        runner.prepare_dir(out, args.force or args.resume, locks=locks, flag="--force" if args.force else "--resume")
-        if args.force and (out / runs.RESULTS).is_file() and \
-                runs.read_results(out / runs.RESULTS).get("experiment") != exp.name:
-            runner.prepare_dir(out, True, clear=True, locks=locks)   # another reproduction's: none of its files stay
+        other = args.force and (out / runs.RESULTS).is_file() and \
+            runs.read_results(out / runs.RESULTS).get("experiment") != exp.name   # another reproduction's: cleared
+        runner.prepare_dir(out, args.force or args.resume, clear=other, locks=locks,
+                           flag="--force" if args.force else "--resume")
         results = runner.run_reproduction(exp, ctx)
     _print_claims(results)
     print(f"wrote {out / runs.RESULTS} ({results['wall_seconds']:.1f}s)")

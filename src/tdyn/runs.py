@@ -656,29 +656,11 @@ RUNS = "runs"        # a reproduction's trained runs: OUT/runs/<job> (jobs, swee
 def is_tdyn_dir(path: Path) -> bool:
     """Whether ``path`` is a directory tdyn wrote: a run (config + meta), a job (ensemble.json), a sweep
     (sweep.json), a reproduction (results.json, or .reproducing.json while it runs) or a ``reproduce --all``
-    directory (reproduce.json), or a reproduction stopped before its results.json by an older tdyn: nothing
-    but ``runs/`` (and a lock file, and a report of it), every entry of which tdyn wrote (so ``reproduce
-    --resume`` continues it, and ``--force`` touches only tdyn's files)."""
+    directory (reproduce.json), or a reproduction stopped before its results.json by an older tdyn: a
+    ``runs/`` with nothing in or beside it that tdyn did not write (:func:`foreign_entry`)."""
     path = Path(path)
-    if is_run_dir(path) or any(_is_marker(path / m) for m in MARKERS):
-        return True
-    runs_dir = path / RUNS
-    report = {path / "index.html", path / "report_files"}      # `tdyn report` of it, made meanwhile
-    return (runs_dir in _entries(path) and set(_entries(path)) <= {runs_dir} | report
-            and _foreign_in_runs(runs_dir) is None)
-
-
-def _foreign_in_runs(runs_dir: Path) -> Path | None:
-    """A reproduction's ``runs/``: the first entry that is not a directory tdyn wrote (nor a report of the
-    runs, which ``tdyn report OUT/runs`` makes), or None; ``runs_dir`` itself when it is no directory."""
-    if not runs_dir.is_dir() or runs_dir.is_symlink():
-        return runs_dir
-    for q in _entries(runs_dir):
-        if q.name in ("index.html", "report_files") and not q.is_symlink():
-            continue
-        if not (q.is_dir() and not q.is_symlink() and is_tdyn_dir(q)):
-            return q
-    return None
+    return (is_run_dir(path) or any(_is_marker(path / m) for m in MARKERS)
+            or ((path / RUNS).is_dir() and foreign_entry(path) is None))
 
 
 _MARKER_KEYS = {RESULTS: "experiment", REPRODUCE: "reproductions", REPRODUCING: "experiment"}   # a file of the user's so named is not tdyn's
@@ -731,11 +713,7 @@ def foreign_entry(path: Path, reproduction: bool = False) -> Path | None:
         if p.is_dir():
             if p.name in OWN_TREES or not _entries(p):
                 continue
-            if p.name == RUNS and reproduction:
-                bad = _foreign_in_runs(p)
-                if bad is not None:
-                    return bad
-            elif not (p.name in named or is_tdyn_dir(p)):
+            if not (p.name in named or (p.name == RUNS and reproduction) or is_tdyn_dir(p)):
                 return p
             inner = foreign_entry(p, reproduction=p.name in named)
             if inner is not None:

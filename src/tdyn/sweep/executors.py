@@ -94,11 +94,23 @@ def _process_pool(workers: int) -> cf.ProcessPoolExecutor:
                                   initializer=_init_worker, initargs=(os.getpid(),))
 
 
-def _terminate(pool: cf.ProcessPoolExecutor) -> None:
-    """Stop a pool now: cancel what has not started, kill the workers computing (their calls are lost)."""
+def _terminate(pool: cf.ProcessPoolExecutor, grace: float = 0.0) -> None:
+    """Stop a pool: cancel what has not started, then end the workers computing (their calls are lost).
+    With ``grace``, first ask their jobs to stop (SIGINT, on POSIX only: elsewhere ``os.kill`` terminates,
+    and the console's Ctrl-C reached them): a training saves an interrupt checkpoint and ends at its next
+    step, one handed to a worker at its first; workers still alive ``grace`` seconds later are terminated."""
     procs = list((pool._processes or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs if grace > 0 and os.name == "posix" else ():
+        if p.is_alive() and p.pid is not None:
+            try:
+                os.kill(p.pid, signal.SIGINT)
+            except OSError:
+                pass
+    end = time.monotonic() + grace
     for p in procs:
+        if grace > 0:
+            p.join(max(0.0, end - time.monotonic()))
         if p.is_alive():
             p.terminate()
 
@@ -135,26 +147,11 @@ class LocalExecutor:
             self._pool = None
 
     def stop(self, grace: float = 60.0) -> None:
-        """After an interrupt: the queued jobs cancelled, the workers sent SIGINT (a running job saves an
-        interrupt checkpoint and ends at its next step; one already handed to a worker ends at its first),
-        then the pool shut down; workers still alive after ``grace`` seconds are killed (a re-run of the
-        sweep resumes from the checkpoints either way)."""
-        if self._pool is None:
-            return
-        pool, self._pool = self._pool, None
-        procs = list((pool._processes or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for p in procs if os.name == "posix" else ():   # elsewhere os.kill terminates; the console's Ctrl-C reached them
-            if p.is_alive() and p.pid is not None:
-                try:
-                    os.kill(p.pid, signal.SIGINT)
-                except OSError:
-                    pass
-        end = time.monotonic() + grace
-        for p in procs:
-            p.join(max(0.0, end - time.monotonic()))
-            if p.is_alive():
-                p.kill()
+        """After an interrupt: the queued jobs cancelled, the running ones asked to stop and given ``grace``
+        seconds (:func:`_terminate`; a re-run of the sweep resumes from their checkpoints either way)."""
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            _terminate(pool, grace)
 
 
 def _call_with_threads(fn: Callable, args: tuple) -> Any:
