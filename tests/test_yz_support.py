@@ -59,8 +59,8 @@ def test_support_form_equals_key_positions(normalize):
 
 @pytest.mark.parametrize("num_last, L", [(10, 128), (5, 40), (3, 128), (5, 6)])
 def test_support_decoder_equals_dense(num_last, L):
-    """The decoder on the support (embedding bags; u's gradient by dot products for M ≥ 8P and by the
-    dense G Yᵀ below) equals the dense Yᵀ LN(Xᵀb): logits and the gradients of Y and Z (float64)."""
+    """The decoder on the support (embedding bags; u's gradient by the kernel :func:`support_dots` picks)
+    equals the dense Yᵀ LN(Xᵀb): logits and the gradients of Y and Z (float64)."""
     from tdyn.models.yz import key_bags, support_decoder_applies
     d = build(ScanSnapDataConfig(**syn_medium(num_last)))
     S = 3
@@ -81,6 +81,49 @@ def test_support_decoder_equals_dense(num_last, L):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
     # the same with only the query column of x (what the task's training batch holds)
     torch.testing.assert_close(m(x[..., -1:], sup + key_bags(sup[0], d.M)), res[0][0], rtol=0, atol=0)
+
+
+def test_support_dots_kernels_agree():
+    """u's gradient in the support decoder, ⟨G[s, b], Y[s, key]⟩ per support entry: the sampled dense-dense
+    product, one dot product per entry and the dense G Yᵀ gathered give the same values (float64: to
+    rounding; float32: to float tolerance), on supports padded with token 0 as the task packs them."""
+    from tdyn.models.yz import support_dots
+    d = build(ScanSnapDataConfig(**syn_medium(5)))
+    g = torch.Generator().manual_seed(4)
+    S = 3
+    x = torch.stack([d.sample(16, 40, g)[0] for _ in range(S)])
+    keys, count = key_support(x, d.M, width=int((d.table > 0).sum(1).max()))
+    assert (count == 0).any()                                   # padding entries are in the pattern
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5)):
+        G = torch.randn(S, 16, d.M, generator=g, dtype=dtype)
+        Y = torch.randn(S, d.M, d.M, generator=g, dtype=dtype)
+        want = torch.stack([torch.stack([Y[s, keys[s, b]] @ G[s, b] for b in range(16)]) for s in range(S)])
+        for kernel in ("sddmm", "dots", "dense", None):
+            torch.testing.assert_close(support_dots(G, Y, keys, kernel=kernel), want, rtol=tol, atol=tol)
+    with pytest.raises(ValueError, match="unknown kernel"):
+        support_dots(G, Y, keys, kernel="bmm")
+
+
+def test_unit_softmax_is_normalized_softmax_with_its_gradient():
+    """LN(softmax(a)) on the support: the forward is F.normalize(softmax(a))'s arithmetic (the same bits),
+    the closed-form gradient equals autograd's through F.normalize and softmax (float64, gradcheck too),
+    padding at −inf gets value 0 and gradient 0, and a snapped row (logits 200 apart) stays finite."""
+    from tdyn.models.yz import unit_softmax
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(4, 6, 7, generator=g, dtype=torch.float64)
+    a[..., 5:] = float("-inf")
+    a[0, 0] = torch.tensor([200.0, 0.0, -3.0, 1.0, 0.5, float("-inf"), float("-inf")])
+    for dt in (torch.float32, torch.float64):
+        assert torch.equal(unit_softmax(a.to(dt)), F.normalize(torch.softmax(a.to(dt), -1), dim=-1))
+    w = torch.randn(a.shape, generator=g, dtype=torch.float64)
+    grads = []
+    for f in (unit_softmax, lambda t: F.normalize(torch.softmax(t, -1), dim=-1)):
+        t = a.clone().requires_grad_()
+        (f(t) * w).sum().backward()
+        grads.append(t.grad)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-12, atol=1e-14)
+    assert torch.isfinite(grads[0]).all() and (grads[0][..., 5:] == 0).all()
+    assert torch.autograd.gradcheck(unit_softmax, (torch.randn(3, 5, generator=g, dtype=torch.float64).requires_grad_(),))
 
 
 def test_key_bags_transpose_the_support():

@@ -14,6 +14,7 @@ the query and (by default) is not a key.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Literal
 
 import torch
@@ -107,8 +108,10 @@ class YZModel(nn.Module):
         count.to(dtype).log()`` in the parameters' dtype, −inf at the padding). Attention depends on the
         keys only through that multiset, so Xᵀb = softmax_l(Z[x_T, l] + log count_l) on the P support
         tokens: the same value with P ≈ 20 entries per sample in place of L − 1 = 127 (the task computes
-        the support once per data stream; members that share a stream share it). Without it (or with
-        ``include_query_key``) attention runs over every key position.
+        the support once per data stream; members that share a stream share it). The keys being distinct,
+        LN(Xᵀb) = b/‖b‖ there too (:func:`unit_softmax`). Without the support (or with ``include_query_key``)
+        attention runs over every key position: the equations as written, the reference the support form
+        is tested against (tests/test_yz_support.py).
 
         Three more entries, :func:`key_bags` of ``idx``, let the decoder multiply only the rows of Y on
         each sample's support where that is cheaper (:func:`support_decoder_applies`,
@@ -122,15 +125,16 @@ class YZModel(nn.Module):
                 raise TypeError("YZModel: support[1] must hold the logs of the key counts (a float tensor), "
                                 f"not the counts ({log_count.dtype})")
             z = self._query_logits(x[..., -1], keys)
-            b = torch.softmax(z + log_count, dim=-1)
+            # keys are distinct within a sample, so ‖Xᵀb‖ = ‖b‖ over the support: LN on the P entries
+            a = z + log_count
+            b = unit_softmax(a) if self.cfg.normalize else torch.softmax(a, dim=-1)
             if len(support) > 2 and support_decoder_applies(self.cfg, M, keys.shape[-1]):
-                # keys are distinct within a sample, so ‖Xᵀb‖ = ‖b‖ over the support
-                u = F.normalize(b, dim=-1) if self.cfg.normalize else b
-                return support_decode(u, keys, Y, support[2:5])
+                return support_decode(b, keys, Y, support[2:5])
+            u = torch.zeros(*keys.shape[:2], M, dtype=b.dtype, device=b.device).scatter_add_(2, keys, b)  # LN(Xᵀb)
         else:
             b, keys = self.attention(x)
-        Xb = torch.zeros(*keys.shape[:2], M, dtype=b.dtype, device=b.device).scatter_add_(2, keys, b)  # Xᵀb
-        u = F.normalize(Xb, dim=-1) if self.cfg.normalize else Xb
+            Xb = torch.zeros(*keys.shape[:2], M, dtype=b.dtype, device=b.device).scatter_add_(2, keys, b)  # Xᵀb
+            u = F.normalize(Xb, dim=-1) if self.cfg.normalize else Xb
         if self.cfg.residual:
             u = u + F.one_hot(x[..., -1], M).to(u)
             if self.cfg.normalize:
@@ -175,6 +179,32 @@ def pack_support(count: torch.Tensor, tokens: torch.Tensor, width: int | None = 
     return idx, torch.zeros(N, P + 1, dtype=count.dtype, device=count.device).scatter_(1, slot, count)[:, :P]
 
 
+class _UnitSoftmax(torch.autograd.Function):
+    """u = b/‖b‖₂ for b = softmax(a) along the last axis, with the gradient in closed form: u_p = e_p/‖e‖
+    (e = exp(a − max a): softmax's sum cancels), so ∂u_p/∂a_q = u_p(δ_pq − u_q²) and
+    ∂L/∂a = u ⊙ (g − u⟨g, u⟩), three passes over [S, B, P] where autograd's chain through
+    ``F.normalize`` and ``softmax`` takes about ten (the backward 0.19 ms instead of 0.85 ms at Fig 6's
+    [80, 128, 20]). The forward is ``F.normalize(softmax(a))``'s arithmetic, so the same bits; the gradient
+    equals autograd's to rounding (tests/test_yz_support.py). Entries at −inf (padding) get u = 0, gradient 0."""
+
+    @staticmethod
+    def forward(ctx, a):
+        u = torch.softmax(a, dim=-1)
+        u = u.div_(torch.linalg.vector_norm(u, dim=-1, keepdim=True).clamp_min_(1e-12))   # F.normalize's eps
+        ctx.save_for_backward(u)
+        return u
+
+    @staticmethod
+    def backward(ctx, g):
+        (u,) = ctx.saved_tensors
+        return u * (g - u * (g * u).sum(-1, keepdim=True))
+
+
+def unit_softmax(a: torch.Tensor) -> torch.Tensor:
+    """softmax(a)/‖softmax(a)‖₂ along the last axis (LN of the attention on a sample's distinct keys)."""
+    return _UnitSoftmax.apply(a)
+
+
 # ---------------------------------------------------------------- the decoder on the attended vector's support
 
 
@@ -198,22 +228,22 @@ def key_bags(idx: torch.Tensor, M: int) -> tuple[torch.Tensor, torch.Tensor, tor
 
 class _SupportDecoder(torch.autograd.Function):
     """logits_b = Σ_p u_bp Y[key_bp] for an attended vector given on its support (values u_p, keys):
-    B·P·M multiply-adds instead of the dense B·M², as embedding-bag kernels: the forward (bags =
-    samples, rows of Y), u's gradient (each entry's dot product of its sample's output gradient with
-    its row of Y; for M < 8·P the dense G Yᵀ gathered at the keys, faster there because each dot
-    product has a fixed cost), and Y's gradient (bags = keys, rows of the output gradient weighted by
-    u: the support transposed, :func:`key_bags`). Hand-written because autograd's embedding-bag
-    backward zero-fills and scatters a dense gradient (forward + backward 31 ms against 20 ms here at
-    M = 240, S = 80, B = 128) and torch has no ensemble axis for the table: members are stacked as one
-    [S·M, M] table, member s's key k being row s·M + k."""
+    B·P·M multiply-adds instead of the dense B·M². The forward is an embedding bag (bags = samples, rows
+    of Y), Y's gradient another (bags = keys, rows of the output gradient weighted by u: the support
+    transposed, :func:`key_bags`), and u's gradient, each entry's dot product of its sample's output
+    gradient with its row of Y, a sampled dense-dense product (:func:`support_dots`). Hand-written because
+    autograd's embedding-bag backward zero-fills and scatters a dense gradient (forward + backward 31 ms
+    against 20 ms here at M = 240, S = 80, B = 128) and torch has no ensemble axis for the table: members
+    are stacked as one [S·M, M] table, member s's key k being row s·M + k."""
 
     @staticmethod
     def forward(ctx, u_p, Y, keys, order, counts, sample):
         S, B, P = u_p.shape
         M = Y.shape[-1]
         rows = _table_rows(keys, M)
-        logits = F.embedding_bag(rows.view(S * B, P), Y.reshape(S * M, M), mode="sum",
-                                 per_sample_weights=u_p.reshape(S * B, P))
+        # detached: embedding_bag takes its no-autograd kernel only for a table that does not require grad
+        logits = F.embedding_bag(rows.view(S * B, P), Y.detach().reshape(S * M, M), mode="sum",
+                                 per_sample_weights=u_p.detach().reshape(S * B, P))
         ctx.save_for_backward(u_p, Y, keys, rows, order, counts, sample)
         return logits.view(S, B, M)
 
@@ -224,13 +254,8 @@ class _SupportDecoder(torch.autograd.Function):
         M = Y.shape[-1]
         dev = G.device
         du = dY = None
-        if ctx.needs_input_grad[0] and M >= 8 * P:     # one dot product per support entry
-            du = torch.ops.aten._embedding_bag_per_sample_weights_backward(
-                G.reshape(S * B, M).contiguous(), Y.reshape(S * M, M), rows.view(-1),
-                torch.arange(0, S * B * P, P, device=dev), torch.arange(S * B, device=dev).repeat_interleave(P),
-                0, -1).view(S, B, P)
-        elif ctx.needs_input_grad[0]:                  # below that, the dense G Yᵀ is faster (per-dot overhead)
-            du = torch.bmm(G, Y.transpose(1, 2)).gather(2, keys)
+        if ctx.needs_input_grad[0]:
+            du = support_dots(G, Y, keys, rows)
         if ctx.needs_input_grad[1]:
             first = torch.arange(S, device=dev) * (B * P)                   # each member's first entry
             entry = (order + first[:, None]).view(-1)                       # entries by (member, key)
@@ -239,6 +264,42 @@ class _SupportDecoder(torch.autograd.Function):
             dY = F.embedding_bag(bag_rows, G.reshape(S * B, M), offsets, mode="sum",
                                  per_sample_weights=u_p.reshape(-1).take(entry)).view(S, M, M)
         return du, dY, None, None, None, None
+
+
+def support_dots(G: torch.Tensor, Y: torch.Tensor, keys: torch.Tensor, rows: torch.Tensor | None = None,
+                 kernel: str | None = None) -> torch.Tensor:
+    """⟨G[s, b], Y[s, keys[s, b, p]]⟩ for every support entry: [S, B, P] from G [S, B, M], Y [S, M, M]
+    (``rows`` = :func:`_table_rows` of ``keys``). Three kernels give it, equal to rounding
+    (tests/test_yz_support.py); ``kernel=None`` picks the fastest measured for the device and dtype:
+
+    * ``"sddmm"`` (CPU, float32/64): ``torch.sparse.sampled_addmm`` of G and the stacked Yᵀ at the
+      support's pattern (a CSR matrix [S·B, S·M]), the B·P·M multiply-adds only: at Fig 6's S = 80,
+      B = 128, P = 20 it took 2.6 / 3.9 / 7.0 ms at M = 79 / 125 / 240, against 4.0 / 6.4 / 17.8 ms for the
+      dense product and 11.5 / 19.6 / 10.3 ms for one dot-product call per entry;
+    * ``"dots"``: ``_embedding_bag_per_sample_weights_backward``, one dot product per entry (what the
+      embedding bag's own backward calls), for M ≥ 8·P elsewhere: each call has a fixed cost;
+    * ``"dense"``: the full G Yᵀ [S, B, M] gathered at the keys."""
+    S, B, P = keys.shape
+    M = Y.shape[-1]
+    if kernel is None:
+        sddmm = G.device.type == "cpu" and G.dtype in (torch.float32, torch.float64)
+        kernel = "sddmm" if sddmm else "dots" if M >= 8 * P else "dense"
+    if kernel == "dense":
+        return torch.bmm(G, Y.transpose(1, 2)).gather(2, keys)
+    rows = _table_rows(keys, M) if rows is None else rows
+    G, table = G.reshape(S * B, M).contiguous(), Y.reshape(S * M, M)
+    if kernel == "dots":
+        return torch.ops.aten._embedding_bag_per_sample_weights_backward(
+            G, table, rows.view(-1), torch.arange(0, S * B * P, P, device=G.device),
+            torch.arange(S * B, device=G.device).repeat_interleave(P), 0, -1).view(S, B, P)
+    if kernel != "sddmm":
+        raise ValueError(f"support_dots: unknown kernel {kernel!r}; allowed: sddmm, dots, dense")
+    with warnings.catch_warnings():   # "sparse CSR support is in beta": this use is tested against the others
+        warnings.simplefilter("ignore", UserWarning)
+        pattern = torch.sparse_csr_tensor(torch.arange(0, S * B * P + 1, P, device=G.device), rows.reshape(-1),
+                                          torch.zeros(S * B * P, dtype=G.dtype, device=G.device),  # not empty: β·NaN = NaN even at β = 0
+                                          size=(S * B, S * M), check_invariants=False)
+        return torch.sparse.sampled_addmm(pattern, G, table.t(), beta=0.0).values().view(S, B, P)
 
 
 def _table_rows(keys: torch.Tensor, M: int) -> torch.Tensor:
