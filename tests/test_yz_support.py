@@ -27,11 +27,11 @@ def test_key_support_matches_brute_force():
         key_support(x, M=9, width=2)
 
 
-@pytest.mark.parametrize("normalize", [True, False])
-def test_support_form_equals_key_positions(normalize):
+@pytest.mark.parametrize("normalize, residual", [(True, False), (False, False), (True, True), (False, True)])
+def test_support_form_equals_key_positions(normalize, residual):
     d = build(ScanSnapDataConfig(**syn_medium(5)))
     S = 4
-    m = YZModel(YZConfig(M=d.M, init="torch_default", normalize=normalize), S=S).double()
+    m = YZModel(YZConfig(M=d.M, init="torch_default", normalize=normalize, residual=residual), S=S).double()
     m.reset_parameters([torch.Generator().manual_seed(i) for i in range(S)], [3.0] * S)
     g = torch.Generator().manual_seed(1)
     xs, ys = zip(*[d.sample(32, 40, g) for _ in range(S)])
@@ -54,6 +54,9 @@ def test_support_form_equals_key_positions(normalize):
     w = torch.softmax(Z[s, q, keys], 0)
     Xb = torch.zeros(d.M, dtype=torch.float64).index_add_(0, keys, w)
     u = Xb / Xb.norm() if normalize else Xb
+    if residual:                                  # ū = LN(LN(Xᵀb) + e_query)
+        u = u + F.one_hot(q, d.M).double()
+        u = u / u.norm() if normalize else u
     torch.testing.assert_close(grads[0][0][s, i], u @ m.Y.detach()[s], rtol=1e-12, atol=1e-12)
 
 
