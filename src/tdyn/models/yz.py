@@ -124,17 +124,17 @@ class YZModel(nn.Module):
             if not log_count.is_floating_point():
                 raise TypeError("YZModel: support[1] must hold the logs of the key counts (a float tensor), "
                                 f"not the counts ({log_count.dtype})")
-            z = self._query_logits(x[..., -1], keys)
+            a = self._query_logits(x[..., -1], keys) + log_count
             # keys are distinct within a sample, so ‖Xᵀb‖ = ‖b‖ over the support: LN on the P entries
-            a = z + log_count
-            b = unit_softmax(a) if self.cfg.normalize else torch.softmax(a, dim=-1)
+            normalized = self.cfg.normalize
+            b = unit_softmax(a) if normalized else torch.softmax(a, dim=-1)
             if len(support) > 2 and support_decoder_applies(self.cfg, M, keys.shape[-1]):
                 return support_decode(b, keys, Y, support[2:5])
-            u = torch.zeros(*keys.shape[:2], M, dtype=b.dtype, device=b.device).scatter_add_(2, keys, b)  # LN(Xᵀb)
         else:
-            b, keys = self.attention(x)
-            Xb = torch.zeros(*keys.shape[:2], M, dtype=b.dtype, device=b.device).scatter_add_(2, keys, b)  # Xᵀb
-            u = F.normalize(Xb, dim=-1) if self.cfg.normalize else Xb
+            (b, keys), normalized = self.attention(x), False
+        u = torch.zeros(*keys.shape[:2], M, dtype=b.dtype, device=b.device).scatter_add_(2, keys, b)  # Xᵀb
+        if self.cfg.normalize and not normalized:
+            u = F.normalize(u, dim=-1)
         if self.cfg.residual:
             u = u + F.one_hot(x[..., -1], M).to(u)
             if self.cfg.normalize:
@@ -244,18 +244,18 @@ class _SupportDecoder(torch.autograd.Function):
         # detached: embedding_bag takes its no-autograd kernel only for a table that does not require grad
         logits = F.embedding_bag(rows.view(S * B, P), Y.detach().reshape(S * M, M), mode="sum",
                                  per_sample_weights=u_p.detach().reshape(S * B, P))
-        ctx.save_for_backward(u_p, Y, keys, rows, order, counts, sample)
+        ctx.save_for_backward(u_p, Y, keys, order, counts, sample)
         return logits.view(S, B, M)
 
     @staticmethod
     def backward(ctx, G):
-        u_p, Y, keys, rows, order, counts, sample = ctx.saved_tensors
+        u_p, Y, keys, order, counts, sample = ctx.saved_tensors
         S, B, P = u_p.shape
         M = Y.shape[-1]
         dev = G.device
         du = dY = None
         if ctx.needs_input_grad[0]:
-            du = support_dots(G, Y, keys, rows)
+            du = support_dots(G, Y, keys)
         if ctx.needs_input_grad[1]:
             first = torch.arange(S, device=dev) * (B * P)                   # each member's first entry
             entry = (order + first[:, None]).view(-1)                       # entries by (member, key)
@@ -266,10 +266,9 @@ class _SupportDecoder(torch.autograd.Function):
         return du, dY, None, None, None, None
 
 
-def support_dots(G: torch.Tensor, Y: torch.Tensor, keys: torch.Tensor, rows: torch.Tensor | None = None,
-                 kernel: str | None = None) -> torch.Tensor:
-    """⟨G[s, b], Y[s, keys[s, b, p]]⟩ for every support entry: [S, B, P] from G [S, B, M], Y [S, M, M]
-    (``rows`` = :func:`_table_rows` of ``keys``). Three kernels give it, equal to rounding
+def support_dots(G: torch.Tensor, Y: torch.Tensor, keys: torch.Tensor, kernel: str | None = None) -> torch.Tensor:
+    """⟨G[s, b], Y[s, keys[s, b, p]]⟩ for every support entry: [S, B, P] from G [S, B, M], Y [S, M, M].
+    Three kernels give it, equal to rounding
     (tests/test_yz_support.py); ``kernel=None`` picks the fastest measured for the device and dtype:
 
     * ``"sddmm"`` (CPU, float32/64): ``torch.sparse.sampled_addmm`` of G and the stacked Yᵀ at the
@@ -286,7 +285,7 @@ def support_dots(G: torch.Tensor, Y: torch.Tensor, keys: torch.Tensor, rows: tor
         kernel = "sddmm" if sddmm else "dots" if M >= 8 * P else "dense"
     if kernel == "dense":
         return torch.bmm(G, Y.transpose(1, 2)).gather(2, keys)
-    rows = _table_rows(keys, M) if rows is None else rows
+    rows = _table_rows(keys, M)
     G, table = G.reshape(S * B, M).contiguous(), Y.reshape(S * M, M)
     if kernel == "dots":
         return torch.ops.aten._embedding_bag_per_sample_weights_backward(
