@@ -161,3 +161,8 @@ def test_reproduce_force_over_another_reproduction_leaves_none_of_its_files(cli,
     assert cli("reproduce", "scan-snap/fig4", "--quick", "--out", out, "--quiet").returncode == 0
     assert cli("reproduce", "scan-snap/fig5", "--quick", "--out", out, "--quiet", "--force").returncode == 0
     assert not (out / "fig4.png").exists() and not (out / "runs" / "fig4").exists() and (out / "fig5.png").exists()
+    # A stopped before its results.json (only .reproducing.json names it): cleared the same way
+    (out / "results.json").unlink()
+    (out / ".reproducing.json").write_text('{"experiment": "scan-snap/fig5"}')
+    assert cli("reproduce", "scan-snap/fig4", "--quick", "--out", out, "--quiet", "--force").returncode == 0
+    assert not (out / "fig5.png").exists() and not (out / "runs" / "fig5").exists() and (out / "fig4.png").exists()

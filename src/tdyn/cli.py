@@ -111,8 +111,7 @@ def _cmd_reproduce(args) -> int:
                            options=exp.make_options(_option_values(args, exp)), resume=args.resume)
     runner.check_overrides(exp, ctx)  # before the directory is made
     with runs.Locks() as locks:       # one writer: a second reproduce into DIR is refused naming this one
-        other = args.force and (out / runs.RESULTS).is_file() and \
-            runs.read_results(out / runs.RESULTS).get("experiment") != exp.name   # another reproduction's: cleared
+        other = args.force and runs.reproduction_of(out) not in (None, exp.name)   # another reproduction's: cleared
         runner.prepare_dir(out, args.force or args.resume, clear=other, locks=locks,
                            flag="--force" if args.force else "--resume")
         results = runner.run_reproduction(exp, ctx)

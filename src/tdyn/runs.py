@@ -666,6 +666,15 @@ def is_tdyn_dir(path: Path) -> bool:
 _MARKER_KEYS = {RESULTS: "experiment", REPRODUCE: "reproductions", REPRODUCING: "experiment"}   # a file of the user's so named is not tdyn's
 
 
+def reproduction_of(path: Path) -> str | None:
+    """The experiment whose reproduction ``path`` holds: named by its results.json, or by its
+    .reproducing.json where it stopped before one; None where neither is tdyn's."""
+    for name in (RESULTS, REPRODUCING):
+        if _is_marker(Path(path) / name):
+            return str(json.loads((Path(path) / name).read_bytes())["experiment"])
+    return None
+
+
 def _is_marker(p: Path) -> bool:
     """Whether ``p`` (one of :data:`MARKERS`) is tdyn's: it exists and, for a results.json or reproduce.json,
     holds a JSON object with tdyn's key (``experiment``, ``reproductions``)."""
