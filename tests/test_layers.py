@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 #: Bottom to top. The first matching prefix (longest first) names a module's layer.
 LAYERS = [
-    ["tdyn", "tdyn.errors", "tdyn.lazy", "tdyn.plugins", "tdyn.registry", "tdyn.schema", "tdyn.train.seeding", "tdyn.train.threads"],
+    ["tdyn", "tdyn.errors", "tdyn.lazy", "tdyn.plugins", "tdyn.registry", "tdyn.schema", "tdyn.stats", "tdyn.train.seeding", "tdyn.train.threads"],
     ["tdyn.data", "tdyn.models"],
     ["tdyn.theory"],
     ["tdyn.tasks"],
