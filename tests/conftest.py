@@ -110,11 +110,11 @@ def _fake_reproduce(ctx):
     write_csv(ctx.out / "table.csv", [{"step": i, "loss": 1 / (i + 1)} for i in range(40)], ["step", "loss"])
     return {"experiment": "test/fake", "seed": ctx.seed, "config": {"optim": {"steps": 3}},
             "files": ["curve.png", "table.csv"], "extra_number": 1.5,
-            "claims": [claim("a", "Loss falls <b>below</b> 1 (Fig 1)", True, paper="Fig 1", definition="final loss",
+            "claims": [claim("a", "Loss falls <b>below</b> 1 (Fig 1)", True, source="paper", quote="the loss falls", paper="Fig 1", definition="final loss",
                              final=0.5),
-                       claim("b", "Loss reaches 0", False, paper="Fig 1", definition="final loss", measured="final training loss", expected="0",
+                       claim("b", "Loss reaches 0", False, source="paper", quote="the loss falls", paper="Fig 1", definition="final loss", measured="final training loss", expected="0",
                              final=0.5),
-                       claim("c", "Loss is small", None, paper="Fig 1", definition="final loss", final=0.5)]}
+                       claim("c", "Loss is small", None, source="derived", derived="a check tdyn adds", paper="Fig 1", definition="final loss", final=0.5)]}
 
 
 def _failing_reproduce(ctx):

@@ -8,7 +8,9 @@ from tdyn.errors import UserError
 from tdyn.experiments.common import claim, decide, reading
 from tdyn.report import verdicts
 
-REF = {"paper": "Fig 1", "definition": "the loss"}   # every claim names its paper statement and definition
+# every claim names its provenance (a paper claim quotes the paper), its paper statement and definition
+REF = {"source": "paper", "quote": "the loss falls", "paper": "Fig 1", "definition": "the loss"}
+DERIVED = {"source": "derived", "derived": "tdyn's extrapolation to a deeper model", "paper": "Fig 1", "definition": "d"}
 
 
 def test_decide_needs_a_margin_above_noise():
@@ -27,7 +29,7 @@ def test_three_outcomes_and_reasons():
     assert c["verdict"] == "inconclusive" and c["reason"] == "run too short"
     assert claim("d", "x", None, **REF)["reason"]      # an undecided claim always says why
     assert "reason" not in claim("e", "x", True, reason="ignored when decided", **REF)
-    c = claim("f", "x", True, paper="Thm 4", definition="first step with …")
+    c = claim("f", "x", True, source="paper", quote="q", paper="Thm 4", definition="first step with …")
     with pytest.raises(TypeError):
         claim("k", "x", True)                   # no paper statement and definition: refused
     assert c["paper"] == "Thm 4" and c["definition"].startswith("first step")
@@ -52,7 +54,8 @@ def _write(d, name, claims, quick=False):
 
 def test_readme_table_is_generated(tmp_path):
     res = tmp_path / "results"
-    _write(res / "a", "paper/a", [claim("x", "x holds", True, **REF), claim("y", "y | pipes", False, paper="Fig 2", definition="d")])
+    _write(res / "a", "paper/a", [claim("x", "x holds", True, **REF), claim("y", "y | pipes", False, **REF),
+                                  claim("w", "w beyond", False, **DERIVED)])
     _write(res / "b", "paper/b", [claim("z", "z", None, reason="never moved", **REF)], quick=True)
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{verdicts.BEGIN}\nold table\n{verdicts.END}\noutro\n")
@@ -60,9 +63,12 @@ def test_readme_table_is_generated(tmp_path):
     text = readme.read_text()
     assert "| `paper/c` | not run at full settings |" in text
     assert text.startswith("intro\n") and text.endswith("\noutro\n") and "old table" not in text
-    assert "| `paper/a` | full | 90 s | 1 | 1 | 0 |" in text
-    assert "| `paper/b` | quick | 90 s | 0 | 0 | 1 |" in text
+    # paper claims and derived ones counted apart
+    assert "| `paper/a` | full | 90 s | 1 | 1 | 0 | 0 | 1 | 0 |" in text
+    assert "| `paper/b` | quick | 90 s | 0 | 0 | 1 | — | — | — |" in text
     assert "y \\| pipes" in text and "never moved" in text
+    paper_part, derived_part = text.split("Beyond the paper (tdyn's derived claims) that did not hold")
+    assert "`y`" in paper_part and "`w`" not in paper_part and "`w` **fails**" in derived_part
     verdicts.write_readme(res, readme, names=["paper/a", "paper/b", "paper/c"])       # idempotent
     assert readme.read_text() == text
 
@@ -107,7 +113,14 @@ def test_table_keeps_a_row_per_results_file(tmp_path):
         (tmp_path / sub / "results.json").write_text(json.dumps({"experiment": "x/y", "claims": [c], **res}))
     out = verdicts.table(tmp_path)
     rows = [line for line in out.splitlines() if line.startswith("| `x/y`")]
-    assert rows == ["| `x/y` | quick | 30 s | 0 | 1 | 0 |",
-                    "| `x/y` | full settings (float32 on cuda), judged at step 4500 of 5000 | — | 0 | 1 | 0 |"]
+    assert rows == ["| `x/y` | quick | 30 s | 0 | 1 | 0 | — | — | — |",
+                    "| `x/y` | full settings (float32 on cuda), judged at step 4500 of 5000 | — | 0 | 1 | 0 | — | — | — |"]
     assert "- `x/y` (quick) `c1` **fails**" in out
     assert "- `x/y` (full settings (float32 on cuda), judged at step 4500 of 5000) `c1` **fails**" in out
+
+
+def test_counts_keep_paper_claims_apart():
+    cs = [claim("a", "x", True, **REF), claim("b", "x", None, reason="flat", **REF), claim("c", "x", False, **DERIVED),
+          {"id": "old", "claim": "x", "verdict": "holds"}]
+    assert verdicts.count_line(cs) == ("2 paper claims: 1 holds, 0 fails, 1 inconclusive; 1 beyond the paper (derived): "
+                                       "0 holds, 1 fails, 0 inconclusive; 1 unlabelled (older results): 1 holds, 0 fails, 0 inconclusive")

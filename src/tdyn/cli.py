@@ -182,10 +182,18 @@ def _add_options(p: argparse.ArgumentParser, argv: list[str], command: str) -> N
 
 
 def _print_claims(results: dict) -> None:
-    for c in results.get("claims", []):
-        tag = c["verdict"] + (", quick" if c.get("quick") else "")
-        why = f" ({c['reason']})" if c.get("verdict") == "inconclusive" and c.get("reason") else ""
-        print(f"  [{tag}] {c['claim']}{why}")
+    """The claims, the paper's first and those beyond the paper apart, each with its verdict."""
+    from tdyn.report.verdicts import SOURCE_LABEL, by_source, count_line
+    claims = results.get("claims", [])
+    if claims:
+        print(count_line(claims) + (" — quick settings" if results.get("quick") else ""))
+    for src, cs in by_source(claims).items():
+        if cs:
+            print(f" {SOURCE_LABEL[src]}:")
+        for c in cs:
+            tag = c["verdict"] + (", quick" if c.get("quick") else "")
+            why = f" ({c['reason']})" if c.get("verdict") == "inconclusive" and c.get("reason") else ""
+            print(f"  [{tag}] {c['claim']}{why}")
 
 
 def _cmd_report(args) -> int:

@@ -38,6 +38,20 @@ def sd(xs: Iterable[Any]) -> float:
     return float(a.std(ddof=1)) if a.size > 1 else float("nan")
 
 
+def se_along(x: Any, axis: int = -1) -> Any:
+    """:func:`se` along one axis of an array (numpy) or tensor (torch, without importing it: batched over
+    members or cells): sample std (ddof 1) / √n; NaN where the axis has fewer than two entries."""
+    n = x.shape[axis]
+    if hasattr(x, "dim"):                      # a torch tensor
+        if n < 2:
+            return x.select(axis, 0) * float("nan")
+        return x.std(dim=axis, correction=1) / math.sqrt(n)
+    x = np.asarray(x, dtype=np.float64)
+    if n < 2:
+        return np.full(np.delete(x.shape, axis % x.ndim), np.nan)
+    return x.std(axis=axis, ddof=1) / math.sqrt(n)
+
+
 def mean_se(xs: Iterable[Any]) -> tuple[float, float]:
     """(mean, :func:`se`) of the finite values; (NaN, NaN) for none."""
     a = _finite(xs)

@@ -16,6 +16,7 @@ from tdyn.errors import ConfigError
 from tdyn.experiments.common import configure, write_results
 from tdyn.experiments.registry import CATALOG, MODULES, Experiment, Overrides, ReproduceContext, _option_entry, all_experiments, get
 from tdyn.report.html import build_index, metadata, slug
+from tdyn.report.verdicts import count_line
 from tdyn.runs import REPRODUCE as MANIFEST, prepare_dir  # noqa: F401  (prepare_dir: used by the CLI)
 
 
@@ -164,10 +165,9 @@ def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides,
         t0 = time.time()
         try:
             results = run_reproduction(exp, ctx)
-            verdicts = [c.get("verdict") for c in results.get("claims", [])]
             entry["status"] = "finished"
-            print(f"    {len(verdicts)} claim{'s' * (len(verdicts) != 1)}: " + ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
-                  + (" — quick settings" if quick else "") + f" ({results['wall_seconds']:.1f}s)", flush=True)
+            print(f"    {count_line(results.get('claims', []))}" + (" — quick settings" if quick else "")
+                  + f" ({results['wall_seconds']:.1f}s)", flush=True)
         except KeyboardInterrupt:  # the page still shows what finished
             entry["status"] = "interrupted"
             save()

@@ -32,7 +32,7 @@ import tdyn
 from tdyn import docs, runs, sweep
 from tdyn.errors import UserError
 from tdyn.report import style
-from tdyn.report.verdicts import ORDER, counts
+from tdyn.report.verdicts import ORDER, SOURCE_LABEL, by_source, count_line, counts, source_of
 
 ASSETS = "report_files"
 RESULTS = runs.RESULTS
@@ -238,6 +238,18 @@ def _badge(c: dict) -> str:
     return f'<span class="verdict {cls}">{_e(v)}</span>{quick}'
 
 
+def _source(c: dict) -> str:
+    """A claim's provenance: ``paper`` with the quoted statement and where it stands (as a tooltip and
+    line), or ``derived`` with what tdyn adds."""
+    src = source_of(c)
+    if src is None:
+        return '<span class="note">unlabelled</span>'
+    what = c.get("quote") if src == "paper" else c.get("derived")
+    where = c.get("paper", "")
+    detail = (f"“{what}” ({where})" if src == "paper" else f"{what} (extends: {where})") if what else where
+    return f'<span class="source {src}" title="{_e(detail)}">{_e(src)}</span>'
+
+
 def _verdict(c: dict) -> str:
     """The badge and, for an inconclusive claim, its reason."""
     why = f'<div class="reason">{_e(c["reason"])}</div>' if c.get("verdict") == "inconclusive" and c.get("reason") else ""
@@ -268,15 +280,15 @@ def _claims_rows(res: dict, page: Path, rdir: Path) -> list[list[str]]:
     name = res.get("experiment", rdir.name)
     link = f'<a href="#{anchor(name)}">{_e(name)}</a>'
     if "error" in res:
-        return [[_e(paper_of(name)), f"{link}: reproduction failed", "—", f'<span class="error">{_e(res["error"])}</span>',
+        return [[_e(paper_of(name)), "—", f"{link}: reproduction failed", "—", f'<span class="error">{_e(res["error"])}</span>',
                  "—", '<span class="verdict fails">error</span>']]
     if not res.get("claims"):
-        return [[_e(paper_of(name)), f"{link}: no claims recorded", "—", "—", "—", "—"]]
+        return [[_e(paper_of(name)), "—", f"{link}: no claims recorded", "—", "—", "—", "—"]]
     rows = []
     for c in res["claims"]:
         numbers = c.get("numbers", {})
         measured = c.get("measured") or ", ".join(numbers) or "—"
-        rows.append([_e(paper_of(name)), f"{_linked(c.get('claim', ''), page)} <span class=note>({link}: {_e(c.get('id', ''))})</span>",
+        rows.append([_e(paper_of(name)), _source(c), f"{_linked(c.get('claim', ''), page)} <span class=note>({link}: {_e(c.get('id', ''))})</span>",
                      _e(fmt(measured)), _e(_clip(fmt(numbers, max_items=4), MAX_NUMBERS_CHARS)), _e(fmt(c.get("expected") or "see claim")),
                      _verdict(c)])
     return rows
@@ -300,9 +312,10 @@ def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cl
     if "error" in res:
         parts.append(f'<h3>Error</h3><pre class="error">{_e(res["error"])}\n\n{_e(res.get("traceback", ""))}</pre>')
     if res.get("claims"):
-        rows = [[_e(c.get("id", "")), _linked(c.get("claim", ""), page), _verdict(c), _e(fmt(c.get("numbers", {}), max_items=32))]
+        rows = [[_e(c.get("id", "")), _source(c), _linked(c.get("claim", ""), page) + _quote(c), _verdict(c),
+                 _e(fmt(c.get("numbers", {}), max_items=32))]
                 for c in res["claims"]]
-        parts.append("<h3>Claims</h3>" + table(["id", "claim", "verdict", "numbers"], rows, raw=True))
+        parts.append("<h3>Claims</h3>" + table(["id", "source", "claim", "verdict", "numbers"], rows, raw=True))
     if figs:
         parts.append("<h3>Figures</h3>" + "".join(_figure(p, page, p.name, f"{anchor(name)}-{_fname(p.stem)}")
                                                  for p in figs))
@@ -315,6 +328,15 @@ def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cl
         parts.append(_details("config", _json_block(res["config"])))
     parts.append("</section>")
     return "\n".join(parts)
+
+
+def _quote(c: dict) -> str:
+    """Under a claim: the paper's words it tests and where they stand, or what a derived claim adds."""
+    if c.get("source") == "paper" and c.get("quote"):
+        return f'<div class="note">paper: “{_e(c["quote"])}” — {_e(c.get("paper", ""))}</div>'
+    if c.get("source") == "derived" and c.get("derived"):
+        return f'<div class="note">beyond the paper: {_e(c["derived"])} (extends {_e(c.get("paper", ""))})</div>'
+    return ""
 
 
 def key_number(c: dict) -> str:
@@ -340,22 +362,30 @@ def _paper_summaries(results: list[tuple[Path, dict]]) -> str:
     order = [*PAPERS, *(p for p in by_paper if p not in PAPERS)]
     for prefix, items in ((p, by_paper[p]) for p in order if p in by_paper):
         claims = [(res.get("experiment", d.name), c) for d, res in items for c in res.get("claims", [])]
-        n = counts([c for _, c in claims])
         errors = [res.get("experiment", d.name) for d, res in items if "error" in res]
+        split = by_source([c for _, c in claims])
+        n = counts(split["paper"])
         head = (f'<b title="{_e(paper_of(prefix + "/", full=True))}">{_e(paper_of(prefix + "/"))}</b>: '
-                f"{len(items)} reproduction(s), {len(claims)} claims — "
+                f"{len(items)} reproduction(s), {len(split['paper'])} paper claims — "
                 + " · ".join(f'<span class="{v if v != "inconclusive" else "depends"}">{n[v]} {v}</span>' for v in ORDER)
+                + "".join(f"; {len(split[src])} {SOURCE_LABEL[src]}" for src in split if src != "paper" and split[src])
                 + (f' <span class="error">{len(errors)} failed to run</span>' if errors else ""))
-        lines = []
-        for name, c in claims:
-            key = key_number(c)
-            lines.append(f'<li>{_badge(c)} '
-                         f'<a href="#{anchor(name)}">{_e(name)}</a>: {_e(_clip(str(c.get("claim", "")), 150))}'
-                         + (f' <span class="key">[{_e(key)}]</span>' if key else "") + "</li>")
-        lines += [f'<li><span class="verdict fails">error</span> <a href="#{anchor(e)}">{_e(e)}</a>: did not run to the end</li>'
-                  for e in errors]
-        blocks.append(f'<details class="paper" id="paper-{_e(prefix)}"><summary>{head}</summary>'
-                      f'<ul class="claimlist">{"".join(lines)}</ul></details>')
+        groups = []
+        for src in split:
+            lines = []
+            for name, c in claims:
+                if source_of(c) != src:
+                    continue
+                key = key_number(c)
+                lines.append(f'<li>{_badge(c)} '
+                             f'<a href="#{anchor(name)}">{_e(name)}</a>: {_e(_clip(str(c.get("claim", "")), 150))}'
+                             + (f' <span class="key">[{_e(key)}]</span>' if key else "") + "</li>")
+            if src == "paper":
+                lines += [f'<li><span class="verdict fails">error</span> <a href="#{anchor(e)}">{_e(e)}</a>: did not run to the end</li>'
+                          for e in errors]
+            if lines:
+                groups.append(f'<p class="note">{_e(SOURCE_LABEL[src])}</p><ul class="claimlist">{"".join(lines)}</ul>')
+        blocks.append(f'<details class="paper" id="paper-{_e(prefix)}"><summary>{head}</summary>{"".join(groups)}</details>')
     return '<section id="summary"><h2>Summary by paper</h2>' + "".join(blocks) + "</section>"
 
 
@@ -374,20 +404,18 @@ def build_index(out_dir: str | Path, title: str | None = None, descriptions: dic
     claim_rows = [r for d, res in results for r in _claims_rows(res, out, d)]
     all_claims = [c for _, res in results for c in res.get("claims", [])]
     failed = [res.get("experiment", d.name) for d, res in results if "error" in res]
-    n = counts(all_claims)
     n_quick = sum(bool(c.get("quick")) for c in all_claims)
     banner = (f'<p class="banner"><b>Quick settings.</b> {n_quick} of {len(all_claims)} verdicts on this page come from '
               "shortened runs (marked <span class=quick>(quick)</span>), not the papers' settings: they check that "
               "the pipeline works, not the claims.</p>" if manifest.get("quick") or n_quick else "")
-    summary = (f"<p>{len(results)} reproduction(s), {len(all_claims)} claims: " +
-               ", ".join(f"{n[v]} {v}" for v in ORDER) + (f", {n['other']} other" if n["other"] else "") +
+    summary = (f"<p>{len(results)} reproduction(s); {_e(count_line(all_claims))}" +
                (f"; <span class=error>{len(failed)} reproduction(s) failed: {_e(', '.join(failed))}</span>" if failed else "")
                + "</p>")
     toc = "<ul>" + "".join(f'<li><a href="#{anchor(res.get("experiment", d.name))}">{_e(res.get("experiment", d.name))}</a></li>'
                            for d, res in results) + "</ul>"
     claims = ('<section id="claims"><h2>All claims</h2>' + _details(
-        f"the claims table ({len(claim_rows)} rows: paper, claim, what was measured, numbers, expected, verdict)",
-        table(["paper", "claim", "what was measured", "numbers", "expected", "verdict"], claim_rows, raw=True,
+        f"the claims table ({len(claim_rows)} rows: paper, source, claim, what was measured, numbers, expected, verdict)",
+        table(["paper", "source", "claim", "what was measured", "numbers", "expected", "verdict"], claim_rows, raw=True,
               cls="claims")) + "</section>")
     meta = manifest.get("metadata") or metadata()
     for k in ("started", "ended", "seed", "quick", "overrides", "device"):

@@ -1,5 +1,9 @@
 """The README's "what reproduces" table, generated from full-setting ``results.json`` files.
 
+Headline counts are the papers' claims (``source: paper``); tdyn's own hypotheses, extrapolations and
+beyond-paper checks (``source: derived``) are counted apart, as "beyond the paper". A claim from an older
+tdyn without a source is counted as neither, and shown as unlabelled.
+
 ``tdyn report DIR --readme README.md`` reads every ``results.json`` below ``DIR`` (the committed
 evidence lives in ``docs/results/<reproduction>/``) and rewrites the block between
 ``<!-- verdicts:begin -->`` and ``<!-- verdicts:end -->`` of the README, so the table cannot drift
@@ -16,12 +20,40 @@ from tdyn.errors import UserError
 
 BEGIN, END = "<!-- verdicts:begin -->", "<!-- verdicts:end -->"
 ORDER = ("holds", "fails", "inconclusive")
+SOURCES = ("paper", "derived")
+#: How a source is shown: the papers' claims, and tdyn's own ones "beyond the paper".
+SOURCE_LABEL = {"paper": "paper claims", "derived": "beyond the paper (derived)", None: "unlabelled (older results)"}
 
 
 def counts(claims: list[dict[str, Any]]) -> dict[str, int]:
     """How many of ``claims`` hold, fail, are inconclusive (:data:`ORDER`), and how many say anything else."""
     vs = [c.get("verdict") for c in claims]
     return {v: vs.count(v) for v in ORDER} | {"other": sum(v not in ORDER for v in vs)}
+
+
+def source_of(c: dict[str, Any]) -> str | None:
+    """``paper``, ``derived``, or None for a claim without a (valid) source."""
+    s = c.get("source")
+    return s if s in SOURCES else None
+
+
+def by_source(claims: list[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]]]:
+    """``claims`` split by :func:`source_of`: paper, derived, and (only when there are any) None."""
+    out: dict[str | None, list[dict[str, Any]]] = {"paper": [], "derived": []}
+    for c in claims:
+        out.setdefault(source_of(c), []).append(c)
+    return out
+
+
+def count_line(claims: list[dict[str, Any]]) -> str:
+    """One line of counts: the paper claims first, then those beyond the paper (and unlabelled ones)."""
+    parts = []
+    for src, cs in by_source(claims).items():
+        if cs or src == "paper":
+            n = counts(cs)
+            parts.append(f"{len(cs)} {SOURCE_LABEL[src]}: " + ", ".join(f"{n[v]} {v}" for v in ORDER)
+                         + (f", {n['other']} other" if n["other"] else ""))
+    return "; ".join(parts)
 
 
 def collect(d: Path) -> list[tuple[Path, dict[str, Any]]]:
@@ -64,30 +96,37 @@ def table(d: Path, names: list[str] | None = None, link_from: Path | None = None
         raise UserError(f"{str(d)!r} holds no results.json")
     have = {res.get("experiment", rdir.name) for rdir, res in found}
     missing = [n for n in names or [] if n not in have]
-    rows = ["| reproduction | settings | time | holds | fails | inconclusive |", "|---|---|---|---|---|---|"]
-    notes = []
+    rows = ["| reproduction | settings | time | paper: holds | fails | inconclusive | beyond the paper: holds | fails | inconclusive |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    notes: dict[str | None, list[str]] = {"paper": [], "derived": [], None: []}
     # one row per results.json (a reproduction may have several: quick and full, or runs judged early)
-    lines = {(n, ""): f"| {_name(n, link_from)} | not run at full settings | — | — | — | — |" for n in missing}
+    lines = {(n, ""): f"| {_name(n, link_from)} | not run at full settings | — | — | — | — | — | — | — |" for n in missing}
     for rdir, res in found:
         name = res.get("experiment", rdir.name)
         claims = res.get("claims", [])
-        n = counts(claims)
+        split = by_source(claims)
         setting = res.get("settings_note") or ("quick" if res.get("quick") else "full")
         err = " (error)" if "error" in res else ""
         # results judged on runs trained elsewhere (--at-step) took no training time of their own
         took = "—" if res.get("at_step") is not None else _time(res.get("wall_seconds"))
-        lines[name, str(rdir.relative_to(d))] = (f"| {_name(name, link_from)}{err} | {_md(setting)} | {took} | "
-                                  + " | ".join(str(n[v]) for v in ORDER) + " |")
+        cells = [str(counts(split[src])[v]) if split[src] else "—" for src in SOURCES for v in ORDER]
+        unlabelled = f" ({len(split[None])} unlabelled)" if split.get(None) else ""
+        lines[name, str(rdir.relative_to(d))] = (f"| {_name(name, link_from)}{err}{unlabelled} | {_md(setting)} | {took} | "
+                                                 + " | ".join(cells) + " |")
         for c in claims:
             if c.get("verdict") != "holds":
                 text = c["reason"] if c.get("verdict") == "inconclusive" and c.get("reason") else c.get("claim", "")
                 where = "" if setting == "full" else f" ({_md(setting)})"
-                notes.append(f"- `{_md(name)}`{where} `{_md(c.get('id', ''))}` **{_md(c.get('verdict'))}**: {_md(_short(text))}")
+                notes[source_of(c)].append(f"- `{_md(name)}`{where} `{_md(c.get('id', ''))}` **{_md(c.get('verdict'))}**: "
+                                           f"{_md(_short(text))}")
     rows += [lines[n] for n in sorted(lines)]
     out = "\n".join(rows)
-    if notes:
-        out += ("\n\nClaims that did not hold (fails: the claim; inconclusive: why; the paper statement, definition "
-                "and numbers are in each `results.json`):\n\n" + "\n".join(notes))
+    heads = {"paper": "Paper claims that did not hold", "derived": "Beyond the paper (tdyn's derived claims) that did not hold",
+             None: "Unlabelled claims (older results without a source) that did not hold"}
+    for src, ns in notes.items():
+        if ns:
+            out += (f"\n\n{heads[src]} (fails: the claim; inconclusive: why; the quoted statement, definition "
+                    "and numbers are in each `results.json`):\n\n" + "\n".join(ns))
     return out + "\n"
 
 
