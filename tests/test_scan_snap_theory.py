@@ -114,5 +114,10 @@ def test_theory_reproductions(tmp_path, name):
 
     res = get(name).reproduce(ReproduceContext(out=tmp_path, quick=True, progress=False))
     assert res["claims"] and all(c["held"] for c in res["claims"])
+    for c in res["claims"]:     # provenance: the paper's words and where, or what tdyn adds
+        assert c["source"] in ("paper", "derived") and c.get("paper"), c["id"]
+        assert len(c.get("quote" if c["source"] == "paper" else "derived", "")) > 20, c["id"]
+    assert {c["id"] for c in res["claims"] if c["source"] == "derived"} == (
+        {"t0-values"} if name == "scan-snap/fig3" else set())
     for f in res["files"]:
         assert (tmp_path / f).stat().st_size > 0

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from tdyn import runs
+from tdyn import runs, stats
 from tdyn.data import scan_snap as data
 from tdyn.experiments.common import claim, configure, decide, margin, reading, train_into
 from tdyn.experiments.registry import ReproduceContext, register
@@ -103,9 +103,9 @@ def fig4(ctx: ReproduceContext) -> dict:
     ax.legend()
     style.save(fig, ctx.out / "fig4.png")
 
-    # ---- claims: over all seeds; each comparison against the seed-to-seed noise (2 SE of the paired difference)
-    def se(v):
-        return float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan")
+    # ---- claims: over all seeds; each comparison against the seed-to-seed noise (2 SE of the paired difference;
+    # tdyn.stats.se: NaN for one seed, so one seed decides nothing)
+    se = stats.se
 
     etas = sorted({r["eta_y"] for r in all_runs})
     slow_e, fast_e = etas[0], etas[-1]
@@ -148,12 +148,16 @@ def fig4(ctx: ReproduceContext) -> dict:
     word = lambda e: f"η_Y={e:g}"  # noqa: E731
     claims = [
         claim("step0-loss", "With zero init the step-0 loss is exactly ln M",
-              all(abs(r["loss"][0] - ln_m) < 1e-5 for r in all_runs),
+              all(abs(r["loss"][0] - ln_m) < 1e-5 for r in all_runs), source="derived",
+              derived="a sanity check of tdyn's model, not a claim of the paper: with zero init every logit is 0, so "
+                      "the step-0 loss is ln M exactly when the classifier spans all M ids, as the authors' Model2 "
+                      "does (the spec's derivation)",
               paper="docs/reproductions/scan-snap.md#yz-model-as-trained derivation (all logits 0 at zero init: the classifier spans all M ids)",
               definition="training loss logged before the first update, every run; stated tolerance 1e-5",
               measured="step-0 training loss of each run", expected="= ln M (within 1e-5) in every run",
               step0_loss=[r["loss"][0] for r in all_runs], ln_M=ln_m, tolerance=1e-5),
-        claim("top-distinct", "Attention concentrates on the highest-P(l|n) distinct token", top_ok,
+        claim("top-distinct", "Attention concentrates on the highest-P(l|n) distinct token", top_ok, source="paper",
+              quote="attention \"concentrates on highest P(l|n) (rightmost)\" (Fig 4 caption, as quoted in the spec §4.2)",
               paper="Fig 4 caption (attention concentrates on the highest P(l|n), rightmost)",
               definition="argmax over contextual tokens of the final c_n (Eqn 5), per class, every run (all seeds); "
                          "the lead of the argmax over the runner-up is reported",
@@ -161,14 +165,20 @@ def fig4(ctx: ReproduceContext) -> dict:
               expected="= highest-P(l|n) distinct token in every run", final_argmax=argmax, top_distinct_token=top,
               min_lead_over_runner_up=min(lead)),
         claim("sparsifies", "Attention sparsifies: distinct-token entropy of c_n falls during training", sp_held,
-              reason="an entropy drop is within 2 SE of 0", paper="Fig 4; Thm 3 (winners take more attention)",
+              reason="an entropy drop is within 2 SE of 0", source="paper",
+              quote="Among distinct tokens, it progressively drops attention weights, following the order of low to "
+                    "high co-occurrence between the key and the query token in the training set (abstract)",
+              paper="Fig 4; Thm 3 (winners take more attention)",
               definition="Fig 6 entropy (docs/reproductions/scan-snap.md#distinct-token-entropy) of the final weights vs its step-0 value (2.1513 at Z = 0), per "
                          "seed; mean drop per η_Y decided with a 2-SE margin over seeds",
               measured="step-0 minus final distinct-token entropy, per η_Y",
               expected="> 0 beyond 2 SE for every η_Y", entropy_step0=ent0,
               drop={word(e): margin(float(np.mean(v)), se(v)) for e, v in drop.items()}),
         claim("larger-eta-y-denser", f"η_Y={fast_e:g} ends with a less sparse map than η_Y={slow_e:g}",
-              decide(float(np.mean(dd)), se(dd)), reason="the entropy difference is within 2 SE",
+              decide(float(np.mean(dd)), se(dd)), reason="the entropy difference is within 2 SE", source="paper",
+              quote="η_Y = 10 converges faster to a less sparse map (Fig 4, right vs left; the spec's §8 figure "
+                    "inventory); at fixed η_Z, a larger η_Y gives a smaller B_n after t₀ and a denser map "
+                    "(§6 prediction (c), spec §6.3)",
               paper="Fig 4 (right vs left); §6 prediction (c)",
               definition="final distinct-token entropy (docs/reproductions/scan-snap.md#distinct-token-entropy), paired per seed: H(fast) − H(slow); 2-SE margin",
               measured="final distinct-token entropy of c_n", expected="H(η_Y=10) > H(η_Y=1) beyond 2 SE",
@@ -176,14 +186,20 @@ def fig4(ctx: ReproduceContext) -> dict:
               **margin(float(np.mean(dd)), se(dd), noise_source="SE over seeds of the paired difference")),
         claim("larger-eta-y-faster", f"η_Y={fast_e:g} reaches the loss level ln(M)/2 in fewer steps than η_Y={slow_e:g}",
               decide(float(np.mean(df)), se(df)) if se(df) > 0 or np.mean(df) != 0 else None,
-              reason="the step difference is within 2 SE", paper="Fig 4 (η_Y = 10 converges faster)",
+              reason="the step difference is within 2 SE", source="paper",
+              quote="η_Y = 10 converges faster to a less sparse map (Fig 4, right vs left; the spec's §8 figure inventory)",
+              paper="Fig 4 (η_Y = 10 converges faster)",
               definition="first logged step with training loss ≤ ln(M)/2 (run length if never), paired per seed: "
                          "steps(slow) − steps(fast); 2-SE margin (0 SE when every seed agrees)",
               measured="first step with training loss ≤ ln(M)/2", expected="fewer steps for η_Y = 10, beyond 2 SE",
               level=level, first_step={f"eta_y={e:g},seed={sd}": v for (e, sd), v in reach.items()},
               **margin(float(np.mean(df)), se(df), noise_source="SE over seeds of the paired difference")),
         claim("thm2-signs", f"Thm 2 (η_Y=η_Z={slow_e:g}): common-token logits negative; distinct logits ordered by P(l|n)",
-              sign_held, reason="the largest common logit is within 2 SE of 0",
+              sign_held, reason="the largest common logit is within 2 SE of 0", source="paper",
+              quote="it gradually attends more to distinct key tokens for a specific next token to be predicted, and "
+                    "pays less attention to common key tokens that occur across different next tokens. Among distinct "
+                    "tokens, it progressively drops attention weights, following the order of low to high "
+                    "co-occurrence (abstract; Thm 2 (b) / Cor 2 and Thm 3)",
               paper="Thm 2 (b) / Cor 2 (common logits fall); Thm 3 (order by P(l|n)); docs/reproductions/scan-snap.md#scan-snapfig4",
               definition="final query-row logits of the η_Y = η_Z runs: the largest common logit per seed (mean, 2-SE "
                          "margin below 0) and Spearman(z, P(l|n)) over each class's distinct tokens ≥ 0.9 (spec's "
@@ -276,10 +292,11 @@ def fig5(ctx: ReproduceContext) -> dict:
     between = [tv(allq[a, sd], allq[b, sd]) for sd in seeds for i, a in enumerate(etas) for b in etas[i + 1:]]
     within = [tv(allq[e, s1], allq[e, s2]) for e in etas for i, s1 in enumerate(seeds) for s2 in seeds[i + 1:]]
     d_tv = float(np.mean(between) - np.mean(within))
-    se_tv = math.sqrt(np.var(between, ddof=1) / len(between) + np.var(within, ddof=1) / len(within)) \
-        if len(between) > 1 and len(within) > 1 else float("nan")
+    se_tv = stats.se_of_difference(between, within)
     claims = [
         claim("different-subsets", "Different learning rates (Adam) pick different subsets of distinct tokens",
+              source="paper", quote="different lrs pick different subsets of distinct tokens (Fig 5 and its caption, "
+                                    "as summarised in the spec's §8 figure inventory)",
               paper="Fig 5 and its caption (different η pick different subsets of distinct tokens)",
               definition="the subset a run picks: class 1's distinct tokens holding ≥ 10% of its renormalised "
                          "distinct-token attention c_n at the end (uniform share 1/10); compared between rates with "

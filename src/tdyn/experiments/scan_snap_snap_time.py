@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from tdyn import runs
+from tdyn import runs, stats
 from tdyn.data import scan_snap as data
 from tdyn.experiments.common import claim, configure, decide, every_cell, margin, reading, train_into, within
 from tdyn.experiments.registry import ReproduceContext, register
@@ -145,7 +145,7 @@ def _exponent(pts: dict, K: int, key: str) -> tuple[float, float]:
             for v in per_seed.values() if len(v) > 1 and all(x > 0 and math.isfinite(x) for _, x in v)]
     if not fits:
         return float("nan"), float("nan")
-    return float(np.mean(fits)), float(np.std(fits, ddof=1) / math.sqrt(len(fits))) if len(fits) > 1 else float("nan")
+    return float(np.mean(fits)), stats.se(fits)
 
 
 def _ratio(rows: list[dict], key: str, pred: str) -> tuple[float, float]:
@@ -156,7 +156,7 @@ def _ratio(rows: list[dict], key: str, pred: str) -> tuple[float, float]:
     m = [float(np.mean(v)) for v in by_seed.values()]
     if any(not math.isfinite(x) for x in m):
         return float("nan"), float("nan")
-    return float(np.mean(m)), float(np.std(m, ddof=1) / math.sqrt(len(m))) if len(m) > 1 else float("nan")
+    return float(np.mean(m)), stats.se(m)
 
 
 def snap_settings(ctx: ReproduceContext) -> dict:
@@ -364,27 +364,37 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
     inside, inside_nums = {}, {}
     for (K, e), rs in pts("paper").items():
         v = [r["switch_batch"] for r in rs]
-        m, sd = float(np.mean(v)), (float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else float("nan"))
+        m, sd = float(np.mean(v)), stats.se(v)
+        # judged on the upper side only: the lower end K ln M/η_Y = t'₀ cannot be crossed here (correlated classes
+        # train at (1−ρ)η_Y < η_Y, so the switch comes after the uncorrelated Lemma-6 time ≈ 1.23·t'₀): reported
         lo_v, hi_v = decide(m - rs[0]["remark1_lo"], sd), decide(rs[0]["remark1_hi"] - m, sd)
         key = f"K={K},eta_y={e:g}"
-        inside[key] = False if False in (lo_v, hi_v) else (True if lo_v and hi_v else None)
-        inside_nums[key] = {"switch": m, "se": sd, "lo": rs[0]["remark1_lo"], "hi": rs[0]["remark1_hi"]}
+        inside[key] = hi_v
+        inside_nums[key] = {"switch": m, "se": sd, "lo": rs[0]["remark1_lo"], "hi": rs[0]["remark1_hi"],
+                            "above_lo_not_judged": stats.word(lo_v)}
     in_held, in_why = every_cell(inside)
+    beyond = ("the paper never compares t₀ or t'₀ with a training run (spec §5.3: \"The paper never compares t₀ with "
+              "an experiment; tdyn adds that comparison\"): tdyn measures Thm 4's two times in training, with "
+              "markers of its own")
     claims = [
         claim("decoder-switch-constant", "Thm 4's setting: the decoder switch (p(correct) = ½) comes at Lemmas 5–6's "
               "time K((M−1)(1+ln(M−1)) − 1)/(Mη_Y), i.e. at t'₀ = K ln M/η_Y up to its dropped O(1) term "
-              f"(measured/predicted within 1 ± {tol:g})",
+              f"(measured/predicted within 1 ± {tol:g})", source="derived",
+              derived=beyond + "; here: the decoder's p(correct) = ½ time against Lemmas 5–6's exact time",
               paper="Lemma 9 / Thm 4: scan phase ends at t'₀ = K ln M/η_Y; Lemmas 5–6 (exact p = ½ time)",
               definition="first (interpolated) optimiser step at which mean p(correct) ≥ ½; ratio to the Lemma-6 time, "
                          "mean over seeds of the per-seed mean over (K, η_Y); noise = SE over seeds",
               measured="decoder switch / Lemma-6 p = ½ time (ratio to t'₀ beside it)",
               expected=f"within 1 ± {tol:g} beyond 2 SE", readings=sw_T, rho=rho_of(rho, "theorem")),
-        claim("decoder-switch-after-t0prime", "Thm 4's setting: p(correct) ≤ ½ until t'₀ = K ln M/η_Y (Lemma 9): the "
-              "measured switch comes after t'₀", paper="Lemma 9 (for t ≤ K ln M/η_Y, p(correct) ≤ ½)",
-              definition="decoder switch / t'₀ − 1 (mean over seeds of the per-seed mean over (K, η_Y)), decided with a "
-                         "2-SE margin", measured="decoder switch / t'₀", expected="> 1 beyond 2 SE", readings=lemma9),
         claim("attention-snap-constant", "Thm 4's setting: B_n(t) leaves its scan-phase law when the exact theory "
               f"(docs/reproductions/scan-snap.md#snap-phase-transition) says it does (measured/predicted within 1 ± {tol:g}); ratios to t₀ = 2K ln M/η_Y reported",
+              source="derived",
+              derived=beyond + ". Thm 4 names no time at which B_n leaves its scan law; the departure (the local "
+                      "log-log slope of e^{4B_n} − 1 falling below a level) is tdyn's definition, and where it falls "
+                      "relative to t₀ is set by the level chosen: the exact theory departs at "
+                      + ", ".join(f"{T['snap_pred_over_t0'][lab][0]:.2f}·t₀ ({lab})" for lab in DEPARTURE_LEVELS)
+                      + ". So this claim tests training against the exact theory under one definition applied to "
+                        "both; it does not locate \"the snap\" at t₀",
               paper="Thm 4, Eqn 14 (scan law before t'₀, snap law after t₀ = 2(1+o(1))K ln M/η_Y); docs/reproductions/scan-snap.md#snap-phase-transition",
               definition="B_n := −(mean common logit of the query row) (exact in docs/reproductions/scan-snap.md#snap-phase-transition); departure = first step at which "
                          "the centred log-log slope of e^{4B_n} − 1 falls below the level; prediction = the same "
@@ -392,14 +402,16 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
               measured="attention-snap time / predicted (ratio to t₀ beside it)", expected=f"within 1 ± {tol:g}",
               readings=snap_T),
         claim("inverse-eta-y", "Thm 4's setting: both times scale as 1/η_Y at fixed K (log-log exponent −1 ± "
-              f"{tol:g}), for each marker and reading", held_expo, reason=why_expo,
+              f"{tol:g}), for each marker and reading", held_expo, reason=why_expo, source="derived",
+              derived=beyond + "; the 1/η_Y scaling of t₀ and t'₀ (prediction (a)) measured on both markers",
               paper="Thm 4 / Lemma 9: t₀, t'₀ ∝ 1/η_Y (prediction (a))",
               definition="log-log slope of the marker vs η_Y per seed and K; mean and SE over seeds",
               measured="exponent per (K, marker)", expected=f"−1 ± {tol:g} beyond 2 SE in every (K, marker)",
               exponents={k: {"exponent": m, "se": se} for k, _, m, se in expo_T}),
         claim("peak-growth-tracks-decoder", "Thm 4's setting: the peak-growth marker (old definition) falls where "
               "the theory's ż_{l₀} ∝ γ(t) peaks — a decoder time (γ peaks just before p(correct) = ½), not the snap",
-              within(pk_r, pk_se, tol), reason="ratio within 2 SE of the tolerance",
+              within(pk_r, pk_se, tol), reason="ratio within 2 SE of the tolerance", source="derived",
+              derived=beyond + "; this checks tdyn's earlier marker against the theory's γ(t), to show what it measures",
               paper="Thm 2(a) (ż_{l₀} = η_Z f²ξ_n, ξ_n ∝ γ) and Thm 1 (γ(t))",
               definition="step of peak 3-step-averaged growth of the leading distinct logit; prediction = the same "
                          "function on z(t) = Σ γ (theory); noise = SE over seeds",
@@ -407,7 +419,8 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
               ratio=pk_r, se=pk_se, ratio_to_t0=T["peak_growth_over_t0"][0],
               ratio_to_switch=T["peak_growth_over_switch"][0]),
         claim("paper-data-constants", "The paper's Syn-Medium data: the decoder switch, attention snap and peak-growth "
-              "marker against their Thm 4 predictions", None,
+              "marker against their Thm 4 predictions", None, source="derived",
+              derived=beyond + "; on the paper's Syn-Medium data, outside the theorem's hypotheses",
               reason=f"outside Thm 4's hypotheses: 10 common tokens shared by every class, ρ = f_nᵀf_n' ≈ "
                      f"{np.mean([v for (s, _), v in rho.items() if s == 'paper']):.2f} at Z = 0, so Assumption 2 "
                      "(|λ₁(E)| < 1/K) fails; the numbers are reported, not judged",
@@ -418,20 +431,39 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
               snap_over_prediction=P["snap_over_pred"], snap_over_t0=P["snap_over_t0"],
               peak_growth_over_t0=P["peak_growth_over_t0"], peak_growth_over_switch=P["peak_growth_over_switch"],
               exponents=P["exponents"]),
-        claim("stage-switch-interval", "The paper's data: the decoder switch lies between K ln M/η_Y and "
-              "K ln M/((1−ρ)η_Y) (correlated classes train at the effective rate (1−ρ)η_Y)",
-              in_held, reason=in_why,
+        claim("stage-switch-interval", "The paper's data: the decoder switch comes no later than K ln M/((1−ρ)η_Y) "
+              "(correlated classes train at the effective rate (1−ρ)η_Y); judged on that upper end only",
+              in_held, reason=in_why, source="derived",
+              derived="the spec's hypothesis (§6.5: the switch \"lies between K ln M/η_Y and K ln M/((1−ρ)η_Y)\"), built "
+                      "on Remark 1's effective rate; the paper states no such interval. Only the upper end is judged: "
+                      "the lower end cannot fail here (with ρ > 0 the classes train more slowly than uncorrelated "
+                      "ones, whose switch is already Lemma 6's ≈ 1.23·t'₀), so its side is reported per cell "
+                      "(above_lo_not_judged) and not counted",
               paper="Remark 1 (effective rate (1−ρ)η_Y); docs/reproductions/scan-snap.md#theory-on-trained-models hypothesis",
               definition="first (interpolated) step with p(correct) ≥ ½ on the probe batch, mean over seeds per "
-                         "(K, η_Y); inside the interval by 2 SE over seeds at both ends (a run that never reaches ½ "
-                         "makes its cell inconclusive); ρ = mean f_nᵀf_n' at Z = 0",
+                         "(K, η_Y); below K ln M/((1−ρ)η_Y) by 2 SE over seeds (a run that never reaches ½ makes its "
+                         "cell inconclusive); ρ = mean f_nᵀf_n' at Z = 0",
               measured="decoder switch per (K, η_Y)",
-              expected="inside [K ln M/η_Y, K ln M/((1−ρ)η_Y)] beyond 2 SE in every cell",
+              expected="below K ln M/((1−ρ)η_Y) beyond 2 SE in every cell",
               cells=inside_nums, rho=rho_of(rho, "paper"),
               switch_over_t0prime=P["switch_over_t0prime"]["switch_batch"]),
     ]
+    # Lemma 9's "p(correct) ≤ ½ until t'₀", measured: reported as a consistency check, not a claim. It is nearly
+    # implied by decoder-switch-constant: Lemmas 5–6 put p = ½ at ≈ 1.23·t'₀ for these M, so a switch within
+    # ±25% of that time is after 0.92·t'₀ whatever the run does
+    lemma6_over_t0prime = {f"K={K}": th.switch_time(K, M, 1.0) / th.t0_prime(K, M, 1.0)
+                           for K, M in sorted({(r["K"], r["M"]) for r in sel("theorem")})}
+    checks = {"decoder-switch-after-t0prime": {
+        "what": "Thm 4's setting: the measured decoder switch comes after t'₀ = K ln M/η_Y (Lemma 9: p(correct) ≤ ½ "
+                "for t ≤ K ln M/η_Y)",
+        "why_not_a_claim": "near-tautological beside decoder-switch-constant: Lemma 6's p = ½ time is "
+                           + ", ".join(f"{v:.3f}·t'₀ ({k})" for k, v in lemma6_over_t0prime.items())
+                           + ", so a switch within the ±25% of that claim already lies after ≈ 0.92·t'₀",
+        "lemma6_time_over_t0prime": lemma6_over_t0prime,
+        "readings": lemma9, "verdict": stats.word(stats.combine(lemma9)[0])}}
     return {"experiment": "scan-snap/snap-time", "grids": {k: v[0] for k, v in settings.items()},
-            "summary": summary, "claims": claims, "files": ["snap_time.csv", "snap_time.png"]}
+            "summary": summary, "claims": claims, "consistency_checks": checks,
+            "files": ["snap_time.csv", "snap_time.png"]}
 
 
 def rho_of(rho: dict, setting: str) -> dict:
