@@ -23,7 +23,7 @@ $(TEST_STAMP): $(STAMP)
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/tdyn reproduce --all --quick --out runs/demo --force
+	$(BIN)/tdyn reproduce --all --quick --full-under 60 --evidence docs/results --out runs/demo --force
 
 # The browser test (tests/test_report_browser.py) needs Chromium and its driver: installed here when missing.
 browser:

@@ -226,3 +226,132 @@ def test_every_results_string_is_escaped(tmp_path):
     page = html.build_index(tmp_path)
     text = page.read_text()
     assert "<script>" not in text and text.count("&lt;script&gt;") >= 8
+
+
+# ---------------------------------------------------------------- the answer first: full-setting evidence
+
+def _evidence(root: Path) -> Path:
+    """A docs/results-like folder: test/fake at full settings (claim b holds there, fails in a quick run),
+    the same at quick settings (not evidence), and an older result without sources or provenance."""
+    ev = root / "ev"
+    claims = [{"id": "a", "claim": "Loss falls", "verdict": "holds", "source": "paper", "quote": "falls", "paper": "Fig 1"},
+              {"id": "b", "claim": "Loss reaches 0", "verdict": "holds", "source": "paper", "quote": "zero", "paper": "Fig 1"},
+              {"id": "c", "claim": "Loss is small", "verdict": "inconclusive", "reason": "inside its noise band",
+               "source": "derived", "derived": "tdyn's", "paper": "Fig 1"}]
+    _write_results(ev / "test__fake", {"experiment": "test/fake", "quick": False, "wall_seconds": 0.5, "claims": claims,
+                                       "files": ["curve.png"], "made": {"tdyn": "0.1.0", "git_commit": "abcdef1234567",
+                                       "date": "2026-11-26T10:00:00+00:00", "machine": "box: 2 CPU cores",
+                                       "command": "tdyn reproduce test/fake --out docs/results/test__fake --force"}},
+                   {"curve.png": ""})
+    _png(ev / "test__fake" / "curve.png")
+    _write_results(ev / "test__fake-quick", {"experiment": "test/fake", "quick": True, "claims": [
+        {"id": "a", "claim": "Loss falls", "verdict": "fails", "source": "paper"}]})
+    _write_results(ev / "test__old", {"experiment": "test/old", "quick": False, "wall_seconds": 500, "claims": [
+        {"id": "z", "claim": "An older claim", "verdict": "fails"}]})
+    return ev
+
+
+def _png(path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([0, 1], [1, 0])
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def test_full_evidence_picks_the_full_setting_result(tmp_path):
+    from tdyn.report.verdicts import full_evidence
+
+    ev = _evidence(tmp_path)
+    found = full_evidence(ev)
+    assert set(found) == {"test/fake", "test/old"} and found["test/fake"][0].name == "test__fake"
+    _write_results(ev / "test__fake-later", {"experiment": "test/fake", "quick": False, "claims": [],
+                                             "made": {"date": "2026-11-27T10:00:00+00:00"}})
+    assert full_evidence(ev)["test/fake"][0].name == "test__fake-later"      # the one made last
+
+
+def test_the_page_leads_with_the_full_setting_answer(tmp_path, fake_experiments, capsys):
+    ev = _evidence(tmp_path)
+    out = tmp_path / "demo"
+    page, _ = reproduce_all(out, quick=True, names=["test/fake"], evidence=ev, progress=False)
+    text = page.read_text()
+    # the answer first: per paper, its claims at full settings from the shipped evidence, then what did not hold
+    assert text.index('id="answer"') < text.index('id="not-held"') < text.index('id="here"') < text.index('id="derived"') \
+        < text.index('id="reproductions"')
+    answer = text[text.index('id="answer"'):text.index('id="not-held"')]
+    assert "Which paper claims hold at full settings" in answer and "2 shipped" in answer
+    assert "2 made at commit abcdef1234 on 2026-11-26" not in answer      # grouped per (commit, date)
+    assert "made at commit abcdef1234 on 2026-11-26" in answer and "not recorded (older results)" in answer
+    not_held = text[text.index('id="not-held"'):text.index('id="unlabelled"')]
+    assert "An older claim" not in not_held                               # no source: not a paper claim
+    assert "An older claim" in text[text.index('id="unlabelled"'):]
+    # the quick run is a pipeline check, its disagreement with the full-setting verdict flagged
+    here = text[text.index('id="here"'):text.index('id="reproductions"')]
+    assert "quick (pipeline check)" in here and "⚑ 1 of 3 differ" in here and "b: fails here, holds at full settings" in here
+    assert "inside its noise band" in text[text.index('id="derived"'):text.index('id="reproductions"')]
+    # each reproduction: its main (full-setting) figure, what it reproduces, provenance and the command
+    assert "report_files/evidence/test__fake/curve.png" in text and "2026-11-26 10:00 UTC" in text
+    assert "tdyn reproduce test/fake --out docs/results/test__fake --force" in text
+    assert "tdyn reproduce test/old --out" in text and "(reconstructed: not recorded)" in text
+    check_links(page)                                                     # the evidence is copied: the page stands alone
+    assert runs.read_json(out / MANIFEST)["evidence"] == str(ev.resolve())
+    fake = runs.read_json(out / slug("test/fake") / "results.json")
+    assert fake["made"]["setting"] == "quick" and fake["made"]["command"].startswith("tdyn reproduce test/fake --out ")
+    assert "--quick" in fake["made"]["command"] and fake["made"]["date"]
+    # rebuilt later (`tdyn report DIR`): the page remembers its evidence
+    (out / "index.html").unlink()
+    assert 'id="answer"' in html.build_index(out).read_text() and "2 shipped" in (out / "index.html").read_text()
+
+
+def test_full_under_runs_the_cheap_ones_at_full_settings(tmp_path, fake_experiments):
+    ev = _evidence(tmp_path)
+    out = tmp_path / "demo"
+    page, _ = reproduce_all(out, quick=True, names=fake_experiments, evidence=ev, full_under=1, progress=False)
+    fake = runs.read_json(out / slug("test/fake") / "results.json")
+    assert fake["quick"] is False and fake["made"]["setting"] == "full"  # its full run took 0.5 s <= 1 s
+    man = runs.read_json(out / MANIFEST)
+    assert {r["name"]: r["quick"] for r in man["reproductions"]} == {"test/fake": False, "test/fails": True}
+    assert man["full_under"] == 1
+    text = page.read_text()
+    answer = text[text.index('id="answer"'):text.index('id="not-held"')]
+    assert "1 made here now" in answer and "re-derived on this machine now" in answer
+    # re-derived here: compared with the shipped verdicts (b fails here, holds there)
+    here = text[text.index('id="here"'):text.index('id="reproductions"')]
+    assert "full settings: re-derived here" in here and "differ from the shipped full-setting verdicts" in here
+
+
+@pytest.mark.parametrize("args, why", [
+    (["reproduce", "--all", "--quick", "--evidence", "{tmp}/missing"], "no such directory"),
+    (["reproduce", "--all", "--quick", "--evidence", "{tmp}/empty"], "holds no results.json"),
+    (["reproduce", "--all", "--quick", "--full-under", "60"], "--full-under needs --evidence"),
+    (["reproduce", "--all", "--quick", "--full-under", "-1", "--evidence", "{ev}"], "must be a finite number"),
+    (["reproduce", "--all", "--quick", "--full-under", "nan", "--evidence", "{ev}"], "must be a finite number"),
+    (["reproduce", "--all", "--full-under", "60", "--evidence", "{ev}"], "without --quick"),
+    (["reproduce", "scan-snap/fig3", "--evidence", "{ev}"], "goes with --all"),
+    (["reproduce", "scan-snap/fig3", "--full-under", "5"], "goes with --all"),
+    (["report", "{ev}", "--evidence", "{tmp}/missing"], "no such directory"),
+    (["report", "{ev}", "--evidence", "{ev}", "--readme", "{tmp}/README.md"], "--readme writes"),
+    (["report", "{tmp}/empty", "--evidence", "{ev}"], "holds no results.json"),
+])
+def test_evidence_options_bad_input_exit_2_with_one_line(tmp_path, capsys, args, why):
+    from tdyn.cli import main
+
+    ev = _evidence(tmp_path)
+    (tmp_path / "empty").mkdir()
+    argv = [a.format(tmp=tmp_path, ev=ev) for a in args]
+    if argv[0] == "reproduce":
+        argv += ["--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert why in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_full_under_that_is_not_a_number_is_exit_2(tmp_path, capsys):
+    from tdyn.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["reproduce", "--all", "--quick", "--full-under", "soon", "--evidence", ".", "--out", str(tmp_path / "o")])
+    assert e.value.code == 2 and capsys.readouterr().err.count("\n") == 1

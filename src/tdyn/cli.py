@@ -89,13 +89,17 @@ def _cmd_reproduce(args) -> int:
 
     if args.all == bool(args.name):
         raise UserError("tdyn reproduce takes an experiment name or --all (not both)")
+    if not args.all and (args.evidence is not None or args.full_under is not None):
+        raise UserError(f"{'--evidence' if args.evidence is not None else '--full-under'} goes with --all "
+                        "(the page of every reproduction); for one reproduction see `tdyn report DIR --evidence DIR`")
     if args.all:
         _setup(args)
         from tdyn.experiments import runner
 
         page, failed = runner.reproduce_all(args.out, seed=args.seed, quick=args.quick, overrides=list(args.set or []),
                                             device=args.device, progress=not args.quiet, force=args.force,
-                                            resume=args.resume)
+                                            resume=args.resume, evidence=args.evidence, full_under=args.full_under)
+        _print_answer(Path(args.out), args.evidence)
         if failed:
             print(f"{len(failed)} reproduction(s) failed: {', '.join(failed)}", file=sys.stderr)
         print(f"report: {page.resolve()}")
@@ -196,6 +200,42 @@ def _print_claims(results: dict) -> None:
             print(f"  [{tag}] {c['claim']}{why}")
 
 
+def _print_answer(out: Path, evidence) -> None:
+    """The summary of a reproduce-all page: per paper, its claims at full settings (made here or shipped),
+    and each reproduction's verdicts with whether they are full or quick, made here or shipped."""
+    from tdyn import runs
+    from tdyn.report import html
+    from tdyn.report.verdicts import by_source, counts, full_evidence, setting_of
+
+    manifest = runs.read_manifest(out / runs.REPRODUCE) if (out / runs.REPRODUCE).exists() else {}
+    evidence = evidence or manifest.get("evidence")
+    ev = full_evidence(Path(evidence)) if evidence and Path(evidence).is_dir() else {}
+    here = html.reproductions(out)
+    ans = html.answers(here, ev)
+    if not ans:
+        return
+    print("\nPaper claims at full settings (holds / fails / inconclusive):")
+    for prefix, names in html._by_paper(ans).items():
+        n = counts([c for x in names for c in by_source(ans[x]["res"].get("claims", []))["paper"]])
+        n_here = sum(ans[x]["origin"] == "here" for x in names)
+        print(f"  {html.paper_of(prefix + '/')}: {n['holds']} / {n['fails']} / {n['inconclusive']}"
+              f"  ({n_here} reproduction(s) made here at full settings, {len(names) - n_here} shipped)")
+    print("Per reproduction (paper claims holds / fails / inconclusive):")
+    for d, res in here:
+        name = res.get("experiment", d.name)
+        def line(r):
+            n = counts(by_source(r.get("claims", []))["paper"])
+            return f"{n['holds']} / {n['fails']} / {n['inconclusive']}"
+        parts = [f"{setting_of(res)}, made here: " + ("FAILED" if "error" in res else line(res))]
+        if ans.get(name, {}).get("origin") == "evidence":
+            parts.append(f"full, shipped ({Path(evidence).name}/{ans[name]['dir'].name}): {line(ans[name]['res'])}")
+        if setting_of(res) == "quick" and name in ans and "error" not in res:
+            shared, diff = html.differences(res.get("claims", []), ans[name]["res"].get("claims", []))
+            if diff:
+                parts.append(f"{len(diff)} of {shared} quick verdicts differ from the full ones")
+        print(f"  {name}: " + "; ".join(parts))
+
+
 def _cmd_report(args) -> int:
     _setup(args)
     from tdyn import runs
@@ -204,6 +244,12 @@ def _cmd_report(args) -> int:
     d = Path(args.dir)
     if not d.is_dir():
         raise UserError(f"{str(d)!r} is not a directory")
+    if args.evidence is not None:
+        from tdyn.report.verdicts import evidence_dir
+
+        evidence_dir(args.evidence)
+        if args.readme:
+            raise UserError("--evidence is for the page; --readme writes the table of DIR's own results")
     if args.readme:
         from tdyn.experiments.registry import all_experiments
         from tdyn.report import verdicts
@@ -218,8 +264,10 @@ def _cmd_report(args) -> int:
     if found:
         from tdyn.experiments.runner import descriptions
 
-        print(f"report: {html.build_index(d, descriptions=descriptions())}")
+        print(f"report: {html.build_index(d, descriptions=descriptions(), evidence=args.evidence)}")
         return 0
+    if args.evidence is not None:
+        raise UserError(f"--evidence: {str(d)!r} holds no results.json (the evidence leads a reproductions page)")
     _, run_dirs = html.collect_runs(d)
     if not run_dirs:
         raise UserError(f"{str(d)!r} holds no results.json and no run directory")
@@ -338,6 +386,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                    help="continue an interrupted reproduction in OUT: runs already trained with the same config are "
                         "kept, interrupted ones resume from their last checkpoint, then the analysis runs again "
                         "(with --all: the reproductions finished before are kept, the others continue)")
+    s.add_argument("--evidence", metavar="DIR",
+                   help="with --all: the full-setting results the page leads with (the shipped docs/results): per "
+                        "paper, which claims hold at full settings, with their provenance")
+    s.add_argument("--full-under", dest="full_under", type=float, metavar="SECONDS",
+                   help="with --all --quick --evidence DIR: run at full settings every reproduction whose full run "
+                        "in DIR took at most SECONDS (its verdicts re-derived here); the rest quick")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=_cmd_reproduce)
     _add_options(s, argv, "reproduce")
@@ -391,6 +445,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("--readme", metavar="FILE",
                    help="instead: write the verdict table of every results.json below DIR into FILE's "
                    "<!-- verdicts:begin/end --> block (how the README's table is made)")
+    s.add_argument("--evidence", metavar="DIR",
+                   help="a directory of full-setting results (docs/results) the page leads with: per paper, "
+                        "which claims hold at full settings; DIR's own runs follow, compared with them")
     s.set_defaults(fn=_cmd_report)
     return p
 

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import platform
+import shlex
+import subprocess
 import time
 import traceback
 from pathlib import Path
@@ -16,6 +19,7 @@ from tdyn.errors import ConfigError
 from tdyn.experiments.common import configure, write_results
 from tdyn.experiments.registry import CATALOG, MODULES, Experiment, Overrides, ReproduceContext, _option_entry, all_experiments, get
 from tdyn.report.html import build_index, metadata, slug
+from tdyn.report import verdicts
 from tdyn.report.verdicts import count_line
 from tdyn.runs import REPRODUCE as MANIFEST, prepare_dir  # noqa: F401  (prepare_dir: used by the CLI)
 
@@ -73,6 +77,53 @@ def check_overrides(exp: Experiment, ctx: ReproduceContext) -> None:
         resolved_configs(exp, ctx)
 
 
+def command(exp: Experiment, ctx: ReproduceContext) -> str:
+    """The one command that makes ``ctx.out``'s results again: ``tdyn reproduce NAME --out OUT --force`` with the
+    setting, seed, device, overrides and options (those not at their defaults) of ``ctx``."""
+    parts = ["tdyn", "reproduce", exp.name, "--out", str(ctx.out), "--force"]
+    if ctx.quick:
+        parts.append("--quick")
+    if ctx.seed:
+        parts += ["--seed", str(ctx.seed)]
+    if ctx.device != "cpu":
+        parts += ["--device", ctx.device]
+    for o in ctx.overrides:
+        parts += ["--set", o]
+    if ctx.options is not None and exp.options is not None:
+        default = exp.make_options().model_dump(mode="json")
+        for k, v in ctx.options.model_dump(mode="json").items():
+            if v != default.get(k) and v is not None:
+                parts += [f"--{k.replace('_', '-')}", ",".join(map(str, v)) if isinstance(v, list) else str(v)]
+    return shlex.join(parts)
+
+
+def _dirty() -> bool | None:
+    """Whether the checkout's tracked source differs from its commit (None outside a checkout)."""
+    try:
+        r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "src"],
+                           cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10)
+        return bool(r.stdout.strip()) if r.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def made(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
+    """Where a results.json comes from (its ``made`` block): tdyn version, git commit (and whether the
+    source had uncommitted changes), date, machine, the setting and the one command that regenerates it."""
+    import tdyn
+    import torch
+
+    info = runs.machine_info()
+    machine = (f"{platform.node()}: {info['processor']}, {info['cpu_count']} CPU cores, torch {info['torch']} "
+               f"({info['torch_threads']} threads)")
+    if ctx.device == "cuda" and torch.cuda.is_available():
+        machine += f", {torch.cuda.get_device_name(0)}"
+    commit = runs.git_commit()
+    return {"tdyn": tdyn.__version__, "git_commit": commit, "uncommitted_changes": _dirty() if commit else None,
+            "date": runs.now(), "machine": machine, "device": ctx.device,
+            "setting": "quick" if ctx.quick else "full", "command": command(exp, ctx)}
+
+
 def run_reproduction(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
     """Run one reproduction into ``ctx.out`` and write its ``results.json`` (with run time and options).
 
@@ -96,6 +147,7 @@ def run_reproduction(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
     if docs.ref(exp.name):
         results.setdefault("docs", docs.ref(exp.name))   # the reproduction's section in docs/reproductions/
     results["quick"] = ctx.quick
+    results["made"] = made(exp, ctx)   # provenance: commit, date, machine, the command that regenerates it
     for c in results.get("claims", []):  # every verdict carries its setting: quick ones are labelled as such
         c["quick"] = ctx.quick
     results["wall_seconds"] = round(time.time() - t0, 2)
@@ -105,9 +157,14 @@ def run_reproduction(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
 
 def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overrides: list[str] | None = None,
                   device: str = "cpu", progress: bool = True, force: bool = False, resume: bool = False,
-                  names: list[str] | None = None) -> tuple[Path, list[str]]:
+                  names: list[str] | None = None, evidence: str | Path | None = None,
+                  full_under: float | None = None) -> tuple[Path, list[str]]:
     """Run every registered reproduction (or ``names``) into ``out/<slug>/``, going on past failures
     (a failed one gets a ``results.json`` with its error and traceback), then write ``out/index.html``.
+    ``evidence``: a directory of full-setting results (the shipped ``docs/results``) that the page leads
+    with. ``full_under`` (with ``quick`` and ``evidence``): a reproduction whose full-setting evidence took
+    at most that many seconds runs at full settings here (its verdicts are re-derived, not shipped); the
+    others run quick, as a check that the pipeline runs here.
     ``resume``: continue an interrupted ``out`` made with the same options: reproductions it finished are
     kept, the others continue (their finished runs kept, interrupted ones resumed, as ``reproduce NAME
     --resume``).
@@ -116,29 +173,61 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
     """
     out = Path(out)
     exps = [e for e in all_experiments().values() if names is None or e.name in names]
+    for user, source in SHARES_RUNS.items():     # a reproduction that reads another's runs comes after it
+        if user in [e.name for e in exps] and source in [e.name for e in exps]:
+            u = next(e for e in exps if e.name == user)
+            exps.remove(u)
+            exps.insert(next(i for i, e in enumerate(exps) if e.name == source) + 1, u)
+    full_here = plan_full(evidence, full_under, quick, [e.name for e in exps])
     with runs.Locks() as locks:   # one writer per directory: a second reproduce --all into out is refused
         prepare_dir(out, force or resume, locks=locks, flag="--force" if force else "--resume")
         previous: list[dict] = []
         if resume and (out / MANIFEST).exists():
             old = runs.read_manifest(out / MANIFEST)
-            mine = {"seed": seed, "quick": quick, "overrides": list(overrides or []), "device": device}
+            mine = {"seed": seed, "quick": quick, "overrides": list(overrides or []), "device": device,
+                    "full_under": full_under}
             if {k: old.get(k) for k in mine} != mine:
                 raise UserError(f"--resume: {str(out)!r} was made with other options than these "
                                 f"({', '.join(f'{k} {v!r}' for k, v in mine.items())}); run it with its own, or "
                                 f"choose another --out")
             previous = old["reproductions"]
         return _reproduce_all(out, exps, seed=seed, quick=quick, overrides=overrides, device=device,
-                              progress=progress, locks=locks, resume=resume, previous=previous)
+                              progress=progress, locks=locks, resume=resume, previous=previous,
+                              evidence=evidence, full_under=full_under, full_here=full_here)
+
+
+def plan_full(evidence: str | Path | None, full_under: float | None, quick: bool, names: list[str]) -> set[str]:
+    """The reproductions of a ``--quick`` run that run at full settings here: those whose full-setting
+    evidence took at most ``full_under`` seconds (its ``wall_seconds``). Bad combinations exit 2."""
+    if evidence is not None:
+        evidence = verdicts.evidence_dir(evidence)
+    if full_under is None:
+        return set()
+    if not (full_under >= 0 and full_under < float("inf")):
+        raise UserError(f"--full-under {full_under}: must be a finite number of seconds >= 0")
+    if evidence is None:
+        raise UserError("--full-under needs --evidence DIR (it reads the full-setting run times recorded there)")
+    if not quick:
+        raise UserError("--full-under picks which reproductions of a --quick run go full; without --quick all run full")
+    ev = verdicts.full_evidence(evidence)
+    return {n for n in names if n in ev and isinstance(ev[n][1].get("wall_seconds"), (int, float))
+            and ev[n][1].get("at_step") is None and ev[n][1]["wall_seconds"] <= full_under}
+
+
+#: reproductions that read another's runs (option ``sweep_dir``): in a ``--all`` directory they reuse them
+SHARES_RUNS = {"scan-snap/fig11-12": "scan-snap/fig6"}
 
 
 def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides, device, progress, locks, resume,
-                   previous: list[dict]):
+                   previous: list[dict], evidence=None, full_under=None, full_here: set[str] = frozenset()):
     """``previous``: the manifest entries of the run ``--resume`` continues (a finished one is kept; every
     one not reached yet stays listed, so an interrupt loses none of them)."""
     done = {e.get("name"): e for e in previous
             if e.get("status") == "finished" and (out / e["dir"] / runs.RESULTS).is_file()}
     manifest = {"seed": seed, "quick": quick, "overrides": list(overrides or []), "device": device,
+                "full_under": full_under, "evidence": str(Path(evidence).resolve()) if evidence is not None else None,
                 "started": runs.now(), "ended": None, "metadata": metadata(), "reproductions": []}
+    quick_of = {e.name: quick and e.name not in full_here for e in exps}
 
     def save() -> None:
         reached = {e["name"] for e in manifest["reproductions"]}
@@ -155,34 +244,42 @@ def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides,
         locks.acquire(sub)    # one writer: a `reproduce NAME --out` into it while this runs is refused
         if not resume:        # (only with force) no stale figures or tables of an earlier run
             runs.clear_own(sub, reproduction=True)
-        entry = {"name": exp.name, "dir": sub.name, "status": "running"}
+        q = quick_of[exp.name]
+        entry = {"name": exp.name, "dir": sub.name, "status": "running", "quick": q}
         manifest["reproductions"].append(entry)
         save()
-        print(f"[{i + 1}/{len(exps)}] {exp.name}", flush=True)
+        print(f"[{i + 1}/{len(exps)}] {exp.name}" + (" (full settings: its full run took "
+              f"<= {full_under:g} s)" if exp.name in full_here else ""), flush=True)
         # --set applies to the reproductions that train; those that train nothing run without it
-        ctx = ReproduceContext(out=sub, seed=seed, quick=quick, device=device, progress=progress, resume=resume,
+        ctx = ReproduceContext(out=sub, seed=seed, quick=q, device=device, progress=progress, resume=resume,
                                overrides=[] if exp.takes_set is False else list(overrides or []))
+        source = SHARES_RUNS.get(exp.name)
+        if (source and exp.options is not None and "sweep_dir" in exp.options.model_fields
+                and any(e.name == source for e in exps) and quick_of.get(source) == q):
+            ctx.options = exp.make_options({"sweep_dir": out / slug(source) / runs.RUNS})  # trained once
         t0 = time.time()
         try:
             results = run_reproduction(exp, ctx)
             entry["status"] = "finished"
-            print(f"    {count_line(results.get('claims', []))}" + (" — quick settings" if quick else "")
+            print(f"    {count_line(results.get('claims', []))} — "
+                  + ("quick settings (a pipeline check)" if q else "full settings") + ", made here"
                   + f" ({results['wall_seconds']:.1f}s)", flush=True)
         except KeyboardInterrupt:  # the page still shows what finished
             entry["status"] = "interrupted"
             save()
-            print(f"report so far: {build_index(out, descriptions=descriptions())}", flush=True)
+            print(f"report so far: {build_index(out, descriptions=descriptions(), evidence=evidence)}", flush=True)
             raise
         except Exception as e:  # recorded in the page; the other reproductions still run
             entry["status"] = "failed"
-            write_results(sub, {"experiment": exp.name, "claims": [], "quick": quick, "seed": seed,
+            write_results(sub, {"experiment": exp.name, "claims": [], "quick": q, "seed": seed,
                                 "wall_seconds": round(time.time() - t0, 2), "error": f"{type(e).__name__}: {e}",
                                 "traceback": traceback.format_exc()})
             print(f"    FAILED: {type(e).__name__}: {e}", flush=True)
         entry["wall_seconds"] = round(time.time() - t0, 2)
     manifest["ended"] = runs.now()
     save()
-    return build_index(out, descriptions=descriptions()), [e["name"] for e in manifest["reproductions"] if e["status"] == "failed"]
+    return (build_index(out, descriptions=descriptions(), evidence=evidence),
+            [e["name"] for e in manifest["reproductions"] if e["status"] == "failed"])
 
 
 # The catalog (what `tdyn list`, `--help` and `tdyn config NAME` read without importing experiments).

@@ -32,7 +32,8 @@ import tdyn
 from tdyn import docs, runs, sweep
 from tdyn.errors import UserError
 from tdyn.report import style
-from tdyn.report.verdicts import ORDER, SOURCE_LABEL, by_source, count_line, counts, source_of
+from tdyn.report.verdicts import (ORDER, SOURCE_LABEL, by_source, count_line, counts, full_evidence, setting_of,
+                                  source_of)
 
 ASSETS = "report_files"
 RESULTS = runs.RESULTS
@@ -49,10 +50,35 @@ PAPERS = {  # experiment-name prefix -> (short name for the claims table, full r
     "decision-list": ("Decision lists", "Decision lists — gradient descent on a one-layer transformer (extended abstract)"),
     "real": ("Real text (both)", "Real-text checks of Tian et al. 2023 and Li, Li, Risteski 2023"),
 }
+#: What each reproduction reproduces (a figure by its number, or the statement), shown beside its main figure.
+REPRODUCES = {
+    "scan-snap/fig3": "reproduces Fig 3 of Tian et al. 2023",
+    "scan-snap/fig4": "reproduces Fig 4 of Tian et al. 2023",
+    "scan-snap/fig5": "reproduces Fig 5 of Tian et al. 2023",
+    "scan-snap/fig6": "reproduces Fig 6 of Tian et al. 2023",
+    "scan-snap/fig8": "reproduces Fig 8 of Tian et al. 2023",
+    "scan-snap/fig9": "reproduces Fig 9 of Tian et al. 2023",
+    "scan-snap/fig11-12": "reproduces Figs 11 and 12 of Tian et al. 2023",
+    "scan-snap/thm3": "tests Theorem 3 of Tian et al. 2023 (no figure in the paper)",
+    "scan-snap/snap-time": "beyond the paper: Theorem 4's times t₀ and t′₀ of Tian et al. 2023 measured in training (no paper figure)",
+    "real/attention-maps": "an analogue of Fig 7 of Tian et al. 2023 on offline text",
+    "real/entropy-vs-lr": "an analogue of Fig 10 of Tian et al. 2023 on offline text",
+    "real/topic-embeddings": "Li et al. 2023's real-data figure (data.png of their project page) on two MiniLMs",
+    "topic/embeddings": "Li et al. 2023's embedding result (theory.png of their project page)",
+    "topic/stage1": "Li et al. 2023's stage-1 value-matrix result (theory.png of their project page)",
+    "topic/stage2": "Li et al. 2023's stage-2 attention result (theory.png of their project page)",
+    "topic/no-unchanged-mask": "an ablation of Li et al. 2023's stage-2 attention result (no paper figure)",
+    "topic/two-stage": "Li et al. 2023's two-stage figure (two_stage.png of their project page)",
+    "topic/robustness": "tdyn's robustness grid around Li et al. 2023's two stages (no paper figure)",
+    "topic/squared-loss": "Li et al. 2023's stage-1 and two-stage results under the squared loss (no paper figure)",
+    "decision-list/claim1": "tests Result (1) of the decision-list abstract (no figure in the paper)",
+    "decision-list/claim2": "tests Result (2) of the decision-list abstract (no figure in the paper)",
+    "decision-list/uniform-attention": "tests claim (c) of the decision-list abstract (no figure in the paper)",
+}
 MAX_NUMBERS_CHARS = 240  # numbers cell of the claims table (the full numbers are in the section)
 # results.json keys shown in their own place in a section (the rest are listed as "other numbers")
 _SECTION_KEYS = {"experiment", "claims", "config", "files", "wall_seconds", "seed", "seeds", "quick",
-                 "status", "error", "traceback", "description", "docs"}
+                 "status", "error", "traceback", "description", "docs", "made"}
 
 
 # ---------------------------------------------------------------- small helpers
@@ -195,6 +221,18 @@ details.paper{margin:.3em 0}details.paper>summary{font-size:1.05em;cursor:pointe
 ul.claimlist{list-style:none;padding-left:1em;margin:.3em 0;font-size:.88em}
 ul.claimlist li{white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 .key{color:#555;font-variant-numeric:tabular-nums}
+h1{margin:.2em 0 .1em}.toc{font-size:.85em;margin:.2em 0}
+#answer h2{margin-top:.4em}table.answer{font-size:.95em}table.answer td{text-align:right}
+table.answer td:first-child{white-space:nowrap}
+table.answer td:first-child,table.answer td:nth-child(7),table.answer td:last-child{text-align:left}
+ul.notheld{margin:.2em 0;padding-left:1.2em;font-size:.86em}ul.notheld li{margin:.1em 0}
+.flag{color:#a34700;font-weight:bold}
+section.card{border-top:1px solid #ddd;padding:.4em 0}
+.cardrow{display:flex;gap:1em;align-items:flex-start}
+figure.main{flex:0 0 46%;margin:0}figure.main img{max-height:340px;object-fit:contain;width:100%}
+.cardtext{flex:1 1 auto;min-width:0}.cardtext h3{margin:.1em 0}.cardtext p{margin:.3em 0}
+.repro{font-weight:bold;color:#333}.nofig{flex:0 0 46%;padding:1em;background:#f7f7f7}
+a.self{color:inherit;text-decoration:none}
 """
 
 
@@ -294,11 +332,15 @@ def _claims_rows(res: dict, page: Path, rdir: Path) -> list[list[str]]:
     return rows
 
 
-def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cli_seed: int | None) -> str:
+def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cli_seed: int | None,
+             header: bool = True) -> str:
+    """A reproduction's details; ``header``: as a section of its own (with its anchor, heading and
+    description), else the body placed inside its card."""
     name = res.get("experiment", rdir.name)
     desc = descriptions.get(name) or res.get("description", "")
-    parts = [f'<section id="{anchor(name)}"><h2>{_e(name)}</h2>']
-    if desc:
+    ident = anchor(name) + ("" if header else "-" + _fname(_relpath(rdir, page) or "top").replace("/", "-").replace(".", "-"))
+    parts = [f'<section id="{ident}"><h2>{_e(name)}</h2>' if header else f'<div id="{_e(ident)}">']
+    if desc and header:
         parts.append(f"<p>{_linked(desc, page)}</p>")
     info = {"paper": _e(paper_of(name, full=True)), "directory": (f'<a href="{_rel(rdir / RESULTS, page)}">{_e(_relpath(rdir / RESULTS, page))}</a>'
                           if (rdir / RESULTS).exists() else _e(_relpath(rdir, page) + "/ (no results.json)")),
@@ -307,7 +349,7 @@ def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cl
             "documentation": _linked(res.get("docs") or docs.ref(name) or "—", page)}
     figs = _files(rdir, res, ".png")
     if figs:
-        info["figures"] = " · ".join(f'<a href="#{anchor(name)}-{_fname(p.stem)}">{_e(p.name)}</a>' for p in figs)
+        info["figures"] = " · ".join(f'<a href="#{ident}-{_fname(p.stem)}">{_e(p.name)}</a>' for p in figs)
     parts.append(_dl(info))
     if "error" in res:
         parts.append(f'<h3>Error</h3><pre class="error">{_e(res["error"])}\n\n{_e(res.get("traceback", ""))}</pre>')
@@ -317,7 +359,7 @@ def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cl
                 for c in res["claims"]]
         parts.append("<h3>Claims</h3>" + table(["id", "source", "claim", "verdict", "numbers"], rows, raw=True))
     if figs:
-        parts.append("<h3>Figures</h3>" + "".join(_figure(p, page, p.name, f"{anchor(name)}-{_fname(p.stem)}")
+        parts.append("<h3>Figures</h3>" + "".join(_figure(p, page, p.name, f"{ident}-{_fname(p.stem)}")
                                                  for p in figs))
     for p in _files(rdir, res, ".csv"):
         parts.append(_details(f"table {p.name}", csv_table(p, page)))
@@ -326,7 +368,7 @@ def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cl
         parts.append(_details("other numbers", table(["key", "value"], list(other.items()))))
     if "config" in res:
         parts.append(_details("config", _json_block(res["config"])))
-    parts.append("</section>")
+    parts.append("</section>" if header else "</div>")
     return "\n".join(parts)
 
 
@@ -352,45 +394,287 @@ def key_number(c: dict) -> str:
     return ""
 
 
-def _paper_summaries(results: list[tuple[Path, dict]]) -> str:
-    """One collapsible line per paper (its reproductions and verdict counts) opening onto one line per
-    claim: verdict, quick mark, the claim, its key number, a link to the reproduction's section."""
-    by_paper: dict[str, list[tuple[Path, dict]]] = {}
-    for d, res in results:
-        by_paper.setdefault(res.get("experiment", d.name).split("/", 1)[0], []).append((d, res))
-    blocks = []
-    order = [*PAPERS, *(p for p in by_paper if p not in PAPERS)]
-    for prefix, items in ((p, by_paper[p]) for p in order if p in by_paper):
-        claims = [(res.get("experiment", d.name), c) for d, res in items for c in res.get("claims", [])]
-        errors = [res.get("experiment", d.name) for d, res in items if "error" in res]
-        split = by_source([c for _, c in claims])
-        n = counts(split["paper"])
-        head = (f'<b title="{_e(paper_of(prefix + "/", full=True))}">{_e(paper_of(prefix + "/"))}</b>: '
-                f"{len(items)} reproduction(s), {len(split['paper'])} paper claims — "
-                + " · ".join(f'<span class="{v if v != "inconclusive" else "depends"}">{n[v]} {v}</span>' for v in ORDER)
-                + "".join(f"; {len(split[src])} {SOURCE_LABEL[src]}" for src in split if src != "paper" and split[src])
-                + (f' <span class="error">{len(errors)} failed to run</span>' if errors else ""))
-        groups = []
-        for src in split:
-            lines = []
-            for name, c in claims:
-                if source_of(c) != src:
-                    continue
-                key = key_number(c)
-                lines.append(f'<li>{_badge(c)} '
-                             f'<a href="#{anchor(name)}">{_e(name)}</a>: {_e(_clip(str(c.get("claim", "")), 150))}'
-                             + (f' <span class="key">[{_e(key)}]</span>' if key else "") + "</li>")
-            if src == "paper":
-                lines += [f'<li><span class="verdict fails">error</span> <a href="#{anchor(e)}">{_e(e)}</a>: did not run to the end</li>'
-                          for e in errors]
-            if lines:
-                groups.append(f'<p class="note">{_e(SOURCE_LABEL[src])}</p><ul class="claimlist">{"".join(lines)}</ul>')
-        blocks.append(f'<details class="paper" id="paper-{_e(prefix)}"><summary>{head}</summary>{"".join(groups)}</details>')
-    return '<section id="summary"><h2>Summary by paper</h2>' + "".join(blocks) + "</section>"
+# ---------------------------------------------------------------- the answer first: full-setting verdicts
+
+EVIDENCE_ASSETS = "evidence"   # copies of the evidence's files, under report_files/, so the page stands alone
 
 
-def build_index(out_dir: str | Path, title: str | None = None, descriptions: dict[str, str] | None = None) -> Path:
+def _name_of(d: Path, res: dict) -> str:
+    return str(res.get("experiment", d.name))
+
+
+def _cls(v: Any) -> str:
+    return "holds" if v == "holds" else "fails" if v == "fails" else "depends"
+
+
+def _counts_html(claims: list[dict], empty: str = "—", compact: bool = False) -> str:
+    """``3 holds · 0 fails · 1 inconclusive`` (``compact``: ``3 / 0 / 1``), coloured."""
+    if not claims:
+        return empty
+    n = counts(claims)
+    if compact:
+        return " / ".join(f'<span class="{_cls(v)}">{n[v]}</span>' for v in ORDER)
+    return " · ".join(f'<span class="{_cls(v)}">{n[v]} {v}</span>' for v in ORDER)
+
+
+def _copy_evidence(rdir: Path, out: Path) -> Path:
+    """The top-level files of an evidence directory (results, figures, tables: no runs/) copied under
+    ``out/report_files/evidence/<dir name>/``; returns the copy."""
+    import shutil
+
+    dest = out / ASSETS / EVIDENCE_ASSETS / rdir.name
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in rdir.iterdir():
+        if f.is_file() and f.suffix in (".json", ".png", ".csv") and f.stat().st_size < 20 * 2**20:
+            target = dest / f.name
+            if not target.exists() or target.stat().st_mtime < f.stat().st_mtime or target.stat().st_size != f.stat().st_size:
+                shutil.copy2(f, target)
+    return dest
+
+
+def answers(here: list[tuple[Path, dict]], evidence: dict[str, tuple[Path, dict]]) -> dict[str, dict]:
+    """Per reproduction, the full-setting verdicts the page leads with: made in this directory (``origin``
+    ``here``, with the shipped ones it re-derives as ``shipped``), else from the evidence (``evidence``)."""
+    out: dict[str, dict] = {n: {"dir": d, "res": r, "origin": "evidence"} for n, (d, r) in evidence.items()}
+    for d, res in here:
+        if setting_of(res) == "full" and "error" not in res:
+            name = _name_of(d, res)
+            out[name] = {"dir": d, "res": res, "origin": "here", "shipped": evidence.get(name)}
+    return out
+
+
+def differences(mine: list[dict], ref: list[dict]) -> tuple[int, list[str]]:
+    """(claims in common, ``id: this verdict vs reference verdict`` for those whose verdicts differ), by id."""
+    theirs = {c.get("id"): c.get("verdict") for c in ref}
+    shared = [c for c in mine if c.get("id") in theirs]
+    return len(shared), [f"{c.get('id')}: {c.get('verdict')} here, {theirs[c.get('id')]} at full settings"
+                         for c in shared if c.get("verdict") != theirs[c.get("id")]]
+
+
+def _by_paper(names) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        groups.setdefault(n.split("/", 1)[0], []).append(n)
+    order = [*PAPERS, *sorted(p for p in groups if p not in PAPERS)]
+    return {p: sorted(groups[p]) for p in order if p in groups}
+
+
+def _made_line(res: dict) -> str:
+    m = res.get("made")
+    if not isinstance(m, dict):
+        return "not recorded (a result from before tdyn recorded its provenance)"
+    commit = str(m.get("git_commit") or "no git checkout")[:10]
+    dirty = " with uncommitted changes" if m.get("uncommitted_changes") else ""
+    return f"{str(m.get('date', '?'))[:16].replace('T', ' ')} UTC, tdyn {m.get('tdyn', '?')} at commit {commit}{dirty}, on {m.get('machine', '?')}"
+
+
+def _command(name: str, res: dict, where: str) -> tuple[str, bool]:
+    """(the command that regenerates ``res``, whether it was recorded)."""
+    m = res.get("made")
+    if isinstance(m, dict) and m.get("command"):
+        return str(m["command"]), True
+    parts = f"tdyn reproduce {name} --out {where} --force"
+    for o in res.get("overrides") or []:
+        parts += f" --set {o}"
+    for k, v in (res.get("options") or {}).items():
+        if v is not None:
+            parts += f" --{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, list) else v}"
+    return parts, False
+
+
+def _one_line(c: dict) -> str:
+    """A claim that did not hold, in one line: why it is inconclusive, or the claim that failed with its key number."""
+    if c.get("verdict") == "inconclusive" and c.get("reason"):
+        text = str(c["reason"])
+    else:
+        text = str(c.get("claim", ""))
+        if c.get("reason"):
+            text += f" — {c['reason']}"
+        key = key_number(c)
+        if key:
+            text += f" [{key}]"
+    return text
+
+
+def _claim_li(name: str, c: dict, extra: str = "") -> str:
+    text = _one_line(c)
+    return (f'<li>{_badge(c)} <a href="#{anchor(name)}">{_e(name)}</a> <code>{_e(c.get("id", ""))}</code>{extra}: '
+            f'<span title="{_e(text)}">{_e(_clip(text, 230))}</span></li>')
+
+
+def _answer(ans: dict[str, dict], here_names: list[str], evidence_label: str | None, manifest: dict) -> str:
+    """The first screen: per paper, its claims at full settings, where they come from, and every paper
+    claim that did not hold with its one-line reason."""
+    if not ans:
+        hint = ("" if evidence_label else " Lead with the shipped full-setting evidence: "
+                "<code>tdyn report DIR --evidence docs/results</code>.")
+        return ('<section id="answer"><h2>Which paper claims hold at full settings</h2><p class="banner">'
+                f"No full-setting results on this page.{hint}</p></section>")
+    rows = []
+    here_word = "made here now" if manifest else "in this directory"
+    unlabelled = any(source_of(c) is None for a in ans.values() for c in a["res"].get("claims", []))
+    for prefix, names in _by_paper(ans).items():
+        claims = [c for n in names for c in ans[n]["res"].get("claims", [])]
+        split = by_source(claims)
+        n_here = sum(ans[n]["origin"] == "here" for n in names)
+        src = ", ".join(x for x in (f"{n_here} {here_word}" if n_here else "",
+                                    f"{len(names) - n_here} shipped" if len(names) > n_here else "") if x)
+        p = split["paper"]
+        n = counts(p)
+        rows.append([f'<b>{_e(paper_of(prefix + "/"))}</b>', str(len(names)), f"<b>{len(p)}</b>",
+                     f'<span class="holds">{n["holds"]}</span>', f'<span class="fails">{n["fails"]}</span>',
+                     f'<span class="depends">{n["inconclusive"]}</span>', _counts_html(split["derived"], compact=True),
+                     *([_counts_html(split.get(None, []), compact=True)] if unlabelled else []), _e(src)])
+    table_ = table(["paper", "reproductions", "paper claims", "hold", "fail", "inconclusive",
+                    "beyond the paper: hold / fail / inconcl.", *(["no source (older): hold / fail / inconcl."]
+                                                                   if unlabelled else []),
+                    "verdicts from"], rows, raw=True, cls="answer")
+    shipped = [a for a in ans.values() if a["origin"] == "evidence"]
+    recorded = {}
+    for a in shipped:
+        m = a["res"].get("made")
+        key = (str(m.get("git_commit") or "?")[:10], str(m.get("date", "?"))[:10]) if isinstance(m, dict) else None
+        recorded[key] = recorded.get(key, 0) + 1
+    prov = "; ".join((f"{k} made at commit {c} on {d}" if key else f"{k} not recorded (older results)")
+                     for key, k in sorted(recorded.items(), key=lambda t: str(t[0])) for c, d in [key or ("", "")])
+    missing = [n for n in here_names if n not in ans]
+    lines = [f"<p>The papers' own claims at the papers' (full) settings, one verdict per claim: "
+             f"<b>holds</b>, <b>fails</b> or <b>inconclusive</b> (the measured effect stayed inside its noise band, or "
+             f"readings of the paper disagree); tdyn's own hypotheses are counted apart, beyond the paper. ",
+             (f"Shipped evidence: <code>{_e(evidence_label)}</code> ({len(shipped)} reproductions: {_e(prov)}; each "
+              "reproduction's commit, date, machine and command are in its section below). " if shipped else ""),
+             (f"{len(ans) - len(shipped)} " + ("re-derived on this machine now at full settings" if manifest else
+                                               "from this directory's full-setting results")
+              + (f" (those whose full run took at most {manifest['full_under']:g} s)" if manifest.get("full_under") is not None else "")
+              + ". " if len(ans) > len(shipped) else ""),
+             (f'<span class="note">Not run at full settings anywhere: {_e(", ".join(missing))}.</span>' if missing else ""),
+             "</p>"]
+    return ('<section id="answer"><h2>Which paper claims hold at full settings</h2>' + table_ + "".join(lines)
+            + "</section>")
+
+
+def _not_held(ans: dict[str, dict], src: str | None, title: str, ident: str, here_made: bool = True) -> str:
+    items = []
+    for prefix, names in _by_paper(ans).items():
+        lines = []
+        for n in names:
+            a = ans[n]
+            tag = " (made here)" if a["origin"] == "here" and here_made else ""
+            lines += [_claim_li(n, c, f'<span class="note">{tag}</span>' if tag else "")
+                      for c in a["res"].get("claims", []) if source_of(c) == src and c.get("verdict") != "holds"]
+        if lines:
+            items.append(f'<h3>{_e(paper_of(prefix + "/", full=True))}</h3><ul class="notheld">{"".join(lines)}</ul>')
+    if not items:
+        return ""
+    n = sum(x.count("<li>") for x in items)
+    return f'<section id="{ident}"><h2>{_e(title)} ({n})</h2>' + "".join(items) + "</section>"
+
+
+def _pipeline(here: list[tuple[Path, dict]], ans: dict[str, dict], evidence: dict[str, tuple[Path, dict]],
+              manifest: dict) -> str:
+    """This directory's runs as what they are: quick ones a check that the pipeline runs here, each compared
+    with the full-setting verdicts; full ones re-derived here, compared with the shipped evidence."""
+    if not here:
+        return ""
+    rows, n_quick, n_diff = [], 0, 0
+    for d, res in here:
+        name = _name_of(d, res)
+        quick = setting_of(res) == "quick"
+        n_quick += quick
+        link = f'<a href="#{anchor(name)}">{_e(name)}</a>'
+        took = f"{res['wall_seconds']:.0f} s" if isinstance(res.get("wall_seconds"), (int, float)) else "—"
+        if "error" in res:
+            rows.append([link, "—", took, f'<span class="error">failed: {_e(_clip(str(res["error"]), 160))}</span>', "—"])
+            continue
+        ref = (ans.get(name) or {}).get("res") if quick else (evidence.get(name) or (None, None))[1]
+        if ref is None:
+            vs = '<span class="note">no full-setting verdicts to compare</span>'
+        else:
+            shared, diff = differences(res.get("claims", []), ref.get("claims", []))
+            n_diff += bool(diff)
+            what = "full-setting" if quick else "shipped full-setting"
+            vs = (f'<span class="flag">⚑ {len(diff)} of {shared} differ from the {what} verdicts</span>: '
+                  + _e("; ".join(diff)) if diff else
+                  f'<span class="holds">agree</span> with the {what} verdicts ({shared} claims in common)' if shared else
+                  f'<span class="note">no claim in common with the {what} verdicts</span>')
+        setting = ("quick (pipeline check)" if quick else "full settings: re-derived here")
+        rows.append([link, _e(setting), took, _counts_html(res.get("claims", []), "no claims"), vs])
+    head = ("Runs made on this machine" if manifest else "Results in this directory")
+    note = (f"<p>{n_quick} of {len(here)} ran at quick settings: shortened runs that check that the pipeline runs on "
+            "this machine, <b>not</b> the claims (their verdicts are not counted above). "
+            + (f"{n_diff} reproduction(s) gave verdicts that differ from the full-setting ones (⚑)." if n_diff else
+               "Where they share claims with the full-setting results, differences are flagged ⚑.") + "</p>") if n_quick else ""
+    return (f'<section id="here"><h2>{head}: {n_quick} quick, {len(here) - n_quick} full</h2>{note}'
+            + table(["reproduction", "setting", "time", "verdicts (all claims)", "compared with"], rows, raw=True, cls="here")
+            + "</section>")
+
+
+def _provenance(name: str, res: dict, rdir: Path, origin: str, page: Path, evidence_label: str | None) -> str:
+    root = docs.repo_root()
+    if origin == "evidence" and evidence_label:
+        where = f"{evidence_label.rstrip('/')}/{rdir.name}"
+    elif root is not None and rdir.resolve().is_relative_to(root):
+        where = rdir.resolve().relative_to(root).as_posix()
+    else:
+        where = str(rdir)
+    cmd, recorded = _command(name, res, where)
+    setting = res.get("settings_note") or setting_of(res)
+    info = {"verdicts": ("full settings, " + ("shipped evidence" if origin == "evidence" else "made in this directory")
+                         if setting_of(res) == "full" else "quick settings (a pipeline check)") +
+            (f" — {_e(setting)}" if res.get("settings_note") else ""),
+            "made": _e(_made_line(res)),
+            "results": f'<a href="{_rel(rdir / RESULTS, page)}">{_e(where)}/{RESULTS}</a>' if (rdir / RESULTS).exists() else _e(where),
+            "run time": _e(f"{res['wall_seconds']:.1f} s") if isinstance(res.get("wall_seconds"), (int, float)) else "—",
+            "regenerate": f"<code>{_e(cmd)}</code>" + ("" if recorded else ' <span class="note">(reconstructed: not recorded)</span>')}
+    if (rdir / "provenance.json").exists():
+        info["provenance"] = f'<a href="{_rel(rdir / "provenance.json", page)}">provenance.json</a>'
+    return _dl(info)
+
+
+def _card(name: str, a: dict | None, here: tuple[Path, dict] | None, page: Path, descriptions: dict[str, str],
+          evidence_label: str | None, cli_seed: int | None) -> str:
+    """One reproduction: its main full-setting figure beside what it reproduces, verdicts, provenance and
+    the docs link; the details (claims, every figure, tables, config; the quick run) collapsed."""
+    shown = a or ({"dir": here[0], "res": here[1], "origin": "here"} if here else None)
+    res, rdir = shown["res"], shown["dir"]
+    desc = descriptions.get(name) or res.get("description", "")
+    figs = _files(rdir, res, ".png")
+    fig = (f'<figure class="main"><a href="{_rel(figs[0], page)}"><img src="{_rel(figs[0], page)}" '
+           f'alt="{_e(name)}: {_e(figs[0].name)}"></a><figcaption>{_e(figs[0].name)}'
+           + (" (quick settings)" if setting_of(res) == "quick" else " (full settings)") + "</figcaption></figure>"
+           if figs else '<div class="nofig note">no figure</div>')
+    doc = _linked(res.get("docs") or docs.ref(name) or "—", page)
+    split = by_source(res.get("claims", []))
+    verdicts = (f"paper claims: {_counts_html(split['paper'], 'none')}"
+                + (f"; beyond the paper: {_counts_html(split['derived'])}" if split["derived"] else "")
+                + (f"; unlabelled: {_counts_html(split[None])}" if split.get(None) else ""))
+    text = [f'<h3><a class="self" href="#{anchor(name)}">{_e(name)}</a></h3>',
+            f'<p class="repro">{_e(REPRODUCES.get(name, paper_of(name, full=True)))}</p>',
+            f"<p>{_linked(desc, page)}</p>" if desc else "",
+            f"<p>{verdicts if a else 'no full-setting verdicts; ' + verdicts + ' (quick)'}</p>",
+            _provenance(name, res, rdir, shown["origin"], page, evidence_label),
+            f'<p class="note">documentation: {doc}</p>']
+    details = []
+    if a is not None:
+        details.append(_details(f"details of the full-setting result ({len(res.get('claims', []))} claims, "
+                                f"{len(figs)} figure(s), tables, config)",
+                                _section(rdir, res, page, descriptions, cli_seed, header=False)))
+    if here is not None and (a is None or a["dir"] != here[0]):
+        details.append(_details(f"details of the {setting_of(here[1])} run made here",
+                                _section(here[0], here[1], page, descriptions, cli_seed, header=False)))
+    return (f'<section class="card" id="{anchor(name)}"><div class="cardrow">{fig}<div class="cardtext">{"".join(text)}'
+            f'</div></div>{"".join(details)}</section>')
+
+
+def build_index(out_dir: str | Path, title: str | None = None, descriptions: dict[str, str] | None = None,
+                evidence: str | Path | None = None) -> Path:
     """Write ``out_dir/index.html`` for a reproduce-all directory or one reproduction directory.
+
+    The page leads with the answer: per paper, how many of its claims hold, fail or are inconclusive at
+    full settings, from this directory's full-setting results and, for the others, from ``evidence`` (a
+    directory of full-setting results, e.g. the shipped ``docs/results``; a reproduce-all directory
+    remembers the one it was made with), then every paper claim that did not hold. Quick runs follow as
+    what they are, a pipeline check, with any verdict that differs from the full-setting one flagged.
 
     ``descriptions`` (experiment name -> one line) come from the caller (the CLI and the runner know the
     registered experiments; the report does not import them); else a results.json's ``description``."""
@@ -400,33 +684,60 @@ def build_index(out_dir: str | Path, title: str | None = None, descriptions: dic
         raise UserError(f"{str(out)!r} holds no {RESULTS} (neither itself nor its subdirectories)")
     manifest = runs.read_manifest(out / MANIFEST) if (out / MANIFEST).exists() else {}
     descriptions = descriptions or {}
+    if evidence is None and manifest.get("evidence") and Path(manifest["evidence"]).is_dir():
+        evidence = manifest["evidence"]
+    ev: dict[str, tuple[Path, dict]] = {}
+    label = None
+    if evidence is not None:
+        label = str(evidence)
+        try:   # shown as the repository path when it is the checkout's evidence
+            root = docs.repo_root()
+            if root is not None and Path(evidence).resolve().is_relative_to(root):
+                label = Path(evidence).resolve().relative_to(root).as_posix()
+        except (OSError, ValueError):
+            pass
+        if Path(evidence).resolve() != out.resolve():
+            ev = {n: (_copy_evidence(d, out), r) for n, (d, r) in full_evidence(Path(evidence)).items()}
+    ans = answers(results, ev)
+    here = {_name_of(d, r): (d, r) for d, r in results}
 
     claim_rows = [r for d, res in results for r in _claims_rows(res, out, d)]
     all_claims = [c for _, res in results for c in res.get("claims", [])]
-    failed = [res.get("experiment", d.name) for d, res in results if "error" in res]
     n_quick = sum(bool(c.get("quick")) for c in all_claims)
-    banner = (f'<p class="banner"><b>Quick settings.</b> {n_quick} of {len(all_claims)} verdicts on this page come from '
-              "shortened runs (marked <span class=quick>(quick)</span>), not the papers' settings: they check that "
-              "the pipeline works, not the claims.</p>" if manifest.get("quick") or n_quick else "")
-    summary = (f"<p>{len(results)} reproduction(s); {_e(count_line(all_claims))}" +
-               (f"; <span class=error>{len(failed)} reproduction(s) failed: {_e(', '.join(failed))}</span>" if failed else "")
-               + "</p>")
-    toc = "<ul>" + "".join(f'<li><a href="#{anchor(res.get("experiment", d.name))}">{_e(res.get("experiment", d.name))}</a></li>'
-                           for d, res in results) + "</ul>"
-    claims = ('<section id="claims"><h2>All claims</h2>' + _details(
+    banner = (f'<p class="banner"><b>Quick settings.</b> {n_quick} of {len(all_claims)} verdicts of the runs made here come '
+              "from shortened runs (marked <span class=quick>(quick)</span>), not the papers' settings: they check that "
+              "the pipeline works, not the claims" + ("; the counts above are the full-setting ones." if ans else ".")
+              + "</p>" if n_quick else "")
+    claims = ('<section id="claims"><h2>All claims of the runs on this page</h2>' + _details(
         f"the claims table ({len(claim_rows)} rows: paper, source, claim, what was measured, numbers, expected, verdict)",
         table(["paper", "source", "claim", "what was measured", "numbers", "expected", "verdict"], claim_rows, raw=True,
               cls="claims")) + "</section>")
+    cards = []
+    for prefix, names in _by_paper(set(ans) | set(here)).items():
+        cards.append(f'<h2 id="paper-{_e(prefix)}">{_e(paper_of(prefix + "/", full=True))}</h2>')
+        cards += [_card(n, ans.get(n), here.get(n), out, descriptions, label, manifest.get("seed")) for n in names]
     meta = manifest.get("metadata") or metadata()
-    for k in ("started", "ended", "seed", "quick", "overrides", "device"):
+    for k in ("started", "ended", "seed", "quick", "full_under", "evidence", "overrides", "device"):
         if k in manifest:
             meta = {**meta, k: manifest[k]}
-    body = "\n".join([banner, summary, _paper_summaries(results), claims, '<section id="contents"><h2>Reproductions</h2>' + toc + "</section>",
-                      *(_section(d, res, out, descriptions, manifest.get("seed")) for d, res in results),
+    toc = ('<p class="toc">' + " · ".join(f'<a href="#{i}">{t}</a>' for i, t in
+                                          (("answer", "answer"), ("not-held", "paper claims that did not hold"),
+                                           ("here", "runs made here"), ("derived", "beyond the paper"),
+                                           ("reproductions", "reproductions"), ("claims", "all claims"),
+                                           ("metadata", "metadata"))) + "</p>")
+    body = "\n".join([_answer(ans, list(here), label, manifest),
+                      _not_held(ans, "paper", "Paper claims that did not hold at full settings", "not-held", bool(manifest))
+                      or '<section id="not-held"></section>',
+                      _not_held(ans, None, "Claims without a source (older results) that did not hold", "unlabelled", bool(manifest)),
+                      banner, _pipeline(results, ans, ev, manifest) or '<section id="here"></section>',
+                      _not_held(ans, "derived", "Beyond the paper: tdyn's derived claims that did not hold", "derived", bool(manifest))
+                      or '<section id="derived"></section>',
+                      '<section id="reproductions">' + "\n".join(cards) + "</section>", claims,
                       _meta_block(meta, "Run metadata" if manifest else "Metadata (of the process that built this page)")])
-    title = title or ("tdyn: which claims hold" if len(results) > 1 else f"tdyn: {results[0][1].get('experiment', out.name)}")
+    title = title or ("tdyn: which claims of each paper hold" if len(results) > 1 or ev else
+                      f"tdyn: {results[0][1].get('experiment', out.name)}")
     path = out / "index.html"
-    runs.atomic_write_text(path, _page(title, body))
+    runs.atomic_write_text(path, _page(title, toc + body))
     return path
 
 

@@ -64,6 +64,36 @@ def collect(d: Path) -> list[tuple[Path, dict[str, Any]]]:
     return sorted(found, key=lambda t: str(t[1].get("experiment", t[0].name)))
 
 
+def setting_of(res: dict[str, Any]) -> str:
+    """``quick`` or ``full``: the setting a results.json was made at (a claim-level ``quick`` mark counts too)."""
+    return "quick" if res.get("quick") or any(c.get("quick") for c in res.get("claims", [])) else "full"
+
+
+def full_evidence(d: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """The full-setting evidence below ``d`` by reproduction name: for each, the ``results.json`` made at full
+    settings (quick ones and failed ones are not evidence); of several, the one made last (its ``made`` date),
+    else the first by directory name."""
+    out: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for rdir, res in sorted(collect(d), key=lambda t: str(t[0])):
+        if setting_of(res) != "full" or "error" in res:
+            continue
+        name = str(res.get("experiment", rdir.name))
+        made = str((res.get("made") or {}).get("date") or "")
+        if name not in out or made > str((out[name][1].get("made") or {}).get("date") or ""):
+            out[name] = (rdir, res)
+    return out
+
+
+def evidence_dir(path: str | Path) -> Path:
+    """``path`` checked as a directory of full-setting evidence (exit 2 with one line otherwise)."""
+    p = Path(path)
+    if not p.is_dir():
+        raise UserError(f"--evidence {str(path)!r}: no such directory (the shipped evidence is docs/results in a clone)")
+    if not any(p.rglob(runs.RESULTS)):
+        raise UserError(f"--evidence {str(path)!r} holds no {runs.RESULTS}")
+    return p
+
+
 def _md(s: Any) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
 
