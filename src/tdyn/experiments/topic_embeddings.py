@@ -5,16 +5,16 @@ untied decoder (so the embedding Gram is not the logit map)."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
-from tdyn import runs
+from tdyn import runs, stats
 from tdyn.data.lda import NUM_SPECIAL
 from tdyn.experiments.common import claim, decide, reading
+from tdyn.experiments import topic_quotes as quotes
 from tdyn.experiments.registry import ReproduceContext, register
-from tdyn.experiments.topic_common import (E1, E1_D, all_seeds, final, heatmaps, member_model, metrics_table,
+from tdyn.experiments.topic_common import (E1, E1_D, final, heatmaps, member_model, metrics_table,
                                            stage_config, train_runs)
 from tdyn.models.topic import TopicTransformer
 from tdyn.probes.topic import embedding_gram
@@ -46,7 +46,7 @@ def reproduce_embeddings(ctx: ReproduceContext) -> dict:
 
     def seeds_verdict(key: str, se_key: str) -> tuple[bool | None, str | None]:
         votes = [decide(r[key], r[se_key]) if r[f"min_{key}"] > 0 else False for r in rows]
-        return all_seeds(votes)
+        return stats.all_seeds(votes)
 
     readings = []
     for kind, what in (("dot", "inner product"), ("cos", "cosine")):
@@ -62,8 +62,10 @@ def reproduce_embeddings(ctx: ReproduceContext) -> dict:
             "per_topic_contrast": per_topic,
             "claims": [claim("e1-blocks", "Same-topic embeddings have a larger inner product (and cosine) than "
                              "different-topic ones, for every topic and seed (docs/reproductions/topic.md#topicembeddings), with embeddings separate "
-                             "from the output map", paper="Abstract and §4 (embedding layer encodes topic structure: "
-                             "higher average inner product of embeddings between same-topic words); docs/reproductions/topic.md#embedding-result, docs/reproductions/topic.md#topicembeddings",
+                             "from the output map", source="paper", quote=quotes.EMBEDDING,
+                             paper=f"{quotes.SIMILARITY_WHERE}; docs/reproductions/topic.md#embedding-result, "
+                             "docs/reproductions/topic.md#topicembeddings (the setting — d, the trained decoder, the "
+                             "init — is tdyn's E1)",
                              definition="block contrast of W_E W_Eᵀ (dot) and of the cosine Gram on the word ids "
                              "(same-topic off-diagonal mean − different-topic mean; per topic: the rows of that "
                              "topic), noise = std over topics/√T; " + setting,
@@ -84,13 +86,12 @@ def e1_measures(model: TopicTransformer, v: int) -> dict[str, Any]:
     the distance between the embedding Gram and the logit map (0 iff E1 were E2 transposed)."""
     E = model.embed_table()[:1].detach()
     g = embedding_gram(E, v, NUM_SPECIAL)
-    T = g["dot_per_topic"].shape[-1]
     G, M = (E[0] @ E[0].T), _logit_map(model)
     out = {"d": model.d, "decoder": model.cfg.decoder}
     for k in ("dot", "cos"):
         out |= {f"{k}_same": float(g[f"{k}_same"]), f"{k}_diff": float(g[f"{k}_diff"]),
                 f"{k}_contrast": float(g[f"{k}_contrast"]),
-                f"{k}_se": float(g[f"{k}_per_topic"].std() / math.sqrt(T)),
+                f"{k}_se": stats.se(g[f"{k}_per_topic"][0].tolist()),      # SE over the T topics
                 f"min_{k}_contrast": float(g[f"{k}_per_topic"].min())}
     out["gram_vs_logit_rel_diff"] = float((G - M).norm() / M.norm().clamp(min=1e-30))
     out["dot_per_topic"] = g["dot_per_topic"][0].tolist()

@@ -9,6 +9,9 @@ words share at least one topic and *different-topic* otherwise. ``same_token`` i
 from __future__ import annotations
 
 import torch
+from numpy import mean as np_mean
+
+from tdyn import stats
 
 
 def pair_classes(T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -21,7 +24,7 @@ def pair_classes(T: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _stats(x: torch.Tensor) -> dict:
     return {"mean": x.mean().item() if x.numel() else float("nan"),
-            "std": x.std().item() if x.numel() > 1 else float("nan"), "count": int(x.numel())}
+            "std": x.std().item() if x.numel() > 1 else float("nan"), "count": int(x.numel())}   # a spread, not an SE
 
 
 def embedding_topic_stats(E: torch.Tensor, T: torch.Tensor) -> dict[str, dict]:
@@ -62,5 +65,4 @@ def permutation_null(E: torch.Tensor, T: torch.Tensor, kind: str = "cosine", n_p
     for _ in range(n_perm):
         same, diff = pair_classes(T[torch.randperm(T.shape[0], generator=g)])
         diffs.append(float(G[same].mean() - G[diff].mean()))
-    d = torch.tensor(diffs, dtype=torch.float64)
-    return {"mean": float(d.mean()), "std": float(d.std()), "n_perm": n_perm}
+    return {"mean": float(np_mean(diffs)), "std": stats.sd(diffs), "n_perm": n_perm}
