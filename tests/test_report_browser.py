@@ -74,10 +74,19 @@ def open_and_check(driver, page: Path, shot: str) -> dict:
     return {"images": images, "links": links}
 
 
+def _viewport(driver, width: int, height: int) -> None:
+    """Make the page's viewport (not the window) ``width`` × ``height``."""
+    driver.set_window_size(width, height)
+    w, h = driver.execute_script("return [window.innerWidth, window.innerHeight]")
+    driver.set_window_size(2 * width - w, 2 * height - h)
+
+
 @pytest.mark.slow
 def test_report_pages_in_chromium(browser, tmp_path, fake_experiments):
+    """The demo-style page: quick runs made here beside the shipped full-setting evidence (docs/results)."""
     built = tmp_path / "built"
-    reproduce_all(built, quick=True, names=["scan-snap/fig4", *fake_experiments], progress=False)
+    reproduce_all(built, quick=True, names=["scan-snap/fig4", *fake_experiments], progress=False,
+                  evidence=ROOT / "docs" / "results")
     html.build_run_report(built / "scan-snap__fig4" / "runs" / "fig4")        # an ensemble's page
     site = tmp_path / "copied" / "demo"                                       # works when moved elsewhere
     shutil.copytree(built, site)
@@ -93,22 +102,33 @@ def test_report_pages_in_chromium(browser, tmp_path, fake_experiments):
     assert all(c in r for c, r in zip(expected_claims, rows))       # escaped text shown as written
     fig4 = runs.read_json(site / "scan-snap__fig4" / "results.json")
     assert all(c["verdict"] in r for c, r in zip(fig4["claims"], rows))
-    assert {"scan-snap__fig4/fig4.png", "test__fake/curve.png"} <= {src for src, _ in seen["images"]}
+    srcs = {src for src, _ in seen["images"]}
+    assert {"scan-snap__fig4/fig4.png", "test__fake/curve.png"} <= srcs
+    assert "report_files/evidence/scan-snap__fig6/fig6.png" in srcs           # the shipped full-setting figure
     assert any(raw == f"#{html.anchor('test/fails')}" for raw, _ in seen["links"])
 
-    # at 1280 px: no horizontal scroll, the per-paper summary above the fold, quick results flagged at the top
-    browser.set_window_size(1280, 800)
+    # the first screen at 1280×800: the per-paper full-setting counts, no horizontal scroll
+    _viewport(browser, 1280, 800)
     browser.get((site / "index.html").as_uri())
     fold = browser.execute_script(
-        "const d = document.documentElement, s = document.getElementById('summary').getBoundingClientRect();"
-        "return [d.scrollWidth, d.clientWidth, s.bottom, window.innerHeight,"
-        " document.querySelector('.banner') ? document.querySelector('.banner').getBoundingClientRect().top : null]")
-    browser.save_screenshot(str(ARTIFACTS / "report_index_1280.png"))
-    browser.set_window_size(1300, 900)
-    scroll_w, client_w, summary_bottom, inner_h, banner_top = fold
+        "const d = document.documentElement, t = document.querySelector('#answer table.answer');"
+        "return [d.scrollWidth, d.clientWidth, t.getBoundingClientRect().bottom, window.innerHeight, window.innerWidth,"
+        " Array.from(t.querySelectorAll('tbody tr')).map(r => r.textContent), d.scrollHeight]")
+    browser.save_screenshot(str(ARTIFACTS / "report_index_1280x800.png"))
+    scroll_w, client_w, table_bottom, inner_h, inner_w, answer_rows, height = fold
+    assert (inner_w, inner_h) == (1280, 800)
     assert scroll_w <= client_w, f"horizontal scroll at 1280 px: {scroll_w} > {client_w}"
-    assert summary_bottom <= inner_h, f"the summary ends at {summary_bottom} px, below the fold ({inner_h} px)"
-    assert banner_top is not None and banner_top < summary_bottom           # a --quick page says so first
+    assert table_bottom <= inner_h, f"the per-paper counts end at {table_bottom} px, below the first screen ({inner_h} px)"
+    papers = {n.split("/")[0] for n in html.answers([], html.full_evidence(ROOT / "docs" / "results"))}
+    assert len(answer_rows) == len(papers) >= 3
+    for prefix in papers:
+        assert any(html.paper_of(prefix + "/") in r for r in answer_rows), prefix
+    # the full height, also without horizontal scroll (screenshot kept as a test artefact)
+    _viewport(browser, 1280, min(height + 50, 16000))
+    assert browser.execute_script("return document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+    browser.save_screenshot(str(ARTIFACTS / "report_index_1280_full.png"))
+    print(f"page height at 1280 px: {height} px; screenshots: {ARTIFACTS}")
+    _viewport(browser, 1300, 900)
 
     seen = open_and_check(browser, site / "scan-snap__fig4" / "runs" / "fig4" / "index.html", "report_ensemble.png")
     assert any("heatmap_param_Z" in src for src, _ in seen["images"])

@@ -355,3 +355,36 @@ def test_full_under_that_is_not_a_number_is_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["reproduce", "--all", "--quick", "--full-under", "soon", "--evidence", ".", "--out", str(tmp_path / "o")])
     assert e.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+# ---------------------------------------------------------------- the report's own figures
+
+def test_no_colour_repeats_within_a_plot():
+    from tdyn.report import style
+
+    for n in (1, 8, 9, 12, 20, 21, 24, 40):
+        cs = [style.series(i, n=n)["color"] for i in range(n)]
+        assert len(set(cs)) == n, n
+    assert style.series(3, n=5) == {"color": style.PALETTE[3]}
+
+
+def test_run_report_colours_twelve_runs_apart(tmp_path, monkeypatch):
+    """The report's curves of 12 runs: 12 colours, none repeated."""
+    import matplotlib.pyplot as plt
+
+    from tdyn.report import style
+
+    dirs = []
+    for k in range(12):
+        d = tmp_path / f"r{k}"
+        d.mkdir()
+        (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1 / (s + k + 1)}) + "\n" for s in range(5)))
+        dirs.append(d)
+    monkeypatch.setattr(html.runs, "read_metrics",
+                        lambda d: [json.loads(x) for x in (Path(d) / "metrics.jsonl").read_text().splitlines()])
+    seen = []
+    save = style.save
+    monkeypatch.setattr(style, "save", lambda fig, p: (seen.append([ln.get_color() for ln in fig.axes[0].lines]), save(fig, p)))
+    html._curves(dirs, [d.name for d in dirs], tmp_path)
+    assert len(seen[0]) == 12 and len(set(seen[0])) == 12
+    plt.close("all")

@@ -775,10 +775,10 @@ def _curves(run_dirs: list[Path], labels: list[str], assets: Path) -> list[tuple
         nrow = math.ceil(len(ks) / ncol)
         fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.0 * nrow), squeeze=False)
         for ax, k in zip(axes.flat, ks):
-            for m, lab in zip(metrics, labels):
+            for i, (m, lab) in enumerate(zip(metrics, labels)):
                 pts = [(r["step"], r[k]) for r in m if isinstance(r.get(k), (int, float))]
-                if pts:
-                    ax.plot(*zip(*pts), label=lab, lw=1.2)
+                if pts:   # a colour of its own for every run (and a marker past 8)
+                    ax.plot(*zip(*pts), label=lab, lw=1.2, **style.series(i, n=len(metrics)))
             pos = [r[k] for m in metrics for r in m if isinstance(r.get(k), (int, float)) and r[k] > 0]
             if k == "loss" and pos and max(pos) / min(pos) > 100:
                 ax.set_yscale("log")

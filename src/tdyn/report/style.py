@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import matplotlib
+import matplotlib.colors
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -15,11 +16,24 @@ SEQUENTIAL = "viridis"
 _MARKERS = "osD^v<>pXh"
 
 
-def series(i: int, marker: str | None = None) -> dict:
+def colors(n: int) -> list:
+    """``n`` colours, none repeated: the palette for up to 8, matplotlib's tab20 for up to 20, beyond
+    that ``n`` evenly spaced hues of a perceptually ordered map (turbo)."""
+    if n <= len(PALETTE):
+        return PALETTE[:n]
+    cmap = matplotlib.colormaps["tab20" if n <= 20 else "turbo"]
+    if n <= 20:   # tab20's pairs (dark, light) taken darks first, so that neighbours differ most
+        order = [*range(0, 20, 2), *range(1, 20, 2)]
+        return [matplotlib.colors.to_hex(cmap(k)) for k in order[:n]]
+    return [matplotlib.colors.to_hex(cmap(0.04 + 0.92 * k / (n - 1))) for k in range(n)]
+
+
+def series(i: int, marker: str | None = None, n: int | None = None) -> dict:
     """Plot keywords that tell curve ``i`` apart from every other: the palette's colour, and past its
     8 colours a marker as well (``marker``, if the caller draws one, is used for the first 8), so a
-    figure with more than eight curves still has a legend that identifies each."""
-    kw: dict = {"color": PALETTE[i % len(PALETTE)]}
+    figure with more than eight curves still has a legend that identifies each. ``n`` (the number of
+    curves in the plot): past 8, colours from :func:`colors`, so that no colour repeats in the plot."""
+    kw: dict = {"color": colors(n)[i] if n is not None and n > len(PALETTE) and i < n else PALETTE[i % len(PALETTE)]}
     if i >= len(PALETTE):
         options = [m for m in _MARKERS if m != marker]
         kw |= {"marker": options[(i // len(PALETTE) - 1) % len(options)], "markevery": 0.1 if marker is None else None}
