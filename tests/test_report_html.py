@@ -276,6 +276,11 @@ def test_the_page_leads_with_the_full_setting_answer(tmp_path, fake_experiments,
     ev = _evidence(tmp_path)
     out = tmp_path / "demo"
     page, _ = reproduce_all(out, quick=True, names=["test/fake"], evidence=ev, progress=False)
+    from tdyn.cli import _print_answer
+
+    _print_answer(out, ev)
+    printed = capsys.readouterr().out
+    assert "test/fake: quick, made here: 1 / 1 / 0; full, shipped (ev/test__fake): 2 / 0 / 0; 1 of 3 quick verdicts differ" in printed
     text = page.read_text()
     # the answer first: per paper, its claims at full settings from the shipped evidence, then what did not hold
     assert text.index('id="answer"') < text.index('id="not-held"') < text.index('id="here"') < text.index('id="derived"') \
@@ -305,7 +310,7 @@ def test_the_page_leads_with_the_full_setting_answer(tmp_path, fake_experiments,
     assert 'id="answer"' in html.build_index(out).read_text() and "2 shipped" in (out / "index.html").read_text()
 
 
-def test_full_under_runs_the_cheap_ones_at_full_settings(tmp_path, fake_experiments):
+def test_full_under_runs_the_cheap_ones_at_full_settings(tmp_path, fake_experiments, capsys):
     ev = _evidence(tmp_path)
     out = tmp_path / "demo"
     page, _ = reproduce_all(out, quick=True, names=fake_experiments, evidence=ev, full_under=1, progress=False)
@@ -320,6 +325,13 @@ def test_full_under_runs_the_cheap_ones_at_full_settings(tmp_path, fake_experime
     # re-derived here: compared with the shipped verdicts (b fails here, holds there)
     here = text[text.index('id="here"'):text.index('id="reproductions"')]
     assert "full settings: re-derived here" in here and "differ from the shipped full-setting verdicts" in here
+    # the CLI's summary says of each reproduction's verdicts: full or quick, made here or shipped
+    from tdyn.cli import _print_answer
+
+    _print_answer(out, None)                                          # the evidence from the manifest
+    printed = capsys.readouterr().out
+    assert "Paper claims at full settings" in printed and "(1 reproduction(s) made here at full settings, 1 shipped)" in printed
+    assert "test/fake: full, made here: 1 / 1 / 0" in printed and "test/fails: quick, made here: FAILED" in printed
 
 
 @pytest.mark.parametrize("args, why", [
