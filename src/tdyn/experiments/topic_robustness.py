@@ -335,7 +335,7 @@ def trajectory_figure(path: Path, rows: list[dict], title: str) -> None:
     style.apply()
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.4), layout="constrained")
     labels = list(dict.fromkeys(r["variant"] for r in rows))
-    for label, col in zip(labels, style.PALETTE * 3):
+    for label, col in zip(labels, style.colors(len(labels))):
         rs = [r for r in rows if r["variant"] == label]
         steps = np.array([max(t["step"], 1) for t in rs[0]["trajectory"]])
         ratio = np.mean([[t["value_min_topic_contrast"] / t["value_contrast_noise"] for t in r["trajectory"]]
