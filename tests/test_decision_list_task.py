@@ -65,11 +65,12 @@ def test_bound_reading_definitions_hand_made():
     def row(T, b, t_max=100.0, M=2, L=10):
         return {"L": L, "n": 3, "M": M, "T_sup": T, "t_max": t_max} | {f"bound_gamma_{g}": b for g in GAMMAS}
 
-    assert _bound_reading([row(1.0, 2.0), row(0.0, 2.0)], "T_sup", "1")["verdict"] == "holds"
-    r = _bound_reading([row(0.0, 2.0), row(3.0, 2.0)], "T_sup", "1")
+    assert _bound_reading([row(1.0, 2.0), row(0.0, 2.0)], "T_sup", "delta")["verdict"] == "holds"
+    r = _bound_reading([row(0.0, 2.0), row(3.0, 2.0)], "T_sup", "delta")
     assert r["verdict"] == "fails" and r["numbers"]["worst"]["T_sup"] == 3.0      # T = 0 is not the worst
-    assert _bound_reading([row(None, 2.0, t_max=50.0)], "T_sup", "1")["verdict"] == "fails"   # t_max ≥ bound
-    assert _bound_reading([row(None, 200.0, t_max=50.0)], "T_sup", "1")["verdict"] == "inconclusive"
+    assert r["numbers"]["family"] == "determining-event"
+    assert _bound_reading([row(None, 2.0, t_max=50.0)], "T_sup", "joint")["verdict"] == "fails"   # t_max ≥ bound
+    assert _bound_reading([row(None, 200.0, t_max=50.0)], "T_sup", "pattern")["verdict"] == "inconclusive"
     assert _gamma_max([row(2.0, 1.0, M=2, L=10)], "T_sup") == pytest.approx(4 * 2 / (2.0 * math.log(10)))
 
 
@@ -79,10 +80,14 @@ def test_inside_claim_readings_hand_made():
     from tdyn.experiments.decision_list_claim2 import _inside_claim
 
     base = {"steps": 100, "max_eta_lambda_to_kstar": 1.0, "L": 30, "n": 29, "M": 2, "eps": 5.0, "L0": 3.4,
-            "A_lo": 2.2, "A_hi": 2.3, "v_drift_max": 0.0}
+            "A_lo": 2.2, "A_hi": 2.3, "v_drift_max": 0.0, "c": 1e5}
     st = {"inside": [(30, 29, 2)]}
-    c = _inside_claim([base | {"k_star": 5, "step_range_hi": 10.0, "k_bound": 8.0}], st)
-    assert c["verdict"] == "holds"
+    c = _inside_claim([base | {"k_star": 5, "step_range_hi": 10.0, "k_bound": 8.0},
+                       base | {"k_star": 7, "step_range_hi": 12.0, "k_bound": 9.0, "v_drift_max": 3e-9}], st)
+    assert c["verdict"] == "holds" and c["source"] == "paper" and "encounters a t" in c["quote"]
+    lim = c["numbers"]["existence_only"]
+    assert (lim["v_drift_max"], lim["k_star_max"], lim["window_lo_min"]) == (3e-9, 7, 8.0)
+    assert "V moves by at most 3e-09" in c["claim"] and "k* ≤ 7 steps" in c["claim"] and "≥ 8 steps" in c["claim"]
     c = _inside_claim([base | {"k_star": 9, "step_range_hi": 10.0, "k_bound": 8.0}], st)
     assert c["verdict"] == "inconclusive" and [r["verdict"] for r in c["readings"]] == ["holds", "fails"]
     c = _inside_claim([base | {"k_star": 50, "step_range_hi": 10.0, "k_bound": 8.0}], st)
@@ -111,7 +116,11 @@ def test_quick_claim1_verdicts(tmp_path):
     assert c["result1_B_strict"]["verdict"] == "holds"
     a = c["result1_A_strict"]
     assert a["verdict"] == "inconclusive"
-    assert a["numbers"]["holds_under"] == ["pattern"] and a["numbers"]["fails_under"] == ["1", "delta", "joint"]
+    assert a["numbers"]["holds_under"] == ["pattern"] and a["numbers"]["fails_under"] == ["delta", "joint"]
+    assert a["numbers"]["by_family"] == {"multiplicity-pattern": "holds", "determining-event": "fails"}
+    assert "fails if γ is a determining-event mass" in a["reason"] and a["source"] == "paper" and a["quote"]
+    assert c["result1_B_kappa_0.1"]["source"] == "derived" and c["law_1_over_logL_A"]["source"] == "derived"
+    assert all(c_["source"] in ("paper", "derived") for c_ in r["claims"])
     assert all(x["M"] == 1 for x in r["degenerate_M1"]) and r["degenerate_M1"]
     assert {f.name for f in out.glob("*.png")} >= {"claim1_tsup_logL.png", "claim1_overtaking.png",
                                                    "claim1_tsup_vs_n_M.png"}
@@ -227,3 +236,27 @@ def test_claim2_reproduction_resumes(cli, tmp_path):
     assert (out / "claim2.csv").read_text() == csv_ref
     new = json.loads((out / "results.json").read_text())
     assert [c["verdict"] for c in new["claims"]] == [c["verdict"] for c in ref["claims"]]
+
+
+def test_gamma_families_and_gamma_needed_hand_computed():
+    """Result (1)'s γ readings at (L, n, M) = (10, 3, 2), by hand (docs/reproductions/decision-lists.md#delta-and-gamma):
+    B: p(k=1|q) = C(8,1)/C(9,2) = 2/9 = δ, δ/L = 1/45, rarest presence pattern (a_1 present, one other token)
+    (1/10)·C(8,1)/C(9,2) = 1/45; A: δ = 1 − (9/10)² = 0.19, δ/L = 0.019, rarest multiplicity pattern
+    (q three times, or a_1 twice and q once) 10⁻³. γ = 1 is no reading. γ_needed = 4M/(T log L)."""
+    from tdyn.experiments.decision_list_claim1 import GAMMA_FAMILY, GAMMAS, gamma_needed, gamma_readings
+
+    assert set(GAMMAS) == {"delta", "joint", "pattern"} and "1" not in GAMMAS
+    assert GAMMA_FAMILY == {"delta": "determining-event", "joint": "determining-event",
+                            "pattern": "multiplicity-pattern"}
+    b = gamma_readings(10, 3, 2, "B")
+    assert b["delta"] == pytest.approx(2 / 9, rel=1e-12) and b["joint"] == pytest.approx(1 / 45, rel=1e-12)
+    assert b["pattern"] == pytest.approx(1 / 45, rel=1e-12)
+    a = gamma_readings(10, 3, 2, "A")
+    assert a["delta"] == pytest.approx(0.19, rel=1e-12) and a["joint"] == pytest.approx(0.019, rel=1e-12)
+    assert a["pattern"] == pytest.approx(1e-3, rel=1e-12)
+    assert gamma_needed(2.0, 10, 2) == pytest.approx(8 / (2 * math.log(10)), rel=1e-15)
+    assert gamma_needed(None, 10, 2) is None and gamma_needed(0.0, 10, 2) == math.inf
+    # the bound 4M/(γ log L) holds at a reading iff γ ≤ γ_needed
+    T = 6.294009304741741   # committed T_sup at (A, 10, 3, 2)
+    assert (T <= 4 * 2 / (a["pattern"] * math.log(10))) == (a["pattern"] <= gamma_needed(T, 10, 2))
+    assert (T <= 4 * 2 / (a["delta"] * math.log(10))) == (a["delta"] <= gamma_needed(T, 10, 2))

@@ -72,13 +72,15 @@ def lambda_max0(cfg: dict, start_seed: int = 0) -> float:
 
 def curve(d: Path) -> dict[str, np.ndarray]:
     """A decision-list run's metrics as arrays: step, loss, err_sup, acc_pop, min_margin, perfect, cos_c,
-    perm_recovery, norm_V, drift (max|V − V₀|) and lambda_max (NaN where not measured)."""
+    perm_recovery, norm_V, drift (max|V − V₀|), lambda_max and the upper end of its certified bracket
+    lambda_max_upper (NaN where not measured; runs from before the bracket: lambda_max)."""
     a = runs.Run(d).arrays()
     nan = np.full(len(a["step"]), np.nan)
     return {"step": a["step"].astype(int), "loss": a["loss"],
             **{k: a.get(f"decision_list.classify/{k}", nan) for k in ("err_sup", "acc_pop", "min_margin", "perfect")},
             **{k: a.get(f"decision_list.V/{k}", nan) for k in ("cos_c", "perm_recovery", "drift")},
-            "norm_V": a.get("decision_list.V/norm", nan), "lambda_max": a.get("decision_list.hessian/lambda_max", nan)}
+            "norm_V": a.get("decision_list.V/norm", nan), "lambda_max": a.get("decision_list.hessian/lambda_max", nan),
+            "lambda_max_upper": a.get("decision_list.hessian/lambda_max_upper", a.get("decision_list.hessian/lambda_max", nan))}
 
 
 # ---------------------------------------------------------------- benchmarks

@@ -48,6 +48,8 @@ def ua_settings(quick: bool) -> dict:
 
 
 UA_OPTIMIZERS = ("adam", "gd_1_over_lambda", "gd_fixed")
+QUOTEC = ("we supplement our theorems with empirical results indicating that uniform attention (corresponding to "
+          "W = 0) is sufficient to push V in the direction of P")
 PAPERC = "abstract §II: uniform attention (W = 0) is sufficient to push V in the direction of P"
 
 
@@ -154,6 +156,7 @@ def uniform_attention(ctx: ReproduceContext) -> dict:
               f"At (W,V)=(0,0) the column argmax of −∇_V F recovers π at L = {max(st['grad_L'])} "
               "for every (sampler, n, M) (exact enumeration)",
               all(r["perm_recovery_first_grad"] == 1.0 for r in big),
+              source="paper", quote=QUOTEC,
               paper=PAPERC + " (the first step from W = V = 0, docs/reproductions/decision-lists.md#decision-listuniform-attention derivation)",
               definition="−∇_V F(0, 0) on the exact population loss; recovery = mean_t 1[argmax_r G[r,t] = π(t)]",
               measured="argmax recovery of π from −∇_V F(0,0) at the largest L",
@@ -162,7 +165,11 @@ def uniform_attention(ctx: ReproduceContext) -> dict:
         claim("first_gradient_cosine_rises_with_L",
               "Hypothesis (docs/reproductions/decision-lists.md#decision-listuniform-attention): the centred cosine of −∇_V F(0,0) with P rises with L at fixed (n, M) "
               f"= {st['grad_nM'][0]}", all(np.all(np.diff(v) > 0) for v in by_L.values()),
-              paper="docs/reproductions/decision-lists.md#decision-listuniform-attention hypothesis on the abstract §II claim",
+              source="derived",
+              derived="tdyn's hypothesis: the abstract says uniform attention pushes V toward P, not how the "
+                      "alignment depends on L; tdyn's derivation (the gauge term is constant within a column, "
+                      "self-labels weigh 1/n of each column) suggests it sharpens as L grows",
+              paper=PAPERC + " (its dependence on L: docs/reproductions/decision-lists.md#decision-listuniform-attention)",
               definition="cos_c = cosine of column-centred −∇_V F(0,0) and column-centred P",
               measured="centred cosine of −∇_V F(0,0) with P, vs L, per sampler",
               expected="strictly increasing in L for each sampler", cos_by_L=by_L,
@@ -170,6 +177,7 @@ def uniform_attention(ctx: ReproduceContext) -> dict:
         claim("frozen_W_recovers_P",
               f"W frozen at 0 (uniform attention), V trained from the same V_0 as the joint runs ({setting}): "
               "argmax recovery of π = 1 for every seed and σ at the end, for each optimizer",
+              source="paper", quote=QUOTEC,
               paper=PAPERC,
               definition="recovery = mean_t 1[argmax_r V[r,t] = π(t)] (docs/reproductions/decision-lists.md#decision-listuniform-attention); the optimizer is not given by the "
                          "paper: each is a reading",
@@ -178,7 +186,13 @@ def uniform_attention(ctx: ReproduceContext) -> dict:
         claim("joint_training_perfect",
               f"Joint training of (W, V) from small init ({setting}): perfect classification (Err_sup = 0) at the "
               "end, for each optimizer",
-              paper="docs/reproductions/decision-lists.md#decision-listuniform-attention hypothesis (joint training from small init; the abstract's §II outlook)",
+              source="derived",
+              derived="the abstract leaves full convergence from small random initialization to future work "
+                      "('a tantalizing opportunity in future work to extend these results into a full convergence "
+                      "result beginning from small, random initialization'); tdyn checks whether joint training "
+                      "from small init reaches perfect classification in its setting",
+              paper="abstract §II outlook: a full convergence result beginning from small, random initialization "
+                    "(docs/reproductions/decision-lists.md#decision-listuniform-attention)",
               definition="Err_sup = fraction of misclassified (set, query) pairs, strict argmax (docs/reproductions/decision-lists.md#perfect-classification)",
               measured="Err_sup after the final step of joint training",
               expected="= 0 for every seed, σ and optimizer", readings=joint_rd),

@@ -57,23 +57,36 @@ def _v(ctx: ProbeContext) -> dict[str, torch.Tensor]:
             "norm": V.flatten(1).norm(dim=1), "drift": (V - ctx.task.V0.to(V)).abs().flatten(1).amax(1)}
 
 
+#: a block bracket no wider than this (relative) is taken as λ_max; wider: Lanczos. 10× inside the 1e-9 margin
+#: of result (2)'s check η·λ_max ≤ 1 (docs/reproductions/decision-lists.md#hessian-blocks)
+BRACKET_TOL = 1e-10
+
+
+def lambda_max(model: DecisionListModel, task, types) -> tuple[float, float, str]:
+    """λ_max of one member's population Hessian over (W, V) as (value, certified upper end, method): the per-query
+    block bracket (``th.hessian_blocks``: the largest W–W block eigenvalue, a lower bound, and a closed-form upper
+    bound) when its relative width is ≤ ``BRACKET_TOL``; otherwise Lanczos to 1e-12, started from the block's top
+    eigenvector (value = upper end). Depends on the iterate only (no warm start carried between steps), so a
+    resumed run measures the same λ as the uninterrupted one."""
+    bb = th.hessian_blocks(model, task, types)
+    if bb.rel_width <= BRACKET_TOL:
+        return bb.lower, bb.upper, "blocks"
+    lam = th.top_hessian_eigenvalue(model, task, types, v0=bb.vector, closed_form=True)
+    return lam, lam, "lanczos"
+
+
 @probe("decision_list.hessian")
 def _hessian(ctx: ProbeContext) -> dict[str, torch.Tensor]:
-    """λ_max of the member's population Hessian over (W, V) (Lanczos, converged to 1e-12 relative): at
-    every step where the member's iterate is not perfect (so at every step before its first perfect
-    iterate k*), and every ``options.every`` steps (0: never on a grid); NaN elsewhere.
-
-    Lanczos is warm-started from the member's previous eigenvector (kept on the task; 7× faster at
-    L = 30). The start vector changes λ only below the 1e-12 tolerance, so a resumed run's λ agrees
-    with the uninterrupted run's to that tolerance (parameters and losses stay bit-identical)."""
+    """λ_max of the member's population Hessian over (W, V) (:func:`lambda_max`): ``lambda_max`` and the upper end
+    of its certified bracket ``lambda_max_upper`` (equal when Lanczos decided it), at every step where the member's
+    iterate is not perfect (so at every step before its first perfect iterate k*), and every
+    ``options.every`` steps (0: never on a grid); NaN elsewhere."""
     every = int(ctx.options.get("every", 0))
     perfect = th.classify(ctx.model, ctx.task.dist, ctx.task.types).perfect
     lam = torch.full((len(perfect),), math.nan, dtype=torch.float64)
-    start = ctx.task.__dict__.setdefault("_lanczos_start", {})
-    with torch.enable_grad():   # the trainer measures under no_grad; the HVPs need autograd
+    up = lam.clone()
+    with torch.enable_grad():   # the trainer measures under no_grad; the Lanczos fallback's HVPs need autograd
         for i in range(len(perfect)):
             if not perfect[i] or (every and ctx.step % every == 0):
-                lam[i], start[i] = th.top_hessian_eigenvalue(
-                    member_model(ctx.model, i), ctx.task.dist, ctx.task.types, v0=start.get(i),
-                    return_vector=True, gen=torch.Generator().manual_seed(0))
-    return {"lambda_max": lam}
+                lam[i], up[i], _ = lambda_max(member_model(ctx.model, i), ctx.task.dist, ctx.task.types)
+    return {"lambda_max": lam, "lambda_max_upper": up}

@@ -570,6 +570,153 @@ def _hvp_operator(model: DecisionListModel, task: DecisionListTask, types: Types
     return matvec, sum(sizes)
 
 
+class HessianOperator:
+    """∇²F over the flattened (W, V) of one member (member 0 of ``model``) in closed form, per (type, query
+    position) (docs/reproductions/decision-lists.md#closed-form-gradients): the forward quantities (attention α,
+    h = Xα, p, r = p − e_y, g̃ = V[:, s]ᵀ r, a = α ⊙ (g̃ − ᾱ·g̃)) are computed once, and each product is a few
+    batched matmuls, with no autograd graph. With w the query column's key scores, U = V[:, s] and
+    J = diag(α) − ααᵀ, ℓ(w, V) = −log softmax(U α)_y has
+
+        ∂ℓ/∂w = J g̃,   ∂ℓ/∂V = r hᵀ,
+        δ(∂ℓ/∂w) = D δw + J (δV[:, s]ᵀ r + Uᵀ δr),   D = diag(a) − a αᵀ − α aᵀ,
+        δ(∂ℓ/∂V) = δr hᵀ + r (X J δw)ᵀ,   δr = (diag p − p pᵀ)(δV h + U J δw),
+
+    weighted by P(type)/n and scattered onto W[s_i, s_j]. Tested against the autograd double-backward product
+    and the dense Hessian (``tests/test_decision_list.py``)."""
+
+    def __init__(self, model: DecisionListModel, task: DecisionListTask, types: Types):
+        W, V = model.W.detach()[0], model.V.detach()[0]
+        s = types.seqs.to(W.device)
+        T, n = s.shape
+        self.L, self.s, self.dtype = W.shape[-1], s, W.dtype
+        y = labels(task, s)
+        self.sk = s[:, :, None].expand(T, n, n)                     # key token of (type, key i, query j)
+        self.sq = s[:, None, :].expand(T, n, n)                     # query token
+        self.alpha = torch.softmax(W[self.sk, self.sq], dim=1)     # (T, n_key, n_query)
+        self.U = V[:, s].permute(1, 0, 2)                           # (T, L, n_key): U = V[:, s]
+        self.p = torch.softmax(self.U @ self.alpha, dim=1)          # (T, L, n_query)
+        self.r = self.p.clone()
+        self.r.scatter_add_(1, y[:, None, :], -torch.ones_like(y[:, None, :], dtype=W.dtype))
+        g = self.U.transpose(1, 2) @ self.r                         # (T, n_key, n_query): g̃
+        self.a = self.alpha * (g - (self.alpha * g).sum(1, keepdim=True))
+        self.omega = (types.prob.to(W) / n)[:, None, None]          # weight of (type, query position)
+        self.h = self._tokens(self.alpha)                           # (T, L, n_query): h = Xα
+        self.size = 2 * self.L * self.L
+
+    def _tokens(self, x: torch.Tensor) -> torch.Tensor:
+        """(T, n_key, n_query) over key positions → (T, L, n_query) over tokens: X x."""
+        T, n, _ = x.shape
+        return torch.zeros(T, self.L, n, dtype=x.dtype).scatter_add_(1, self.sk, x)
+
+    def _J(self, x: torch.Tensor) -> torch.Tensor:
+        return self.alpha * (x - (self.alpha * x).sum(1, keepdim=True))
+
+    def matvec_tensors(self, dW: torch.Tensor, dV: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(∇²F (dW, dV)) as (W part, V part), each L × L."""
+        dw = dW[self.sk, self.sq]                                   # (T, n_key, n_query)
+        Jdw = self._J(dw)
+        dz = dV @ self.h + self.U @ Jdw                             # (T, L, n_query)
+        dr = self.p * (dz - (self.p * dz).sum(1, keepdim=True))
+        Ddw = self.a * dw - self.a * (self.alpha * dw).sum(1, keepdim=True) - self.alpha * (self.a * dw).sum(1, keepdim=True)
+        dU = dV[:, self.s].permute(1, 0, 2)                         # δV[:, s]
+        gw = self.omega * (Ddw + self._J(dU.transpose(1, 2) @ self.r + self.U.transpose(1, 2) @ dr))
+        HW = torch.zeros(self.L, self.L, dtype=self.dtype).index_put_((self.sk, self.sq), gw, accumulate=True)
+        om = self.omega
+        HV = torch.einsum("tlq,tmq->lm", om * dr, self.h) + torch.einsum("tlq,tmq->lm", om * self.r, self._tokens(Jdw))
+        return HW, HV
+
+    def matvec(self, v) -> np.ndarray:
+        v = torch.as_tensor(np.asarray(v, dtype=np.float64).reshape(-1)).to(self.dtype)
+        LL = self.L * self.L
+        HW, HV = self.matvec_tensors(v[:LL].reshape(self.L, self.L), v[LL:].reshape(self.L, self.L))
+        return torch.cat([HW.reshape(-1), HV.reshape(-1)]).double().numpy()
+
+
+@dataclasses.dataclass
+class BlockBound:
+    """λ_max of the population Hessian over (W, V) bracketed by its per-query structure
+    (docs/reproductions/decision-lists.md#hessian-blocks): ``lower`` = the largest eigenvalue of the W–W block,
+    which is block-diagonal over the query columns W[:, q] (one L × L block per query; a principal submatrix, so
+    λ_max ≥ it), ``upper`` = the largest eigenvalue of [[lower, β], [β, c_up]] with β ≥ ‖∇²_{WV} F‖ and
+    c_up ≥ λ_max(∇²_{VV} F) (both bounded in closed form), so λ_max ≤ it. ``vector``: the top eigenvector of the
+    W–W block, embedded in (W, V) (V part 0)."""
+
+    lower: float
+    upper: float
+    beta: float
+    c_up: float
+    vector: np.ndarray
+
+    @property
+    def rel_width(self) -> float:
+        return (self.upper - self.lower) / abs(self.lower) if self.lower else math.inf
+
+
+def hessian_blocks(model: DecisionListModel, task: DecisionListTask, types: Types) -> BlockBound:
+    """The W–W blocks of ∇²F (member 0) in closed form, one per query q, and the bounds of :class:`BlockBound`
+    (docs/reproductions/decision-lists.md#hessian-blocks).
+
+    In token space a position with query q has attention α̃ = h (α summed over the key positions of each token),
+    logits z = V α̃, output p, r = p − e_y, g = Vᵀ r, ã = α̃ ⊙ (g − α̃·g), J̃ = diag(α̃) − α̃α̃ᵀ and G̃ = V J̃, whose
+    column t is α̃_t (V[:, t] − z). With weight ω = P(type)/n per (type, position),
+
+        A_q = Σ_{(type, j): s_j = q} ω (G̃ᵀ Σ_p G̃ + diag(ã) − ã α̃ᵀ − α̃ ãᵀ),   Σ_p = diag p − ppᵀ,
+
+    assembled as one Gram matrix per q (rows √(ω p_l) (G̃[l, :] − pᵀG̃), centred: no cancellation). ‖∇²_{WV}F‖ ≤ β = sqrt(Σ_q β_q²) with
+    β_q = Σ ω (‖Σ_p G̃‖_F ‖h‖ + ‖r‖ ‖J̃‖_F) (one (type, j) maps δW[:, q] to (Σ_p G̃ δw) hᵀ + r (J̃ δw)ᵀ);
+    λ_max(∇²_{VV}F) ≤ Σ ω (1 − ‖p‖²) ‖h‖² (each term Σ_p ⊗ hhᵀ is PSD with that trace)."""
+    op = HessianOperator(model, task, types)
+    L, dt = op.L, op.dtype
+    V = model.V.detach()[0]
+    T, n = op.s.shape
+    N = T * n
+    at = op.h.transpose(1, 2).reshape(N, L)                       # α̃ per (type, position)
+    pt = op.p.transpose(1, 2).reshape(N, L)
+    rt = op.r.transpose(1, 2).reshape(N, L)
+    om = op.omega.expand(T, 1, n).reshape(N)
+    q = op.s.reshape(N)
+    z = at @ V.T                                                   # (N, L) logits
+    g = rt @ V                                                     # (N, L): g = Vᵀ r
+    a = at * (g - (at * g).sum(1, keepdim=True))
+    m = pt @ V                                                     # (N, L): pᵀ V
+    pz = (pt * z).sum(1, keepdim=True)
+    # ‖Σ_p G̃‖_F²: column t is α̃_t (Σ_p V[:, t] − w), w = Σ_p z
+    w = pt * (z - pz)
+    p2 = pt * pt
+    SV2 = p2 @ (V * V) - 2 * m * (p2 @ V) + m * m * p2.sum(1, keepdim=True)     # ‖Σ_p V[:, t]‖²
+    wSV = (w * pt) @ V - m * (w * pt).sum(1, keepdim=True)                       # w · Σ_p V[:, t]
+    col2 = (SV2 - 2 * wSV + (w * w).sum(1, keepdim=True)).clamp_min(0)
+    S_F = ((at * at) * col2).sum(1).sqrt()
+    s2 = (at * at).sum(1)
+    J_F = (s2 - 2 * (at ** 3).sum(1) + s2 * s2).clamp_min(0).sqrt()
+    hn, rn = at.norm(dim=1), rt.norm(dim=1)
+    beta_q = torch.zeros(L, dtype=dt).index_add_(0, q, om * (S_F * hn + rn * J_F))
+    c_up = float((om * (1 - (pt * pt).sum(1)) * hn * hn).sum())
+    A = torch.zeros(L, L, L, dtype=dt)
+    order = torch.argsort(q, stable=True)
+    bounds = torch.searchsorted(q[order], torch.arange(L + 1))
+    for qq in range(L):
+        sel = order[bounds[qq]:bounds[qq + 1]]
+        if len(sel) == 0:
+            continue
+        ats, ws = at[sel], om[sel]
+        # G̃ᵀ Σ_p G̃ = Σ_l p_l (G̃_l − pᵀG̃)(G̃_l − pᵀG̃)ᵀ: rows centred under p (no cancellation)
+        cen = (V[None] - m[sel][:, None, :]) - (z[sel] - pz[sel])[:, :, None]                    # (Nq, L, L)
+        R = ((ws[:, None] * pt[sel]).sqrt()[:, :, None] * cen * ats[:, None, :]).reshape(-1, L)
+        wa = ws[:, None] * a[sel]
+        A[qq] = R.T @ R + torch.diag(wa.sum(0)) - wa.T @ ats - ats.T @ wa
+    A = 0.5 * (A + A.transpose(1, 2))
+    evals, evecs = torch.linalg.eigh(A)                            # per query block
+    qstar = int(evals[:, -1].argmax())
+    lower = float(evals[qstar, -1])
+    beta = float(beta_q.norm())
+    mid, half = 0.5 * (lower + c_up), 0.5 * (lower - c_up)
+    upper = max(lower, mid + math.sqrt(half * half + beta * beta))
+    vec = torch.zeros(2, L, L, dtype=torch.float64)
+    vec[0, :, qstar] = evecs[qstar, :, -1]
+    return BlockBound(lower, upper, beta, c_up, vec.reshape(-1).numpy())
+
+
 def dense_hessian(model: DecisionListModel, task: DecisionListTask, types: Types) -> torch.Tensor:
     """The full population Hessian over the flattened (W, V) (2L² × 2L²), one HVP per basis vector."""
     matvec, N = _hvp_operator(model, task, types)
@@ -578,14 +725,20 @@ def dense_hessian(model: DecisionListModel, task: DecisionListTask, types: Types
 
 def top_hessian_eigenvalue(model: DecisionListModel, task: DecisionListTask, types: Types, *,
                            tol: float = 1e-12, v0: np.ndarray | None = None,
-                           return_vector: bool = False, gen: torch.Generator | None = None):
+                           return_vector: bool = False, gen: torch.Generator | None = None,
+                           closed_form: bool = False):
     """λ_max of ∇²F over (W, V) (one member): the largest *algebraic* eigenvalue, by Lanczos (ARPACK
     ``eigsh``, which='LA') on Hessian-vector products, run to convergence (relative ``tol``). ``v0``
-    warm-starts it (e.g. the previous step's eigenvector); with ``return_vector`` returns (λ, vector).
+    warm-starts it (e.g. the previous step's eigenvector); with ``return_vector`` returns (λ, vector);
+    ``closed_form``: products by :class:`HessianOperator` instead of autograd double backprop.
     (100 power iterations, the earlier method, came out up to 1% low.)"""
     from scipy.sparse.linalg import LinearOperator, eigsh
 
-    matvec, N = _hvp_operator(model, task, types)
+    if closed_form:   # the closed-form product (HessianOperator): the same operator to 1e-16, no autograd graph
+        op = HessianOperator(model, task, types)
+        matvec, N = op.matvec, op.size
+    else:
+        matvec, N = _hvp_operator(model, task, types)
     if v0 is None:
         g = gen if gen is not None else torch.Generator().manual_seed(0)
         v0 = torch.randn(N, generator=g, dtype=torch.float64).numpy()
