@@ -190,7 +190,8 @@ def _print_claims(results: dict) -> None:
     from tdyn.report.verdicts import SOURCE_LABEL, by_source, count_line
     claims = results.get("claims", [])
     if claims:
-        print(count_line(claims) + (" — quick settings" if results.get("quick") else ""))
+        print(count_line(claims) + (" — quick settings (a check that it runs, not a verdict on the paper)"
+                                    if results.get("quick") else " — full settings"))
     for src, cs in by_source(claims).items():
         if cs:
             print(f" {SOURCE_LABEL[src]}:")
@@ -214,19 +215,27 @@ def _print_answer(out: Path, evidence) -> None:
     ans = html.answers(here, ev)
     if not ans:
         return
+    here_word = "made here" if manifest else f"in {out}"
     print("\nPaper claims at full settings (holds / fails / inconclusive):")
     for prefix, names in html._by_paper(ans).items():
-        n = counts([c for x in names for c in by_source(ans[x]["res"].get("claims", []))["paper"]])
+        split = by_source([c for x in names for c in ans[x]["res"].get("claims", [])])
+        n, old = counts(split["paper"]), counts(split.get(None, []))
         n_here = sum(ans[x]["origin"] == "here" for x in names)
         print(f"  {html.paper_of(prefix + '/')}: {n['holds']} / {n['fails']} / {n['inconclusive']}"
-              f"  ({n_here} reproduction(s) made here at full settings, {len(names) - n_here} shipped)")
+              + (f" (and without a source, older results: {old['holds']} / {old['fails']} / {old['inconclusive']})"
+                 if split.get(None) else "")
+              + f"  ({n_here} reproduction(s) {here_word} at full settings, {len(names) - n_here} shipped)")
     print("Per reproduction (paper claims holds / fails / inconclusive):")
     for d, res in here:
         name = res.get("experiment", d.name)
         def line(r):
-            n = counts(by_source(r.get("claims", []))["paper"])
-            return f"{n['holds']} / {n['fails']} / {n['inconclusive']}"
-        parts = [f"{setting_of(res)}, made here: " + ("FAILED" if "error" in res else line(res))]
+            split = by_source(r.get("claims", []))
+            n = counts(split["paper"])
+            old = counts(split.get(None, []))
+            return (f"{n['holds']} / {n['fails']} / {n['inconclusive']}"
+                    + (f" (and without a source, older: {old['holds']} / {old['fails']} / {old['inconclusive']})"
+                       if split.get(None) else ""))
+        parts = [f"{setting_of(res)}, {here_word}: " + ("FAILED" if "error" in res else line(res))]
         if ans.get(name, {}).get("origin") == "evidence":
             parts.append(f"full, shipped ({Path(evidence).name}/{ans[name]['dir'].name}): {line(ans[name]['res'])}")
         if setting_of(res) == "quick" and name in ans and "error" not in res:
@@ -264,7 +273,9 @@ def _cmd_report(args) -> int:
     if found:
         from tdyn.experiments.runner import descriptions
 
-        print(f"report: {html.build_index(d, descriptions=descriptions(), evidence=args.evidence)}")
+        page = html.build_index(d, descriptions=descriptions(), evidence=args.evidence)
+        _print_answer(d, args.evidence)
+        print(f"report: {page}")
         return 0
     if args.evidence is not None:
         raise UserError(f"--evidence: {str(d)!r} holds no results.json (the evidence leads a reproductions page)")
