@@ -185,7 +185,9 @@ def test_fig10_judged_at_an_earlier_step(cli, tmp_path):
     for c in eta:       # the ends' reading: η = 1 against η = 5, noise the two cells' in quadrature
         n = c["numbers"]
         assert c["readings"][1]["numbers"]["diff"] == pytest.approx(n["mean"][0] - n["mean"][-1])
-        assert c["readings"][1]["numbers"]["noise"] == pytest.approx((n["noise"][0] ** 2 + n["noise"][-1] ** 2) ** 0.5)
+        # one seed (the quick default): no noise band (tdyn.stats.se is NaN, null in JSON), so nothing is decided
+        assert n["noise"] == [None] * 5 and c["readings"][1]["numbers"]["noise"] is None
+        assert c["verdict"] == "inconclusive" and "no noise band" in c["reason"]
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")} == before   # nothing trained
     steps = {int(line.split(",")[3]) for line in (out / "entropy_curves.csv").read_text().splitlines()[1:]}
     assert steps == {0, 2} and curves != (out / "entropy_curves.csv").read_text()

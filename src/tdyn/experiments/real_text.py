@@ -113,7 +113,7 @@ LI_QUOTE_ATT = ("Through theoretical analysis and experiments, we show that betw
                 "should be more similar, and the average pairwise attention should be larger (§1); the paper's "
                 "attention check on pretrained BERT and Wikipedia is described in "
                 "docs/reproductions/real-text.md#the-papers-wikipedia-pipeline (its code was removed from the release)")
-TOPIC_DEPARTURES = ("Departures (docs/reproductions/real-text.md#real-topic-embeddings): a pretrained MiniLM instead of "
+TOPIC_DEPARTURES = ("Departures (docs/reproductions/real-text.md#realtopic-embeddings): a pretrained MiniLM instead of "
                     "BERT, the offline wiki lead sections / BBC News instead of a Wikipedia dump, K = 12 LDA topics "
                     "instead of 100, the LDA topic words instead of all vocabulary pairs")
 
@@ -234,7 +234,7 @@ LM_GROUPING = ("tdyn's parameter grouping: \"Z\" = the whole attention block (th
                "query and key, so W_V (and the out-projection W_O, which acts on the value path) belongs to Y")
 LM_RATIO_DERIVED = ("tdyn's extrapolation of a Y/Z-model prediction to real text; the paper does not make it: \"in the "
                     "original parameterization, it is not clear how to set η_Y and η_Z properly and we leave it for "
-                    "future work\" (App. G, as quoted in the spec §9.3), and no real-data experiment with separate "
+                    "future work\" (App. G, as quoted in docs/reproductions/real-text.md#wikitext-training-in-the-paper), and no real-data experiment with separate "
                     "rates exists. " + LM_GROUPING + ". The η_Z = 3 cells use η_Y = 6 and 15, beyond the single-rate "
                     "grid (η ≤ 5), where the single-rate runs' attention has already collapsed at η = 4 and 5 "
                     "(entropy_vs_eta in this results.json)")
@@ -316,7 +316,7 @@ def attention_maps(ctx: ReproduceContext) -> dict:
             else f"no noise band: {len(tail)} evaluation(s) in the last quarter of training", source="paper",
             quote="We verify this scan and snap dynamics on synthetic and real-world data (WikiText) (abstract); "
                   "first-layer attention sparsifies and freezes at constant lr (Fig 7, §8, as summarised in the "
-                  "spec's §8 figure inventory)",
+                  "docs/reproductions/scan-snap.md#figures)",
             paper="Tian et al. Fig 7 and §8: the lowest layer's attention becomes sparse on WikiText",
             definition="mean over query positions of the entropy (nats) of layer-0 attention rows on a fixed "
                        "validation window batch; noise = std of that entropy over the last quarter of training. One "
@@ -556,8 +556,8 @@ def _judge_entropy(ctx: ReproduceContext, final_rows: list[dict], curve_rows: li
                               name="the ends", diff=ends[0], noise=ends[1])],
             source="paper",
             quote="validation entropy vs unified η ∈ {1..5}; WikiText-2/-103; 1 layer; 5 seeds ±1 std: entropy "
-                  "decreases with η (Fig 10, App. G, the spec's §8 figure inventory); the paper reports only the "
-                  "trend: a monotone decrease of entropy from η = 1 to η = 5 on both datasets (spec §9.2)",
+                  "decreases with η (Fig 10, App. G, docs/reproductions/scan-snap.md#figures); the paper reports only the "
+                  "trend: a monotone decrease of entropy from η = 1 to η = 5 on both datasets (docs/reproductions/real-text.md#wikitext-training-in-the-paper)",
             paper="Tian et al. Fig 10 (App. G): the validation attention entropy decreases from η = 1 to η = 5 "
                   "(a larger learning rate gives sparser attention; the paper reports the trend only)",
             definition="final layer-0 validation attention entropy, mean over seeds, for each η; " + NOISE_DEF + ". "

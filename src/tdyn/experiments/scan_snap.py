@@ -151,13 +151,13 @@ def fig4(ctx: ReproduceContext) -> dict:
               all(abs(r["loss"][0] - ln_m) < 1e-5 for r in all_runs), source="derived",
               derived="a sanity check of tdyn's model, not a claim of the paper: with zero init every logit is 0, so "
                       "the step-0 loss is ln M exactly when the classifier spans all M ids, as the authors' Model2 "
-                      "does (the spec's derivation)",
+                      "does (docs/reproductions/scan-snap.md#yz-model-as-trained)",
               paper="docs/reproductions/scan-snap.md#yz-model-as-trained derivation (all logits 0 at zero init: the classifier spans all M ids)",
               definition="training loss logged before the first update, every run; stated tolerance 1e-5",
               measured="step-0 training loss of each run", expected="= ln M (within 1e-5) in every run",
               step0_loss=[r["loss"][0] for r in all_runs], ln_M=ln_m, tolerance=1e-5),
         claim("top-distinct", "Attention concentrates on the highest-P(l|n) distinct token", top_ok, source="paper",
-              quote="attention \"concentrates on highest P(l|n) (rightmost)\" (Fig 4 caption, as quoted in the spec §4.2)",
+              quote="attention \"concentrates on highest P(l|n) (rightmost)\" (Fig 4 caption, as recorded in docs/reproductions/scan-snap.md#syn-small-and-syn-medium)",
               paper="Fig 4 caption (attention concentrates on the highest P(l|n), rightmost)",
               definition="argmax over contextual tokens of the final c_n (Eqn 5), per class, every run (all seeds); "
                          "the lead of the argmax over the runner-up is reported",
@@ -176,9 +176,9 @@ def fig4(ctx: ReproduceContext) -> dict:
               drop={word(e): margin(float(np.mean(v)), se(v)) for e, v in drop.items()}),
         claim("larger-eta-y-denser", f"η_Y={fast_e:g} ends with a less sparse map than η_Y={slow_e:g}",
               decide(float(np.mean(dd)), se(dd)), reason="the entropy difference is within 2 SE", source="paper",
-              quote="η_Y = 10 converges faster to a less sparse map (Fig 4, right vs left; the spec's §8 figure "
-                    "inventory); at fixed η_Z, a larger η_Y gives a smaller B_n after t₀ and a denser map "
-                    "(§6 prediction (c), spec §6.3)",
+              quote="η_Y = 10 converges faster to a less sparse map (Fig 4, right vs left; "
+                    "docs/reproductions/scan-snap.md#figures); at fixed η_Z, a larger η_Y gives a smaller B_n after t₀ and a denser map "
+                    "(§6 prediction (c), docs/reproductions/scan-snap.md#snap-phase-transition)",
               paper="Fig 4 (right vs left); §6 prediction (c)",
               definition="final distinct-token entropy (docs/reproductions/scan-snap.md#distinct-token-entropy), paired per seed: H(fast) − H(slow); 2-SE margin",
               measured="final distinct-token entropy of c_n", expected="H(η_Y=10) > H(η_Y=1) beyond 2 SE",
@@ -187,7 +187,7 @@ def fig4(ctx: ReproduceContext) -> dict:
         claim("larger-eta-y-faster", f"η_Y={fast_e:g} reaches the loss level ln(M)/2 in fewer steps than η_Y={slow_e:g}",
               decide(float(np.mean(df)), se(df)) if se(df) > 0 or np.mean(df) != 0 else None,
               reason="the step difference is within 2 SE", source="paper",
-              quote="η_Y = 10 converges faster to a less sparse map (Fig 4, right vs left; the spec's §8 figure inventory)",
+              quote="η_Y = 10 converges faster to a less sparse map (Fig 4, right vs left; docs/reproductions/scan-snap.md#figures)",
               paper="Fig 4 (η_Y = 10 converges faster)",
               definition="first logged step with training loss ≤ ln(M)/2 (run length if never), paired per seed: "
                          "steps(slow) − steps(fast); 2-SE margin (0 SE when every seed agrees)",
@@ -296,7 +296,7 @@ def fig5(ctx: ReproduceContext) -> dict:
     claims = [
         claim("different-subsets", "Different learning rates (Adam) pick different subsets of distinct tokens",
               source="paper", quote="different lrs pick different subsets of distinct tokens (Fig 5 and its caption, "
-                                    "as summarised in the spec's §8 figure inventory)",
+                                    "as summarised in docs/reproductions/scan-snap.md#figures)",
               paper="Fig 5 and its caption (different η pick different subsets of distinct tokens)",
               definition="the subset a run picks: class 1's distinct tokens holding ≥ 10% of its renormalised "
                          "distinct-token attention c_n at the end (uniform share 1/10); compared between rates with "

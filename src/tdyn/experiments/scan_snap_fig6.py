@@ -220,28 +220,28 @@ def fig6(ctx: ReproduceContext) -> dict:
     claims = [
         claim("entropy-decreases-with-eta-z", "Entropy decreases with η_Z at every ratio (exceptions allowed only in "
               "the noisy 1/2 panel)", v1, reason=r1, source="paper",
-              quote="entropy falls with larger η_Z (Fig 6, the spec's §8 figure inventory); a larger η_Z, or both "
-                    "rates scaled, gives a sparser one (§6 prediction (b), spec §2)",
+              quote="entropy falls with larger η_Z (Fig 6, docs/reproductions/scan-snap.md#figures); a larger η_Z, or both "
+                    "rates scaled, gives a sparser one (§6 prediction (b), docs/reproductions/scan-snap.md#snap-phase-transition)",
               paper="Fig 6; §6 prediction (b) (larger η_Z, sparser attention)",
               definition=defn, measured="H(η_Z) − H(next larger η_Z) per (panel ≠ 1/2, ratio)",
               expected="> 0 beyond 2 SE in every comparison", comparisons=nums(dec),
               comparisons_1_2_panel_not_judged=nums(dec_small)),
         claim("rises-past-ratio-2", "At fixed η_Z, entropy rises once the ratio passes about 2 (ratio-10 entropy "
               "above ratio-2)", v2, reason=r2, source="paper",
-              quote="at fixed η_Z it rises once the ratio passes about 2 (Fig 6, the spec's §8 figure inventory); "
+              quote="at fixed η_Z it rises once the ratio passes about 2 (Fig 6, docs/reproductions/scan-snap.md#figures); "
                     "Empirically, (c) shows only once η_Y/η_Z exceeds about 2, since the theory needs η_Y ≫ η_Z "
-                    "(§8, spec §6.3)",
+                    "(§8, docs/reproductions/scan-snap.md#snap-phase-transition)",
               paper="Fig 6; §6 prediction (c) (shows once η_Y/η_Z > 2, §8)",
               definition=defn, measured=f"H(ratio {rt[-1]:g}) − H(ratio 2) per (panel, η_Z)",
               expected="> 0 beyond 2 SE in every (panel, η_Z)", comparisons=nums(past2)),
         claim("dip-at-ratio-2", "For K ≥ 6 and η_Z ≥ 1 the ratio-2 entropy is below both ratio 1 and ratio 10",
-              v3, reason=r3, source="paper", quote="dip at ratio 2 for K ≥ 6 (Fig 6, the spec's §8 figure inventory)",
+              v3, reason=r3, source="paper", quote="dip at ratio 2 for K ≥ 6 (Fig 6, docs/reproductions/scan-snap.md#figures)",
               paper="Fig 6 (dip at ratio 2 for K ≥ 6)", definition=defn,
               measured="H(ratio 1) − H(ratio 2) and H(ratio 10) − H(ratio 2) (K ≥ 6, η_Z ≥ 1)",
               expected="> 0 beyond 2 SE in every such cell", comparisons=nums(dip)),
         claim("small-panel-rises", "In the 1/2 panel entropy rises with the ratio for η_Z ≤ 1", v4, reason=r4,
               source="paper", quote="in 1/2, entropy rises with the ratio for η_Z ≤ 1 (Fig 6's 1/2 panel, as read "
-                                    "by the spec's acceptance test 6 (iii))",
+                                    "in docs/reproductions/scan-snap.md#scan-snapfig6)",
               paper="Fig 6 (1/2 panel)", definition=defn,
               measured="H(next larger ratio) − H(ratio), 1/2 panel, η_Z ≤ 1",
               expected="> 0 beyond 2 SE at each step of the ratio axis", comparisons=nums(rise)),
@@ -394,7 +394,7 @@ def fig11_12(ctx: ReproduceContext) -> dict:
               f"threshold: descent rate at ratio {rt[0]:g} below ratio {rt[-1]:g} in every (panel, η_Z) cell",
               source="paper", quote="a sparser attention map gives a slower descent of the recall–threshold line; "
                                     "smaller η_Y/η_Z gives a smaller descent rate, hence sparser attention (App G and the "
-                                    "Fig 11 caption, as stated in the spec §7.3)",
+                                    "Fig 11 caption, as stated in docs/reproductions/scan-snap.md#recall-at-threshold)",
               paper="App. G, Fig 11 caption (smaller η_Y/η_Z → smaller descent rate → sparser attention)",
               definition=definition, measured="descent rate per (panel, η_Z, ratio), per seed",
               expected=f"rate(ratio {rt[0]:g}) < rate(ratio {rt[-1]:g}) beyond 2 SE in every cell",
@@ -403,7 +403,7 @@ def fig11_12(ctx: ReproduceContext) -> dict:
               f"η_Z={ez[-1]:g} below η_Z={ez[0]:g} in every (panel, ratio) cell",
               source="paper", quote="a sparser attention map gives a slower descent of the recall–threshold line; "
                                     "larger η_Z gives a smaller descent rate, hence sparser attention (App G and the "
-                                    "Fig 12 caption, as stated in the spec §7.3)",
+                                    "Fig 12 caption, as stated in docs/reproductions/scan-snap.md#recall-at-threshold)",
               paper="App. G, Fig 12 caption (larger η_Z → smaller descent rate → sparser attention)",
               definition=definition, measured="descent rate per (panel, ratio, η_Z), per seed",
               expected=f"rate(η_Z={ez[-1]:g}) < rate(η_Z={ez[0]:g}) beyond 2 SE in every cell",

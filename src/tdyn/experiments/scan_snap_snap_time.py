@@ -373,8 +373,7 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
         inside_nums[key] = {"switch": m, "se": sd, "lo": rs[0]["remark1_lo"], "hi": rs[0]["remark1_hi"],
                             "above_lo_not_judged": stats.word(lo_v)}
     in_held, in_why = every_cell(inside)
-    beyond = ("the paper never compares t₀ or t'₀ with a training run (spec §5.3: \"The paper never compares t₀ with "
-              "an experiment; tdyn adds that comparison\"): tdyn measures Thm 4's two times in training, with "
+    beyond = ("the paper never compares t₀ or t'₀ with a training run (docs/reproductions/scan-snap.md#departures): tdyn measures Thm 4's two times in training, with "
               "markers of its own")
     claims = [
         claim("decoder-switch-constant", "Thm 4's setting: the decoder switch (p(correct) = ½) comes at Lemmas 5–6's "
@@ -434,7 +433,7 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
         claim("stage-switch-interval", "The paper's data: the decoder switch comes no later than K ln M/((1−ρ)η_Y) "
               "(correlated classes train at the effective rate (1−ρ)η_Y); judged on that upper end only",
               in_held, reason=in_why, source="derived",
-              derived="the spec's hypothesis (§6.5: the switch \"lies between K ln M/η_Y and K ln M/((1−ρ)η_Y)\"), built "
+              derived="tdyn's hypothesis (docs/reproductions/scan-snap.md#theory-on-trained-models: the switch \"lies between K ln M/η_Y and K ln M/((1−ρ)η_Y)\"), built "
                       "on Remark 1's effective rate; the paper states no such interval. Only the upper end is judged: "
                       "the lower end cannot fail here (with ρ > 0 the classes train more slowly than uncorrelated "
                       "ones, whose switch is already Lemma 6's ≈ 1.23·t'₀), so its side is reported per cell "

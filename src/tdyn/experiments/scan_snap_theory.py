@@ -74,7 +74,7 @@ def fig3(ctx: ReproduceContext) -> dict:
     claims = [
         claim("t0-values", "t₀ = 2K ln M/η_Y = 276.3, 138.2, 69.1, 27.6 for η_Y = 0.5, 1, 2, 5 (docs/reproductions/scan-snap.md#theory-simulations)",
               bool(np.allclose(list(t0s.values()), [276.3, 138.2, 69.1, 27.6], atol=0.05)), source="derived",
-              derived="a check of tdyn's closed form t₀ = 2K ln M/η_Y against the values the spec derives for Fig 3's "
+              derived="a check of tdyn's closed form t₀ = 2K ln M/η_Y against the values docs/reproductions/scan-snap.md#theory-simulations derives for Fig 3's "
                       "settings (the paper marks these times in Fig 3 but prints no values): arithmetic, not a finding",
               paper="Thm 4 (t₀ = 2K ln M/η_Y); Fig 3's marked snap times", tolerance=0.05,
               definition="t₀ = 2K ln M/η_Y with the (1 + o(1)) factor dropped, against the values of docs/reproductions/scan-snap.md#theory-simulations rounded to 0.1 "
@@ -83,8 +83,8 @@ def fig3(ctx: ReproduceContext) -> dict:
               expected="276.3, 138.2, 69.1, 27.6 (within ±0.05)", t0=list(t0s.values())),
         claim("smaller-eta-y-larger-chi", "Smaller η_Y gives a larger χ at t = 700 (Fig 3), for every C0 tried",
               all(bool(np.all(np.diff(v) < 0)) for v in order.values()), source="paper",
-              quote="smaller η_Y → later t₀, larger χ (Fig 3, the spec's §8 figure inventory; spec §6.4: the only "
-                    "checkable claim is the ordering)",
+              quote="smaller η_Y → later t₀, larger χ (Fig 3, docs/reproductions/scan-snap.md#figures; "
+                    "docs/reproductions/scan-snap.md#theory-simulations: only the ordering is checked)",
               paper="Fig 3 (smaller η_Y → later t₀, larger χ); Thm 4",
               definition="χ upper bound e^{2B_n(t)} = sqrt(1 + 4Γ/C0) at t = 700 from the closed forms (deterministic: "
                          "no noise; the smallest relative gap between neighbouring η_Y is reported as the margin)",
@@ -97,7 +97,7 @@ def fig3(ctx: ReproduceContext) -> dict:
               source="paper",
               quote="this procedure does not lead to winner-takes-all, but decelerates due to a phase transition "
                     "(abstract); Scan (t < t'₀): B_n(t) = O(ln t); Snap (t ≥ t₀): B_n(t) = O(ln ln t) (Thm 4, "
-                    "Eqn 14, spec §6.3)",
+                    "Eqn 14, docs/reproductions/scan-snap.md#snap-phase-transition)",
               paper="Thm 4, Eqn 14 (O(ln t) growth before t'₀, O(ln ln t) after t₀)",
               definition="growth rate d ln χ/d ln t of the closed-form χ bound by a 0.1% finite difference, ratio of its "
                          "values at 2t₀ and t₀/2 (deterministic; threshold ½ chosen for tdyn)",
@@ -109,7 +109,7 @@ def fig3(ctx: ReproduceContext) -> dict:
               all(abs(a) < 0.05 for v in asym.values() for a in v.values()), source="paper",
               quote="Scan (t < t'₀ := K ln M/η_Y): B_n(t) = ¼ ln(C0 + 2(M−1)²/(KM²)·η_Yη_Z t²); Snap (t ≥ t₀ := "
                     "2(1+o(1))K ln M/η_Y): B_n(t) = ¼ ln(C0 + 2K(M−1)²/M²·(η_Z/η_Y)·ln²(Mη_Y t/K)) (Thm 4, Eqn 14, "
-                    "as written in the spec §6.3)",
+                    "as written in docs/reproductions/scan-snap.md#snap-phase-transition)",
               paper="Thm 4, Eqn 14 (scan form for t < t'₀, snap form for t ≥ t₀)", tolerance=0.05,
               definition="relative error of Eqn 14's scan form at 0.1t'₀ and snap form at 20t₀ against the exact "
                          "B_n = ¼ ln(1 + 4Γ/C0) of docs/reproductions/scan-snap.md#snap-phase-transition (stated tolerance 5%)",
@@ -181,7 +181,7 @@ def fig8(ctx: ReproduceContext) -> dict:
     claims = [
         claim("lemma7-bound", "0 ≤ h*(s) − h(s) ≤ 2η_Y/M for every configuration of Fig 8 (Lemma 7)",
               all(v["min_gap"] >= -1e-12 and v["max_gap"] <= v["bound"] for v in stats.values()), source="paper",
-              quote="Lemma 7: 0 ≤ h* − h ≤ 2η_Y/M, and the gap → 0 (Fig 8) (as stated in the spec §6.1)",
+              quote="Lemma 7: 0 ≤ h* − h ≤ 2η_Y/M, and the gap → 0 (Fig 8) (as stated in docs/reproductions/scan-snap.md#decoder-dynamics)",
               paper="Lemma 7; Fig 8",
               definition="h*(s) from Lemma 5's recursion minus h(s) from Lemma 6's equation (bisection, 200 steps), "
                          "every s ≤ 3000 (deterministic; numerical tolerance 1e-12 on the lower bound)",
@@ -190,7 +190,7 @@ def fig8(ctx: ReproduceContext) -> dict:
               max_gap_over_bound={k: v["max_gap"] / v["bound"] for k, v in stats.items()}),
         claim("gap-closes", "The gap h* − h tends to 0 (Fig 8): at the last s it is below 10% of its maximum",
               all(v["final_gap"] < 0.1 * v["max_gap"] for v in stats.values()), source="paper",
-              quote="Lemma 7: 0 ≤ h* − h ≤ 2η_Y/M, and the gap → 0 (Fig 8) (as stated in the spec §6.1)",
+              quote="Lemma 7: 0 ≤ h* − h ≤ 2η_Y/M, and the gap → 0 (Fig 8) (as stated in docs/reproductions/scan-snap.md#decoder-dynamics)",
               paper="Lemma 7 (the gap → 0); Fig 8",
               definition="h* − h at the last s (3000) over its maximum over s (deterministic; threshold 10% chosen for "
                          "tdyn)",
@@ -254,7 +254,7 @@ def fig9(ctx: ReproduceContext) -> dict:
         claim("B-at-t0-independent-of-eta-z", "At fixed ν, B_n(t₀) does not depend on η_Z (Thm 4, Fig 9)",
               all(s < 1e-9 for s in spread.values()), source="paper",
               quote="B_n(t₀) depends only on K, M and ν; at fixed ν it does not depend on η_Z (Fig 9) (Thm 4, as "
-                    "stated in the spec §6.3)",
+                    "stated in docs/reproductions/scan-snap.md#snap-phase-transition)",
               paper="Thm 4 (B_n(t₀) depends on K, M, ν only); Fig 9",
               definition="the exact B_n of docs/reproductions/scan-snap.md#snap-phase-transition at t₀ = 2K ln M/η_Y across η_Z at fixed ν (deterministic; numerical "
                          "tolerance 1e-9 relative)",
@@ -265,7 +265,7 @@ def fig9(ctx: ReproduceContext) -> dict:
               "window (prediction (b): sparser attention)", all(bool(np.all(np.diff(v) > 0)) for v in at_end.values()),
               source="paper",
               quote="(b) Scaling η_Y and η_Z up together gives a larger B_n(∞) and a sparser map (§6 prediction (b), "
-                    "as stated in the spec §6.3)",
+                    "as stated in docs/reproductions/scan-snap.md#snap-phase-transition)",
               paper="§6 prediction (b); Fig 9",
               definition="the exact B_n of docs/reproductions/scan-snap.md#snap-phase-transition at the end of the plotted window vs η_Z at fixed ν (deterministic; the "
                          "smallest step between neighbouring η_Z is reported as the margin)",

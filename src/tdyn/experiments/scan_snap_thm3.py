@@ -118,7 +118,7 @@ def thm3(ctx: ReproduceContext) -> dict:
         claim("invariant-cv", "Long sequences, plain SGD: per class, the invariant's coefficient of variation over "
               "the 10 distinct tokens is ≤ 0.1 at the end (docs/reproductions/scan-snap.md#scan-snapthm3)", decide(cv_diff, cv_se),
               reason="the worst-class CV is within 2 SE of 0.1", source="derived",
-              derived="tdyn's quantitative consequence of Thm 3 (the spec's derivation from Eqn 108–111: ż_l ∝ "
+              derived="tdyn's quantitative consequence of Thm 3 (docs/reproductions/scan-snap.md#attention-dynamics, from Eqn 108–111: ż_l ∝ "
                       "P(l|n)² e^{2z_l} with a factor shared by the class's distinct tokens, so (1 − e^{−2z})/P(l|n)² "
                       "is equal across them); the paper states the ordering and the bounds on χ, not this invariant, "
                       "and tests neither in training. The CV ≤ 0.1 tolerance is tdyn's",
@@ -135,7 +135,7 @@ def thm3(ctx: ReproduceContext) -> dict:
               quote="Every distinct token l of class n has ż_{ψ(n),l} = η_Z f_{nl}² ξ_n > 0 (Thm 2 (a)); [the] common "
                     "token has ż_{ml} < 0 (Thm 2 (b), Cor 2); Among distinct tokens, it progressively drops attention "
                     "weights, following the order of low to high co-occurrence (abstract) (Thm 2 as stated in the "
-                    "spec §6.2)",
+                    "docs/reproductions/scan-snap.md#attention-dynamics)",
               paper="Thm 2 (a), (b) / Cor 2; Thm 3 (scan order by P(l|n))",
               definition="final query-row logits: min distinct logit and −max common logit (mean over seeds, 2-SE "
                          "margin above 0); Spearman(z, P(l|n)) over each class's distinct tokens > 0.999 in every seed",
@@ -146,7 +146,7 @@ def thm3(ctx: ReproduceContext) -> dict:
               "than the long-sequence runs", decide(sp_diff, sp_se), reason="the CV difference is within 2 SE",
               source="derived",
               derived="tdyn's contrast, not a claim of the paper: the theory assumes long sequences (Assumption 1b, "
-                      "T → ∞); the spec's guidance (§6.5) expects the invariant to break at L = 128 (Lemma 2's limit "
+                      "T → ∞); docs/reproductions/scan-snap.md#theory-on-trained-models expects the invariant to break at L = 128 (Lemma 2's limit "
                       "fails when P(l|n)·T ≈ 1) and momentum to spread it",
               paper="docs/reproductions/scan-snap.md#theory-on-trained-models (Lemma 2's long-sequence limit fails when P(l|n)·T ≈ 1)",
               definition="per seed, the mean over classes of the final CV; difference of the seed means (L = 128 "
