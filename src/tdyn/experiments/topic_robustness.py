@@ -21,6 +21,7 @@ Judged on the right object (issue 32):
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from pydantic import Field
 
 from tdyn import runs, stats
 from tdyn.data.lda import NUM_SPECIAL
+from tdyn.errors import ConfigError
 from tdyn.experiments.common import claim, decide
 from tdyn.experiments import topic_quotes as quotes
 from tdyn.experiments.registry import ReproduceContext, register
@@ -94,15 +96,17 @@ def _provenance(label: str, quote: str, paper: str) -> dict[str, str]:
 # ---------------------------------------------------------------- measuring one run
 
 
-def _probe_docs(dc) -> dict[str, torch.Tensor]:
+def _probe_docs(dc, device: str = "cpu") -> dict[str, torch.Tensor]:
     pb = dataset(dc).probe_batch()
-    return {"tokens": pb["clean_tokens"][None], "keys": pb["clean_keys"][None]}
+    return {"tokens": pb["clean_tokens"][None].to(device), "keys": pb["clean_keys"][None].to(device)}
 
 
 @torch.no_grad()
 def layer_gaps(model, docs: dict[str, torch.Tensor], v: int) -> list[tuple[float, float]]:
     """(gap_doc, gap_se) of every layer (heads averaged) on the clean probe documents: the corrected
-    same- minus different-topic attention per document, mean and standard error over documents."""
+    same- minus different-topic attention per document, mean and standard error over documents (on the
+    device of ``docs``)."""
+    model = model.to(docs["tokens"].device)
     out = []
     for layer in range(model.cfg.n_layers):
         A = model.attention(docs["tokens"], docs["keys"], layer).mean(2)
@@ -123,11 +127,11 @@ def value_numbers(model, v: int) -> dict[str, float]:
             "wv_layer0_contrast_noise": raw and raw["contrast_noise"]}
 
 
-def trajectory(d: Path, v: int, kq_trained: bool) -> list[dict[str, Any]]:
+def trajectory(d: Path, v: int, kq_trained: bool, device: str = "cpu") -> list[dict[str, Any]]:
     """Per checkpoint of run ``d``: the value path's min per-topic contrast and noise and every layer's
-    attention gap ± SE."""
+    attention gap ± SE (the attention computed on ``device``)."""
     _, dc = member_model(d, 0)
-    docs = _probe_docs(dc)
+    docs = _probe_docs(dc, device)
     rows = []
     for s in runs.checkpoint_steps(d):
         model, _ = member_model(d, s)
@@ -161,7 +165,7 @@ def end_of_stage1(traj: list[dict], onset: float | None) -> dict[str, Any]:
     return before[-1] if before else traj[0]
 
 
-def summarise_run(d: Path) -> dict[str, Any]:
+def summarise_run(d: Path, device: str = "cpu") -> dict[str, Any]:
     """One run (one seed): final loss, the value path at the end and at the end of stage 1, every
     layer's final attention gap, the checkpoint-based stage-2 onset and (W_K, W_Q trained) the stage
     times of ``topic_common.stage_times``."""
@@ -172,10 +176,10 @@ def summarise_run(d: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"final_loss": final(m, "loss"), "dev_loss_probe": final(m, "topic.dev_loss/dev_loss"),
                            "kq_trained": kq, "n_layers": model.cfg.n_layers, "steps": int(m["step"][-1])}
     out |= value_numbers(model, v)
-    traj = trajectory(d, v, kq)
+    traj = trajectory(d, v, kq, device)
     out["trajectory"] = traj
     if kq:
-        for layer, (g, se) in enumerate(layer_gaps(model, _probe_docs(dc), v)):
+        for layer, (g, se) in enumerate(layer_gaps(model, _probe_docs(dc, device), v)):
             out |= {f"gap_layer{layer}": g, f"gap_se_layer{layer}": se}
         onset = persistent_onset(traj, model.cfg.n_layers)
         e1 = end_of_stage1(traj, onset)
@@ -206,12 +210,18 @@ def _variant_configs(variants: dict[str, dict]) -> dict[str, dict]:
             else base for label, base in variants.items()}
 
 
+def run_name(label: str) -> str:
+    """The run directory of a variant under runs/ (from its label: the same whichever variants are selected)."""
+    return "v-" + re.sub(r"[^a-z0-9.]+", "-", label.lower()).strip("-")
+
+
 def _claim_table(ctx: ReproduceContext, variants: dict[str, dict]) -> list[dict]:
-    """Train each variant (run ``v<i>``, one member per seed) and summarise its runs, one row per run."""
+    """Train each variant (run ``run_name(label)``, one member per seed) and summarise its runs, one row per run."""
     rows = []
-    for i, (label, base) in enumerate(_variant_configs(variants).items()):
-        _, dirs = train_runs(ctx, f"v{i}", base)
-        rows += [{"variant": label, "seed": runs.read_meta(d)["seed"]} | summarise_run(d) for d in dirs]
+    for label, base in _variant_configs(variants).items():
+        _, dirs = train_runs(ctx, run_name(label), base)
+        rows += [{"variant": label, "seed": runs.read_meta(d)["seed"]} | summarise_run(d, getattr(ctx, "device", "cpu"))
+                 for d in dirs]
     return rows
 
 
@@ -310,7 +320,8 @@ class RobustnessOptions(Strict):
 
     seeds: int | None = Field(None, ge=1, description=f"seeds per variant (default {SEEDS}; --quick: 1)")
     steps: int | None = Field(None, ge=1, description="training steps of every variant (default 3000; --quick 150)")
-    variants: list[str] | None = Field(None, description="train only these variants (labels as in the table)")
+    variants: list[str] | None = Field(None, description="train only these variants: each a label as in the "
+                                       "table or the start of exactly one label (e.g. bert,dynamic,2 layers)")
 
 
 def _opts(ctx: ReproduceContext) -> RobustnessOptions:
@@ -320,11 +331,13 @@ def _opts(ctx: ReproduceContext) -> RobustnessOptions:
 def _select(variants: dict[str, dict], only: list[str] | None) -> dict[str, dict]:
     if not only:
         return variants
-    missing = [o for o in only if o not in variants]
-    if missing:
-        from tdyn.errors import ConfigError
-        raise ConfigError(f"unknown variant(s) {missing}; known: {list(variants)}")
-    return {k: variants[k] for k in only}
+    out = {}
+    for o in only:
+        hits = [k for k in variants if k == o] or [k for k in variants if k.startswith(o)]
+        if len(hits) != 1:
+            raise ConfigError(f"--variants {o!r} names {len(hits)} variants; known: {', '.join(variants)}")
+        out[hits[0]] = variants[hits[0]]
+    return out
 
 
 def trajectory_figure(path: Path, rows: list[dict], title: str) -> None:
@@ -446,7 +459,7 @@ def reproduce_squared(ctx: ReproduceContext) -> dict:
     rows = _claim_table(ctx, variants)
     files = _tables(ctx, rows, "squared_loss")
     shown = "E2 squared" if "E2 squared" in variants else next(iter(variants))
-    model, _ = member_model(ctx.out / runs.RUNS / f"v{list(variants).index(shown)}")
+    model, _ = member_model(ctx.out / runs.RUNS / run_name(shown))
     W = value_path(model)[0]
     heatmaps(ctx.out / "squared_loss_value.png", {f"W_V ({shown})": W, "W_Vᵀ W_V": W.T @ W},
              10, "E6: stage 1 with the squared loss")
