@@ -55,11 +55,14 @@ def test_stage1_quick(tmp_path):
     assert h["l2_tuned"]["dev_loss"] <= h["unregularised_fit_dev_loss"]
     assert min(res["train_vs_fitted_minimum"]["difference"]) >= -1e-3      # the fitted minimum bounds train loss
     assert all(len(t) > 5 for t in res["r2_over_training"].values())
-    # verdicts at quick settings (300 steps, 2000 documents: undertrained, far from the class's optimum)
-    assert _verdicts(res) == {"e2-train-bound": "fails", "e2-convex": "fails", "e2-blocks": "holds",
+    # verdicts at quick settings (300 steps, 2000 documents: undertrained, far from the class's optimum; one
+    # seed: the seed-noise comparison of e2-convex has no band, so it is inconclusive, issue 32)
+    assert _verdicts(res) == {"e2-train-bound": "fails", "e2-convex": "inconclusive", "e2-blocks": "holds",
                               "e2-blocks-l2": "holds", "e2-form": "inconclusive",
                               "e2-form-unregularised": "inconclusive"}
     assert all(c.get("paper") and c.get("definition") for c in res["claims"])
+    assert {c["id"]: c["source"] for c in res["claims"]}["e2-blocks"] == "paper"
+    assert "single-seed rule" in {c["id"]: c for c in res["claims"]}["e2-convex"]["reason"]
     for f in res["files"]:
         assert (tmp_path / f).stat().st_size > 0
 

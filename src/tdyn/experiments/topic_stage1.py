@@ -295,6 +295,7 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
     floor_ok = min(r["dev_minus_floor"] for r in rows) >= -1e-3
     dev_held = decide(tol - gap_dev, noise_dev) if floor_ok else None
     dev_reason = ("a model's dev loss is below the dev-fit floor: floor fit not converged" if not floor_ok
+                  else "one seed: no seed noise band (the single-seed rule, tdyn.stats)" if not math.isfinite(noise_dev)
                   else "within the noise of the 0.02 band edge")
     setting_note = f"preset {preset}" + (", best-dev checkpoint" if preset == "authors" else ", final state")
 
