@@ -260,3 +260,16 @@ def test_gamma_families_and_gamma_needed_hand_computed():
     T = 6.294009304741741   # committed T_sup at (A, 10, 3, 2)
     assert (T <= 4 * 2 / (a["pattern"] * math.log(10))) == (a["pattern"] <= gamma_needed(T, 10, 2))
     assert (T <= 4 * 2 / (a["delta"] * math.log(10))) == (a["delta"] <= gamma_needed(T, 10, 2))
+
+
+def test_claim2_rows_read_back_as_written(tmp_path):
+    """--rejudge reads claim2.csv back: None, bools, ints and floats as the analysis wrote them."""
+    from tdyn.experiments.decision_list_claim2 import CLAIM2_COLUMNS, _read_rows
+    from tdyn.experiments.decision_list_common import _fmt
+    from tdyn.runs import write_csv
+
+    row = {k: None for k in CLAIM2_COLUMNS} | {"regime": "inside", "L": 30, "k_star": 478, "stays_perfect": True,
+                                                "admissible": False, "v_drift_max": 2.7453519457765196e-09,
+                                                "k_bound": 3457028.6748607517}
+    write_csv(tmp_path / "claim2.csv", [{k: _fmt(row[k]) for k in CLAIM2_COLUMNS}], CLAIM2_COLUMNS)
+    assert _read_rows(tmp_path / "claim2.csv", CLAIM2_COLUMNS) == [row]

@@ -9,7 +9,9 @@ them), and a free-c run where V moves (joint against W-only GD). c, ε and η ar
 
 from __future__ import annotations
 
+import csv
 import math
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -96,6 +98,8 @@ class Claim2Options(Strict):
     eps: list[float] | None = Field(None, description="ε of the exploratory runs")
     eta: list[float] | None = Field(None, description="η factors of the exploratory runs")
     steps: int | None = Field(None, ge=1, description="GD steps of the exploratory runs")
+    rejudge: str | None = Field(None, description="judge the rows (claim2.csv, claim2_free_c.csv) of an earlier run "
+                                "at the same settings found in this directory instead of training")
 
 
 def _plan(seed: int, st: dict) -> list[dict]:
@@ -203,11 +207,33 @@ PAPER2 = "abstract §I.C, result (2): joint GD from W₀ = 0, ‖V₀ − cP‖_
          "for T ∈ [2mℒ₀/(A²η), ε/(2η)] steps encounters a perfectly classifying iterate"
 
 
+def _read_rows(path: Path, columns: list[str]) -> list[dict]:
+    """A claim2 CSV written by :func:`claim2` back as rows: '' → None, True/False → bool, numbers → int/float."""
+    def value(x: str):
+        if x == "":
+            return None
+        if x in ("True", "False"):
+            return x == "True"
+        try:
+            return int(x)
+        except ValueError:
+            try:
+                return float(x)
+            except ValueError:
+                return x
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return [{k: value(r[k]) for k in columns} for r in rows]
+
+
 @register("decision-list/claim2",
           "Result (2): joint GD from W=0, V0 near cP with η <= 1/λ_max encounters a perfectly classifying iterate",
           configs=claim2_plan.configs, options=Claim2Options)
 def claim2(ctx: ReproduceContext) -> dict:
     st = claim2_plan.settings(ctx)
+    src = getattr(ctx.options, "rejudge", None)
+    if src:
+        return _rejudge(ctx, st, Path(src))
     plan = claim2_plan(ctx)
     trained = {j["name"]: train_into(ctx, j["name"], configure(j["config"], ctx.overrides)) for j in plan}
     rows, curves = [], {}
@@ -239,7 +265,35 @@ def claim2(ctx: ReproduceContext) -> dict:
     cA, itA, convA = fixed_point_c(task, th.enumerate_types(task, n, "A"), n, 1.0,
                                    dl.delta_gamma(L, n, M, "A")["delta"], torch.zeros(L, L, dtype=torch.float64))
     _claim2_figure(ctx, curves, free_curves)
+    return _judge(st, rows, free, (L, n, M, cA, itA, convA))
 
+
+def _rejudge(ctx, st: dict, src: Path) -> dict:
+    """The claims judged again on the rows of an earlier run at the same settings (``--rejudge DIR``: its
+    claim2.csv and claim2_free_c.csv, copied here with its claim2.png, which is not redrawn: the curves live in
+    the runs); nothing is trained. The sampler-A fixed point is recomputed (cheap)."""
+    import shutil
+
+    rows = _read_rows(src / "claim2.csv", CLAIM2_COLUMNS)
+    free = _read_rows(src / "claim2_free_c.csv", FREE_C_COLUMNS)
+    for f in ("claim2.csv", "claim2_free_c.csv", "claim2.png"):
+        if (src / f).exists() and (src / f).resolve() != (ctx.out / f).resolve():
+            shutil.copyfile(src / f, ctx.out / f)
+    L, n, M = st["configs"][0]
+    task = dl.make_task(L, M, seed=ctx.seed)
+    cA, itA, convA = fixed_point_c(task, th.enumerate_types(task, n, "A"), n, 1.0,
+                                   dl.delta_gamma(L, n, M, "A")["delta"], torch.zeros(L, L, dtype=torch.float64))
+    res = _judge(st, rows, free, (L, n, M, cA, itA, convA))
+    res["rejudged_from"] = {"rows": "claim2.csv, claim2_free_c.csv of an earlier run at these settings "
+                                    "(copied here with claim2.png); nothing trained", "runs": len(rows) + 2 * len(free)}
+    return res
+
+
+def _judge(st: dict, rows: list[dict], free: list[dict], fixed_point_A: tuple) -> dict:
+    """claim2's claims from its rows (claim2.csv), the free-c rows (claim2_free_c.csv) and the sampler-A fixed
+    point (L, n, M, c, iterations, converged)."""
+    fc = st["free_c"]
+    L, n, M, cA, itA, convA = fixed_point_A
     inside = [r for r in rows if r["regime"] == "inside" and r["admissible"]]
     claims = [_inside_claim(inside, st),
               _eta_claim(rows)]
