@@ -18,7 +18,12 @@ Definitions (pure functions first, tested on hand-made cases; then the ``topic.s
   deviation of the 10 per-topic values / √T (the noise margin: a real topic block shows in every topic).
 * **Attention gap** (corrected classes, docs/reproductions/topic.md#corrected-attention-classes): per probe
   document the same-topic minus different-topic attention (relative to uniform); ``gap_doc`` its mean over
-  documents, ``gap_se`` the standard error over documents.
+  documents, ``gap_se`` the standard error over documents (``tdyn.stats.se``).
+* **Effective value map** (``effective_value``): the value path of layer 0 from a visible word id to the
+  logits, W_dec W_V Ẽᵀ [|V|, |V|] (columns: input id, rows: output id; Ẽ the embedding table, LN'd in the
+  authors' parameterisation). In the clean setting (one-hot, W_dec = I) it is W_V itself; under uniform
+  attention it is ``tdyn.probes.topic_value.effective_value_map``'s W_eff. ``value_contrast`` is its block
+  contrast, ``value_min_topic`` its smallest per-topic contrast.
 * **W_V half-way** t_V, against a fixed reference, the fitted stage-1 optimum (the convex optimum of the
   uniform-attention model class on the same static masks, docs/reproductions/topic.md#stage-1-reference-optimum),
   in two readings: *structure*: the W_V block-contrast change reaches half of the optimum's block contrast; *loss*:
@@ -26,10 +31,17 @@ Definitions (pure functions first, tested on hand-made cases; then the ``topic.s
   documents. Neither moves with the run length (‖ΔW_V‖ "half of final" did). Also reported, not used in the
   verdict: the *plateau* reading, half of the contrast's own stage-1 plateau, the value at the first logged step
   t_p after which it grows by at most 5% over a doubling of the step count (undefined, None, when it never does: a
-  creeping contrast has no plateau).
-* **Stage-2 onset** t_KQ: the first logged step where the topic-block score κ ≥ ln 1.05 (a same-topic
-  key gets ≥ 5% more attention) *and* κ > 2·kappa_se; the gap reading: gap_doc ≥ 0.05 (5% more than
-  uniform) and > 2·gap_se. Never reached → K/Q never moved above noise → inconclusive.
+  creeping contrast has no plateau). The **stage-1 plateau** (``stage1_plateau``, used by the verdicts) is
+  the end of the contrast's fast rise instead: the first logged step after the interval of fastest growth
+  at which the growth rate between consecutive logged steps has fallen to ≤ 10% of that fastest rate. It
+  exists for a contrast that creeps on without bound under cross-entropy (the audit's runs: W_V's
+  contrast rises to ≈ 1 by step 100 under Adam lr 0.01, then creeps ≈ 0.2 per doubling).
+* **Stage-2 onset** t_KQ: the first logged step from which the topic-block score κ stays ≥ ln 1.05 (a
+  same-topic key gets ≥ 5% more attention) *and* > 2·kappa_se at every later logged step to the end of the
+  run (at least ``PERSIST_MIN`` logged steps); the gap reading: gap_doc ≥ 0.05 (5% more than uniform) and
+  > 2·gap_se, persisting likewise. A first crossing that falls back (under Adam lr 0.01 the gap reached
+  0.046–0.056 at steps 60–66 and was back at 0.01 by step 100) is not an onset; ``persist=False`` gives the
+  first crossing (reported beside). Never reached → inconclusive.
 * **Two stages** (per run, per reading of t_V × reading of t_KQ): t_V < t_KQ; delay factor t_KQ / t_V.
 """
 
@@ -40,13 +52,16 @@ import math
 import numpy as np
 import torch
 
+from tdyn import stats
 from tdyn.probes import ProbeContext, probe
-from tdyn.probes.topic import block_contrast, pair_classes
+from tdyn.probes.topic import block_contrast, clean_class_sums, pair_classes
 
 KAPPA_ONSET = math.log(1.05)      # logits: a same-topic key gets 5% more attention than a different-topic key
 GAP_ONSET = 0.05                  # attention relative to uniform: 5% more on same-topic keys
 PLATEAU_REL = 0.05                # plateau: ≤ 5% growth over a doubling of the step count
 NOISE_K = 2.0                     # margin above noise, as common.decide
+PLATEAU_RATE = 0.1                # stage-1 plateau: growth rate fallen to ≤ 10% of its fastest
+PERSIST_MIN = 3                   # an onset persists over at least 3 logged steps (itself and 2 later)
 
 
 # ---------------------------------------------------------------- pure functions
@@ -78,9 +93,18 @@ def topic_block_score(S: torch.Tensor, v: int, num_special: int) -> dict[str, to
     """κ, its per-topic values and noise (module docstring) of the score matrix S [S, V, V]."""
     bc = block_contrast(key_centred_words(S, num_special), v, 0)
     per = bc["per_topic"]
-    T = per.shape[-1]
-    se = per.std(-1, unbiased=True) / math.sqrt(T) if T > 1 else torch.zeros_like(bc["contrast"])
+    se = torch.tensor([stats.se(row) for row in per.double().tolist()], dtype=per.dtype)   # NaN for one topic
     return {"kappa": bc["contrast"], "kappa_se": se, "kappa_per_topic": per}
+
+
+def gap_per_document(sums: dict[str, torch.Tensor], counts: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``gap_doc`` (mean over documents of the per-document same- minus different-topic attention, NaN
+    documents, where a class is empty, left out) and ``gap_se`` (``tdyn.stats.se`` over those documents),
+    each [S], from per-document class sums and pair counts [S, B]."""
+    g = sums["same_topic"] / counts["same_topic"] - sums["diff_topic"] / counts["diff_topic"]   # [S, B]
+    ms = [stats.mean_se(row) for row in g.double().tolist()]
+    return {"gap_doc": torch.tensor([m for m, _ in ms], dtype=g.dtype),
+            "gap_se": torch.tensor([e for _, e in ms], dtype=g.dtype)}
 
 
 def attention_gap_docs(A: torch.Tensor, tokens: torch.Tensor, keys: torch.Tensor, v: int,
@@ -90,16 +114,9 @@ def attention_gap_docs(A: torch.Tensor, tokens: torch.Tensor, keys: torch.Tensor
     n = keys.sum(-1).to(A.dtype)
     R = A * n[..., None, None]
     m = pair_classes(tokens, v, num_special)
-    per = []
-    for c in ("same_topic", "diff_topic"):
-        s, k = (R * m[c]).sum((-1, -2)), m[c].sum((-1, -2)).to(A.dtype)
-        per.append(s / k)
-    g = per[0] - per[1]                                             # [S, B], NaN where a class is empty
-    ok = ~torch.isnan(g)
-    cnt = ok.sum(1).to(A.dtype)
-    mean = torch.where(ok, g, 0).sum(1) / cnt.clamp(min=1)
-    var = (torch.where(ok, g - mean[:, None], 0) ** 2).sum(1) / (cnt - 1).clamp(min=1)
-    return {"gap_doc": mean, "gap_se": var.sqrt() / cnt.clamp(min=1).sqrt()}
+    sums = {c: (R * m[c]).sum((-1, -2)) for c in ("same_topic", "diff_topic")}
+    counts = {c: m[c].sum((-1, -2)).to(A.dtype) for c in ("same_topic", "diff_topic")}
+    return gap_per_document(sums, counts)
 
 
 def plateau(steps: np.ndarray, x: np.ndarray, rel: float = PLATEAU_REL) -> tuple[float, float] | None:
@@ -128,6 +145,26 @@ def fraction_of_plateau_time(steps: np.ndarray, x: np.ndarray, frac: float = 0.5
     return {"t": float(steps[hit[0]]), "t_plateau": p[0], "plateau": p[1]}
 
 
+def stage1_plateau(steps: np.ndarray, x: np.ndarray, rate: float = PLATEAU_RATE) -> dict[str, float] | None:
+    """The end of x's fast rise (module docstring): the first logged step after the interval of fastest
+    growth at which the growth rate to the next logged step has fallen to ≤ ``rate`` × the fastest;
+    ``{"t_plateau", "plateau"}`` (x there), or None when x never rose or its rise never slowed within the run."""
+    steps, x = np.asarray(steps, float), np.asarray(x, float)
+    ok = np.isfinite(x)
+    steps, x = steps[ok], x[ok]
+    if len(x) < 3:
+        return None
+    r = np.diff(x) / np.diff(steps)
+    i = int(np.argmax(r))
+    if not r[i] > 0:
+        return None
+    slow = np.nonzero(r[i + 1:] <= rate * r[i])[0]
+    if not len(slow):
+        return None
+    j = i + 1 + int(slow[0])
+    return {"t_plateau": float(steps[j]), "plateau": float(x[j]), "peak_rate": float(r[i])}
+
+
 def half_way_time(steps: np.ndarray, x: np.ndarray, ref: float, frac: float = 0.5) -> float | None:
     """First logged step where x has covered ``frac`` of the way from x[0] to the fixed reference ``ref``
     (either direction: a rising contrast or a falling loss); None if never."""
@@ -140,12 +177,21 @@ def half_way_time(steps: np.ndarray, x: np.ndarray, ref: float, frac: float = 0.
 
 
 def onset_time(steps: np.ndarray, x: np.ndarray, se: np.ndarray, threshold: float,
-               k: float = NOISE_K) -> float | None:
-    """First logged step with x ≥ ``threshold`` and x > k·se (an effect of a stated size, above noise);
-    None if never (the quantity never moved above noise)."""
+               k: float = NOISE_K, persist: bool = True, min_steps: int = PERSIST_MIN) -> float | None:
+    """The onset of an effect of a stated size above noise: x ≥ ``threshold`` and x > k·se. ``persist``
+    (default): the first logged step from which that holds at every later logged step to the end of the run,
+    over at least ``min_steps`` logged steps (a transient crossing that falls back does not count); else the
+    first logged step where it holds (the first crossing). None if never (the quantity never moved above
+    noise for good)."""
     x, se = np.asarray(x, float), np.asarray(se, float)
-    hit = np.nonzero((x >= threshold) & (x > k * se))[0]
-    return float(np.asarray(steps, float)[hit[0]]) if len(hit) else None
+    ok = (x >= threshold) & (x > k * se)                     # NaN: False
+    steps = np.asarray(steps, float)
+    if not persist:
+        hit = np.nonzero(ok)[0]
+        return float(steps[hit[0]]) if len(hit) else None
+    bad = np.nonzero(~ok)[0]
+    i = int(bad[-1]) + 1 if len(bad) else 0
+    return float(steps[i]) if len(steps) - i >= max(min_steps, 1) else None
 
 
 def ordering(t_v: float | None, t_kq: float | None) -> dict:
@@ -153,7 +199,8 @@ def ordering(t_v: float | None, t_kq: float | None) -> dict:
     if t_v is None:
         return {"held": None, "reason": "W_V never got half-way to the stage-1 reference within the run", "delay": None}
     if t_kq is None:
-        return {"held": None, "reason": "K/Q never moved above noise (stage-2 onset never reached)", "delay": None}
+        return {"held": None, "reason": "K/Q never moved above noise for good (no persistent stage-2 onset within "
+                "the run)", "delay": None}
     return {"held": t_v < t_kq, "reason": None, "delay": t_kq / t_v if t_v > 0 else math.inf}
 
 
@@ -175,6 +222,16 @@ def model_scores(model) -> torch.Tensor | None:
                             _layer0(model, "b_Q"), _layer0(model, "b_K"), model.cfg.n_heads)
 
 
+def effective_value(model) -> torch.Tensor | None:
+    """The effective value map W_dec W_V Ẽᵀ [S, V, V] of a one-layer ``TopicTransformer`` (module docstring;
+    None for several layers or the BERT block, whose value path runs through more maps)."""
+    cfg = model.cfg
+    if cfg.n_layers != 1 or cfg.block != "attention":
+        return None
+    E = model.embed_table()
+    return model.W_dec @ model.W_V @ E.transpose(1, 2)
+
+
 @probe("topic.stages")
 @torch.no_grad()
 def _stages(ctx: ProbeContext) -> dict[str, torch.Tensor]:
@@ -185,6 +242,13 @@ def _stages(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     if S is not None:
         k = topic_block_score(S, v, ns)
         out |= {"kappa": k["kappa"], "kappa_se": k["kappa_se"]}
+    W = effective_value(m)
+    if W is not None and W.shape[-1] == W.shape[-2]:
+        bc = block_contrast(W, v, ns)
+        out |= {"value_contrast": bc["contrast"], "value_min_topic": bc["per_topic"].min(-1).values}
+    by_ids = clean_class_sums(m, b, v, ns)
+    if by_ids is not None:
+        sums, counts, _ = by_ids
+        return out | {k: x.float() for k, x in gap_per_document(sums, counts).items()}
     A = m.attention(b["clean_tokens"], b["clean_keys"]).mean(2)
-    out |= attention_gap_docs(A, b["clean_tokens"], b["clean_keys"], v, ns)
-    return out
+    return out | attention_gap_docs(A, b["clean_tokens"], b["clean_keys"], v, ns)

@@ -33,9 +33,11 @@ class LdaMlmTask(Task):
         self.ds = dataset(self.data_cfg)
         self.model = build_model(self.data_cfg, TopicModelConfig.model_validate(cfg.model), len(members))
         self.model.reset_parameters([generator(m.seed, "init") for m in members], [m.init_scale for m in members])
-        W_V = self.model.W_V if self.model.cfg.n_layers == 1 else self.model.W_V[:, 0]
-        self.facts = {"W_V0": W_V.detach().clone(), "words_per_topic": self.data_cfg.words_per_topic,
+        layer0 = lambda W: (W if self.model.cfg.n_layers == 1 else W[:, 0]).detach().clone()  # noqa: E731
+        self.facts = {"W_V0": layer0(self.model.W_V), "words_per_topic": self.data_cfg.words_per_topic,
                       "num_special": NUM_SPECIAL}
+        if getattr(self.model, "W_K", None) is not None:      # the initial W_K, W_Q: ‖ΔW_K‖, ‖ΔW_Q‖ (topic.norms)
+            self.facts |= {"W_K0": layer0(self.model.W_K), "W_Q0": layer0(self.model.W_Q)}
 
     def sample(self, gen):
         return self.ds.sample(gen)
