@@ -164,12 +164,14 @@ def _row(label, seed, n_layers=1, onset=120.0, gap=0.3):
          "stage1_end_step": 100, "stage1_value_min_topic_contrast": 0.5, "stage1_value_contrast_noise": 0.1}
     for layer in range(n_layers):
         r |= {f"gap_layer{layer}": gap, f"gap_se_layer{layer}": 0.01}
-    for tv in ("structure", "loss"):
-        r[f"t_v_{tv}"] = 50.0
+    st = {"seed": seed, "stage2_began": onset is not None, "ratio_s1_end": 0.05, "ratio_t_v": 0.04,
+          "t_s1_end": 100.0}
+    for tv in ("structure", "plateau", "loss"):
+        st[f"t_v_{tv}"] = 50.0
         for kq in ("kappa", "gap"):
-            r |= {f"two_stage_{tv}_{kq}": True, f"reason_{tv}_{kq}": None, f"delay_{tv}_{kq}": 3.0,
-                  f"t_kq_{kq}": 150.0}
-    return r
+            st |= {f"two_stage_{tv}_{kq}": True if onset else None, f"delay_{tv}_{kq}": 3.0, f"t_kq_{kq}": onset,
+                   f"reason_{tv}_{kq}": None if onset else "K/Q never moved above noise (stage-2 onset never reached)"}
+    return r | {"stage": st}
 
 
 def test_table_claims_provenance_layers_and_too_short():
@@ -185,6 +187,12 @@ def test_table_claims_provenance_layers_and_too_short():
     assert claims["e5-2 layers-value-blocks-stage1"]["numbers"]["stage1_end_step"] == [100] * 3
     for c in claims.values():
         assert c.get("quote") if c["source"] == "paper" else c.get("derived")
+    # the two-stage claims of topic_common (literal, order): derived for the extrapolations, labelled too short
+    assert claims["e5-2 layers-two-stage-order"]["source"] == "derived"
+    assert claims["e5-2 layers-two-stage-order"]["verdict"] == "holds"
+    assert claims["e5-2 layers-two-stage-literal"]["verdict"] == "holds"
+    assert claims["e5-sgd lr 1-two-stage-order"]["source"] == "paper"
+    assert "run too short to reach stage 2" in claims["e5-sgd lr 1-two-stage-order"]["reason"]
 
 
 # ---------------------------------------------------------------- the single-seed rule
