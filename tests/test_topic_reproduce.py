@@ -117,10 +117,11 @@ def test_stage2_quick(tmp_path):
 
 def test_no_unchanged_mask_quick(tmp_path):
     res = _reproduce("topic/no-unchanged-mask", tmp_path)
-    _check_claims(res, {"pc0-vanishes": "holds"})
+    # one seed at quick settings: no seed noise band, so inconclusive (issue 32; it held on a made-up band before)
+    _check_claims(res, {"pc0-vanishes": "inconclusive"})
     (c,) = res["claims"]
-    assert c["numbers"]["gap_pc_01"] > 2 * c["numbers"]["se_pc_01"]
-    assert abs(c["numbers"]["gap_pc_0"]) <= 0.25 * c["numbers"]["gap_pc_01"]
+    assert c["source"] == "derived" and "single-seed rule" in c["reason"]
+    assert c["numbers"]["gap_pc_01"] > 0.1 and abs(c["numbers"]["gap_pc_0"]) <= 0.25 * c["numbers"]["gap_pc_01"]
 
 
 NOT_HOLDS = {"fails", "inconclusive"}

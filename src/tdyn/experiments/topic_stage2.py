@@ -138,7 +138,9 @@ def reproduce_no_unchanged(ctx: ReproduceContext) -> dict:
     # and data stream at both p_c), its seed standard error the noise (one seed: NaN, inconclusive)
     shrink, shrink_se = stats.paired([0.25 * r["gap_doc"] for r in r1], [abs(r["gap_doc"]) for r in r0])
     effect = decide(g1, se1)
-    if effect is not True:
+    if len(r1) < 2 or len(r0) < 2:
+        held, why = None, "one seed: no seed noise band (the single-seed rule, tdyn.stats)"
+    elif effect is not True:
         held, why = None, ("no same-topic attention effect above the seed noise at p_c = 0.1, so nothing to vanish"
                            if effect is None else "the attention gap at p_c = 0.1 is negative")
     else:
