@@ -227,6 +227,7 @@ table.answer td:first-child{white-space:nowrap}
 table.answer td:first-child,table.answer td:nth-child(7),table.answer td:last-child{text-align:left}
 ul.notheld{margin:.2em 0;padding-left:1.2em;font-size:.86em}ul.notheld li{margin:.1em 0}
 .flag{color:#a34700;font-weight:bold}
+table.here{display:table;width:100%}table.here td:nth-child(-n+3){white-space:nowrap}
 section.card{border-top:1px solid #ddd;padding:.4em 0}
 .cardrow{display:flex;gap:1em;align-items:flex-start}
 figure.main{flex:0 0 46%;margin:0}figure.main img{max-height:340px;object-fit:contain;width:100%}
@@ -359,7 +360,8 @@ def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cl
                 for c in res["claims"]]
         parts.append("<h3>Claims</h3>" + table(["id", "source", "claim", "verdict", "numbers"], rows, raw=True))
     if figs:
-        parts.append("<h3>Figures</h3>" + "".join(_figure(p, page, p.name, f"{ident}-{_fname(p.stem)}")
+        tag = " (quick settings: a pipeline check)" if setting_of(res) == "quick" else ""
+        parts.append("<h3>Figures</h3>" + "".join(_figure(p, page, p.name + tag, f"{ident}-{_fname(p.stem)}")
                                                  for p in figs))
     for p in _files(rdir, res, ".csv"):
         parts.append(_details(f"table {p.name}", csv_table(p, page)))
@@ -490,9 +492,10 @@ def _one_line(c: dict) -> str:
         text = str(c.get("claim", ""))
         if c.get("reason"):
             text += f" — {c['reason']}"
-        key = key_number(c)
-        if key:
-            text += f" [{key}]"
+        num = next(((k, v) for k, v in (c.get("numbers") or {}).items()
+                    if isinstance(v, (int, float)) and not isinstance(v, bool)), None)
+        if num:   # a scalar that decides it, not a table of cells (those are in the section)
+            text += f" [{num[0]} = {fmt(num[1])}]"
     return text
 
 
@@ -707,7 +710,7 @@ def build_index(out_dir: str | Path, title: str | None = None, descriptions: dic
     banner = (f'<p class="banner"><b>Quick settings.</b> {n_quick} of {len(all_claims)} verdicts of the runs made here come '
               "from shortened runs (marked <span class=quick>(quick)</span>), not the papers' settings: they check that "
               "the pipeline works, not the claims" + ("; the counts above are the full-setting ones." if ans else ".")
-              + "</p>" if n_quick else "")
+              + "</p>" if n_quick and not ans else "")
     claims = ('<section id="claims"><h2>All claims of the runs on this page</h2>' + _details(
         f"the claims table ({len(claim_rows)} rows: paper, source, claim, what was measured, numbers, expected, verdict)",
         table(["paper", "source", "claim", "what was measured", "numbers", "expected", "verdict"], claim_rows, raw=True,
