@@ -400,3 +400,14 @@ def test_run_report_colours_twelve_runs_apart(tmp_path, monkeypatch):
     html._curves(dirs, [d.name for d in dirs], tmp_path)
     assert len(seen[0]) == 12 and len(set(seen[0])) == 12
     plt.close("all")
+
+
+def test_full_under_trusts_only_times_of_plain_full_runs():
+    from tdyn.experiments.runner import cost
+
+    assert cost("a/b", {"wall_seconds": 5.0}) == 5.0
+    assert cost("a/b", {"wall_seconds": 0.7, "options": {"rejudge": "/tmp/x", "eta": None}}) is None   # re-judged
+    assert cost("a/b", {"wall_seconds": 1.1, "at_step": 5000}) is None                # judged on runs made elsewhere
+    assert cost("a/b", {"wall_seconds": 3.0, "made": {"resumed": True}}) is None     # part of the run was earlier
+    assert cost("a/b", {"quick": False}) is None
+    assert cost("scan-snap/fig11-12", {"wall_seconds": 5.3, "options": {"sweep_dir": "x"}}) == 5.3

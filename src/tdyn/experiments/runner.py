@@ -120,7 +120,7 @@ def made(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
         machine += f", {torch.cuda.get_device_name(0)}"
     commit = runs.git_commit()
     return {"tdyn": tdyn.__version__, "git_commit": commit, "uncommitted_changes": _dirty() if commit else None,
-            "date": runs.now(), "machine": machine, "device": ctx.device,
+            "date": runs.now(), "machine": machine, "device": ctx.device, "resumed": bool(ctx.resume),
             "setting": "quick" if ctx.quick else "full", "command": command(exp, ctx)}
 
 
@@ -210,8 +210,24 @@ def plan_full(evidence: str | Path | None, full_under: float | None, quick: bool
     if not quick:
         raise UserError("--full-under picks which reproductions of a --quick run go full; without --quick all run full")
     ev = verdicts.full_evidence(evidence)
-    return {n for n in names if n in ev and isinstance(ev[n][1].get("wall_seconds"), (int, float))
-            and ev[n][1].get("at_step") is None and ev[n][1]["wall_seconds"] <= full_under}
+    cheap = {n for n in names if n in ev and (t := cost(n, ev[n][1])) is not None and t <= full_under}
+    # one that reads another's runs goes full only with it (in --all it reuses them)
+    return {n for n in cheap if SHARES_RUNS.get(n) is None or SHARES_RUNS[n] in cheap}
+
+
+def cost(name: str, res: dict[str, Any]) -> float | None:
+    """The wall time of a full-setting result as a measure of what its full run costs, or None where the
+    time does not measure it: a result judged on runs trained elsewhere (``at_step``), resumed, or made with
+    options that reuse earlier runs or tables (e.g. ``--rejudge``, ``--from-tables``; a reproduction reading
+    its partner's sweep, ``SHARES_RUNS``, is timed with that partner's)."""
+    t = res.get("wall_seconds")
+    made_ = res.get("made") if isinstance(res.get("made"), dict) else {}
+    if not isinstance(t, (int, float)) or res.get("at_step") is not None or made_.get("resumed"):
+        return None
+    options = {k: v for k, v in (res.get("options") or {}).items() if v is not None}
+    if name in SHARES_RUNS:
+        options.pop("sweep_dir", None)
+    return None if options else float(t)
 
 
 #: reproductions that read another's runs (option ``sweep_dir``): in a ``--all`` directory they reuse them
