@@ -8,7 +8,7 @@
 #
 #   bash benchmarks/device_evidence.sh run CAP NAME[@cuda] ...   # NAME@cuda trains on the GPU, else CPU
 #   bash benchmarks/device_evidence.sh unpack FILES_DIR          # here: FILES_DIR holds evidence.tar.gz
-# A dry run on a CPU machine: WHEELS=no EXTRA=--quick bash benchmarks/device_evidence.sh run 60 topic/stage1
+# A dry run on a CPU machine: PY=.venv/bin/python WHEELS=no EXTRA=--quick bash benchmarks/device_evidence.sh run 60 topic/stage1
 set -u
 mode=${1:?run or unpack}
 slug() { echo "${1//\//__}"; }
@@ -36,6 +36,7 @@ if [ "${WHEELS:-yes}" = yes ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .devdata/whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD/src:$PWD/.devdata/site TDYN_CACHE=$PWD/.devdata/cache
 fi
+PY=${PY:-python3}
 export PYTHONUNBUFFERED=1 TDYN_THREADS=${TDYN_THREADS:-2} MPLBACKEND=Agg
 stamp() { echo "[$(date +%T)] $*"; }
 finish() {
@@ -47,14 +48,14 @@ finish() {
 trap finish EXIT
 trap 'exit 143' TERM
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null
-python3 -c "import sys, torch, os; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cpus', os.cpu_count(), torch.cuda.is_available() and torch.cuda.get_device_name())"
+"$PY" -c "import sys, torch, os; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cpus', os.cpu_count(), torch.cuda.is_available() and torch.cuda.get_device_name())"
 git log -1 --format='commit %H' 2>/dev/null
 for spec in "$@"; do
   name=${spec%@*}; dev=cpu; [ "$spec" != "$name" ] && dev=${spec#*@}
   s=$(slug "$name")
   stamp "start $name on $dev"
   ( a=$(date +%s)
-    timeout "$cap" python3 -m tdyn reproduce "$name" --out "$W/$s" --device "$dev" --quiet ${EXTRA:-} > "$W/logs/$s.log" 2>&1
+    timeout "$cap" "$PY" -m tdyn reproduce "$name" --out "$W/$s" --device "$dev" --quiet ${EXTRA:-} > "$W/logs/$s.log" 2>&1
     echo "rc=$? wall_s=$(( $(date +%s) - a )) device=$dev" >> "$W/logs/$s.log" ) &
 done
 wait
