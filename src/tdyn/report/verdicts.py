@@ -117,8 +117,9 @@ def _name(name: str, link_from: Path | None) -> str:
 
 def table(d: Path, names: list[str] | None = None, link_from: Path | None = None) -> str:
     """Markdown: one row per results.json (settings, wall time, verdict counts; a reproduction with several,
-    e.g. quick and full, has a row for each) and, below, every claim
-    that did not hold with its verdict, reason and the paper statement it tests. ``names`` (the
+    e.g. quick and full, has a row for each) and, below, every paper claim (and every claim without a
+    source) that did not hold with its verdict and reason; the derived claims that did not hold are
+    counted there and listed on the report page. ``names`` (the
     registered reproductions) adds a row for each one that has no results below ``d``; ``link_from``
     (the file the table goes into) links each name to its section of docs/reproductions/."""
     found = collect(d)
@@ -151,12 +152,14 @@ def table(d: Path, names: list[str] | None = None, link_from: Path | None = None
                                            f"{_md(_short(text))}")
     rows += [lines[n] for n in sorted(lines)]
     out = "\n".join(rows)
-    heads = {"paper": "Paper claims that did not hold", "derived": "Beyond the paper (tdyn's derived claims) that did not hold",
-             None: "Unlabelled claims (older results without a source) that did not hold"}
-    for src, ns in notes.items():
-        if ns:
+    heads = {"paper": "Paper claims that did not hold", None: "Unlabelled claims (older results without a source) that did not hold"}
+    for src in ("paper", None):
+        if notes[src]:
             out += (f"\n\n{heads[src]} (fails: the claim; inconclusive: why; the quoted statement, definition "
-                    "and numbers are in each `results.json`):\n\n" + "\n".join(ns))
+                    "and numbers are in each `results.json`):\n\n" + "\n".join(notes[src]))
+    if notes["derived"]:   # counted in the table; listed one by one on the report page, to keep the README short
+        out += (f"\n\nBeyond the paper: {len(notes['derived'])} of tdyn's derived claims did not hold; each is listed with "
+                "its reason on the report page (`tdyn report docs/results`), under \"Beyond the paper\".")
     return out + "\n"
 
 
