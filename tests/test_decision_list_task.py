@@ -1,6 +1,7 @@
 """The decision_list trainer task: population-loss GD through `train` equals a hand-written GD loop."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -110,6 +111,11 @@ def _quick(name, tmp_path):
     return r, {c["id"]: c for c in r["claims"]}, ctx.out
 
 
+PAPER_TEXT = " ".join((Path(__file__).resolve().parents[2] / "shared" / "papers" /
+                      "decision_lists_extended_abstract.txt").read_text().split()) \
+    if (Path(__file__).resolve().parents[2] / "shared" / "papers").exists() else None
+
+
 @pytest.mark.slow
 def test_quick_claim1_verdicts(tmp_path):
     r, c, out = _quick("decision-list/claim1", tmp_path)
@@ -148,9 +154,20 @@ def test_quick_claim2_and_uniform_attention_verdicts(tmp_path):
     assert c["result2_inside_hypotheses"]["verdict"] == "holds"
     assert c["result2_inside_hypotheses"]["numbers"]["outside_eta_condition"] == 0
     assert c["result2_V_moves_exploratory"]["numbers"]["runs"][0]["v_drift_max"] > 1.0
+    # provenance: only the claim inside the hypotheses is the abstract's (with its quote); the rest are derived
+    assert {k: v["source"] for k, v in c.items()} == {
+        "result2_inside_hypotheses": "paper", "result2_eta_below_1_over_lambda_along_path": "derived",
+        "result2_perfect_iterate_exploratory": "derived", "result2_V_moves_exploratory": "derived",
+        "sampler_A_c_fixed_point_diverges": "derived"}
+    assert "Only existence is tested" in c["result2_inside_hypotheses"]["claim"]
     _, c, _ = _quick("decision-list/uniform-attention", tmp_path / "ua")
     assert c["first_gradient_recovers_P"]["verdict"] == "holds"
     assert c["frozen_W_recovers_P"]["verdict"] == "holds"
+    assert {k: v["source"] for k, v in c.items()} == {
+        "first_gradient_recovers_P": "paper", "frozen_W_recovers_P": "paper",
+        "first_gradient_cosine_rises_with_L": "derived", "joint_training_perfect": "derived"}
+    if PAPER_TEXT:   # the abstract's text (outside the repository; where the checkout has it)
+        assert all(v["quote"] in PAPER_TEXT for v in c.values() if v["source"] == "paper")
 
 
 def test_dl_task_init_options_and_probes(tmp_path):
