@@ -220,8 +220,8 @@ def _claim_table(ctx: ReproduceContext, variants: dict[str, dict]) -> list[dict]
     rows = []
     for label, base in _variant_configs(variants).items():
         _, dirs = train_runs(ctx, run_name(label), base)
-        rows += [{"variant": label, "seed": runs.read_meta(d)["seed"]} | summarise_run(d, getattr(ctx, "device", "cpu"))
-                 for d in dirs]
+        rows += [{"variant": label, "seed": runs.read_meta(d)["seed"], "dir": d}
+                 | summarise_run(d, getattr(ctx, "device", "cpu")) for d in dirs]
     return rows
 
 
@@ -384,7 +384,7 @@ def _tables(ctx: ReproduceContext, rows: list[dict], name: str) -> list[str]:
 
 
 def _table_json(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if k not in ("trajectory", "stage")} for r in rows]
+    return [{k: v for k, v in r.items() if k not in ("trajectory", "stage", "dir")} for r in rows]
 
 
 # ---------------------------------------------------------------- E5: robustness
@@ -465,7 +465,7 @@ def reproduce_squared(ctx: ReproduceContext) -> dict:
     rows = _claim_table(ctx, variants)
     files = _tables(ctx, rows, "squared_loss")
     shown = "E2 squared" if "E2 squared" in variants else next(iter(variants))
-    model, _ = member_model(ctx.out / runs.RUNS / run_name(shown))
+    model, _ = member_model(next(r["dir"] for r in rows if r["variant"] == shown))     # its first seed
     W = value_path(model)[0]
     heatmaps(ctx.out / "squared_loss_value.png", {f"W_V ({shown})": W, "W_Vᵀ W_V": W.T @ W},
              10, "E6: stage 1 with the squared loss")
