@@ -75,7 +75,10 @@ REPRODUCES = {
     "decision-list/claim2": "tests Result (2) of the decision-list abstract (no figure in the paper)",
     "decision-list/uniform-attention": "tests claim (c) of the decision-list abstract (no figure in the paper)",
 }
-MAX_NUMBERS_CHARS = 240  # numbers cell of the claims table (the full numbers are in the section)
+MAX_NUMBERS_CHARS = 240
+#: options with which a reproduction judges runs or tables made earlier instead of training (shown with the
+#: command that makes them anew)
+REUSING_OPTIONS = ("rejudge", "from_tables", "at_step", "runs_dir")  # numbers cell of the claims table (the full numbers are in the section)
 # results.json keys shown in their own place in a section (the rest are listed as "other numbers")
 _SECTION_KEYS = {"experiment", "claims", "config", "files", "wall_seconds", "seed", "seeds", "quick",
                  "status", "error", "traceback", "description", "docs", "made"}
@@ -629,6 +632,13 @@ def _provenance(name: str, res: dict, rdir: Path, origin: str, page: Path, evide
             "results": f'<a href="{_rel(rdir / RESULTS, page)}">{_e(where)}/{RESULTS}</a>' if (rdir / RESULTS).exists() else _e(where),
             "run time": _e(f"{res['wall_seconds']:.1f} s") if isinstance(res.get("wall_seconds"), (int, float)) else "—",
             "regenerate": f"<code>{_e(cmd)}</code>" + ("" if recorded else ' <span class="note">(reconstructed: not recorded)</span>')}
+    reused = [k for k, v in (res.get("options") or {}).items() if v is not None and k in REUSING_OPTIONS]
+    if reused or res.get("at_step") is not None:   # judged on runs or rows made earlier: how to make them anew
+        device = (res.get("made") or {}).get("device") if isinstance(res.get("made"), dict) else None
+        info["from scratch"] = (f"<code>{_e(f'tdyn reproduce {name} --out {where} --force')}"
+                                f"{' --device cuda' if device == 'cuda' or 'cuda' in str(res.get('settings_note', '')) else ''}</code> "
+                                f'<span class="note">(this result was judged on runs or tables made earlier: '
+                                f'{_e(", ".join("--" + k.replace("_", "-") for k in reused) or "--at-step")})</span>')
     if (rdir / "provenance.json").exists():
         info["provenance"] = f'<a href="{_rel(rdir / "provenance.json", page)}">provenance.json</a>'
     return _dl(info)
