@@ -148,6 +148,10 @@ def test_robustness_quick(tmp_path):
     assert {sources[f"e5-{v}-value-blocks"] for v in variants[:4]} == {"paper"}
     assert {sources[f"e5-{v}-value-blocks"] for v in variants[4:]} == {"derived"}
     assert "run too short to reach stage 2" in {c["id"]: c for c in res["claims"]}["e5-sgd lr 1-attention"]["reason"]
+    # two layers, the BERT block: the probes' layer-0 value contrast is no reading of their value path
+    for v in ("2 layers", variants[6]):
+        order = {c["id"]: c for c in res["claims"]}[f"e5-{v}-two-stage-order"]
+        assert {r["verdict"] for r in order["readings"] if not r["name"].startswith("probe loss")} == {"not applicable"}
     for f in res["files"]:
         assert (tmp_path / f).stat().st_size > 0
 

@@ -193,6 +193,12 @@ def test_table_claims_provenance_layers_and_too_short():
     assert claims["e5-2 layers-two-stage-literal"]["verdict"] == "holds"
     assert claims["e5-sgd lr 1-two-stage-order"]["source"] == "paper"
     assert "run too short to reach stage 2" in claims["e5-sgd lr 1-two-stage-order"]["reason"]
+    # attention that moved away from same-topic keys is not "too short"
+    rows = [_row("2 layers", s, n_layers=2, onset=None, gap=-0.3) for s in range(3)]
+    claims = {c["id"]: c for c in _table_claims(rows, "e5")}
+    assert claims["e5-2 layers-attention-layer1"]["verdict"] == "fails"
+    assert "not a run too short" in claims["e5-2 layers-value-blocks-stage1"]["definition"]
+    assert "attention moved away" in claims["e5-2 layers-two-stage-order"]["reason"]
 
 
 # ---------------------------------------------------------------- the single-seed rule

@@ -186,11 +186,16 @@ def summarise_run(d: Path, device: str = "cpu") -> dict[str, Any]:
                 "stage1_value_min_topic_contrast": e1["value_min_topic_contrast"],
                 "stage1_value_contrast_noise": e1["value_contrast_noise"]}
         st = stage_times(m, run_reference(d)) | {"seed": runs.read_meta(d)["seed"]}
+        if model.cfg.n_layers > 1 or model.cfg.block == "bert":
+            for tv in ("structure", "plateau"):                  # the probe's value contrast is layer 0's map
+                st |= {f"applicable_{tv}": False, f"na_{tv}": LAYER0_VALUE_NA}
         out["stage"] = st
         out |= {k: st.get(k) for k in STAGE_KEYS}
     return out
 
 
+LAYER0_VALUE_NA = ("the probes' value contrast is layer 0's W_dec W_V Ẽᵀ, not this architecture's value path (W_V⁽²⁾W_V⁽¹⁾ "
+                   "for two layers, W_dec W_O W_V for the BERT block): not a reading of its stage-1 value structure")
 STAGE_KEYS = ["t_v_structure", "t_v_plateau", "t_v_loss", "t_kq_kappa", "t_kq_gap", "t_kq_kappa_first",
               "t_kq_gap_first", "t_s1_end", "ratio_s1_end", "ratio_t_v", "ratio_step100", "ratio_step500"]
 SUMMARY_COLS = ["variant", "seed", "steps", "final_loss", "dev_loss_probe", "value_min_topic_contrast",
@@ -232,10 +237,21 @@ VALUE_DEF = ("per topic t: mean same-topic off-diagonal entry of the value path 
              "matrix; per seed: min over topics > 2 × noise; every seed")
 
 
+def _anti_topic(r: dict) -> bool:
+    """Some layer's final attention gap is below −2 SE: attention moved, away from same-topic keys."""
+    return any(decide(r[f"gap_layer{layer}"], r[f"gap_se_layer{layer}"]) is False for layer in range(r["n_layers"]))
+
+
 def _too_short(rs: list[dict]) -> str:
-    return (f"run too short to reach stage 2: no persistent stage-2 onset (some layer's attention gap ≥ {GAP_ONSET} "
-            f"and > 2 SE from a checkpoint on) within {rs[0]['steps']} steps in "
-            f"{sum(r['stage2_onset'] is None for r in rs)} of {len(rs)} seeds")
+    """Why stage 2 never began in some seeds: the run was too short (attention still inside its noise band),
+    or attention moved away from same-topic keys (no stage 2 to wait for)."""
+    none = [r for r in rs if r["stage2_onset"] is None]
+    anti = [r for r in none if _anti_topic(r)]
+    out = (f"no persistent stage-2 onset (some layer's attention gap ≥ {GAP_ONSET} and > 2 SE from a checkpoint on) "
+           f"within {rs[0]['steps']} steps in {len(none)} of {len(rs)} seeds")
+    if len(anti) == len(none):
+        return out + ": attention moved away from same-topic keys (a final gap below −2 SE), not a run too short"
+    return "run too short to reach stage 2: " + out + (f" ({len(anti)} of them anti-topic)" if anti else "")
 
 
 def _table_claims(rows: list[dict], prefix: str) -> list[dict]:
@@ -305,14 +321,16 @@ def _two_stage(prefix: str, label: str, rs: list[dict]) -> list[dict]:
     out = two_stage_claims([r["stage"] for r in rs], id=f"{prefix}-{label}-two-stage", label=label,
                            where="docs/reproductions/topic.md#topicrobustness", value_note=VALUE_NOTE)
     derived = variant_source(label)
-    short = sum(not r["stage"].get("stage2_began") for r in rs)
+    short = [r for r in rs if not r["stage"].get("stage2_began")]
     for c in out:
         if derived is not None:
             c["source"], c["derived"] = "derived", derived
             c["paper"] += f"; quoted statement: “{c.pop('quote')}”"
         if short and c["verdict"] == "inconclusive":
-            c["reason"] = (f"{c.get('reason') or ''}; run too short to reach stage 2: no persistent stage-2 onset in "
-                           f"the probes within {rs[0]['steps']} steps in {short} of {len(rs)} seeds").lstrip("; ")
+            why = ("attention moved away from same-topic keys" if all(_anti_topic(r) for r in short)
+                   else "run too short to reach stage 2")
+            c["reason"] = (f"{c.get('reason') or ''}; {why}: no persistent stage-2 onset in the probes within "
+                           f"{rs[0]['steps']} steps in {len(short)} of {len(rs)} seeds").lstrip("; ")
     return out
 
 
