@@ -218,13 +218,15 @@ def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times
                     ax.plot(s, m[f"topic.norms/{key}"], color=col, ls=ls, label=nm if ls == "-" else None)
             ax.set_yscale("log")
             cv, _ = value_contrast_series(m)
-            plat = t["v_plateau"]
             ax = axes[i][1]
-            if plat:
-                ax.plot(s, (cv - cv[0]) / (plat - cv[0]), color="C0", ls=ls, label="value contrast / its plateau" if ls == "-" else None)
+            ax.plot(s, (cv - cv[0]) / (ref["contrast"] - cv[0]), color="C0", ls=ls,
+                    label="value contrast" if ls == "-" else None)
+            if t["v_plateau"] is not None:
+                ax.plot(max(t["t_plateau"], 1), (t["v_plateau"] - cv[0]) / (ref["contrast"] - cv[0]), "o", color="C0",
+                        mfc="none" if ls == "--" else "C0", label="its stage-1 plateau" if ls == "-" else None)
             L = m["topic.dev_loss/dev_loss"]
             ax.plot(s, (L[0] - L) / (L[0] - ref["probe_loss"]), color="C3", ls=ls,
-                    label="probe loss: way to the optimum" if ls == "-" else None)
+                    label="probe loss" if ls == "-" else None)
             ax.axhline(0.5, color="0.5", lw=0.8, ls=":")
             ax = axes[i][2]
             ax.plot(s, m["topic.stages/kappa"], color="C1", ls=ls, label="κ" if ls == "-" else None)
@@ -237,15 +239,16 @@ def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times
                     ax.axvline(max(t["t_s1_end"], 1), color="k", ls=ls, lw=1.0)
                 ax.set_xscale("log")
         axes[i][0].set_title(f"{row}: weight changes (solid ε=1e-3, dashed 1e-2)", fontsize=11)
-        axes[i][1].set_title(f"{row}: stage 1 progress", fontsize=11)
+        axes[i][1].set_title(f"{row}: way to the fitted stage-1 optimum", fontsize=11)
         axes[i][2].set_title(f"{row}: stage 2 (dotted: onset levels)", fontsize=11)
         if i == 0:
             for ax in axes[i]:
                 ax.legend(fontsize=10, loc="upper left")
         if i == n - 1:
             for ax in axes[i]:
-                ax.set_xlabel("step (shaded: stage 1, to the last step before the persistent onset)")
-    fig.suptitle(f"E4 two stages, seed {seed}", fontsize=13)
+                ax.set_xlabel("step (grey: stage 1)")
+    fig.suptitle(f"E4 two stages, seed {seed}: stage 1 (grey) ends at the last logged step before the persistent "
+                 "onset (κ ≥ ln 1.05 or gap ≥ 0.05 for good)", fontsize=13)
     style.save(fig, path)
 
 

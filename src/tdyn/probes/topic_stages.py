@@ -93,7 +93,7 @@ def topic_block_score(S: torch.Tensor, v: int, num_special: int) -> dict[str, to
     """κ, its per-topic values and noise (module docstring) of the score matrix S [S, V, V]."""
     bc = block_contrast(key_centred_words(S, num_special), v, 0)
     per = bc["per_topic"]
-    se = torch.tensor([stats.se(row) for row in per.double().tolist()], dtype=per.dtype)   # NaN for one topic
+    se = torch.tensor([stats.se(row) for row in per.double().tolist()], dtype=per.dtype, device=per.device)  # NaN: one topic
     return {"kappa": bc["contrast"], "kappa_se": se, "kappa_per_topic": per}
 
 
@@ -103,8 +103,8 @@ def gap_per_document(sums: dict[str, torch.Tensor], counts: dict[str, torch.Tens
     each [S], from per-document class sums and pair counts [S, B]."""
     g = sums["same_topic"] / counts["same_topic"] - sums["diff_topic"] / counts["diff_topic"]   # [S, B]
     ms = [stats.mean_se(row) for row in g.double().tolist()]
-    return {"gap_doc": torch.tensor([m for m, _ in ms], dtype=g.dtype),
-            "gap_se": torch.tensor([e for _, e in ms], dtype=g.dtype)}
+    return {"gap_doc": torch.tensor([m for m, _ in ms], dtype=g.dtype, device=g.device),
+            "gap_se": torch.tensor([e for _, e in ms], dtype=g.dtype, device=g.device)}
 
 
 def attention_gap_docs(A: torch.Tensor, tokens: torch.Tensor, keys: torch.Tensor, v: int,
