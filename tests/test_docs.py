@@ -58,7 +58,7 @@ def test_every_docs_reference_exists():
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("page", sorted(p.name for p in PAGES.glob("*.md")) + ["../../README.md"])
+@pytest.mark.parametrize("page", sorted(p.name for p in PAGES.glob("*.md")) + ["../../README.md", "../usage.md", "../reliability.md", "../gpu.md"])
 def test_relative_links_of_the_pages_resolve(page):
     p = (PAGES / page).resolve()
     text = _text(p)
@@ -118,3 +118,24 @@ def test_reproduce_help_names_the_section(capsys):
     with pytest.raises(SystemExit):
         cli.main(["reproduce", "scan-snap/fig3", "--help"])
     assert "docs/reproductions/scan-snap.md#scan-snapfig3" in capsys.readouterr().out
+
+
+def test_readme_is_short_and_links_each_moved_page():
+    """The README: what tdyn is, the two commands first, the first screen, the verdict table, the daily
+    commands and links; what it held before (configs, run directories, reliability, GPU, the speed
+    history) is one link away."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    own = VERDICTS.sub("", text).splitlines()
+    assert len(own) <= 100, f"the README's own text is {len(own)} lines (the generated table apart)"
+    first_block = text[text.index("```"):text.index("```", text.index("```") + 3)]
+    assert "make demo" in first_block and "make test" in first_block and text.index("```") < text.index("\n## ")
+    for page in ("docs/usage.md", "docs/reliability.md", "docs/gpu.md", "docs/library.md", "benchmarks/README.md",
+                 "docs/reproductions/README.md"):
+        assert f"]({page}" in text, page
+    shot = re.search(r"!\[[^\]]*\]\(([^)]+\.png)\)", text)
+    assert shot and (ROOT / shot.group(1)).is_file()
+    usage = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+    for heading in ("## Configs", "## Run directories", "## Sweeps", "## The report page and the shipped evidence"):
+        assert heading in usage
+    assert "## Inputs" in (ROOT / "docs" / "reliability.md").read_text(encoding="utf-8")
+    assert "speed work" in (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
