@@ -205,8 +205,10 @@ def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times
     rows: dict[str, list[str]] = {}
     for label in table:
         rows.setdefault(label.split(" ε=")[0], []).append(label)
+    rows = dict(sorted(rows.items(), key=lambda kv: (kv[0].startswith("authors"), kv[0].split(" lr=")[0],
+                                                      float(kv[0].split(" lr=")[1]))))
     n = len(rows)
-    fig, axes = plt.subplots(n, 3, figsize=(13, 2.9 * n), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(n, 3, figsize=(11, 2.9 * n), squeeze=False, layout="constrained")
     for i, (row, labels) in enumerate(rows.items()):
         for label in sorted(labels, key=lambda lb: float(lb.split("ε=")[1])):
             m, t = table[label], times[label]
@@ -238,17 +240,17 @@ def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times
                     ax.axvspan(1, max(t["t_s1_end"], 1), color="0.85" if ls == "-" else "0.93", zorder=0, lw=0)
                     ax.axvline(max(t["t_s1_end"], 1), color="k", ls=ls, lw=1.0)
                 ax.set_xscale("log")
-        axes[i][0].set_title(f"{row}: weight changes (solid ε=1e-3, dashed 1e-2)", fontsize=11)
-        axes[i][1].set_title(f"{row}: way to the fitted stage-1 optimum", fontsize=11)
-        axes[i][2].set_title(f"{row}: stage 2 (dotted: onset levels)", fontsize=11)
+        axes[i][0].set_title(f"{row}\nweight changes", fontsize=14)
+        axes[i][1].set_title(f"{row}\nway to the fitted optimum", fontsize=14)
+        axes[i][2].set_title(f"{row}\nstage 2 (dotted: onset levels)", fontsize=14)
         if i == 0:
             for ax in axes[i]:
-                ax.legend(fontsize=10, loc="upper left")
+                ax.legend(fontsize=11, loc="upper left")
         if i == n - 1:
             for ax in axes[i]:
-                ax.set_xlabel("step (grey: stage 1)")
-    fig.suptitle(f"E4 two stages, seed {seed}: stage 1 (grey) ends at the last logged step before the persistent "
-                 "onset (κ ≥ ln 1.05 or gap ≥ 0.05 for good)", fontsize=13)
+                ax.set_xlabel("step", fontsize=12)
+    fig.suptitle(f"E4 two stages, seed {seed}; ε = 1e-3 solid, 1e-2 dashed\nstage 1 (grey) ends at the last logged "
+                 "step before the persistent onset (κ ≥ ln 1.05 or gap ≥ 0.05 for good)", fontsize=14)
     style.save(fig, path)
 
 
