@@ -411,3 +411,14 @@ def test_full_under_trusts_only_times_of_plain_full_runs():
     assert cost("a/b", {"wall_seconds": 3.0, "made": {"resumed": True}}) is None     # part of the run was earlier
     assert cost("a/b", {"quick": False}) is None
     assert cost("scan-snap/fig11-12", {"wall_seconds": 5.3, "options": {"sweep_dir": "x"}}) == 5.3
+
+
+def test_a_page_s_copies_of_its_evidence_are_not_results(tmp_path, fake_experiments):
+    from tdyn.report.verdicts import collect
+
+    ev = _evidence(tmp_path)
+    out = tmp_path / "demo"
+    reproduce_all(out, quick=True, names=["test/fake"], evidence=ev, progress=False)
+    assert (out / "report_files" / "evidence" / "test__fake" / "results.json").exists()
+    assert [d.name for d, _ in collect(out)] == ["test__fake"]
+    reproduce_all(out, quick=True, names=["test/fake"], evidence=ev, progress=False, force=True)   # --force clears them

@@ -60,6 +60,8 @@ def collect(d: Path) -> list[tuple[Path, dict[str, Any]]]:
     """``(dir, results)`` for every ``results.json`` below ``d``, sorted by experiment name."""
     found = []
     for p in sorted(Path(d).rglob(runs.RESULTS)):
+        if "report_files" in p.relative_to(d).parts:   # a report page's copies of its evidence, not results
+            continue
         found.append((p.parent, runs.read_results(p)))
     return sorted(found, key=lambda t: str(t[1].get("experiment", t[0].name)))
 
