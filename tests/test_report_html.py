@@ -411,6 +411,8 @@ def test_full_under_trusts_only_times_of_plain_full_runs():
     assert cost("a/b", {"wall_seconds": 3.0, "made": {"resumed": True}}) is None     # part of the run was earlier
     assert cost("a/b", {"quick": False}) is None
     assert cost("scan-snap/fig11-12", {"wall_seconds": 5.3, "options": {"sweep_dir": "x"}}) == 5.3
+    assert cost("scan-snap/fig6", {"wall_seconds": 9.0, "options": {"sweep_dir": "x"}}) == 9.0     # only where it lives
+    assert cost("a/b", {"wall_seconds": 9.0, "options": {"steps": 10}}) is None      # another setting than the default
 
 
 def test_a_page_s_copies_of_its_evidence_are_not_results(tmp_path, fake_experiments):

@@ -217,16 +217,15 @@ def plan_full(evidence: str | Path | None, full_under: float | None, quick: bool
 
 def cost(name: str, res: dict[str, Any]) -> float | None:
     """The wall time of a full-setting result as a measure of what its full run costs, or None where the
-    time does not measure it: a result judged on runs trained elsewhere (``at_step``), resumed, or made with
-    options that reuse earlier runs or tables (e.g. ``--rejudge``, ``--from-tables``; a reproduction reading
-    its partner's sweep, ``SHARES_RUNS``, is timed with that partner's)."""
+    time does not measure the default full setting: a result judged on runs trained elsewhere (``at_step``),
+    resumed, or made with options (another setting, or earlier runs or tables reused: ``--rejudge``,
+    ``--from-tables``); ``--sweep-dir`` only places a sweep (scan-snap/fig6, fig11-12)."""
     t = res.get("wall_seconds")
     made_ = res.get("made") if isinstance(res.get("made"), dict) else {}
     if not isinstance(t, (int, float)) or res.get("at_step") is not None or made_.get("resumed"):
         return None
     options = {k: v for k, v in (res.get("options") or {}).items() if v is not None}
-    if name in SHARES_RUNS:
-        options.pop("sweep_dir", None)
+    options.pop("sweep_dir", None)   # where the sweep lives, not what it is (scan-snap/fig6, fig11-12)
     return None if options else float(t)
 
 
