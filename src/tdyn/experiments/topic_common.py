@@ -331,7 +331,7 @@ def stage_readings(r: dict) -> list[dict]:
     cell (``held_<tv>_<kq>`` keys), with not-applicable readings marked."""
     out = []
     for tv, kq in READINGS:
-        name = f"{READING_NAMES[tv]}; {READING_NAMES[kq]}"
+        name = f"{READING_NAMES[tv]} × {READING_NAMES[kq]}"
         nums = dict(t_v=r.get(f"t_v_{tv}"), t_kq=r.get(f"t_kq_{kq}"), delay=r.get(f"delay_{tv}_{kq}"))
         if r.get(f"applicable_{tv}", True) is False:
             out.append(reading(name, None, applicable=False, reason=r.get(f"na_{tv}"), **nums))
@@ -347,7 +347,7 @@ def functional_readings(rows: list[dict]) -> list[dict]:
     (its measured reasons listed); a seed where it is not applicable votes inconclusive."""
     out = []
     for tv, kq in READINGS:
-        name = f"{READING_NAMES[tv]}; {READING_NAMES[kq]}"
+        name = f"{READING_NAMES[tv]} × {READING_NAMES[kq]}"
         app = [r.get(f"applicable_{tv}", True) is not False for r in rows]
         nums = dict(t_v=[r.get(f"t_v_{tv}") for r in rows], t_kq=[r.get(f"t_kq_{kq}") for r in rows],
                     delay=[r.get(f"delay_{tv}_{kq}") for r in rows])
