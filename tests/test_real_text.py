@@ -264,3 +264,31 @@ def test_fig10_judged_from_tables_and_the_single_seed_rule(tmp_path):
 
     with pytest.raises(UserError, match="missing"):
         judge(tmp_path / "empty")
+
+
+def test_attention_maps_judged_from_tables(tmp_path):
+    """real/attention-maps --from-tables: both claims from entropy.csv alone (the committed 22-minute run's table),
+    paper claims with the departures from the authors' code in their definitions; one run's vote is decided on
+    its own late-training band, and with fewer than two evaluations there it has none (inconclusive)."""
+    from tdyn.experiments import real_text as rt
+
+    def judge(out):
+        return rt.attention_maps(ReproduceContext(out=out, quick=False, progress=False,
+                                                  options=rt.AttentionMapsOptions(from_tables=True)))
+
+    def table(out, steps):
+        out.mkdir()
+        lines = ["n_layers,step,val_loss,entropy_layer0"]
+        lines += [f"{L},{s},5.0,{2.6 - s / 1000 + 0.01 * (s % 100 == 0)}" for L in (1, 3) for s in steps]
+        (out / "entropy.csv").write_text("\n".join(lines) + "\n")
+
+    table(tmp_path / "a", range(0, 1501, 50))
+    res = judge(tmp_path / "a")
+    assert [c["verdict"] for c in res["claims"]] == ["holds", "holds"] and res["judged_from_tables"] is True
+    for c in res["claims"]:
+        assert c["source"] == "paper" and "WikiText" in c["quote"]
+        assert "random offsets" in c["definition"] and "20 fixed" in c["definition"] and "per-run vote" in c["definition"]
+    table(tmp_path / "b", [0, 500, 1000, 1500])       # one evaluation in the last quarter: no band
+    res = judge(tmp_path / "b")
+    assert [c["verdict"] for c in res["claims"]] == ["inconclusive"] * 2
+    assert all("no noise band" in c["reason"] for c in res["claims"])

@@ -278,12 +278,37 @@ def fig7_config(ctx: ReproduceContext, n_layers: int) -> dict:
                      ckpt_steps=list(range(0, steps + 1, steps // 3)), every=max(steps // 30, 1))
 
 
-@register("real/attention-maps", "Tian et al. Fig 7 analogue: attention of a 1- and 3-layer LM sparsifies on real text",
-          configs=lambda ctx: {f"layers{L}": fig7_config(ctx, L) for L in (1, 3)})
-def attention_maps(ctx: ReproduceContext) -> dict:
+class AttentionMapsOptions(Strict):
+    """Where the claims are judged."""
 
+    from_tables: bool = Field(
+        False, description="judge both claims from the entropy.csv already in OUT (written by an earlier run of this "
+        "reproduction), training and reading no runs; attention_maps.png is left as it is. With --force (which keeps "
+        "OUT's files)")
+
+
+@register("real/attention-maps", "Tian et al. Fig 7 analogue: attention of a 1- and 3-layer LM sparsifies on real text",
+          configs=lambda ctx: {f"layers{L}": fig7_config(ctx, L) for L in (1, 3)}, options=AttentionMapsOptions)
+def attention_maps(ctx: ReproduceContext) -> dict:
+    """Train the 1- and 3-layer LMs, draw their layer-0 maps, write entropy.csv and judge the claims from it;
+    with ``--from-tables`` only the judging, from OUT's entropy.csv."""
+    cols = ["n_layers", "step", "val_loss", "entropy_layer0"]
+    if ctx.options is not None and ctx.options.from_tables:
+        import csv
+
+        path = ctx.out / "entropy.csv"
+        if not path.is_file():
+            raise UserError(f"--from-tables: {str(path)!r} is missing; run real/attention-maps into this --out first")
+        with path.open(newline="") as f:
+            rows = [{"n_layers": int(r["n_layers"]), "step": int(r["step"]), "val_loss": float(r["val_loss"]),
+                     "entropy_layer0": float(r["entropy_layer0"])} for r in csv.DictReader(f)]
+        res = _sparsify_claims(ctx, rows)
+        res["judged_from_tables"] = True
+        res["settings_note"] = "claims re-judged from this directory's entropy.csv (--from-tables); figure as it was"
+        for c in res["claims"]:
+            c["definition"] = "judged from this directory's entropy.csv (--from-tables): " + c["definition"]
+        return res
     style.apply()
-    res = {"experiment": "real/attention-maps", "claims": [], "entropy": {}}
     fig, axes = plt.subplots(2, 4, figsize=(12, 7), constrained_layout=True)
     rows = []
     for r, L in enumerate((1, 3)):
@@ -301,7 +326,20 @@ def attention_maps(ctx: ReproduceContext) -> dict:
         m = [x for x in runs.Run(d).metrics if "corpus_lm.attention/entropy_layer0" in x]
         rows += [{"n_layers": L, "step": x["step"], "val_loss": x["corpus_lm.attention/val_loss"],
                   "entropy_layer0": x["corpus_lm.attention/entropy_layer0"]} for x in m]
-        e = {x["step"]: x["corpus_lm.attention/entropy_layer0"] for x in m}
+    fig.suptitle("Layer-0 attention on validation window 0 (wiki extracts)")
+    style.save(fig, ctx.out / "attention_maps.png")
+    write_csv(ctx.out / "entropy.csv", rows, cols)
+    return _sparsify_claims(ctx, rows)
+
+
+def _sparsify_claims(ctx: ReproduceContext, rows: list[dict]) -> dict:
+    """The two Fig 7 claims from entropy.csv's rows (layer-0 validation entropy per probe step and depth)."""
+    res = {"experiment": "real/attention-maps", "claims": [], "entropy": {}}
+    for L in (1, 3):
+        cfg = fig7_config(ctx, L)
+        T = cfg["optim"]["steps"]
+        shown = cfg["checkpoint"]["steps"][:4]
+        e = {x["step"]: x["entropy_layer0"] for x in rows if x["n_layers"] == L}
         res["entropy"][f"{L}_layers"] = {str(s): e[s] for s in shown}
         first, last = e[shown[0]], e[shown[-1]]
         tail = [v for st, v in sorted(e.items()) if st >= 0.75 * T]
@@ -315,7 +353,7 @@ def attention_maps(ctx: ReproduceContext) -> dict:
             held, reason="entropy change within 2σ of its fluctuation late in training" if math.isfinite(noise)
             else f"no noise band: {len(tail)} evaluation(s) in the last quarter of training", source="paper",
             quote="We verify this scan and snap dynamics on synthetic and real-world data (WikiText) (abstract); "
-                  "first-layer attention sparsifies and freezes at constant lr (Fig 7, §8, as summarised in the "
+                  "first-layer attention sparsifies and freezes at constant lr (Fig 7, §8, as summarised in "
                   "docs/reproductions/scan-snap.md#figures)",
             paper="Tian et al. Fig 7 and §8: the lowest layer's attention becomes sparse on WikiText",
             definition="mean over query positions of the entropy (nats) of layer-0 attention rows on a fixed "
@@ -327,9 +365,6 @@ def attention_maps(ctx: ReproduceContext) -> dict:
             entropy_start=first, entropy_end=last,
             margin=margin(first - last, noise, noise_source="std over the last quarter of evaluations"),
             ceiling=float(np.mean(np.log(np.arange(1, cfg['data'].get('bptt', 35) + 1))))))
-    fig.suptitle("Layer-0 attention on validation window 0 (wiki extracts)")
-    style.save(fig, ctx.out / "attention_maps.png")
-    write_csv(ctx.out / "entropy.csv", rows, ["n_layers", "step", "val_loss", "entropy_layer0"])
     return res
 
 
