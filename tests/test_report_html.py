@@ -287,8 +287,7 @@ def test_the_page_leads_with_the_full_setting_answer(tmp_path, fake_experiments,
         < text.index('id="reproductions"')
     answer = text[text.index('id="answer"'):text.index('id="not-held"')]
     assert "Which paper claims hold at full settings" in answer and "2 shipped" in answer
-    assert "2 made at commit abcdef1234 on 2026-11-26" not in answer      # grouped per (commit, date)
-    assert "made at commit abcdef1234 on 2026-11-26" in answer and "not recorded (older results)" in answer
+    assert "1 made 2026-11-26 at commit abcdef1; 1 not recorded (older results)" in answer
     not_held = text[text.index('id="not-held"'):text.index('id="unlabelled"')]
     assert "An older claim" not in not_held                               # no source: not a paper claim
     assert "An older claim" in text[text.index('id="unlabelled"'):]

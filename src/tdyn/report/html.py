@@ -536,13 +536,14 @@ def _answer(ans: dict[str, dict], here_names: list[str], evidence_label: str | N
                                                                    if unlabelled else []),
                     "verdicts from"], rows, raw=True, cls="answer")
     shipped = [a for a in ans.values() if a["origin"] == "evidence"]
-    recorded = {}
-    for a in shipped:
-        m = a["res"].get("made")
-        key = (str(m.get("git_commit") or "?")[:10], str(m.get("date", "?"))[:10]) if isinstance(m, dict) else None
-        recorded[key] = recorded.get(key, 0) + 1
-    prov = "; ".join((f"{k} made at commit {c} on {d}" if key else f"{k} not recorded (older results)")
-                     for key, k in sorted(recorded.items(), key=lambda t: str(t[0])) for c, d in [key or ("", "")])
+    made = [a["res"]["made"] for a in shipped if isinstance(a["res"].get("made"), dict)]
+    commits = sorted({str(m.get("git_commit") or "no git")[:7] for m in made})
+    dates = sorted({str(m.get("date", "?"))[:10] for m in made})
+    prov = "; ".join(x for x in (
+        (f"{len(made)} made {' to '.join(dict.fromkeys([dates[0], dates[-1]]))} at commit"
+         + ("s " if len(commits) > 1 else " ") + ", ".join(commits[:3]) + (f", … ({len(commits)} commits)" if len(commits) > 3 else "")
+         ) if made else "",
+        f"{len(shipped) - len(made)} not recorded (older results)" if len(shipped) > len(made) else "") if x)
     missing = [n for n in here_names if n not in ans]
     lines = [f"<p>The papers' own claims at the papers' (full) settings, one verdict per claim: "
              f"<b>holds</b>, <b>fails</b> or <b>inconclusive</b> (the measured effect stayed inside its noise band, or "
