@@ -541,6 +541,11 @@ def _entropy_from_tables(ctx: ReproduceContext) -> dict:
             res[k] = old[k]
     suffix = "; claims re-judged from this directory's CSVs (--from-tables)"
     note = (old.get("settings_note") or f"{'quick' if ctx.quick else 'full'} settings").removesuffix(suffix)
+    trained_with = old.get("overrides") or old.get("tables_trained_with_overrides")
+    if trained_with:     # the --set that trained the tables' runs (this command trains nothing)
+        res["tables_trained_with_overrides"] = trained_with
+        if "--set" not in note:
+            note += " (--set " + " ".join(trained_with) + ")"
     res["judged_from_tables"] = True
     res["settings_note"] = note + suffix
     for c in res["claims"]:
