@@ -26,6 +26,16 @@ def test_a_transient_crossing_is_no_onset():
     assert ts.onset_time(steps, late, se, ts.GAP_ONSET) is None                         # < 3 logged steps
 
 
+def test_onset_persists_in_level_while_its_noise_grows_later():
+    steps = np.arange(0, 10001, 500.0)
+    kappa = np.where(steps >= 3500, 0.18, 0.0)
+    se = np.where(steps >= 5000, 0.4, 0.05)                  # topics diverge late: SE over topics grows
+    assert ts.onset_time(steps, kappa, se, ts.KAPPA_ONSET) == 3500.0
+    dip = kappa.copy()
+    dip[(steps >= 4500) & (steps <= 6000)] = 0.0              # falls back inside [3500, 7000]: not yet an onset
+    assert ts.onset_time(steps, dip, np.full_like(steps, 0.05), ts.KAPPA_ONSET) == 6500.0
+
+
 def test_stage1_plateau_is_the_end_of_the_fast_rise():
     steps = np.array([0, 1, 2, 5, 10, 20, 50, 100, 150, 200, 400, 1000, 3000], float)
     x = np.minimum(steps / 100, 1.0) + 0.1 * np.log1p(np.maximum(steps - 100, 0) / 100)   # rise, then a creep

@@ -36,10 +36,13 @@ Definitions (pure functions first, tested on hand-made cases; then the ``topic.s
   at which the growth rate between consecutive logged steps has fallen to ≤ 10% of that fastest rate. It
   exists for a contrast that creeps on without bound under cross-entropy (the audit's runs: W_V's
   contrast rises to ≈ 1 by step 100 under Adam lr 0.01, then creeps ≈ 0.2 per doubling).
-* **Stage-2 onset** t_KQ: the first logged step from which the topic-block score κ stays ≥ ln 1.05 (a
-  same-topic key gets ≥ 5% more attention) *and* > 2·kappa_se at every later logged step to the end of the
-  run (at least ``PERSIST_MIN`` logged steps); the gap reading: gap_doc ≥ 0.05 (5% more than uniform) and
-  > 2·gap_se, persisting likewise. A first crossing that falls back (under Adam lr 0.01 the gap reached
+* **Stage-2 onset** t_KQ: the first logged step t at which the topic-block score κ ≥ ln 1.05 (a
+  same-topic key gets ≥ 5% more attention) and > 2·kappa_se, and from which κ stays ≥ ln 1.05 at every
+  logged step of the window [t, 2t] (a doubling of the step count, at least ``PERSIST_MIN`` logged steps; to
+  the end of the run when it ends inside the window); the gap reading: gap_doc ≥ 0.05 (5% more than uniform)
+  and > 2·gap_se, persisting likewise. The level persists, the noise margin is required at the onset: late in
+  a run κ's SE over topics grows to 0.4 (per-topic blocks diverge) while κ stays ≈ 0.2, so "above 2 SE at
+  every later step" would date the onset by that late heterogeneity, not by the onset. A first crossing that falls back (under Adam lr 0.01 the gap reached
   0.046–0.056 at steps 60–66 and was back at 0.01 by step 100) is not an onset; ``persist=False`` gives the
   first crossing (reported beside). Never reached → inconclusive.
 * **Two stages** (per run, per reading of t_V × reading of t_KQ): t_V < t_KQ; delay factor t_KQ / t_V.
@@ -62,6 +65,7 @@ PLATEAU_REL = 0.05                # plateau: ≤ 5% growth over a doubling of th
 NOISE_K = 2.0                     # margin above noise, as common.decide
 PLATEAU_RATE = 0.1                # stage-1 plateau: growth rate fallen to ≤ 10% of its fastest
 PERSIST_MIN = 3                   # an onset persists over at least 3 logged steps (itself and 2 later)
+PERSIST_WINDOW = 2.0              # ... and over a doubling of the step count, [t, 2t]
 
 
 # ---------------------------------------------------------------- pure functions
@@ -177,21 +181,28 @@ def half_way_time(steps: np.ndarray, x: np.ndarray, ref: float, frac: float = 0.
 
 
 def onset_time(steps: np.ndarray, x: np.ndarray, se: np.ndarray, threshold: float,
-               k: float = NOISE_K, persist: bool = True, min_steps: int = PERSIST_MIN) -> float | None:
-    """The onset of an effect of a stated size above noise: x ≥ ``threshold`` and x > k·se. ``persist``
-    (default): the first logged step from which that holds at every later logged step to the end of the run,
-    over at least ``min_steps`` logged steps (a transient crossing that falls back does not count); else the
-    first logged step where it holds (the first crossing). None if never (the quantity never moved above
-    noise for good)."""
-    x, se = np.asarray(x, float), np.asarray(se, float)
-    ok = (x >= threshold) & (x > k * se)                     # NaN: False
-    steps = np.asarray(steps, float)
-    if not persist:
-        hit = np.nonzero(ok)[0]
-        return float(steps[hit[0]]) if len(hit) else None
-    bad = np.nonzero(~ok)[0]
-    i = int(bad[-1]) + 1 if len(bad) else 0
-    return float(steps[i]) if len(steps) - i >= max(min_steps, 1) else None
+               k: float = NOISE_K, persist: bool = True, window: float = PERSIST_WINDOW,
+               min_steps: int = PERSIST_MIN) -> float | None:
+    """The onset of an effect of a stated size above noise: the first logged step t with x ≥ ``threshold``
+    and x > k·se. ``persist`` (default): and x stays ≥ ``threshold`` at every logged step of the window
+    [t, ``window``·t] (a doubling of the step count; at least ``min_steps`` logged steps), or to the end of
+    the run, over at least ``min_steps`` logged steps, when the run ends inside the window: a transient
+    crossing that falls back does not count. Without ``persist``: the first crossing. None if never."""
+    steps, x, se = np.asarray(steps, float), np.asarray(x, float), np.asarray(se, float)
+    level = x >= threshold                                    # NaN: False
+    ok = level & (x > k * se)
+    for i in np.nonzero(ok)[0]:
+        t = steps[i]
+        if not persist:
+            return float(t)
+        if steps[-1] < window * t:                            # the run ends inside the window: to the end
+            if len(steps) - i >= min_steps and level[i:].all():
+                return float(t)
+            continue
+        j = max(int(np.searchsorted(steps, window * t, side="right")), i + min_steps)
+        if j <= len(steps) and level[i:j].all():
+            return float(t)
+    return None
 
 
 def ordering(t_v: float | None, t_kq: float | None) -> dict:
