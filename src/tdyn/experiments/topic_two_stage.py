@@ -250,7 +250,7 @@ def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times
             for ax in axes[i]:
                 ax.set_xlabel("step", fontsize=12)
     fig.suptitle(f"E4 two stages, seed {seed}; ε = 1e-3 solid, 1e-2 dashed\nstage 1 (grey) ends at the last logged "
-                 "step before the persistent onset (κ ≥ ln 1.05 or gap ≥ 0.05 for good)", fontsize=14)
+                 "step before the persistent onset (κ ≥ ln 1.05 or gap ≥ 0.05 through [t, 2t])", fontsize=14)
     style.save(fig, path)
 
 
