@@ -393,8 +393,9 @@ def fig11_12(ctx: ReproduceContext) -> dict:
         claim("smaller-ratio-sparser", f"Smaller η_Y/η_Z gives sparser attention, i.e. a slower descent of recall with "
               f"threshold: descent rate at ratio {rt[0]:g} below ratio {rt[-1]:g} in every (panel, η_Z) cell",
               source="paper", quote="a sparser attention map gives a slower descent of the recall–threshold line; "
-                                    "smaller η_Y/η_Z gives a smaller descent rate, hence sparser attention (App G and the "
-                                    "Fig 11 caption, as stated in docs/reproductions/scan-snap.md#recall-at-threshold)",
+                                    "the Fig 11 / Fig 12 captions draw the conclusions (smaller η_Y/η_Z […] give a smaller "
+                                    "descent rate, hence sparser attention) (App G and the Fig 11 caption, as stated in "
+                                    "docs/reproductions/scan-snap.md#recall-at-threshold)",
               paper="App. G, Fig 11 caption (smaller η_Y/η_Z → smaller descent rate → sparser attention)",
               definition=definition, measured="descent rate per (panel, η_Z, ratio), per seed",
               expected=f"rate(ratio {rt[0]:g}) < rate(ratio {rt[-1]:g}) beyond 2 SE in every cell",
@@ -402,8 +403,9 @@ def fig11_12(ctx: ReproduceContext) -> dict:
         claim("larger-eta-z-sparser", f"Larger η_Z gives sparser attention (slower descent): descent rate at "
               f"η_Z={ez[-1]:g} below η_Z={ez[0]:g} in every (panel, ratio) cell",
               source="paper", quote="a sparser attention map gives a slower descent of the recall–threshold line; "
-                                    "larger η_Z gives a smaller descent rate, hence sparser attention (App G and the "
-                                    "Fig 12 caption, as stated in docs/reproductions/scan-snap.md#recall-at-threshold)",
+                                    "the Fig 11 / Fig 12 captions draw the conclusions ([…] larger η_Z, give a smaller "
+                                    "descent rate, hence sparser attention) (App G and the Fig 12 caption, as stated in "
+                                    "docs/reproductions/scan-snap.md#recall-at-threshold)",
               paper="App. G, Fig 12 caption (larger η_Z → smaller descent rate → sparser attention)",
               definition=definition, measured="descent rate per (panel, ratio, η_Z), per seed",
               expected=f"rate(η_Z={ez[-1]:g}) < rate(η_Z={ez[0]:g}) beyond 2 SE in every cell",
