@@ -12,6 +12,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import tdyn
 from tdyn import docs, runs
 from tdyn.errors import UserError
 from tdyn.config import override_key
@@ -110,7 +111,6 @@ def _dirty() -> bool | None:
 def made(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
     """Where a results.json comes from (its ``made`` block): tdyn version, git commit (and whether the
     source had uncommitted changes), date, machine, the setting and the one command that regenerates it."""
-    import tdyn
     import torch
 
     info = runs.machine_info()

@@ -24,6 +24,7 @@ import math
 
 import torch
 
+from tdyn.models.topic import Input
 from tdyn.probes import ProbeContext, probe
 
 CLASSES = ("self", "same_token", "same_topic", "diff_topic")
@@ -143,8 +144,6 @@ def attention_by_ids(model, tokens: torch.Tensor, keys: torch.Tensor) -> torch.T
     query id, columns: key id, summed over the visible positions of that id): equation (3) computed once per
     id instead of once per position, as the model's own vocabulary form does (``Input.scores``). None for a
     model whose layer-0 attention is not in that form (several layers, the BERT block)."""
-    from tdyn.models.topic import Input
-
     cfg = model.cfg
     if cfg.n_layers != 1 or cfg.block != "attention":
         return None
