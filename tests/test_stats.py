@@ -120,3 +120,8 @@ def test_no_standard_error_outside_the_stats_module():
     found = [f"{p.relative_to(SRC)}:{i}: {line.strip()}" for p in where
              for i, line in enumerate(p.read_text().splitlines(), 1) if any(r.search(line) for r in INLINE_SE)]
     assert not found, "compute standard errors with tdyn.stats:\n" + "\n".join(found)
+
+
+def test_median_of_finite_values():
+    assert stats.median([3, None, float("nan"), 1, 2]) == 2.0
+    assert stats.median([None, float("nan")]) is None

@@ -52,6 +52,12 @@ def se_along(x: Any, axis: int = -1) -> Any:
     return x.std(axis=axis, ddof=1) / math.sqrt(n)
 
 
+def median(xs: Iterable[Any]) -> float | None:
+    """Median of the finite values (None and NaN left out); None when there are none (a time never reached)."""
+    a = _finite(xs)
+    return float(np.median(a)) if a.size else None
+
+
 def mean_se(xs: Iterable[Any]) -> tuple[float, float]:
     """(mean, :func:`se`) of the finite values; (NaN, NaN) for none."""
     a = _finite(xs)

@@ -403,7 +403,7 @@ def two_stage_claims(rows: list[dict], *, id: str, label: str, where: str = "",
     seeds = [r.get("seed") for r in rows]
     docs = "docs/reproductions/topic.md#two-stage-mechanism, docs/reproductions/topic.md#two-stage-measurement" + (
         f", {where}" if where else "")
-    med = lambda k: _median([r.get(k) for r in rows])  # noqa: E731
+    med = lambda k: stats.median([r.get(k) for r in rows])  # noqa: E731
     lit = claim(f"{id}-literal", f"{label}: in stage 1 only the value matrix changes significantly "
                 f"(‖ΔW_K‖, ‖ΔW_Q‖ < {LITERAL_THRESHOLD:g}·‖ΔW_V‖)", source="paper", quote=QUOTE,
                 paper=f"{PAPER_WHERE}; {docs}", definition=LITERAL_DEF + (f" {value_note}" if value_note else ""),
@@ -427,10 +427,6 @@ def two_stage_claims(rows: list[dict], *, id: str, label: str, where: str = "",
                   kappa_at_t_v_loss=med("kappa_at_t_v_loss"), gap_at_t_v_loss=med("gap_at_t_v_loss"))
     return [lit, order]
 
-
-def _median(xs: list) -> float | None:
-    xs = [x for x in xs if x is not None and np.isfinite(x)]
-    return float(np.median(xs)) if xs else None
 
 
 def two_stage_run_claims(run_dirs: list[Path], **kw) -> list[dict]:

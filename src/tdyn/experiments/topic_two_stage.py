@@ -7,7 +7,6 @@ second of the topic/stage1 and topic/two-stage settings). Stage times are define
 
 from __future__ import annotations
 
-import math
 import statistics
 import tempfile
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tdyn import runs
+from tdyn import runs, stats
 from tdyn.bench import on_device, register_bench, seconds
 from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig
 from tdyn.experiments.registry import ReproduceContext, register
@@ -103,10 +102,6 @@ GRID_COLS = ["param", "optimizer", "lr", "eps", "seeds", "literal", "order", "t_
              "final_gap", "t_value_half_norm", "t_kq_5pct_norm"]
 
 
-def _median(xs: list) -> float | None:
-    xs = [x for x in xs if x is not None and math.isfinite(x)]
-    return float(np.median(xs)) if xs else None
-
 
 def _groups(rows: list[dict]) -> dict[tuple, list[dict]]:
     groups: dict[tuple, list[dict]] = {}
@@ -131,7 +126,7 @@ def _summaries(rows: list[dict], claims: dict[str, list[dict]]) -> list[dict]:
         c = {"param": param, "optimizer": opt, "lr": lr, "eps": eps, "seeds": [r["seed"] for r in rs],
              "literal": lit["verdict"], "order": order["verdict"]}
         for k in GRID_COLS[7:]:
-            c[k] = _median([r.get(k) for r in rs])
+            c[k] = stats.median([r.get(k) for r in rs])
         out.append(c)
     return out
 
