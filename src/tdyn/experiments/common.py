@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from tdyn import runs, stats
+from tdyn.report import verdicts
 from tdyn.config import apply_overrides, check_shadowed, validate_config
 from tdyn.train.trainer import train, train_or_resume
 
 
 VERDICTS = stats.VERDICTS
-SOURCES = ("paper", "derived")
+SOURCES = verdicts.SOURCES   # paper | derived: the provenance every claim carries (report.verdicts counts them)
 
 # the statistics every verdict uses live in tdyn.stats (one module, one single-seed rule); re-exported here
 decide, margin, paired, within, every_cell = stats.decide, stats.margin, stats.paired, stats.within, stats.every_cell
