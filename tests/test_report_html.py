@@ -401,6 +401,32 @@ def test_run_report_colours_twelve_runs_apart(tmp_path, monkeypatch):
     plt.close("all")
 
 
+def test_run_report_legend_names_every_run_in_columns(tmp_path, monkeypatch):
+    """20 runs: 20 colours and a legend naming each, in columns that fit the figure's width."""
+    import matplotlib.pyplot as plt
+
+    from tdyn.report import style
+
+    dirs = []
+    for k in range(20):
+        d = tmp_path / f"r{k}"
+        d.mkdir()
+        (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1 / (s + k + 1)}) + "\n" for s in range(5)))
+        dirs.append(d)
+    monkeypatch.setattr(html.runs, "read_metrics",
+                        lambda d: [json.loads(x) for x in (Path(d) / "metrics.jsonl").read_text().splitlines()])
+    seen = []
+    save = style.save
+    monkeypatch.setattr(style, "save", lambda fig, p: (seen.append(fig), save(fig, p)))
+    html._curves(dirs, [d.name for d in dirs], tmp_path)
+    fig = seen[0]
+    assert len({ln.get_color() for ln in fig.axes[0].lines}) == 20
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == [d.name for d in dirs] and legend._ncols > 1
+    assert html._legend_columns(["a" * 60] * 5, 4.2) == 1 and html._legend_columns(["r1"] * 2, 12.6) == 2
+    plt.close("all")
+
+
 def test_full_under_trusts_only_times_of_plain_full_runs():
     from tdyn.experiments.runner import cost
 

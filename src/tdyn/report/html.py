@@ -40,7 +40,7 @@ RESULTS = runs.RESULTS
 MANIFEST = runs.REPRODUCE  # a reproduce-all directory's options, metadata and each reproduction's status
 MAX_TABLE_ROWS = 25
 MAX_RUN_CURVES = 24
-MAX_LEGEND = 12
+MAX_LEGEND = MAX_RUN_CURVES   # a legend for every run drawn (one colour each: style.series(i, n))
 MAX_STRIP = 8
 MAX_HEATMAPS = 12
 
@@ -230,7 +230,7 @@ table.answer td:first-child{white-space:nowrap}
 table.answer td:first-child,table.answer td:nth-child(7),table.answer td:last-child{text-align:left}
 ul.notheld{margin:.2em 0;padding-left:1.2em;font-size:.86em}ul.notheld li{margin:.1em 0}
 .flag{color:#a34700;font-weight:bold}
-table.here{display:table;width:100%}table.here td:nth-child(-n+3){white-space:nowrap}
+table.here{display:table;width:100%}table.here td:nth-child(-n+4){white-space:nowrap}
 section.card{border-top:1px solid #ddd;padding:.4em 0}
 .cardrow{display:flex;gap:1em;align-items:flex-start}
 figure.main{flex:0 0 46%;margin:0}figure.main img{max-height:340px;object-fit:contain;width:100%}
@@ -602,7 +602,8 @@ def _pipeline(here: list[tuple[Path, dict]], ans: dict[str, dict], evidence: dic
             what = "full-setting" if quick else "shipped full-setting"
             vs = (f'<span class="flag">⚑ {len(diff)} of {shared} differ from the {what} verdicts</span>: '
                   + _e("; ".join(diff)) if diff else
-                  f'<span class="holds">agree</span> with the {what} verdicts ({shared} claims in common)' if shared else
+                  f'<span class="holds">agree</span> with the {what} verdicts ({shared} claim{"s" if shared > 1 else ""} in common)'
+                  if shared else
                   f'<span class="note">no claim in common with the {what} verdicts</span>')
         setting = ("quick (pipeline check)" if quick else "full settings: re-derived here")
         rows.append([link, _e(setting), took, _counts_html(res.get("claims", []), "no claims"), vs])
@@ -804,12 +805,19 @@ def _curves(run_dirs: list[Path], labels: list[str], assets: Path) -> list[tuple
         fig.tight_layout()
         if 1 < len(metrics) <= MAX_LEGEND:  # below the panels, so that it hides no curve
             handles, labs = axes.flat[0].get_legend_handles_labels()
-            fig.legend(handles, labs, loc="upper center", bbox_to_anchor=(0.5, 0), ncol=2 if ncol > 1 else 1,
-                       frameon=False)
+            fig.legend(handles, labs, loc="upper center", bbox_to_anchor=(0.5, 0), frameon=False,
+                       ncol=_legend_columns(labs, fig.get_figwidth()))
         path = assets / f"curves_{_fname(g)}.png"
         style.save(fig, path)
         figs.append((path, f"{g} vs step" + (f" ({len(metrics)} runs)" if len(metrics) > 1 else "")))
     return figs
+
+
+def _legend_columns(labels: list[str], width_in: float, fontsize: float = 9.0) -> int:
+    """As many legend columns as fit the figure's width (at most 4), so that a legend of many runs stays
+    short: a column takes its longest label (≈ 0.6 em a character) plus the line sample and padding."""
+    per_col = (0.6 * fontsize * max((len(x) for x in labels), default=1) + 4 * fontsize) / 72
+    return max(1, min(4, len(labels), int(width_in / per_col)))
 
 
 def _axis_label(key: str) -> str:
