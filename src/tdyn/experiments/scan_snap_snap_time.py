@@ -415,7 +415,7 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
         "readings": lemma9, "verdict": stats.word(stats.combine(lemma9)[0])}}
     return {"experiment": "scan-snap/snap-time", "grids": {k: v[0] for k, v in settings.items()},
             "summary": summary, "claims": claims, "consistency_checks": checks,
-            "files": ["snap_time.csv", "snap_time.png"]}
+            "files": ["snap_time.csv", "snap_curves.csv", "snap_time.png"]}
 
 
 #: snap_curves.csv: B_n(t) per optimiser step of the theorem-setting runs of the first seed, with the exact theory's
