@@ -26,6 +26,7 @@ from tdyn.runs import write_csv
 from tdyn.schema import Strict
 from tdyn.train.seeding import generator
 from tdyn.train.threads import tune_allocator
+from tdyn.report import style
 
 CORPORA = ("wiki", "bbc")
 CLASSES = ("same_token", "same_topic", "different_topic")
@@ -82,7 +83,6 @@ def _gram_figure(E: torch.Tensor, T: torch.Tensor, path, title: str, model_name:
     at the 99th percentile of |cosine| with its colourbar."""
     import matplotlib.pyplot as plt
 
-    from tdyn.report import style
 
     style.apply()
     M = E / E.norm(dim=1, keepdim=True)
@@ -359,7 +359,6 @@ def draw_attention_maps(out_dir: Path, quick: bool | None = None) -> Path:
     validation entropy, one colour scale (0–1) with its colour bar. ``quick``: None reads results.json."""
     import matplotlib.pyplot as plt
 
-    from tdyn.report import style
 
     out_dir = Path(out_dir)
     cells: dict[tuple[int, int], dict] = {}
@@ -725,7 +724,6 @@ def draw_entropy_vs_lr(out_dir: Path, quick: bool | None = None, note: str | Non
     for quick runs. ``quick``, ``note``: None reads them from OUT's results.json."""
     import matplotlib.pyplot as plt
 
-    from tdyn.report import style
 
     out_dir = Path(out_dir)
     quick = _is_quick(out_dir, quick)

@@ -18,6 +18,7 @@ from tdyn.probes import scan_snap as pr
 from tdyn.runs import write_csv
 from tdyn.tasks.scan_snap import yz_config
 from tdyn.theory import scan_snap as th
+from tdyn.report import style
 
 
 # ---------------------------------------------------------------- snap time
@@ -441,7 +442,6 @@ def draw_snap_time(out_dir, quick: bool | None = None):
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from tdyn.report import style
 
     out_dir = Path(out_dir)
     rows = _read_csv(out_dir / "snap_time.csv")
