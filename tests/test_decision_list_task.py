@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from tdyn import runs
-from tdyn.data import decision_list as dl
-from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
-from tdyn.theory import decision_list as th
+from tdyn.papers.decision_list import data as dl
+from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModelConfig
+from tdyn.papers.decision_list import theory as th
 from tdyn.train.seeding import generator
 from tdyn.train.trainer import train
 
@@ -173,8 +173,8 @@ def test_quick_claim2_and_uniform_attention_verdicts(tmp_path):
 def test_dl_task_init_options_and_probes(tmp_path):
     """W_init: zero keeps V₀'s draw; V_noise adds uniform_perturbation; the probes match direct computations;
     the Hessian probe measures at non-perfect steps and on its grid only."""
-    from tdyn.models.decision_list import uniform_perturbation
-    from tdyn.probes.decision_list import centred_cosine, member_model, perm_recovery
+    from tdyn.papers.decision_list.model import uniform_perturbation
+    from tdyn.papers.decision_list.probes import centred_cosine, member_model, perm_recovery
 
     L, M, n = 6, 2, 3
     base = {"task": "decision_list", "data": {"L": L, "M": M, "n": n}, "seeds": [3], "dtype": "float64",

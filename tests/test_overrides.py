@@ -47,18 +47,18 @@ def test_topic_and_decision_list_reject_bogus_set(cli, tmp_path):
 def test_tables_match_registrations():
     import importlib
 
+    from tdyn import papers
     from tdyn.bench import BENCHES
-    from tdyn.experiments.registry import BENCH_MODULES
     from tdyn.probes import PROBES
-    from tdyn.tasks import TABLE, TASKS
+    from tdyn.tasks import TASKS
 
-    for mod in BENCH_MODULES.values():  # bench entries registered next to their reproductions
-        importlib.import_module(mod)
-    for reg, extra in ((EXPERIMENTS, {}), (BENCHES, BENCH_MODULES), (PROBES, {}), (TASKS, {})):
-        reg.names()  # imports every module of the table
+    for reg in (EXPERIMENTS, BENCHES, PROBES, TASKS):
+        reg.names()  # imports every module of the table (the core's and the papers' manifests)
         names = {n for n in reg._items if not n.startswith("test")}
-        assert names == set(reg.table) | set(extra), reg.kind
-    assert set(TABLE) == set(TASKS.table)
+        assert names == set(reg.table), reg.kind
+    for p in papers.manifests():   # descriptions are the manifests' (the report reads them without importing)
+        for name, r in p.reproductions.items():
+            assert EXPERIMENTS.get(name).description == r.description, name
 
 
 def test_unused_and_shadowed_overrides_exit_2(cli, tmp_path):

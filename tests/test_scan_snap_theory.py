@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy.integrate import quad, solve_ivp
 
-from tdyn.theory import scan_snap as th
+from tdyn.papers.scan_snap import theory as th
 
 FIG8 = [(50, e) for e in (0.1, 0.2, 0.5, 1, 2)] + [(1000, e) for e in (0.2, 0.5, 1, 2, 4)]
 

@@ -78,7 +78,7 @@ def test_snap_time_is_peak_of_growth():
 def test_snap_time_on_theory_curve_tracks_t0():
     """Applied to a logit growing like the theory's ż ∝ γ(t) (batch-1 time t in samples), the
     definition gives a time proportional to K ln M/η_Y across η_Y."""
-    from tdyn.theory import scan_snap as th
+    from tdyn.papers.scan_snap import theory as th
 
     K, M = 2, 33
     out = []
@@ -201,7 +201,7 @@ def test_scan_departure_on_known_trajectory():
 def test_scan_departure_of_theory_follows_its_constant():
     """On §6.3's exact B_n the departure is a fixed multiple of K/η_Y at fixed M, independent of η_Z and C0
     (C0 cancels in G/G), and lies between t'₀/2 and t₀ for the Fig 3-like M."""
-    from tdyn.theory import scan_snap as th
+    from tdyn.papers.scan_snap import theory as th
 
     K, M = 2, 24
     out = []
@@ -214,7 +214,7 @@ def test_scan_departure_of_theory_follows_its_constant():
 
 
 def test_crossing_time_and_lemma6_switch():
-    from tdyn.theory import scan_snap as th
+    from tdyn.papers.scan_snap import theory as th
 
     assert st.crossing_time(np.array([0.1, 0.3, 0.7, 0.9]), 0.5) == pytest.approx(1.5)
     assert st.crossing_time(np.array([0.6, 0.9]), 0.5) == 0.0

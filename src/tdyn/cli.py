@@ -333,9 +333,8 @@ def _cmd_sweep(args) -> int:
 def _cmd_bench(args) -> int:
     _setup(args)
     from tdyn import bench
-    from tdyn.experiments.registry import BENCH_MODULES
 
-    bench.run(args.out, quick=args.quick, only=args.only, modules=BENCH_MODULES, device=args.device)
+    bench.run(args.out, quick=args.quick, only=args.only, device=args.device)
     print(f"wrote {args.out}")
     return 0
 

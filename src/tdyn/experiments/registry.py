@@ -1,9 +1,8 @@
 """Registry of named experiments (`tdyn list`, `tdyn run NAME`, `tdyn reproduce NAME`).
 
-An experiment module registers its reproductions with :func:`register`; the table ``MODULES`` below
-names the module of every built-in one (``tdyn reproduce NAME`` imports only NAME's module; ``tdyn
-list`` imports them all). A new reproduction adds one line to the table (a test checks the table and
-the registrations agree).
+A reproduction module registers its reproductions with :func:`register`; its paper's manifest
+(:mod:`tdyn.papers`) names the module of each (``tdyn reproduce NAME`` imports only NAME's module;
+``tdyn list`` reads the generated catalog). A test checks the manifests and the registrations agree.
 """
 
 from __future__ import annotations
@@ -14,35 +13,11 @@ from typing import Any, Callable
 
 from pydantic import ValidationError
 
+from tdyn import papers
 from tdyn.errors import ConfigError, UserError
 from tdyn.registry import Registry
 from tdyn.schema import format_validation_error
 
-_SS = "tdyn.experiments.scan_snap"
-MODULES = {
-    "scan-snap/fig3": f"{_SS}_theory",
-    "scan-snap/fig8": f"{_SS}_theory",
-    "scan-snap/fig9": f"{_SS}_theory",
-    "scan-snap/fig4": _SS,
-    "scan-snap/fig5": _SS,
-    "scan-snap/fig6": f"{_SS}_fig6",
-    "scan-snap/fig11-12": f"{_SS}_fig6",
-    "scan-snap/thm3": f"{_SS}_thm3",
-    "scan-snap/snap-time": f"{_SS}_snap_time",
-    "real/topic-embeddings": "tdyn.experiments.real_text",
-    "real/attention-maps": "tdyn.experiments.real_text",
-    "real/entropy-vs-lr": "tdyn.experiments.real_text",
-    "topic/embeddings": "tdyn.experiments.topic_embeddings",
-    "topic/stage1": "tdyn.experiments.topic_stage1",
-    "topic/stage2": "tdyn.experiments.topic_stage2",
-    "topic/no-unchanged-mask": "tdyn.experiments.topic_stage2",
-    "topic/two-stage": "tdyn.experiments.topic_two_stage",
-    "topic/robustness": "tdyn.experiments.topic_robustness",
-    "topic/squared-loss": "tdyn.experiments.topic_robustness",
-    "decision-list/claim1": "tdyn.experiments.decision_list_claim1",
-    "decision-list/claim2": "tdyn.experiments.decision_list_claim2",
-    "decision-list/uniform-attention": "tdyn.experiments.decision_list_uniform",
-}
 
 
 class Overrides(list):
@@ -110,14 +85,21 @@ class Experiment:
             raise ConfigError(format_validation_error(e, self.options, "option")) from None
 
 
-EXPERIMENTS: Registry[Experiment] = Registry("experiment", table=MODULES)
+EXPERIMENTS: Registry[Experiment] = Registry("experiment", papers="reproductions")
 _REGISTRY = EXPERIMENTS._items  # the registered entries (tests add temporary ones with monkeypatch.setitem)
 
 
-def register(name: str, description: str, default_config: Callable[[], dict] | None = None, *,
+def register(name: str, description: str | None = None, default_config: Callable[[], dict] | None = None, *,
              configs: Callable[[ReproduceContext], dict[str, dict]] | None = None,
              takes_set: bool | None = None, options: type | None = None):
-    """Decorator registering ``reproduce(ctx) -> results`` under ``name`` (see :class:`Experiment`)."""
+    """Decorator registering ``reproduce(ctx) -> results`` under ``name`` (see :class:`Experiment`). A
+    paper's reproduction takes its description from the paper's manifest; one outside any paper gives it."""
+    declared = papers.of(name)
+    declared = declared.reproductions.get(name) if declared else None
+    if description is None:
+        if declared is None:
+            raise UserError(f"reproduction {name!r}: give a description (no paper's manifest declares it)")
+        description = declared.description
 
     def deco(fn):
         EXPERIMENTS.register(name, Experiment(name, description, fn, default_config, configs, takes_set, options))
@@ -163,15 +145,3 @@ def default_run_config(name: str, what: str = "config") -> dict:
     return exp.default_config()
 
 
-#: ``tdyn bench`` entries registered next to their reproductions, by module (the CLI hands them to
-#: :func:`tdyn.bench.run`; ``tdyn.bench`` itself never imports experiments).
-BENCH_MODULES = {
-    "fig6_sweep": "tdyn.experiments.scan_snap_fig6",
-    "real_lm_tokens_per_s": "tdyn.experiments.real_text",
-    "topic": "tdyn.experiments.topic_two_stage",
-    "decision_list_popgrad_L32_n4": "tdyn.experiments.decision_list_common",
-    "decision_list_popgrad_L16_n5": "tdyn.experiments.decision_list_common",
-    "decision_list_reduced_ode_L10000": "tdyn.experiments.decision_list_common",
-    "decision_list_task_and_samples_L10000": "tdyn.experiments.decision_list_common",
-    "decision_list_claim1": "tdyn.experiments.decision_list_claim1",
-}

@@ -18,7 +18,7 @@ from tdyn.errors import UserError
 from tdyn.config import override_key
 from tdyn.errors import ConfigError
 from tdyn.experiments.common import configure, write_results
-from tdyn.experiments.registry import CATALOG, MODULES, Experiment, Overrides, ReproduceContext, _option_entry, all_experiments, get
+from tdyn.experiments.registry import CATALOG, EXPERIMENTS, Experiment, Overrides, ReproduceContext, _option_entry, all_experiments, get
 from tdyn.report.html import build_index, metadata, slug
 from tdyn.report import verdicts
 from tdyn.report.verdicts import count_line
@@ -304,7 +304,7 @@ def build_catalog() -> dict[str, dict]:
     of every built-in reproduction (name, description, kinds, typed options, the resolved run configs at
     the default seed 0 without overrides), from the registrations themselves (imports every module)."""
     out = {}
-    for name in MODULES:
+    for name in EXPERIMENTS.table:
         e = get(name)
         configs = {}
         if e.configs is not None or e.default_config is not None:

@@ -164,7 +164,7 @@ class TaskSpec:
 
 
 #: Every task, by name; the table of built-in task modules is filled in by ``tdyn.tasks``.
-TASKS: Registry[TaskSpec] = Registry("task", label="task", hint=plugins.HINT)
+TASKS: Registry[TaskSpec] = Registry("task", label="task", hint=plugins.HINT, papers="tasks")
 
 
 def register_task(name: str, data_config: type[BaseModel], model_config: type[BaseModel],

@@ -22,7 +22,7 @@ Definitions (pure functions first, tested on hand-made cases; then the ``topic.s
 * **Effective value map** (``effective_value``): the value path of layer 0 from a visible word id to the
   logits, W_dec W_V Ẽᵀ [|V|, |V|] (columns: input id, rows: output id; Ẽ the embedding table, LN'd in the
   authors' parameterisation). In the clean setting (one-hot, W_dec = I) it is W_V itself; under uniform
-  attention it is ``tdyn.probes.topic_value.effective_value_map``'s W_eff. ``value_contrast`` is its block
+  attention it is ``tdyn.papers.topic.value.effective_value_map``'s W_eff. ``value_contrast`` is its block
   contrast, ``value_min_topic`` its smallest per-topic contrast.
 * **W_V half-way** t_V, against a fixed reference, the fitted stage-1 optimum (the convex optimum of the
   uniform-attention model class on the same static masks, docs/reproductions/topic.md#stage-1-reference-optimum),
@@ -57,7 +57,7 @@ import torch
 
 from tdyn import stats
 from tdyn.probes import ProbeContext, probe
-from tdyn.probes.topic import block_contrast, clean_class_sums, pair_classes
+from tdyn.papers.topic.probes import block_contrast, clean_class_sums, pair_classes
 
 KAPPA_ONSET = math.log(1.05)      # logits: a same-topic key gets 5% more attention than a different-topic key
 GAP_ONSET = 0.05                  # attention relative to uniform: 5% more on same-topic keys

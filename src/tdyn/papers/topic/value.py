@@ -10,7 +10,7 @@ Definitions (each has a hand-made test in ``tests/test_topic_value.py``):
   Σh = 1) and by W → W + 1wᵀ (the same shift of every logit). ``gauge_fix`` returns the
   minimum-Frobenius-norm member of that orbit (W double-centred over the full |V|×|V| matrix); the
   gauge-fixed R² is the form R² of its word block. An ℓ2-regularised optimum is already gauge-fixed.
-* **Per-topic block contrast** (``tdyn.probes.topic.block_contrast``): for the rows of topic t, the mean
+* **Per-topic block contrast** (``tdyn.papers.topic.probes.block_contrast``): for the rows of topic t, the mean
   same-topic off-diagonal entry minus the mean entry in other topics' columns.
 * **Block-contrast noise** ``contrast_noise``: the standard deviation of the per-topic contrast of the
   same matrix after a random relabelling of its words (one permutation applied to rows and columns),
@@ -35,7 +35,7 @@ from __future__ import annotations
 import torch
 
 from tdyn import stats
-from tdyn.probes.topic import block_contrast
+from tdyn.papers.topic.probes import block_contrast
 
 
 def _design(n: int, v: int) -> torch.Tensor:

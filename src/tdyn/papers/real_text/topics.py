@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from tdyn.data.corpora import basic_english
+from tdyn.papers.real_text.data import basic_english
 
 
 @dataclasses.dataclass

@@ -1,4 +1,4 @@
-"""Probes of the decision-list task (``tdyn.tasks.decision_list``): exact classification on the task's
+"""Probes of the decision-list task (``tdyn.papers.decision_list.task``): exact classification on the task's
 enumerated (or Monte Carlo) sequence types, V against the permutation matrix P, and the top Hessian
 eigenvalue of the population loss (docs/reproductions/decision-lists.md#perfect-classification,
 docs/reproductions/decision-lists.md#reproductions).
@@ -13,9 +13,9 @@ import math
 
 import torch
 
-from tdyn.models.decision_list import DecisionListModel
+from tdyn.papers.decision_list.model import DecisionListModel
 from tdyn.probes import ProbeContext, probe
-from tdyn.theory import decision_list as th
+from tdyn.papers.decision_list import theory as th
 
 
 def centred_cosine(V: torch.Tensor, P: torch.Tensor) -> torch.Tensor:

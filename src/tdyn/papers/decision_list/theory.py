@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from scipy.integrate import solve_ivp
 
-from tdyn.data.decision_list import DecisionListTask, Sampler, check_sampler, labels
-from tdyn.data.decision_list import sample as dl_sample
-from tdyn.models.decision_list import DecisionListModel
+from tdyn.papers.decision_list.data import DecisionListTask, Sampler, check_sampler, labels
+from tdyn.papers.decision_list.data import sample as dl_sample
+from tdyn.papers.decision_list.model import DecisionListModel
 
 
 # ----------------------------------------------------------------------------- sequence laws and types

@@ -1,5 +1,5 @@
-"""The Scan and Snap task (Tian et al. 2023): the sequence-class distribution (``tdyn.data.scan_snap``)
-wired to the Y/Z model (``tdyn.models.yz``) with two parameter groups, Y (decoder, η_Y) and Z
+"""The Scan and Snap task (Tian et al. 2023): the sequence-class distribution (``tdyn.papers.scan_snap.data``)
+wired to the Y/Z model (``tdyn.papers.scan_snap.model``) with two parameter groups, Y (decoder, η_Y) and Z
 (attention logits, η_Z). Config sections: ``data`` = :class:`ScanSnapDataConfig`, ``model`` =
 :class:`YZConfig`.
 """
@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import torch
 
-from tdyn.data import scan_snap as data
-from tdyn.data.scan_snap import ScanSnapDataConfig  # noqa: F401  (the data section)
-from tdyn.models.yz import YZConfig, YZModel, key_bags, member_size, pack_support, support_decoder_applies
+from tdyn.papers.scan_snap import data as data
+from tdyn.papers.scan_snap.data import ScanSnapDataConfig  # noqa: F401  (the data section)
+from tdyn.papers.scan_snap.model import YZConfig, YZModel, key_bags, member_size, pack_support, support_decoder_applies
 from tdyn.tasks.base import Member, Task, register_task
 from tdyn.train.seeding import generator
 
 
 class ScanSnapTask(Task):
     """The Y/Z model on a sequence-class distribution. A variant distribution subclasses this with its
-    own ``data_config`` and ``build_distribution`` returning a :class:`~tdyn.data.scan_snap.SequenceClasses`
+    own ``data_config`` and ``build_distribution`` returning a :class:`~tdyn.papers.scan_snap.data.SequenceClasses`
     (see examples/shared_distinct_tokens.py); model, loss and probes then work unchanged."""
 
     data_config = data.ScanSnapDataConfig
@@ -66,9 +66,9 @@ class ScanSnapTask(Task):
     def full_sample(self, gen, context: bool = True):
         """``(x, y, support)``: the tokens, the next tokens, and each sequence's distinct keys with the
         logs of their counts, computed here once per data stream, and, where the model decodes on the
-        support, the support by key (:func:`~tdyn.models.yz.key_bags`). The keys and counts are packed from
-        the sampler's counts per class support (:meth:`~tdyn.data.scan_snap.SequenceClasses.sample_counts`,
-        :func:`~tdyn.models.yz.pack_support`): ``(idx, count)`` equal to ``key_support(x)`` of the full x, the
+        support, the support by key (:func:`~tdyn.papers.scan_snap.model.key_bags`). The keys and counts are packed from
+        the sampler's counts per class support (:meth:`~tdyn.papers.scan_snap.data.SequenceClasses.sample_counts`,
+        :func:`~tdyn.papers.scan_snap.model.pack_support`): ``(idx, count)`` equal to ``key_support(x)`` of the full x, the
         model getting ``(idx, log count)``. ``context=False``: x is only the query column (the same draws).
         ``gen`` a list of generators: their batches stacked on a leading axis, each the same as alone."""
         width = min(self.support_width, self.data_cfg.seq_len - 1)

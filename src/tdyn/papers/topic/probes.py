@@ -3,12 +3,12 @@ of W_V, W_Vᵀ W_V, W_E W_Eᵀ and W_Kᵀ W_Q, embedding Gram by class, and the 
 (docs/reproductions/topic.md#two-stage-measurement).
 
 Pure functions of tensors first (vectorised; tests compare them with brute-force loops), then the
-registered probes that apply them to a model of ``tdyn.models.topic`` on the task's probe batch.
+registered probes that apply them to a model of ``tdyn.papers.topic.model`` on the task's probe batch.
 Vocabulary layout: ids < ``num_special`` are special (no topic); word id i has topic (i−ns)//v.
 
 **Vocabulary form** (what the probes compute for a one-layer model, benchmarks/README.md#topic-probes):
 at layer 0 the attention of a query depends only on its id u and its document (the keys' scores are the
-entries (u, ·) of the |V|×|V| score table, ``tdyn.models.topic.Input``), so the attention per key id
+entries (u, ·) of the |V|×|V| score table, ``tdyn.papers.topic.model.Input``), so the attention per key id
 P[b, u, v] (summed over the visible positions carrying id v) holds every attention statistic: with n_u the
 number of word positions of id u in document b and c_v the visible ones, the class sums over position pairs
 are Σ_u n_u Σ_{v in the class of u} P[b, u, v] (``self``: Σ_u P[b, u, u] over visible u; ``same_token``: the
@@ -24,7 +24,7 @@ import math
 
 import torch
 
-from tdyn.models.topic import Input
+from tdyn.papers.topic.model import Input
 from tdyn.probes import ProbeContext, probe
 
 CLASSES = ("self", "same_token", "same_topic", "diff_topic")

@@ -1,11 +1,11 @@
-"""Probe of the corpus LM task (``tdyn.tasks.corpus_lm``): validation loss, attention entropy per
+"""Probe of the corpus LM task (``tdyn.papers.real_text.task``): validation loss, attention entropy per
 layer (docs/reproductions/real-text.md#causal-attention-entropy) and every layer's attention map on probe window 0."""
 
 from __future__ import annotations
 
 import torch
 
-from tdyn.models.lm import attention_entropy
+from tdyn.papers.real_text.model import attention_entropy
 from tdyn.probes import ProbeContext, probe
 
 

@@ -95,7 +95,7 @@ class SequenceClasses:
         """:meth:`sample` (the same draws) with each sequence's context counted over its class's support:
         ``(x, y, tokens, count)``, ``tokens`` [B, W] the support of each sample's class (its CDF's step
         points, increasing, padded with M−1) and ``count`` [B, W] (int32) how often each occurs in the
-        sequence. ``tdyn.models.yz.pack_support(count, tokens, width)`` turns this into exactly
+        sequence. ``tdyn.papers.scan_snap.model.pack_support(count, tokens, width)`` turns this into exactly
         ``key_support(x, M, width)`` (tested) without a [B, M] histogram (~2x faster per batch here).
         ``context=False``: x is only the query column [B, 1] (the context tokens are not written out;
         the draws and the counts are the same).

@@ -1,6 +1,6 @@
-"""The corpus LM task (Scan and Snap §8, App G): the PyTorch tutorial's causal LM (``tdyn.models.lm``)
-on bptt windows of an offline real-text corpus (``tdyn.data.corpora``). Config sections: ``data`` =
-:class:`CorpusLMData`, ``model`` = :class:`tdyn.models.lm.LMConfig`.
+"""The corpus LM task (Scan and Snap §8, App G): the PyTorch tutorial's causal LM (``tdyn.papers.real_text.model``)
+on bptt windows of an offline real-text corpus (``tdyn.papers.real_text.data``). Config sections: ``data`` =
+:class:`CorpusLMData`, ``model`` = :class:`tdyn.papers.real_text.model.LMConfig`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from tdyn.data import corpora
-from tdyn.models.lm import CausalLM, LMConfig, member_size
+from tdyn.papers.real_text import data as corpora
+from tdyn.papers.real_text.model import CausalLM, LMConfig, member_size
 from tdyn.schema import Strict
 from tdyn.tasks.base import Member, Task, register_task
 from tdyn.train.seeding import derive_seed, generator

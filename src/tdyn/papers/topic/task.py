@@ -1,5 +1,5 @@
 """The topic-structure task (Li, Li & Risteski, ICML 2023): masked LM on LDA documents
-(``tdyn.data.lda``) with the one-layer topic transformer (``tdyn.models.topic``). Config sections:
+(``tdyn.papers.topic.data``) with the one-layer topic transformer (``tdyn.papers.topic.model``). Config sections:
 ``data`` = :class:`LdaDataConfig`, ``model`` = :class:`TopicModelConfig`.
 """
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import functools
 
-from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig, LdaDataset
-from tdyn.models.topic import TopicModelConfig, TopicTransformer, member_size
+from tdyn.papers.topic.data import NUM_SPECIAL, LdaDataConfig, LdaDataset
+from tdyn.papers.topic.model import TopicModelConfig, TopicTransformer, member_size
 from tdyn.tasks.base import Member, Task, register_task
 from tdyn.train.seeding import generator
 

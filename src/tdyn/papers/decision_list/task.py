@@ -1,10 +1,10 @@
 """The decision-list task (docs/reproductions/decision-lists.md): the exact population loss of f_{W,V} on a decision
-list (``tdyn.data.decision_list``, enumerated or Monte Carlo sequence types from
-``tdyn.theory.decision_list``) with the one-layer model (``tdyn.models.decision_list``); the trainer runs
+list (``tdyn.papers.decision_list.data``, enumerated or Monte Carlo sequence types from
+``tdyn.papers.decision_list.theory``) with the one-layer model (``tdyn.papers.decision_list.model``); the trainer runs
 population-loss GD (docs/reproductions/decision-lists.md#enumeration-over-types). Config sections: ``data`` =
 :class:`DecisionListData`, ``model`` =
 :class:`DecisionListModelConfig` (init: W₀, V₀ ~ init_std·N(0,1) per member, V₀ += c·P + E with
-E ~ V_noise·U(−½, ½), W₀ = 0 with ``W_init: zero``). Probes: ``tdyn.probes.decision_list``.
+E ~ V_noise·U(−½, ½), W₀ = 0 with ``W_init: zero``). Probes: ``tdyn.papers.decision_list.probes``.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from tdyn.data import decision_list as dl
-from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig, member_size, uniform_perturbation
+from tdyn.papers.decision_list import data as dl
+from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModelConfig, member_size, uniform_perturbation
 from tdyn.schema import Strict
 from tdyn.tasks.base import Member, Task, register_task
-from tdyn.theory import decision_list as th
+from tdyn.papers.decision_list import theory as th
 from tdyn.train.seeding import generator
 
 
