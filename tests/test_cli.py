@@ -113,7 +113,7 @@ def test_reproduce_all_resumes_what_an_interrupt_left(tmp_path):
 
     from tdyn import runs
     from tdyn.errors import UserError
-    from tdyn.experiments.runner import reproduce_all
+    from tdyn.reproduce.runner import reproduce_all
 
     out = tmp_path / "all"
     names = ["scan-snap/fig4", "scan-snap/fig5"]

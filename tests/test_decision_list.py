@@ -399,7 +399,7 @@ def test_T_sup_kappa_definition():
 def test_eta_hypothesis_is_judged_inside_the_hypotheses_only():
     """Exploratory runs above η·λ_max = 1 are reported, not a failure; an inside run above it fails;
     no inside run with a perfect iterate is inconclusive."""
-    from tdyn.experiments.decision_list_claim2 import _eta_claim
+    from tdyn.papers.decision_list.claim2 import _eta_claim
 
     def row(regime, v):
         return {"regime": regime, "L": 4, "n": 3, "M": 2, "eps": 1.0, "eta_factor": 1.0, "seed": 0, "k_star": 3,

@@ -44,7 +44,7 @@ def test_trainer_runs_exact_population_gd(tmp_path):
 
 
 def test_result2_admissibility_threshold():
-    from tdyn.experiments.decision_list_claim2 import admissibility
+    from tdyn.papers.decision_list.claim2 import admissibility
 
     rng = __import__("numpy").random.default_rng(0)
     checked = 0
@@ -61,7 +61,7 @@ def test_result2_admissibility_threshold():
 
 def test_bound_reading_definitions_hand_made():
     """γ readings of result (1): hand-made rows whose verdicts are known; T = 0 is the best case, not ∞."""
-    from tdyn.experiments.decision_list_claim1 import GAMMAS, _bound_reading, _gamma_max
+    from tdyn.papers.decision_list.claim1 import GAMMAS, _bound_reading, _gamma_max
 
     def row(T, b, t_max=100.0, M=2, L=10):
         return {"L": L, "n": 3, "M": M, "T_sup": T, "t_max": t_max} | {f"bound_gamma_{g}": b for g in GAMMAS}
@@ -78,7 +78,7 @@ def test_bound_reading_definitions_hand_made():
 def test_inside_claim_readings_hand_made():
     """Result (2): k* inside ε/(2η) but above 2mℒ₀/(A²η) → the two quantifier readings disagree; a run with
     η·λ_max(t) > 1 before k* is outside the hypotheses and left out."""
-    from tdyn.experiments.decision_list_claim2 import _inside_claim
+    from tdyn.papers.decision_list.claim2 import _inside_claim
 
     base = {"steps": 100, "max_eta_lambda_to_kstar": 1.0, "L": 30, "n": 29, "M": 2, "eps": 5.0, "L0": 3.4,
             "A_lo": 2.2, "A_hi": 2.3, "v_drift_max": 0.0, "c": 1e5}
@@ -99,8 +99,8 @@ def test_inside_claim_readings_hand_made():
 
 
 def _quick(name, tmp_path):
-    from tdyn.experiments.common import write_results
-    from tdyn.experiments.registry import ReproduceContext, get
+    from tdyn.reproduce.common import write_results
+    from tdyn.reproduce.registry import ReproduceContext, get
 
     torch.set_num_threads(1)
     ctx = ReproduceContext(out=tmp_path / "out", quick=True, progress=False)
@@ -135,8 +135,8 @@ def test_quick_claim1_verdicts(tmp_path):
 def test_claim1_rows_do_not_depend_on_the_worker_count(tmp_path):
     """claim1 solves its flows in a process pool: each flow is a pure function of its spec and the seed,
     so the CSVs are byte-equal with 1 and 2 workers (N > 0: the keyed sample streams included)."""
-    from tdyn.experiments.decision_list_claim1 import Claim1Options
-    from tdyn.experiments.registry import ReproduceContext, get
+    from tdyn.papers.decision_list.claim1 import Claim1Options
+    from tdyn.reproduce.registry import ReproduceContext, get
 
     outs = []
     for w in (1, 2):
@@ -260,7 +260,7 @@ def test_gamma_families_and_gamma_needed_hand_computed():
     B: p(k=1|q) = C(8,1)/C(9,2) = 2/9 = δ, δ/L = 1/45, rarest presence pattern (a_1 present, one other token)
     (1/10)·C(8,1)/C(9,2) = 1/45; A: δ = 1 − (9/10)² = 0.19, δ/L = 0.019, rarest multiplicity pattern
     (q three times, or a_1 twice and q once) 10⁻³. γ = 1 is no reading. γ_needed = 4M/(T log L)."""
-    from tdyn.experiments.decision_list_claim1 import GAMMA_FAMILY, GAMMAS, gamma_needed, gamma_readings
+    from tdyn.papers.decision_list.claim1 import GAMMA_FAMILY, GAMMAS, gamma_needed, gamma_readings
 
     assert set(GAMMAS) == {"delta", "joint", "pattern"} and "1" not in GAMMAS
     assert GAMMA_FAMILY == {"delta": "determining-event", "joint": "determining-event",
@@ -281,8 +281,8 @@ def test_gamma_families_and_gamma_needed_hand_computed():
 
 def test_claim2_rows_read_back_as_written(tmp_path):
     """--rejudge reads claim2.csv back: None, bools, ints and floats as the analysis wrote them."""
-    from tdyn.experiments.decision_list_claim2 import CLAIM2_COLUMNS, _read_rows
-    from tdyn.experiments.decision_list_common import _fmt
+    from tdyn.papers.decision_list.claim2 import CLAIM2_COLUMNS, _read_rows
+    from tdyn.papers.decision_list.analysis import _fmt
     from tdyn.runs import write_csv
 
     row = {k: None for k in CLAIM2_COLUMNS} | {"regime": "inside", "L": 30, "k_star": 478, "stays_perfect": True,

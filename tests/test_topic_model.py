@@ -13,7 +13,7 @@ from scipy.optimize import minimize
 from tdyn import runs
 from tdyn.papers.topic.data import LdaDataConfig, LdaDataset
 from tdyn.errors import ConfigError
-from tdyn.experiments.topic_common import E2, E3, E4
+from tdyn.papers.topic.analysis import E2, E3, E4
 from tdyn.papers.topic.task import lda_config
 from tdyn.papers.topic.model import TopicModelConfig, TopicTransformer
 from tdyn.papers.topic.theory import bag_of_words, fit_softmax_regression, softmax_regression_loss

@@ -129,7 +129,7 @@ def test_half_way_time_to_a_fixed_reference():
 
 
 def test_stage_times_from_metrics():
-    from tdyn.experiments.topic_common import stage_times
+    from tdyn.papers.topic.analysis import stage_times
 
     steps = np.arange(0, 5001, 50.0)
     cv = 2 * (1 - np.exp(-steps / 100))
@@ -152,7 +152,7 @@ def test_stage_times_from_metrics():
 
 
 def test_stage1_reference_least_squares_is_the_minimum():
-    from tdyn.experiments.topic_common import fit_least_squares, squared_regression_loss
+    from tdyn.papers.topic.analysis import fit_least_squares, squared_regression_loss
 
     g = torch.Generator().manual_seed(5)
     h = torch.rand(40, 6, generator=g, dtype=torch.float64)
@@ -167,7 +167,7 @@ def test_stage1_reference_least_squares_is_the_minimum():
 
 def test_e1_embeddings_are_not_the_logit_matrix():
     from tdyn.papers.topic.data import LdaDataConfig
-    from tdyn.experiments.topic_embeddings import e1_measures, embeddings_config
+    from tdyn.papers.topic.embeddings import e1_measures, embeddings_config
     from tdyn.papers.topic.task import build_model
     from tdyn.papers.topic.model import TopicModelConfig
 

@@ -1,13 +1,13 @@
 """The two paper claims of topic/two-stage (issue 32): persistent onsets, the literal weight-change claim, the
 functional order with a not-applicable reading, and the probes' vocabulary form against the per-position
-statistic (tdyn.papers.topic.probes, tdyn.papers.topic.stages, tdyn.experiments.topic_common)."""
+statistic (tdyn.papers.topic.probes, tdyn.papers.topic.stages, tdyn.papers.topic.analysis)."""
 
 import numpy as np
 import pytest
 import torch
 
 from tdyn.papers.topic.data import NUM_SPECIAL
-from tdyn.experiments.topic_common import stage_times, two_stage_claims
+from tdyn.papers.topic.analysis import stage_times, two_stage_claims
 from tdyn.papers.topic import probes as tp
 from tdyn.papers.topic import stages as ts
 

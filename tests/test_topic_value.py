@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tdyn.papers.topic.data import NUM_SPECIAL
-from tdyn.experiments.topic_stage1 import Stage1Options, best_dev_step, stage1_config
+from tdyn.papers.topic.stage1 import Stage1Options, best_dev_step, stage1_config
 from tdyn.papers.topic.model import TopicModelConfig, TopicTransformer
 from tdyn.papers.topic.value import (contrast_noise, effective_value_map, fit_aIbBc11, gauge_fix, r2_aIbBc11,
                                      value_structure)

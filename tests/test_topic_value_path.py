@@ -9,9 +9,9 @@ import torch
 
 from tdyn import stats
 from tdyn.papers.topic.data import NUM_SPECIAL
-from tdyn.experiments.topic_robustness import (DERIVED, _table_claims, end_of_stage1, persistent_onset,
+from tdyn.papers.topic.robustness import (DERIVED, _table_claims, end_of_stage1, persistent_onset,
                                                robustness_variants, squared_variants, variant_source)
-from tdyn.experiments.topic_stage1 import seed_se
+from tdyn.papers.topic.stage1 import seed_se
 from tdyn.papers.topic.model import TopicModelConfig, TopicTransformer
 from tdyn.papers.topic.value import effective_value_map, value_path, value_structure
 from tdyn.train.seeding import generator

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tdyn.errors import UserError
-from tdyn.experiments.common import claim, decide, reading
+from tdyn.reproduce.common import claim, decide, reading
 from tdyn.report import verdicts
 
 # every claim names its provenance (a paper claim quotes the paper), its paper statement and definition

@@ -16,6 +16,7 @@ The public API (imported lazily, so ``import tdyn`` and ``tdyn list`` stay light
 
 from __future__ import annotations
 
+from tdyn import papers as _papers  # noqa: F401  (the old module paths of moved modules still import)
 from tdyn.lazy import exports
 
 __version__ = "0.1.0"

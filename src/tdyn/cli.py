@@ -38,7 +38,7 @@ def _cmd_list(args) -> int:
     """The built-in reproductions from the generated catalog (no experiment module is imported), then
     any registered by the user's plugins (``--import``, ``$TDYN_IMPORT``, entry points)."""
     from tdyn import plugins
-    from tdyn.experiments.registry import EXPERIMENTS, catalog
+    from tdyn.reproduce.registry import EXPERIMENTS, catalog
 
     rows = {n: (e["kinds"], e["description"]) for n, e in catalog().items()}
     if plugins.load() or any(n not in rows for n in EXPERIMENTS._items):
@@ -85,7 +85,7 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_reproduce(args) -> int:
-    from tdyn.experiments.registry import ReproduceContext, get
+    from tdyn.reproduce.registry import ReproduceContext, get
 
     if args.all == bool(args.name):
         raise UserError("tdyn reproduce takes an experiment name or --all (not both)")
@@ -94,7 +94,7 @@ def _cmd_reproduce(args) -> int:
                         "(the page of every reproduction); for one reproduction see `tdyn report DIR --evidence DIR`")
     if args.all:
         _setup(args)
-        from tdyn.experiments import runner
+        from tdyn.reproduce import runner
 
         page, failed = runner.reproduce_all(args.out, seed=args.seed, quick=args.quick, overrides=list(args.set or []),
                                             device=args.device, progress=not args.quiet, force=args.force,
@@ -107,7 +107,7 @@ def _cmd_reproduce(args) -> int:
     exp = get(args.name)             # an unknown name fails here, before torch is imported
     _setup(args)
     from tdyn import runs
-    from tdyn.experiments import runner
+    from tdyn.reproduce import runner
 
     out = Path(args.out)
     ctx = ReproduceContext(out=out, seed=args.seed, quick=args.quick, overrides=list(args.set or []),
@@ -133,7 +133,7 @@ def _option_values(args, exp) -> dict:
 def _cmd_config(args) -> int:
     import yaml
 
-    from tdyn.experiments.registry import ReproduceContext, catalog, get
+    from tdyn.reproduce.registry import ReproduceContext, catalog, get
 
     cat = catalog().get(args.name)
     plain = not args.set and args.seed == 0 and not any(getattr(args, k) is not None for k in vars(args)
@@ -144,7 +144,7 @@ def _cmd_config(args) -> int:
         return 0
     exp = get(args.name)
     _setup(args)
-    from tdyn.experiments import runner
+    from tdyn.reproduce import runner
 
     ctx = ReproduceContext(out=Path("."), seed=args.seed, quick=args.quick, overrides=list(args.set or []),
                            options=exp.make_options(_option_values(args, exp)))
@@ -164,7 +164,7 @@ def _add_options(p: argparse.ArgumentParser, argv: list[str], command: str) -> N
     name = next((a for a in rest if not a.startswith("-")), None)
     if name is None:
         return
-    from tdyn.experiments.registry import EXPERIMENTS, _option_entry, catalog
+    from tdyn.reproduce.registry import EXPERIMENTS, _option_entry, catalog
 
     cat = catalog()
     if (name in cat or name in EXPERIMENTS._items) and docs.ref(name):
@@ -260,7 +260,7 @@ def _cmd_report(args) -> int:
         if args.readme:
             raise UserError("--evidence is for the page; --readme writes the table of DIR's own results")
     if args.readme:
-        from tdyn.experiments.registry import all_experiments
+        from tdyn.reproduce.registry import all_experiments
         from tdyn.report import verdicts
 
         names = [n for n in all_experiments() if not n.startswith("test/")]
@@ -271,7 +271,7 @@ def _cmd_report(args) -> int:
         print(f"{results.get('experiment', rd.name)}:" + (f" FAILED: {results['error']}" if "error" in results else ""))
         _print_claims(results)
     if found:
-        from tdyn.experiments.runner import descriptions
+        from tdyn.reproduce.runner import descriptions
 
         page = html.build_index(d, descriptions=descriptions(), evidence=args.evidence)
         _print_answer(d, args.evidence)
@@ -493,7 +493,7 @@ def _experiment_config(name: str, what: str) -> dict:
     """Config sources given by a name that is no packaged config are experiments' default run configs
     (the CLI sits above both)."""
     from tdyn.config import packaged
-    from tdyn.experiments.registry import EXPERIMENTS, default_run_config
+    from tdyn.reproduce.registry import EXPERIMENTS, default_run_config
 
     if name not in EXPERIMENTS:
         raise UserError(f"{what}: {name!r} is neither a config file, a packaged config ({', '.join(packaged())}) "

@@ -75,14 +75,26 @@ def exports(section: str) -> dict[str, str]:
     return out
 
 
+#: Module paths of earlier tdyn versions in the core (the papers' own are their manifests' ``aliases``).
+CORE_ALIASES = {"tdyn.experiments": "tdyn.reproduce", "tdyn.experiments.registry": "tdyn.reproduce.registry",
+                "tdyn.experiments.runner": "tdyn.reproduce.runner", "tdyn.experiments.common": "tdyn.reproduce.common"}
+
+
 class _Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Old module paths (a manifest's ``aliases``) import the module that now holds the code: the same
-    module object under both names."""
+    """Old module paths (:data:`CORE_ALIASES`, a manifest's ``aliases``) import the module that now holds
+    the code: the same module object under both names (first on ``sys.meta_path``, so that a submodule
+    of an aliased package is never loaded a second time under the old name)."""
+
+    _busy = False
 
     def find_spec(self, name, path=None, target=None):
-        if not name.startswith("tdyn.") or name.startswith("tdyn.papers."):
+        if not name.startswith("tdyn.") or name.startswith("tdyn.papers") or _Aliases._busy:
             return None
-        real = next((p.aliases[name] for p in manifests() if name in p.aliases), None)
+        _Aliases._busy = True
+        try:
+            real = CORE_ALIASES.get(name) or next((p.aliases[name] for p in manifests() if name in p.aliases), None)
+        finally:
+            _Aliases._busy = False
         return None if real is None else importlib.util.spec_from_loader(name, self, origin=real)
 
     def create_module(self, spec):
@@ -93,6 +105,6 @@ class _Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 if not any(isinstance(f, _Aliases) for f in sys.meta_path):
-    sys.meta_path.append(_Aliases())
+    sys.meta_path.insert(0, _Aliases())
 
 __all__ = ["BUILTIN", "Paper", "Reproduction", "exports", "manifests", "of", "register", "table"]

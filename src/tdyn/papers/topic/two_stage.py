@@ -3,7 +3,7 @@ docs/reproductions/topic.md#two-stage-mechanism, docs/reproductions/topic.md#two
 docs/reproductions/topic.md#topictwo-stage): from small init, W_V moves first and W_K, W_Q catch up much later,
 over the grid optimizer (Adam, SGD) × init scale × learning rate; and the ``topic`` bench (training steps per
 second of the topic/stage1 and topic/two-stage settings). Stage times are defined in
-``tdyn.experiments.topic_common``."""
+``tdyn.papers.topic.analysis``."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import torch
 from tdyn import runs, stats
 from tdyn.bench import on_device, register_bench, seconds
 from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig
-from tdyn.experiments.registry import ReproduceContext, register
-from tdyn.experiments.topic_common import (E2, E4, LITERAL_DEF, PER_READING, TWO_STAGE_DEF, dense_probe_steps, final,
+from tdyn.reproduce.registry import ReproduceContext, register
+from tdyn.papers.topic.analysis import (E2, E4, LITERAL_DEF, PER_READING, TWO_STAGE_DEF, dense_probe_steps, final,
                                            member_model, metrics_table, run_reference, stage_times, train_runs,
                                            two_stage_claims, value_contrast_series, with_stage_probe)
 from tdyn.probes import topic_stages as ts

@@ -15,9 +15,9 @@ from scipy.stats import spearmanr
 
 from tdyn import runs, stats
 from tdyn.data import scan_snap as data
-from tdyn.experiments.common import claim, configure, decide, margin, reading, train_into
-from tdyn.experiments.registry import ReproduceContext, register
-from tdyn.experiments.scan_snap_common import _facts, _lrs
+from tdyn.reproduce.common import claim, configure, decide, margin, reading, train_into
+from tdyn.reproduce.registry import ReproduceContext, register
+from tdyn.papers.scan_snap.analysis import _facts, _lrs
 from tdyn.probes import scan_snap as pr
 from tdyn.probes.scan_snap import c_n, distinct_entropy
 from tdyn.report import style

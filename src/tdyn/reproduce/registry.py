@@ -22,7 +22,7 @@ from tdyn.schema import format_validation_error
 
 class Overrides(list):
     """The user's ``--set`` overrides, remembering whether a run config consumed them
-    (:func:`tdyn.experiments.common.configure` marks them). The runner rejects overrides that no
+    (:func:`tdyn.reproduce.common.configure` marks them). The runner rejects overrides that no
     config of the reproduction consumed (exit 2), so a knob is never silently dropped."""
 
     consumed: bool = False

@@ -12,9 +12,9 @@ import torch
 
 from tdyn import runs, stats
 from tdyn.data import scan_snap as data
-from tdyn.experiments.common import claim, configure, decide, every_cell, margin, reading, train_into, within
-from tdyn.experiments.registry import ReproduceContext, register
-from tdyn.experiments.scan_snap_common import _facts, _lrs
+from tdyn.reproduce.common import claim, configure, decide, every_cell, margin, reading, train_into, within
+from tdyn.reproduce.registry import ReproduceContext, register
+from tdyn.papers.scan_snap.analysis import _facts, _lrs
 from tdyn.probes import scan_snap as pr
 from tdyn.report import style
 from tdyn.runs import write_csv

@@ -41,10 +41,10 @@ from pydantic import Field
 from tdyn import runs, stats
 from tdyn.config import validate_config
 from tdyn.data.lda import NUM_SPECIAL, LdaDataset
-from tdyn.experiments.common import claim, configure, decide, margin, reading, train_into
-from tdyn.experiments import topic_quotes as quotes
-from tdyn.experiments.registry import ReproduceContext, register
-from tdyn.experiments.topic_common import E2, all_seeds, heatmaps, member_model, split_loss, stage_config
+from tdyn.reproduce.common import claim, configure, decide, margin, reading, train_into
+from tdyn.papers.topic import quotes as quotes
+from tdyn.reproduce.registry import ReproduceContext, register
+from tdyn.papers.topic.analysis import E2, all_seeds, heatmaps, member_model, split_loss, stage_config
 from tdyn.probes.topic_value import effective_value_map, gauge_fix, r2_aIbBc11, value_structure
 from tdyn.report import style
 from tdyn.runs import write_csv

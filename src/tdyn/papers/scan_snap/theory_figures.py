@@ -10,8 +10,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
-from tdyn.experiments.common import claim
-from tdyn.experiments.registry import ReproduceContext, register
+from tdyn.reproduce.common import claim
+from tdyn.reproduce.registry import ReproduceContext, register
 from tdyn.report import style
 from tdyn.runs import write_csv
 from tdyn.theory import scan_snap as th

@@ -32,10 +32,10 @@ from pydantic import Field
 from tdyn import runs, stats
 from tdyn.data.lda import NUM_SPECIAL
 from tdyn.errors import ConfigError
-from tdyn.experiments.common import claim, decide
-from tdyn.experiments import topic_quotes as quotes
-from tdyn.experiments.registry import ReproduceContext, register
-from tdyn.experiments.topic_common import (E2, E4, GAP_DEF, dense_probe_steps, final, heatmaps, member_model,
+from tdyn.reproduce.common import claim, decide
+from tdyn.papers.topic import quotes as quotes
+from tdyn.reproduce.registry import ReproduceContext, register
+from tdyn.papers.topic.analysis import (E2, E4, GAP_DEF, dense_probe_steps, final, heatmaps, member_model,
                                            metrics_table, run_reference, stage_times, train_runs, two_stage_claims,
                                            with_stage_probe)
 from tdyn.probes.topic_stages import GAP_ONSET, attention_gap_docs

@@ -17,8 +17,8 @@ from tdyn import docs, runs
 from tdyn.errors import UserError
 from tdyn.config import override_key
 from tdyn.errors import ConfigError
-from tdyn.experiments.common import configure, write_results
-from tdyn.experiments.registry import CATALOG, EXPERIMENTS, Experiment, Overrides, ReproduceContext, _option_entry, all_experiments, get
+from tdyn.reproduce.common import configure, write_results
+from tdyn.reproduce.registry import CATALOG, EXPERIMENTS, Experiment, Overrides, ReproduceContext, _option_entry, all_experiments, get
 from tdyn.report.html import build_index, metadata, slug
 from tdyn.report import verdicts
 from tdyn.report.verdicts import count_line

@@ -18,8 +18,8 @@ from tdyn.bench import register_bench
 from tdyn.data import corpora
 from tdyn.data.real_topics import fit_lda, top_words, word_topics
 from tdyn.errors import UserError
-from tdyn.experiments.common import claim, configure, decide, every_cell, margin, reading, train_into, with_options
-from tdyn.experiments.registry import ReproduceContext, register
+from tdyn.reproduce.common import claim, configure, decide, every_cell, margin, reading, train_into, with_options
+from tdyn.reproduce.registry import ReproduceContext, register
 from tdyn.models import minilm
 from tdyn.models.lm import CausalLM, LMConfig
 from tdyn.probes.topic_similarity import attention_topic_stats, embedding_topic_stats, permutation_null

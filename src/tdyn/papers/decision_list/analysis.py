@@ -22,7 +22,7 @@ from tdyn import runs
 from tdyn.bench import register_bench
 from tdyn.config import validate_config
 from tdyn.data import decision_list as dl
-from tdyn.experiments.common import with_options
+from tdyn.reproduce.common import with_options
 from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
 from tdyn.tasks import build_task
 from tdyn.theory import decision_list as th

@@ -11,10 +11,10 @@ import torch
 
 from tdyn import runs, stats
 from tdyn.data.lda import NUM_SPECIAL
-from tdyn.experiments.common import claim, decide, reading
-from tdyn.experiments import topic_quotes as quotes
-from tdyn.experiments.registry import ReproduceContext, register
-from tdyn.experiments.topic_common import (E1, E1_D, final, heatmaps, member_model, metrics_table,
+from tdyn.reproduce.common import claim, decide, reading
+from tdyn.papers.topic import quotes as quotes
+from tdyn.reproduce.registry import ReproduceContext, register
+from tdyn.papers.topic.analysis import (E1, E1_D, final, heatmaps, member_model, metrics_table,
                                            stage_config, train_runs)
 from tdyn.models.topic import TopicTransformer
 from tdyn.probes.topic import embedding_gram

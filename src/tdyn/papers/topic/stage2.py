@@ -12,10 +12,10 @@ import torch
 
 from tdyn import runs, stats
 from tdyn.data.lda import NUM_SPECIAL
-from tdyn.experiments.common import claim, decide
-from tdyn.experiments import topic_quotes as quotes
-from tdyn.experiments.registry import ReproduceContext, register
-from tdyn.experiments.topic_common import (E3, GAP_DEF, final, member_model, metrics_table,
+from tdyn.reproduce.common import claim, decide
+from tdyn.papers.topic import quotes as quotes
+from tdyn.reproduce.registry import ReproduceContext, register
+from tdyn.papers.topic.analysis import (E3, GAP_DEF, final, member_model, metrics_table,
                                            stage_config, train_runs, with_stage_probe)
 from tdyn.probes.topic_stages import model_scores, topic_block_score
 from tdyn.report import style

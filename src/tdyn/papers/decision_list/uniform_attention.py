@@ -13,10 +13,10 @@ import torch
 from pydantic import Field
 
 from tdyn.data import decision_list as dl
-from tdyn.experiments.common import claim, configure, reading, train_into
-from tdyn.experiments.decision_list_common import PlannedJobs, curve, lambda_max0
+from tdyn.reproduce.common import claim, configure, reading, train_into
+from tdyn.papers.decision_list.analysis import PlannedJobs, curve, lambda_max0
 from tdyn.tasks.decision_list import decision_list_config
-from tdyn.experiments.registry import ReproduceContext, register
+from tdyn.reproduce.registry import ReproduceContext, register
 from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
 from tdyn.probes.decision_list import centred_cosine, perm_recovery
 from tdyn.report import style

@@ -22,9 +22,9 @@ from tdyn.bench import on_device, register_bench, timed_train
 from tdyn.config import override_key, validate_config
 from tdyn.data import scan_snap as data
 from tdyn.errors import UserError
-from tdyn.experiments.common import claim, configure, decide, every_cell, on_reproduction_device, paired, reading, with_options
-from tdyn.experiments.registry import ReproduceContext, register
-from tdyn.experiments.scan_snap_common import _facts, _final, _lrs
+from tdyn.reproduce.common import claim, configure, decide, every_cell, on_reproduction_device, paired, reading, with_options
+from tdyn.reproduce.registry import ReproduceContext, register
+from tdyn.papers.scan_snap.analysis import _facts, _final, _lrs
 from tdyn.probes import scan_snap as pr
 from tdyn.report import style
 from tdyn.runs import write_csv

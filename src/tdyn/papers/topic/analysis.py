@@ -35,8 +35,8 @@ import torch
 from tdyn import runs
 from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig, LdaDataset
 from tdyn import stats
-from tdyn.experiments.common import claim, configure, reading, train_into
-from tdyn.experiments.registry import ReproduceContext
+from tdyn.reproduce.common import claim, configure, reading, train_into
+from tdyn.reproduce.registry import ReproduceContext
 from tdyn.models.topic import TopicModelConfig, TopicTransformer
 from tdyn.probes import topic_stages as ts
 from tdyn.probes.topic import block_contrast

@@ -12,9 +12,9 @@ from scipy.stats import spearmanr
 
 from tdyn import runs, stats
 from tdyn.data import scan_snap as data
-from tdyn.experiments.common import claim, configure, decide, margin, train_into
-from tdyn.experiments.registry import ReproduceContext, register
-from tdyn.experiments.scan_snap_common import _facts
+from tdyn.reproduce.common import claim, configure, decide, margin, train_into
+from tdyn.reproduce.registry import ReproduceContext, register
+from tdyn.papers.scan_snap.analysis import _facts
 from tdyn.probes import scan_snap as pr
 from tdyn.report import style
 from tdyn.runs import write_csv

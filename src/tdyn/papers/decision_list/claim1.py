@@ -24,9 +24,9 @@ from tdyn.data import decision_list as dl
 from pydantic import Field
 
 from tdyn import stats
-from tdyn.experiments.common import claim, reading, with_options
-from tdyn.experiments.decision_list_common import TIME_UNITS, _fmt
-from tdyn.experiments.registry import ReproduceContext, register
+from tdyn.reproduce.common import claim, reading, with_options
+from tdyn.papers.decision_list.analysis import TIME_UNITS, _fmt
+from tdyn.reproduce.registry import ReproduceContext, register
 from tdyn.report import style
 from tdyn.runs import write_csv
 from tdyn.sweep.executors import default_workers, pool_map, start_method
