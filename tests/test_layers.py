@@ -184,3 +184,30 @@ def test_validating_a_config_imports_little():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=SRC.parent, check=True)
     n, upward, mpl = out.stdout.split()
     assert upward == "False" and mpl == "False" and int(n) <= 26, out.stdout   # 6 of them: tdyn.manifest, tdyn.papers and the 4 manifests
+
+
+#: Core modules that still name a built-in paper's things, each with what is left to do.
+NAMES_PENDING: dict[str, str] = {"tdyn.report.html": "PAPERS and REPRODUCES: to read the manifests"}
+
+
+def test_the_core_names_no_paper():
+    """No module outside ``papers/`` names a built-in paper's tasks, probes or reproductions (or its
+    prefix, or its package): everything the core knows of a paper it reads from the manifests."""
+    import re
+
+    from tdyn import papers
+
+    names = set()
+    for p in papers.manifests():
+        names |= set(p.tasks) | set(p.probes) | set(p.reproductions) | {p.prefix + "/", f"tdyn.papers.{p.name}"}
+    found = {}
+    for mod, path in MODULES.items():
+        if _paper(mod) or mod.startswith("tdyn.papers") or mod in NAMES_PENDING:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for n in names:
+                    if (n in node.value if n.endswith("/") else
+                            re.search(rf"(?<![\w.-]){re.escape(n)}(?![\w-])", node.value)):
+                        found.setdefault(mod, set()).add(f"line {node.lineno}: {n}")
+    assert not found, found

@@ -22,13 +22,14 @@ class Reproduction:
     module: str
     description: str
     reproduces: str = ""   # what it reproduces: a paper figure by number, or the statement (shown beside its main figure)
+    reuses: str = ""       # the reproduction whose runs it reads (option ``sweep_dir``); in ``reproduce --all`` it runs after it
 
 
 @dataclasses.dataclass(frozen=True)
 class Paper:
     """What a paper package declares (see the module docstring).
 
-    ``prefix`` begins every reproduction name (``scan-snap/fig4``); ``docs`` is its page under
+    ``prefix`` begins every reproduction name (``<prefix>/fig4``); ``docs`` is its page under
     ``docs/reproductions/`` (the page's headings are its reproductions' names); ``requires`` names the
     papers whose modules this one may import (the layering test checks it); ``exports`` are the public
     names re-exported by ``tdyn.models``, ``tdyn.data`` and ``tdyn.theory`` (section -> name -> module);

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import tdyn
-from tdyn import docs, runs
+from tdyn import docs, papers, runs
 from tdyn.errors import UserError
 from tdyn.config import override_key
 from tdyn.errors import ConfigError
@@ -173,7 +173,7 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
     """
     out = Path(out)
     exps = [e for e in all_experiments().values() if names is None or e.name in names]
-    for user, source in SHARES_RUNS.items():     # a reproduction that reads another's runs comes after it
+    for user, source in shares_runs().items():     # a reproduction that reads another's runs comes after it
         if user in [e.name for e in exps] and source in [e.name for e in exps]:
             u = next(e for e in exps if e.name == user)
             exps.remove(u)
@@ -212,25 +212,27 @@ def plan_full(evidence: str | Path | None, full_under: float | None, quick: bool
     ev = verdicts.full_evidence(evidence)
     cheap = {n for n in names if n in ev and (t := cost(n, ev[n][1])) is not None and t <= full_under}
     # one that reads another's runs goes full only with it (in --all it reuses them)
-    return {n for n in cheap if SHARES_RUNS.get(n) is None or SHARES_RUNS[n] in cheap}
+    shared = shares_runs()
+    return {n for n in cheap if shared.get(n) is None or shared[n] in cheap}
 
 
 def cost(name: str, res: dict[str, Any]) -> float | None:
     """The wall time of a full-setting result as a measure of what its full run costs, or None where the
     time does not measure the default full setting: a result judged on runs trained elsewhere (``at_step``),
     resumed, or made with options (another setting, or earlier runs or tables reused: ``--rejudge``,
-    ``--from-tables``); ``--sweep-dir`` only places a sweep (scan-snap/fig6, fig11-12)."""
+    ``--from-tables``); ``--sweep-dir`` only places a sweep."""
     t = res.get("wall_seconds")
     made_ = res.get("made") if isinstance(res.get("made"), dict) else {}
     if not isinstance(t, (int, float)) or res.get("at_step") is not None or made_.get("resumed"):
         return None
     options = {k: v for k, v in (res.get("options") or {}).items() if v is not None}
-    options.pop("sweep_dir", None)   # where the sweep lives, not what it is (scan-snap/fig6, fig11-12)
+    options.pop("sweep_dir", None)   # where the sweep lives, not what it is
     return None if options else float(t)
 
 
-#: reproductions that read another's runs (option ``sweep_dir``): in a ``--all`` directory they reuse them
-SHARES_RUNS = {"scan-snap/fig11-12": "scan-snap/fig6"}
+def shares_runs() -> dict[str, str]:
+    """Reproductions that read another's runs (their manifest's ``reuses``): in a ``--all`` directory they reuse them."""
+    return {n: r.reuses for p in papers.manifests() for n, r in p.reproductions.items() if r.reuses}
 
 
 def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides, device, progress, locks, resume,
@@ -268,7 +270,7 @@ def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides,
         # --set applies to the reproductions that train; those that train nothing run without it
         ctx = ReproduceContext(out=sub, seed=seed, quick=q, device=device, progress=progress, resume=resume,
                                overrides=[] if exp.takes_set is False else list(overrides or []))
-        source = SHARES_RUNS.get(exp.name)
+        source = shares_runs().get(exp.name)
         if (source and exp.options is not None and "sweep_dir" in exp.options.model_fields
                 and any(e.name == source for e in exps) and quick_of.get(source) == q):
             ctx.options = exp.make_options({"sweep_dir": out / slug(source) / runs.RUNS})  # trained once

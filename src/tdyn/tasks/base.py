@@ -169,7 +169,7 @@ TASKS: Registry[TaskSpec] = Registry("task", label="task", hint=plugins.HINT, pa
 
 def register_task(name: str, data_config: type[BaseModel], model_config: type[BaseModel],
                   description: str = "", size: Callable[..., int] | None = None):
-    """Decorator: ``@register_task("scan_snap", DataCfg, ModelCfg)`` on ``build(cfg, members)``; ``size``:
+    """Decorator: ``@register_task("my_task", DataCfg, ModelCfg)`` on ``build(cfg, members)``; ``size``:
     see :attr:`TaskSpec.size` (without it, no memory check before building)."""
 
     def deco(build):

@@ -46,7 +46,7 @@ MANIFEST = Paper(
             "reproduces Fig 6 of Tian et al. 2023"),
         "scan-snap/fig11-12": Reproduction("tdyn.papers.scan_snap.fig6",
             "Recall of distinct tokens vs attention threshold from the Fig 6 sweep's final weights: smaller ratio or larger η_Z → sparser, read from the descent rate",
-            "reproduces Figs 11 and 12 of Tian et al. 2023"),
+            "reproduces Figs 11 and 12 of Tian et al. 2023", reuses="scan-snap/fig6"),
         "scan-snap/thm3": Reproduction("tdyn.papers.scan_snap.thm3",
             "Thm 3 invariant (1 − e^{−2z})/P(l|n)² equal across a class's distinct tokens (long sequences, plain SGD)",
             "tests Theorem 3 of Tian et al. 2023 (no figure in the paper)"),
