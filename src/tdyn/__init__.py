@@ -24,6 +24,7 @@ __version__ = "0.1.0"
 __all__, __getattr__, __dir__ = exports(__name__, {
     "Task": ".tasks.base", "PlainTask": ".tasks.base", "Member": ".tasks.base", "register_task": ".tasks.base",
     "Stacked": ".models.stacked", "probe": ".probes", "ProbeContext": ".probes",
+    "Paper": ".manifest", "Reproduction": ".manifest",
     "RunConfig": ".config", "load_config": ".config",
     "Run": ".runs", "load_run": ".runs", "load_sweep": ".runs",
     # subpackages (``tdyn.train`` and ``tdyn.sweep`` are callable: train a config, run a sweep)

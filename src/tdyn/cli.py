@@ -37,11 +37,14 @@ def _setup(args) -> None:
 def _cmd_list(args) -> int:
     """The built-in reproductions from the generated catalog (no experiment module is imported), then
     any registered by the user's plugins (``--import``, ``$TDYN_IMPORT``, entry points)."""
-    from tdyn import plugins
+    from tdyn import papers, plugins
     from tdyn.reproduce.registry import EXPERIMENTS, catalog
 
     rows = {n: (e["kinds"], e["description"]) for n, e in catalog().items()}
     if plugins.load() or any(n not in rows for n in EXPERIMENTS._items):
+        extra = [n for p in papers.manifests() for n in p.reproductions if n not in rows]   # a plugin paper's
+        for n in extra:
+            EXPERIMENTS.get(n)
         for n, e in EXPERIMENTS._items.items():
             if n not in rows:
                 rows[n] = ([k for k, ok in (("reproduce", e.reproduce), ("run", e.default_config)) if ok], e.description)
