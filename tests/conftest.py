@@ -11,7 +11,7 @@ from pydantic import Field
 
 from tdyn.schema import Strict
 from tdyn.tasks import Task, register_task
-from tdyn.train.seeding import generator
+from tdyn.seeding import generator
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ from tdyn import runs
 from tdyn.papers.decision_list import data as dl
 from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModelConfig
 from tdyn.papers.decision_list import theory as th
-from tdyn.train.seeding import generator
+from tdyn.seeding import generator
 from tdyn.train.trainer import train
 
 

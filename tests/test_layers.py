@@ -15,7 +15,7 @@ PAPER = "<a paper's module>"   # tdyn.papers.<paper>.<module>: above the core (i
 #: Bottom to top. The first matching prefix (longest first) names a module's layer.
 LAYERS = [
     ["tdyn", "tdyn.errors", "tdyn.lazy", "tdyn.manifest", "tdyn.papers", "tdyn.plugins", "tdyn.registry", "tdyn.schema",
-     "tdyn.stats", "tdyn.train.seeding", "tdyn.train.threads"],
+     "tdyn.stats", "tdyn.seeding", "tdyn.threads"],
     ["tdyn.data", "tdyn.models"],
     ["tdyn.theory"],
     ["tdyn.tasks"],
@@ -36,7 +36,7 @@ EXCEPTIONS: set[tuple[str, str]] = set()
 LATE_ALLOWED = {
     # the CLI imports each command's modules when the command runs (fast `tdyn --help`)
     ("tdyn.cli", "*"),
-    # `tdyn.train(...)` (the callable package) imports the trainer on the first call: `tdyn.train.threads`
+    # `tdyn.train(...)` (the callable package) imports the trainer on the first call: `tdyn.threads`
     # is read by the CLI's argument parser, which must not import torch's training stack
     ("tdyn.train", "tdyn.train.trainer"),
     # plotting pulls matplotlib: sweep workers should not pay for it

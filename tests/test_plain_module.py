@@ -16,7 +16,7 @@ from tdyn.models.stacked import Stacked
 from tdyn.probes import probe
 from tdyn.schema import Strict
 from tdyn.tasks import PlainTask, Task, build_task, register_task
-from tdyn.train.seeding import derive_seed, generator
+from tdyn.seeding import derive_seed, generator
 from tdyn.train.trainer import expand_members, resume, train
 
 D_IN, D, N_OUT, BATCH = 5, 8, 3, 16

@@ -14,7 +14,7 @@ from tdyn.papers.topic.robustness import (DERIVED, _table_claims, end_of_stage1,
 from tdyn.papers.topic.stage1 import seed_se
 from tdyn.papers.topic.model import TopicModelConfig, TopicTransformer
 from tdyn.papers.topic.value import effective_value_map, value_path, value_structure
-from tdyn.train.seeding import generator
+from tdyn.seeding import generator
 
 T, v = 10, 10
 V = T * v + NUM_SPECIAL

@@ -160,7 +160,7 @@ def test_training_batch_gives_the_loss_of_the_full_batch(model):
     from tdyn.config import load_config
     from tdyn.tasks import build_task
     from tdyn.papers.scan_snap.task import yz_config
-    from tdyn.train.seeding import generator
+    from tdyn.seeding import generator
     from tdyn.train.trainer import expand_members
 
     cfg = load_config(yz_config(syn_medium(3), init="torch_default", seeds=[0, 1]) | {"model": {"init": "torch_default", **model}})
@@ -188,7 +188,7 @@ def test_streams_in_one_pass_and_the_rows_with_a_gradient(model, num_last):
     from tdyn.tasks import build_task
     from tdyn.tasks.base import stack_batches
     from tdyn.papers.scan_snap.task import yz_config
-    from tdyn.train.seeding import generator
+    from tdyn.seeding import generator
     from tdyn.train.trainer import expand_members
 
     cfg = load_config(yz_config(syn_medium(num_last), init="torch_default", seeds=[0, 1, 2])
@@ -215,7 +215,7 @@ def test_a_subclass_with_its_own_sampler_trains_on_its_own_batches():
     from tdyn.config import load_config
     from tdyn.tasks.base import stack_batches
     from tdyn.papers.scan_snap.task import ScanSnapTask, yz_config
-    from tdyn.train.seeding import generator
+    from tdyn.seeding import generator
     from tdyn.train.trainer import expand_members
 
     class Shifted(ScanSnapTask):

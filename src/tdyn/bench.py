@@ -26,7 +26,7 @@ from tdyn.errors import UserError
 from tdyn.registry import Registry
 from tdyn.tasks import PlainTask, Task, build_task
 from tdyn.train.optim import EnsembleOptimizer
-from tdyn.train.seeding import generator
+from tdyn.seeding import generator
 from tdyn.train.trainer import expand_members, to_device, train
 
 #: Every bench entry, by name: each paper's ``bench`` module registers its own (named in its manifest).

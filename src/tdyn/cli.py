@@ -353,10 +353,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = _Parser(prog="tdyn", description="Training dynamics of one-layer transformers: "
                 "the papers' data, models, theory checks and figures.")
-    from tdyn.train.threads import cli_threads
+    from tdyn.threads import cli_threads
 
     p.add_argument("--threads", type=int, default=cli_threads(),
-                   help="torch intra-op threads (default: $TDYN_THREADS or 1; see tdyn.train.threads)")
+                   help="torch intra-op threads (default: $TDYN_THREADS or 1; see tdyn.threads)")
     p.add_argument("-v", "--verbose", action="count", default=0,
                    help="log what tdyn does (-v: runs, jobs, resumes; -vv: also flushes and checkpoints)")
     p.add_argument("-q", "--quiet-all", dest="quiet_all", action="store_true",

@@ -77,7 +77,8 @@ def exports(section: str) -> dict[str, str]:
 
 #: Module paths of earlier tdyn versions in the core (the papers' own are their manifests' ``aliases``).
 CORE_ALIASES = {"tdyn.experiments": "tdyn.reproduce", "tdyn.experiments.registry": "tdyn.reproduce.registry",
-                "tdyn.experiments.runner": "tdyn.reproduce.runner", "tdyn.experiments.common": "tdyn.reproduce.common"}
+                "tdyn.experiments.runner": "tdyn.reproduce.runner", "tdyn.experiments.common": "tdyn.reproduce.common",
+                "tdyn.train.seeding": "tdyn.seeding", "tdyn.train.threads": "tdyn.threads"}
 
 
 class _Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -26,8 +26,10 @@ from tdyn.runs import REPRODUCE as MANIFEST, prepare_dir  # noqa: F401  (prepare
 
 
 def descriptions() -> dict[str, str]:
-    """Every registered reproduction's one-line description (for the report pages)."""
-    return {n: e.description for n, e in all_experiments().items()}
+    """Every reproduction's one-line description (for the report pages), from the papers' manifests and
+    the registrations made so far: no reproduction module is imported to say what it is."""
+    out = {n: r.description for p in papers.manifests() for n, r in p.reproductions.items()}
+    return out | {n: e.description for n, e in EXPERIMENTS._items.items() if n not in out}
 
 
 def accepts(exp: Experiment) -> str:

@@ -30,7 +30,7 @@ from tdyn.runs import write_csv
 from tdyn.sweep.executors import make_executor
 from tdyn.sweep.spec import JobPlan, SlurmOptions, SweepSpec, load_spec, plan
 from tdyn.train import trainer
-from tdyn.train.threads import cli_threads
+from tdyn.threads import cli_threads
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from tqdm.std import TqdmDefaultWriteLock
 
 from tdyn import plugins
 from tdyn.errors import UserError
-from tdyn.train.threads import cli_threads
+from tdyn.threads import cli_threads
 from tdyn.train.trainer import progress_bar, stop_all
 
 

@@ -51,7 +51,7 @@ from torch import nn
 from tdyn import plugins
 from tdyn.models.stacked import Randomness, Stacked
 from tdyn.registry import Registry
-from tdyn.train.seeding import generator, global_rng
+from tdyn.seeding import generator, global_rng
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,9 +37,9 @@ from tdyn.probes import ProbeContext, get_probes
 from tdyn.tasks import DTYPES, Member, build_task, get_task
 from tdyn.tasks.base import stack_batches
 from tdyn.train.optim import EnsembleOptimizer
-from tdyn.train.seeding import generator
+from tdyn.seeding import generator
 from tdyn.train.sinks import make_sinks
-from tdyn.train.threads import release_memory, tune_allocator
+from tdyn.threads import release_memory, tune_allocator
 
 _FLUSH_SECONDS = 10.0
 #: The measured scalars whose overflow (inf/NaN) is a divergence: parameter norms and update norms.

@@ -32,7 +32,7 @@ from tdyn.runs import write_csv
 from tdyn.sweep.executors import default_workers, pool_map, start_method
 from tdyn.schema import Strict
 from tdyn.theory import decision_list as th
-from tdyn.train.seeding import generator
+from tdyn.seeding import generator
 
 # ---------------------------------------------------------------- claim 1
 KAPPAS = (0.1, 1.0)   # T_sup(κ): first time every logit margin >= κ (docs/reproductions/decision-lists.md#perfect-classification; κ = 0⁺ is T_sup itself)

@@ -19,7 +19,7 @@ from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModel
 from tdyn.schema import Strict
 from tdyn.tasks.base import Member, Task, register_task
 from tdyn.papers.decision_list import theory as th
-from tdyn.train.seeding import generator
+from tdyn.seeding import generator
 
 
 class DecisionListData(Strict):

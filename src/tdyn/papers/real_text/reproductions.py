@@ -26,8 +26,8 @@ from tdyn.probes.topic_similarity import attention_topic_stats, embedding_topic_
 from tdyn.report import style
 from tdyn.runs import write_csv
 from tdyn.schema import Strict
-from tdyn.train.seeding import generator
-from tdyn.train.threads import tune_allocator
+from tdyn.seeding import generator
+from tdyn.threads import tune_allocator
 
 CORPORA = ("wiki", "bbc")
 CLASSES = ("same_token", "same_topic", "different_topic")
@@ -659,7 +659,7 @@ def _bench_lm(quick: bool) -> dict:
     fixed random tokens: without the trainer's gradient clipping (Fig 10 clips at 0.5), metrics and probes. The two precisions alternate for two rounds and the
     faster round counts (this VM's speed drifts by ±20% over minutes). ``tokens_per_s`` counts every
     member's tokens; ``tokens_per_s_per_member`` is that over S. The allocator is set as the trainer sets
-    it (:func:`tdyn.train.threads.tune_allocator`; ``allocator_tuned``), whichever entries ran before.
+    it (:func:`tdyn.threads.tune_allocator`; ``allocator_tuned``), whichever entries ran before.
     On ``--device cuda`` the model, tokens and dropout streams live on the GPU, autocast is CUDA's, each
     timing waits for the GPU, and 20 times the steps are timed (a step takes milliseconds there)."""
 

@@ -15,7 +15,7 @@ from tdyn.papers.real_text import data as corpora
 from tdyn.papers.real_text.model import CausalLM, LMConfig, member_size
 from tdyn.schema import Strict
 from tdyn.tasks.base import Member, Task, register_task
-from tdyn.train.seeding import derive_seed, generator
+from tdyn.seeding import derive_seed, generator
 
 #: Shim (issue 13): the model section's old name; one config type per model now.
 CorpusLMModel = LMConfig

@@ -120,7 +120,7 @@ def _allocation(quick: bool) -> dict:
     steps, 20 if quick; one thread) trained in a child
     process with glibc's default allocator settings (``TDYN_MALLOPT=0``: every freed block above
     the mmap threshold goes back to the OS and is page-faulted in again the next step) and with
-    :func:`tdyn.train.threads.tune_allocator` (the default): wall seconds, minor page faults and
+    :func:`tdyn.threads.tune_allocator` (the default): wall seconds, minor page faults and
     system CPU seconds of each child. (The optimizer's own temporaries live in preallocated buffers
     either way; see :class:`tdyn.train.optim.EnsembleOptimizer`.)"""
     import os

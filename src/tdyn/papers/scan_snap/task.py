@@ -12,7 +12,7 @@ from tdyn.papers.scan_snap import data as data
 from tdyn.papers.scan_snap.data import ScanSnapDataConfig  # noqa: F401  (the data section)
 from tdyn.papers.scan_snap.model import YZConfig, YZModel, key_bags, member_size, pack_support, support_decoder_applies
 from tdyn.tasks.base import Member, Task, register_task
-from tdyn.train.seeding import generator
+from tdyn.seeding import generator
 
 
 class ScanSnapTask(Task):

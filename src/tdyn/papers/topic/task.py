@@ -10,7 +10,7 @@ import functools
 from tdyn.papers.topic.data import NUM_SPECIAL, LdaDataConfig, LdaDataset
 from tdyn.papers.topic.model import TopicModelConfig, TopicTransformer, member_size
 from tdyn.tasks.base import Member, Task, register_task
-from tdyn.train.seeding import generator
+from tdyn.seeding import generator
 
 
 @functools.lru_cache(maxsize=2)
