@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from tdyn.papers.scan_snap.data import ScanSnapDataConfig, build, syn_medium
-from tdyn.papers.scan_snap.model import YZConfig, YZModel, key_support
+from tdyn.papers.scan_snap.kernels import key_support
+from tdyn.papers.scan_snap.model import YZConfig, YZModel
 
 
 def test_key_support_matches_brute_force():
@@ -64,7 +65,7 @@ def test_support_form_equals_key_positions(normalize, residual):
 def test_support_decoder_equals_dense(num_last, L):
     """The decoder on the support (embedding bags; u's gradient by the kernel :func:`support_dots` picks)
     equals the dense Yᵀ LN(Xᵀb): logits and the gradients of Y and Z (float64)."""
-    from tdyn.papers.scan_snap.model import key_bags, support_decoder_applies
+    from tdyn.papers.scan_snap.kernels import key_bags, support_decoder_applies
     d = build(ScanSnapDataConfig(**syn_medium(num_last)))
     S = 3
     m = YZModel(YZConfig(M=d.M, init="torch_default"), S=S).double()
@@ -90,7 +91,7 @@ def test_support_dots_kernels_agree():
     """u's gradient in the support decoder, ⟨G[s, b], Y[s, key]⟩ per support entry: the sampled dense-dense
     product, one dot product per entry and the dense G Yᵀ gathered give the same values (float64: to
     rounding; float32: to float tolerance), on supports padded with token 0 as the task packs them."""
-    from tdyn.papers.scan_snap.model import support_dots
+    from tdyn.papers.scan_snap.kernels import support_dots
     d = build(ScanSnapDataConfig(**syn_medium(5)))
     g = torch.Generator().manual_seed(4)
     S = 3
@@ -111,7 +112,7 @@ def test_unit_softmax_is_normalized_softmax_with_its_gradient():
     """LN(softmax(a)) on the support: the forward is F.normalize(softmax(a))'s arithmetic (the same bits),
     the closed-form gradient equals autograd's through F.normalize and softmax (float64, gradcheck too),
     padding at −inf gets value 0 and gradient 0, and a snapped row (logits 200 apart) stays finite."""
-    from tdyn.papers.scan_snap.model import unit_softmax
+    from tdyn.papers.scan_snap.kernels import unit_softmax
     g = torch.Generator().manual_seed(5)
     a = torch.randn(4, 6, 7, generator=g, dtype=torch.float64)
     a[..., 5:] = float("-inf")
@@ -130,7 +131,7 @@ def test_unit_softmax_is_normalized_softmax_with_its_gradient():
 
 
 def test_key_bags_transpose_the_support():
-    from tdyn.papers.scan_snap.model import key_bags
+    from tdyn.papers.scan_snap.kernels import key_bags
     g = torch.Generator().manual_seed(3)
     idx, _ = key_support(torch.randint(0, 11, (2, 6, 9), generator=g), M=11)
     order, counts, sample = key_bags(idx, 11)
@@ -143,7 +144,7 @@ def test_key_bags_transpose_the_support():
 
 
 def test_support_decoder_is_chosen_where_it_pays():
-    from tdyn.papers.scan_snap.model import support_decoder_applies
+    from tdyn.papers.scan_snap.kernels import support_decoder_applies
     cfg = YZConfig(M=240)
     assert support_decoder_applies(cfg, 240, 20) and support_decoder_applies(cfg, 79, 20)
     assert not support_decoder_applies(cfg, 34, 20)                    # Syn-Small: dense

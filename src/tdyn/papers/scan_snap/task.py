@@ -10,7 +10,8 @@ import torch
 
 from tdyn.papers.scan_snap import data as data
 from tdyn.papers.scan_snap.data import ScanSnapDataConfig  # noqa: F401  (the data section)
-from tdyn.papers.scan_snap.model import YZConfig, YZModel, key_bags, member_size, pack_support, support_decoder_applies
+from tdyn.papers.scan_snap.kernels import key_bags, pack_support, support_decoder_applies
+from tdyn.papers.scan_snap.model import YZConfig, YZModel, member_size
 from tdyn.tasks.base import Member, Task, register_task
 from tdyn.seeding import generator
 
