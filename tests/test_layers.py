@@ -19,7 +19,7 @@ LAYERS = [
     ["tdyn.data", "tdyn.models"],
     ["tdyn.theory"],
     ["tdyn.tasks"],
-    ["tdyn.config"],
+    ["tdyn.config", "tdyn.results"],
     ["tdyn.runs", "tdyn.probes"],
     ["tdyn.train"],
     ["tdyn.sweep", "tdyn.bench"],

@@ -8,6 +8,7 @@ from typing import Any
 
 from tdyn import runs, stats
 from tdyn.report import verdicts
+from tdyn.results import Results
 from tdyn.config import apply_overrides, check_shadowed, validate_config
 from tdyn.train.trainer import train, train_or_resume
 
@@ -91,6 +92,7 @@ def write_results(out: Path, results: dict[str, Any]) -> Path:
     for c in results.get("claims", []):
         if c.get("source") not in SOURCES:
             raise ValueError(f"claim {c.get('id')!r} of {results.get('experiment')!r} has no source (paper | derived)")
+    Results.model_validate(_jsonable(results))   # the typed schema (tdyn.results): a malformed claim is a bug here
     runs.write_json(Path(out) / runs.RESULTS, _jsonable(results))
     (Path(out) / runs.REPRODUCING).unlink(missing_ok=True)
     return Path(out) / runs.RESULTS
