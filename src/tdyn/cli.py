@@ -95,6 +95,10 @@ def _cmd_reproduce(args) -> int:
     if not args.all and (args.evidence is not None or args.full_under is not None):
         raise UserError(f"{'--evidence' if args.evidence is not None else '--full-under'} goes with --all "
                         "(the page of every reproduction); for one reproduction see `tdyn report DIR --evidence DIR`")
+    if args.judge_only and (args.all or args.resume or args.quick or args.set):
+        bad = next(f for f, on in (("--all", args.all), ("--resume", args.resume), ("--quick", args.quick),
+                                   ("--set", args.set)) if on)
+        raise UserError(f"--judge-only judges the tables already in OUT as they were made: it takes no {bad}")
     if args.all:
         _setup(args)
         from tdyn.reproduce import runner
@@ -115,12 +119,19 @@ def _cmd_reproduce(args) -> int:
     out = Path(args.out)
     ctx = ReproduceContext(out=out, seed=args.seed, quick=args.quick, overrides=list(args.set or []),
                            device=args.device, progress=not args.quiet,
-                           options=exp.make_options(_option_values(args, exp)), resume=args.resume)
+                           options=exp.make_options(_option_values(args, exp)), resume=args.resume,
+                           judge_only=args.judge_only)
     runner.check_overrides(exp, ctx)  # before the directory is made
+    if args.judge_only:
+        if exp.phases is None:
+            raise UserError(f"--judge-only: {exp.name} does not keep the tables its claims are judged from")
+        if runs.reproduction_of(out) != exp.name:
+            raise UserError(f"--judge-only: {str(out)!r} holds no results of {exp.name} (judge-only reads the tables "
+                            "a run of it wrote there)")
     with runs.Locks() as locks:       # one writer: a second reproduce into DIR is refused naming this one
         other = args.force and runs.reproduction_of(out) not in (None, exp.name)   # another reproduction's: cleared
-        runner.prepare_dir(out, args.force or args.resume, clear=other, locks=locks,
-                           flag="--force" if args.force else "--resume")
+        runner.prepare_dir(out, args.force or args.resume or args.judge_only, clear=other, locks=locks,
+                           flag="--force" if args.force else "--resume" if args.resume else "--judge-only")
         results = runner.run_reproduction(exp, ctx)
     _print_claims(results)
     print(f"wrote {out / runs.RESULTS} ({results['wall_seconds']:.1f}s)")
@@ -399,6 +410,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                    help="continue an interrupted reproduction in OUT: runs already trained with the same config are "
                         "kept, interrupted ones resume from their last checkpoint, then the analysis runs again "
                         "(with --all: the reproductions finished before are kept, the others continue)")
+    s.add_argument("--judge-only", dest="judge_only", action="store_true",
+                   help="judge the claims and draw the figures again from the tables in OUT (a directory this "
+                        "reproduction wrote, e.g. its committed evidence), training nothing")
     s.add_argument("--evidence", metavar="DIR",
                    help="with --all: the full-setting results the page leads with (the shipped docs/results): per "
                         "paper, which claims hold at full settings, with their provenance")

@@ -42,6 +42,7 @@ class ReproduceContext:
     progress: bool = True
     options: Any = None
     resume: bool = False   # keep / continue the runs of an earlier attempt in ``out`` (same configs)
+    judge_only: bool = False   # judge and draw again from ``out``'s tables, training nothing (``--judge-only``)
 
     def __post_init__(self):
         if not isinstance(self.overrides, Overrides):
@@ -68,6 +69,7 @@ class Experiment:
     configs: Callable[[ReproduceContext], dict[str, dict]] | None = None
     takes_set: bool | None = None
     options: type | None = None
+    phases: Any = None       # a reproduction written as phases (tdyn.reproduce.phases.Phases): --judge-only works
 
     def __post_init__(self):
         if self.configs is not None:

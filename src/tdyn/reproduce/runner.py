@@ -83,8 +83,8 @@ def check_overrides(exp: Experiment, ctx: ReproduceContext) -> None:
 def command(exp: Experiment, ctx: ReproduceContext) -> str:
     """The one command that makes ``ctx.out``'s results again: ``tdyn reproduce NAME --out OUT --force`` with the
     setting, seed, device, overrides and options (those not at their defaults) of ``ctx``."""
-    parts = ["tdyn", "reproduce", exp.name, "--out", str(ctx.out), "--force"]
-    if ctx.quick:
+    parts = ["tdyn", "reproduce", exp.name, "--out", str(ctx.out), "--judge-only" if ctx.judge_only else "--force"]
+    if ctx.quick and not ctx.judge_only:
         parts.append("--quick")
     if ctx.seed:
         parts += ["--seed", str(ctx.seed)]
@@ -103,7 +103,7 @@ def command(exp: Experiment, ctx: ReproduceContext) -> str:
 def _dirty() -> bool | None:
     """Whether the checkout's tracked source differs from its commit (None outside a checkout)."""
     try:
-        r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "src"],
+        r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/src"],
                            cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10)
         return bool(r.stdout.strip()) if r.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
@@ -134,6 +134,7 @@ def run_reproduction(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
     if ctx.options is None and exp.options is not None:
         ctx.options = exp.make_options()
     check_overrides(exp, ctx)
+    previous = _tables_made(exp, ctx) if ctx.judge_only else None
     t0 = time.time()
     # until its results.json: what makes OUT a reproduction's (tdyn's) for --resume and --force, whatever
     # the reproduction has written so far
@@ -153,8 +154,24 @@ def run_reproduction(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
     for c in results.get("claims", []):  # every verdict carries its setting: quick ones are labelled as such
         c["quick"] = ctx.quick
     results["wall_seconds"] = round(time.time() - t0, 2)
+    if previous is not None:   # judged again: the tables' provenance and cost stay; the judgement says when and how
+        results["judged"] = {"date": runs.now(), "git_commit": runs.git_commit(), "command": command(exp, ctx),
+                             "seconds": results["wall_seconds"]}
+        for k in ("made", "wall_seconds", "overrides", "options"):
+            if k in previous:
+                results[k] = previous[k]
     write_results(ctx.out, results)
     return results
+
+
+def _tables_made(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
+    """``--judge-only``: the results.json whose tables are judged again; the context takes its setting
+    (quick or full) and options, so that the judgement is made as it was."""
+    previous = runs.read_json(ctx.out / runs.RESULTS)
+    ctx.quick = bool(previous.get("quick"))
+    if exp.options is not None and previous.get("options"):
+        ctx.options = exp.make_options(previous["options"])
+    return previous
 
 
 def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overrides: list[str] | None = None,

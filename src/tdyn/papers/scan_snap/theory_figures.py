@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from tdyn.reproduce.common import claim
+from tdyn.reproduce.phases import Phases, register_phases
 from tdyn.reproduce.registry import ReproduceContext, register
 from tdyn.report import style
 from tdyn.runs import write_csv
@@ -127,25 +128,59 @@ FIG8 = [{"M": 50, "etas_y": [0.1, 0.2, 0.5, 1.0, 2.0], "s_max": 3000},
         {"M": 1000, "etas_y": [0.2, 0.5, 1.0, 2.0, 4.0], "s_max": 3000}]
 
 
-@register("scan-snap/fig8", "h*(s) (Lemma 5 recursion) vs h(s) (Lemma 6 ODE): 0 ≤ h* − h ≤ 2η_Y/M, gap → 0",
-          takes_set=False)
-def fig8(ctx: ReproduceContext) -> dict:
-    """Lemma 7 on the Fig 8 configurations (the η_Z values in the paper's titles do not enter h)."""
-
-    rows, stats = [], {}
+def fig8_measure(ctx: ReproduceContext, trained: dict) -> dict:
+    """h*(s) from Lemma 5's recursion and h(s) from Lemma 6's equation on the Fig 8 configurations (the η_Z
+    values in the paper's titles do not enter h): one row per (M, η_Y, s)."""
+    rows = []
     for p in FIG8:
         M = p["M"]
         s = np.arange(p["s_max"] + 1)
         for ey in p["etas_y"]:
             hs, h = th.h_star(p["s_max"], M, ey), th.h_continuous(s, M, ey)
-            gap = hs - h
             rows += [{"M": M, "eta_y": ey, "s": int(a), "h_star": float(b), "h": float(c), "gap": float(d)}
-                     for a, b, c, d in zip(s, hs, h, gap)]
-            stats[f"M={M},eta_y={ey:g}"] = {"min_gap": float(gap.min()), "max_gap": float(gap.max()),
-                                            "bound": 2 * ey / M, "final_gap": float(gap[-1])}
-    write_csv(ctx.out / "fig8.csv", rows, ["M", "eta_y", "s", "h_star", "h", "gap"])
+                     for a, b, c, d in zip(s, hs, h, hs - h)]
+    return {"fig8": rows}
 
 
+def _fig8_curves(rows: list[dict]) -> dict[tuple, list[dict]]:
+    curves: dict[tuple, list[dict]] = {}
+    for r in rows:
+        curves.setdefault((r["M"], r["eta_y"]), []).append(r)
+    return curves
+
+
+def fig8_judge(ctx: ReproduceContext, tables: dict) -> dict:
+    """Lemma 7 on every curve of the table: the bound 0 ≤ h* − h ≤ 2η_Y/M and the gap closing."""
+    stats = {}
+    for (M, ey), r in _fig8_curves(tables["fig8"]).items():
+        gap = [x["gap"] for x in r]
+        stats[f"M={M},eta_y={ey:g}"] = {"min_gap": min(gap), "max_gap": max(gap), "bound": 2 * ey / M, "final_gap": gap[-1]}
+    claims = [
+        claim("lemma7-bound", "0 ≤ h*(s) − h(s) ≤ 2η_Y/M for every configuration of Fig 8 (Lemma 7)",
+              all(v["min_gap"] >= -1e-12 and v["max_gap"] <= v["bound"] for v in stats.values()), source="paper",
+              quote="Lemma 7: 0 ≤ h* − h ≤ 2η_Y/M, and the gap → 0 (Fig 8) (as stated in docs/reproductions/scan-snap.md#decoder-dynamics)",
+              paper="Lemma 7; Fig 8",
+              definition="h*(s) from Lemma 5's recursion minus h(s) from Lemma 6's equation (bisection, 200 steps), "
+                         "every s ≤ 3000 (deterministic; numerical tolerance 1e-12 on the lower bound)",
+              measured="gap h*(s) − h(s) over all s, per (M, η_Y)",
+              expected="−1e-12 ≤ h* − h ≤ 2η_Y/M at every s",
+              max_gap_over_bound={k: v["max_gap"] / v["bound"] for k, v in stats.items()}),
+        claim("gap-closes", "The gap h* − h tends to 0 (Fig 8): at the last s it is below 10% of its maximum",
+              all(v["final_gap"] < 0.1 * v["max_gap"] for v in stats.values()), source="paper",
+              quote="Lemma 7: 0 ≤ h* − h ≤ 2η_Y/M, and the gap → 0 (Fig 8) (as stated in docs/reproductions/scan-snap.md#decoder-dynamics)",
+              paper="Lemma 7 (the gap → 0); Fig 8",
+              definition="h* − h at the last s (3000) over its maximum over s (deterministic; threshold 10% chosen for "
+                         "tdyn)",
+              measured="gap h* − h at the last s vs its maximum, per (M, η_Y)",
+              expected="final gap < 0.1 × max gap in every configuration",
+              final_over_max={k: v["final_gap"] / v["max_gap"] for k, v in stats.items()}),
+    ]
+    return {"experiment": "scan-snap/fig8", "config": FIG8, "gaps": stats, "claims": claims}
+
+
+def fig8_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
+    """h* and h per configuration (the first steps inset), and the gap over its bound."""
+    rows = tables["fig8"]
     style.apply()
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), constrained_layout=True)
     insets = {j: axes[0, j].inset_axes([0.42, 0.08, 0.3, 0.38]) for j in range(len(FIG8))}
@@ -178,28 +213,11 @@ def fig8(ctx: ReproduceContext) -> dict:
         axes[1, j].legend()
     style.save(fig, ctx.out / "fig8.png")
 
-    claims = [
-        claim("lemma7-bound", "0 ≤ h*(s) − h(s) ≤ 2η_Y/M for every configuration of Fig 8 (Lemma 7)",
-              all(v["min_gap"] >= -1e-12 and v["max_gap"] <= v["bound"] for v in stats.values()), source="paper",
-              quote="Lemma 7: 0 ≤ h* − h ≤ 2η_Y/M, and the gap → 0 (Fig 8) (as stated in docs/reproductions/scan-snap.md#decoder-dynamics)",
-              paper="Lemma 7; Fig 8",
-              definition="h*(s) from Lemma 5's recursion minus h(s) from Lemma 6's equation (bisection, 200 steps), "
-                         "every s ≤ 3000 (deterministic; numerical tolerance 1e-12 on the lower bound)",
-              measured="gap h*(s) − h(s) over all s, per (M, η_Y)",
-              expected="−1e-12 ≤ h* − h ≤ 2η_Y/M at every s",
-              max_gap_over_bound={k: v["max_gap"] / v["bound"] for k, v in stats.items()}),
-        claim("gap-closes", "The gap h* − h tends to 0 (Fig 8): at the last s it is below 10% of its maximum",
-              all(v["final_gap"] < 0.1 * v["max_gap"] for v in stats.values()), source="paper",
-              quote="Lemma 7: 0 ≤ h* − h ≤ 2η_Y/M, and the gap → 0 (Fig 8) (as stated in docs/reproductions/scan-snap.md#decoder-dynamics)",
-              paper="Lemma 7 (the gap → 0); Fig 8",
-              definition="h* − h at the last s (3000) over its maximum over s (deterministic; threshold 10% chosen for "
-                         "tdyn)",
-              measured="gap h* − h at the last s vs its maximum, per (M, η_Y)",
-              expected="final gap < 0.1 × max gap in every configuration",
-              final_over_max={k: v["final_gap"] / v["max_gap"] for k, v in stats.items()}),
-    ]
-    return {"experiment": "scan-snap/fig8", "config": FIG8, "gaps": stats, "claims": claims,
-            "files": ["fig8.csv", "fig8.png"]}
+    return ["fig8.png"]
+
+
+register_phases("scan-snap/fig8", Phases(measure=fig8_measure, judge=fig8_judge, draw=fig8_draw, tables=("fig8",),
+                                         columns={"fig8": ["M", "eta_y", "s", "h_star", "h", "gap"]}))
 
 
 # ---------------------------------------------------------------- Fig 9
