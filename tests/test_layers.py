@@ -187,7 +187,7 @@ def test_validating_a_config_imports_little():
 
 
 #: Core modules that still name a built-in paper's things, each with what is left to do.
-NAMES_PENDING: dict[str, str] = {"tdyn.report.html": "PAPERS and REPRODUCES: to read the manifests"}
+NAMES_PENDING: dict[str, str] = {}
 
 
 def test_the_core_names_no_paper():

@@ -121,7 +121,7 @@ def test_reproduce_all_goes_on_past_failures(tmp_path, fake_experiments, capsys)
 
 
 def _yz_config(steps=6):
-    from tdyn.data.scan_snap import SYN_SMALL
+    from tdyn.papers.scan_snap.data import SYN_SMALL
     from tdyn.papers.scan_snap.fig4_fig5 import yz_config
 
     cfg = yz_config(SYN_SMALL | {"seq_len": 16, "batch_size": 8}, steps=steps, seeds=(0, 1), init="torch_default")
@@ -398,6 +398,32 @@ def test_run_report_colours_twelve_runs_apart(tmp_path, monkeypatch):
     monkeypatch.setattr(style, "save", lambda fig, p: (seen.append([ln.get_color() for ln in fig.axes[0].lines]), save(fig, p)))
     html._curves(dirs, [d.name for d in dirs], tmp_path)
     assert len(seen[0]) == 12 and len(set(seen[0])) == 12
+    plt.close("all")
+
+
+def test_run_report_legend_names_every_run_in_columns(tmp_path, monkeypatch):
+    """20 runs: 20 colours and a legend naming each, in columns that fit the figure's width."""
+    import matplotlib.pyplot as plt
+
+    from tdyn.report import style
+
+    dirs = []
+    for k in range(20):
+        d = tmp_path / f"r{k}"
+        d.mkdir()
+        (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1 / (s + k + 1)}) + "\n" for s in range(5)))
+        dirs.append(d)
+    monkeypatch.setattr(html.runs, "read_metrics",
+                        lambda d: [json.loads(x) for x in (Path(d) / "metrics.jsonl").read_text().splitlines()])
+    seen = []
+    save = style.save
+    monkeypatch.setattr(style, "save", lambda fig, p: (seen.append(fig), save(fig, p)))
+    html._curves(dirs, [d.name for d in dirs], tmp_path)
+    fig = seen[0]
+    assert len({ln.get_color() for ln in fig.axes[0].lines}) == 20
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == [d.name for d in dirs] and legend._ncols > 1
+    assert html._legend_columns(["a" * 60] * 5, 4.2) == 1 and html._legend_columns(["r1"] * 2, 12.6) == 2
     plt.close("all")
 
 

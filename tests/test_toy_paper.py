@@ -137,6 +137,7 @@ def test_a_toy_paper_package_runs_like_a_built_in_one(tmp_path):
     assert "1 paper claims: 1 holds" in r.stdout
     _tdyn(tmp_path, "report", out)
     page = (out / "index.html").read_text()
-    assert "Toy et al." in page and "the learned bias approaches the data mean" in page
+    assert "Toy et al. — a toy paper" in page and "reproduces Fig 1 of Toy et al." in page   # the manifest's words
+    assert "the learned bias approaches the data mean" in page
     # the built-in papers are still there, beside it
     assert "scan-snap/fig4" in listed

@@ -41,8 +41,9 @@ def _cmd_list(args) -> int:
     from tdyn.reproduce.registry import EXPERIMENTS, catalog
 
     rows = {n: (e["kinds"], e["description"]) for n, e in catalog().items()}
-    if plugins.load() or any(n not in rows for n in EXPERIMENTS._items):
-        extra = [n for p in papers.manifests() for n in p.reproductions if n not in rows]   # a plugin paper's
+    plugins.load()
+    extra = [n for p in papers.manifests() for n in p.reproductions if n not in rows]   # an installed paper's
+    if extra or any(n not in rows for n in EXPERIMENTS._items):
         for n in extra:
             EXPERIMENTS.get(n)
         for n, e in EXPERIMENTS._items.items():

@@ -10,8 +10,8 @@ A plugin is named by
   sweep workers — local processes, Ray tasks, Slurm jobs — import the same modules;
 * ``$TDYN_IMPORT`` itself (entries separated by ``os.pathsep``);
 * an installed package's entry point in the group ``tdyn.tasks`` (``[project.entry-points."tdyn.tasks"]
-  mytasks = "mypkg.tasks"`` in its pyproject.toml) or ``tdyn.papers`` (``mypaper = "mypkg"``, a package
-  with a ``MANIFEST``); the two groups are read alike.
+  mytasks = "mypkg.tasks"`` in its pyproject.toml); a whole paper's package is an entry point of the
+  group ``tdyn.papers`` instead (``mypaper = "mypkg"``), read with the built-in papers by :mod:`tdyn.papers`.
 
 Every registry looks plugins up lazily: a name it does not know triggers :func:`load` once, then the
 lookup is retried, so any process that reads a config naming a user task imports what registers it.
@@ -29,7 +29,7 @@ from tdyn import papers
 from tdyn.errors import UserError
 
 ENV = "TDYN_IMPORT"
-GROUPS = ("tdyn.tasks", "tdyn.papers")
+GROUP = "tdyn.tasks"
 _done: set[str] = set()
 HINT = " (one of your own: register it in a module and pass `tdyn --import MODULE`, see docs/library.md)"
 
@@ -100,11 +100,10 @@ def load() -> list[str]:
             _done.add(s)
             _import(s)
             new.append(s)
-    for group in GROUPS:
-        for ep in entry_points(group=group):
-            key = f"entry point {ep.name} = {ep.value}"
-            if key not in _done:
-                _done.add(key)
-                _declare(ep.load())
-                new.append(key)
+    for ep in entry_points(group=GROUP):
+        key = f"entry point {ep.name} = {ep.value}"
+        if key not in _done:
+            _done.add(key)
+            _declare(ep.load())
+            new.append(key)
     return new

@@ -1,9 +1,9 @@
 """The papers tdyn knows: the built-in paper packages (one line each below) and users' papers.
 
 Every paper enters through :func:`register` with its :class:`~tdyn.manifest.Paper`: the built-in
-ones when the list is first read, a user's when its module is imported (``tdyn --import MODULE`` or
-an entry point of the group ``tdyn.tasks``, see :mod:`tdyn.plugins`; a module that defines
-``MANIFEST`` is registered by that import). The core reads the papers only through this module:
+ones and the installed ones (entry points of the group ``tdyn.papers``) when the list is first read,
+a user's module when it is imported (``tdyn --import MODULE``, see :mod:`tdyn.plugins`: a module that
+defines ``MANIFEST`` is registered by that import). The core reads the papers only through this module:
 :func:`table` (name -> module of the tasks, probes, reproductions, benches), :func:`manifests`,
 :func:`of` (the paper of a reproduction name) and :func:`exports`. Importing this module or a paper's
 ``__init__`` imports no torch.
@@ -38,12 +38,23 @@ def register(manifest: Paper) -> Paper:
     return manifest
 
 
+#: The entry-point group of installed papers (``[project.entry-points."tdyn.papers"] mypaper = "mypkg"``).
+GROUP = "tdyn.papers"
+
+
 def _builtin() -> None:
+    """The built-in papers, then the installed ones (entry points of :data:`GROUP`), once per process."""
     global _builtin_done
     if not _builtin_done:
         _builtin_done = True
         for pkg in BUILTIN:
-            _PAPERS[importlib.import_module(pkg).MANIFEST.name] = importlib.import_module(pkg).MANIFEST
+            manifest = importlib.import_module(pkg).MANIFEST
+            _PAPERS[manifest.name] = manifest
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=GROUP):
+            obj = ep.load()
+            register(obj if isinstance(obj, Paper) else obj.MANIFEST)
 
 
 def manifests() -> list[Paper]:

@@ -29,7 +29,7 @@ import platform
 from urllib.parse import quote
 
 import tdyn
-from tdyn import docs, runs, sweep
+from tdyn import docs, papers, runs, sweep
 from tdyn.errors import UserError
 from tdyn.report import style
 from tdyn.report.verdicts import (ORDER, SOURCE_LABEL, by_source, count_line, counts, full_evidence, setting_of,
@@ -40,41 +40,10 @@ RESULTS = runs.RESULTS
 MANIFEST = runs.REPRODUCE  # a reproduce-all directory's options, metadata and each reproduction's status
 MAX_TABLE_ROWS = 25
 MAX_RUN_CURVES = 24
-MAX_LEGEND = 12
+MAX_LEGEND = MAX_RUN_CURVES   # a legend for every run drawn (one colour each: style.series(i, n))
 MAX_STRIP = 8
 MAX_HEATMAPS = 12
 
-PAPERS = {  # experiment-name prefix -> (short name for the claims table, full reference)
-    "scan-snap": ("Tian et al. 2023", "Tian, Wang, Chen, Du 2023 — Scan and Snap (NeurIPS 2023)"),
-    "topic": ("Li, Li, Risteski 2023", "Li, Li, Risteski 2023 — transformers learn topic structure (ICML 2023)"),
-    "decision-list": ("Decision lists", "Decision lists — gradient descent on a one-layer transformer (extended abstract)"),
-    "real": ("Real text (both)", "Real-text checks of Tian et al. 2023 and Li, Li, Risteski 2023"),
-}
-#: What each reproduction reproduces (a figure by its number, or the statement), shown beside its main figure.
-REPRODUCES = {
-    "scan-snap/fig3": "reproduces Fig 3 of Tian et al. 2023",
-    "scan-snap/fig4": "reproduces Fig 4 of Tian et al. 2023",
-    "scan-snap/fig5": "reproduces Fig 5 of Tian et al. 2023",
-    "scan-snap/fig6": "reproduces Fig 6 of Tian et al. 2023",
-    "scan-snap/fig8": "reproduces Fig 8 of Tian et al. 2023",
-    "scan-snap/fig9": "reproduces Fig 9 of Tian et al. 2023",
-    "scan-snap/fig11-12": "reproduces Figs 11 and 12 of Tian et al. 2023",
-    "scan-snap/thm3": "tests Theorem 3 of Tian et al. 2023 (no figure in the paper)",
-    "scan-snap/snap-time": "beyond the paper: Theorem 4's times t₀ and t′₀ of Tian et al. 2023 measured in training (no paper figure)",
-    "real/attention-maps": "an analogue of Fig 7 of Tian et al. 2023 on offline text",
-    "real/entropy-vs-lr": "an analogue of Fig 10 of Tian et al. 2023 on offline text",
-    "real/topic-embeddings": "Li et al. 2023's real-data figure (data.png of their project page) on two MiniLMs",
-    "topic/embeddings": "Li et al. 2023's embedding result (theory.png of their project page)",
-    "topic/stage1": "Li et al. 2023's stage-1 value-matrix result (theory.png of their project page)",
-    "topic/stage2": "Li et al. 2023's stage-2 attention result (theory.png of their project page)",
-    "topic/no-unchanged-mask": "an ablation of Li et al. 2023's stage-2 attention result (no paper figure)",
-    "topic/two-stage": "Li et al. 2023's two-stage figure (two_stage.png of their project page)",
-    "topic/robustness": "tdyn's robustness grid around Li et al. 2023's two stages (no paper figure)",
-    "topic/squared-loss": "Li et al. 2023's stage-1 and two-stage results under the squared loss (no paper figure)",
-    "decision-list/claim1": "tests Result (1) of the decision-list abstract (no figure in the paper)",
-    "decision-list/claim2": "tests Result (2) of the decision-list abstract (no figure in the paper)",
-    "decision-list/uniform-attention": "tests claim (c) of the decision-list abstract (no figure in the paper)",
-}
 MAX_NUMBERS_CHARS = 240
 #: options with which a reproduction judges runs or tables made earlier instead of training (shown with the
 #: command that makes them anew)
@@ -96,9 +65,18 @@ def anchor(name: str) -> str:
 
 
 def paper_of(name: str, full: bool = False) -> str:
-    """The paper an experiment belongs to, from its name's prefix."""
-    prefix = name.split("/", 1)[0]
-    return PAPERS.get(prefix, (prefix, prefix))[int(full)]
+    """The paper a reproduction belongs to (its manifest's label, or with ``full`` its title), from its
+    name's prefix; the prefix itself for a name no paper declares."""
+    p = papers.of(name)
+    return (p.title if full else p.label) if p else name.split("/", 1)[0]
+
+
+def reproduces(name: str) -> str:
+    """What a reproduction reproduces (its manifest's ``reproduces``: a paper figure by number, or the
+    statement), else its paper's title."""
+    p = papers.of(name)
+    r = p.reproductions.get(name) if p else None
+    return r.reproduces if r and r.reproduces else paper_of(name, full=True)
 
 
 def metadata() -> dict[str, Any]:
@@ -230,7 +208,7 @@ table.answer td:first-child{white-space:nowrap}
 table.answer td:first-child,table.answer td:nth-child(7),table.answer td:last-child{text-align:left}
 ul.notheld{margin:.2em 0;padding-left:1.2em;font-size:.86em}ul.notheld li{margin:.1em 0}
 .flag{color:#a34700;font-weight:bold}
-table.here{display:table;width:100%}table.here td:nth-child(-n+3){white-space:nowrap}
+table.here{display:table;width:100%}table.here td:nth-child(-n+4){white-space:nowrap}
 section.card{border-top:1px solid #ddd;padding:.4em 0}
 .cardrow{display:flex;gap:1em;align-items:flex-start}
 figure.main{flex:0 0 46%;margin:0}figure.main img{max-height:340px;object-fit:contain;width:100%}
@@ -460,7 +438,8 @@ def _by_paper(names) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for n in names:
         groups.setdefault(n.split("/", 1)[0], []).append(n)
-    order = [*PAPERS, *sorted(p for p in groups if p not in PAPERS)]
+    known = [p.prefix for p in papers.manifests()]
+    order = [*known, *sorted(p for p in groups if p not in known)]
     return {p: sorted(groups[p]) for p in order if p in groups}
 
 
@@ -602,7 +581,8 @@ def _pipeline(here: list[tuple[Path, dict]], ans: dict[str, dict], evidence: dic
             what = "full-setting" if quick else "shipped full-setting"
             vs = (f'<span class="flag">⚑ {len(diff)} of {shared} differ from the {what} verdicts</span>: '
                   + _e("; ".join(diff)) if diff else
-                  f'<span class="holds">agree</span> with the {what} verdicts ({shared} claims in common)' if shared else
+                  f'<span class="holds">agree</span> with the {what} verdicts ({shared} claim{"s" if shared > 1 else ""} in common)'
+                  if shared else
                   f'<span class="note">no claim in common with the {what} verdicts</span>')
         setting = ("quick (pipeline check)" if quick else "full settings: re-derived here")
         rows.append([link, _e(setting), took, _counts_html(res.get("claims", []), "no claims"), vs])
@@ -663,7 +643,7 @@ def _card(name: str, a: dict | None, here: tuple[Path, dict] | None, page: Path,
                 + (f"; beyond the paper: {_counts_html(split['derived'])}" if split["derived"] else "")
                 + (f"; unlabelled: {_counts_html(split[None])}" if split.get(None) else ""))
     text = [f'<h3><a class="self" href="#{anchor(name)}">{_e(name)}</a></h3>',
-            f'<p class="repro">{_e(REPRODUCES.get(name, paper_of(name, full=True)))}</p>',
+            f'<p class="repro">{_e(reproduces(name))}</p>',
             f"<p>{_linked(desc, page)}</p>" if desc else "",
             f"<p>{verdicts if a else 'no full-setting verdicts; ' + verdicts + ' (quick)'}</p>",
             _provenance(name, res, rdir, shown["origin"], page, evidence_label),
@@ -804,12 +784,19 @@ def _curves(run_dirs: list[Path], labels: list[str], assets: Path) -> list[tuple
         fig.tight_layout()
         if 1 < len(metrics) <= MAX_LEGEND:  # below the panels, so that it hides no curve
             handles, labs = axes.flat[0].get_legend_handles_labels()
-            fig.legend(handles, labs, loc="upper center", bbox_to_anchor=(0.5, 0), ncol=2 if ncol > 1 else 1,
-                       frameon=False)
+            fig.legend(handles, labs, loc="upper center", bbox_to_anchor=(0.5, 0), frameon=False,
+                       ncol=_legend_columns(labs, fig.get_figwidth()))
         path = assets / f"curves_{_fname(g)}.png"
         style.save(fig, path)
         figs.append((path, f"{g} vs step" + (f" ({len(metrics)} runs)" if len(metrics) > 1 else "")))
     return figs
+
+
+def _legend_columns(labels: list[str], width_in: float, fontsize: float = 9.0) -> int:
+    """As many legend columns as fit the figure's width (at most 4), so that a legend of many runs stays
+    short: a column takes its longest label (≈ 0.6 em a character) plus the line sample and padding."""
+    per_col = (0.6 * fontsize * max((len(x) for x in labels), default=1) + 4 * fontsize) / 72
+    return max(1, min(4, len(labels), int(width_in / per_col)))
 
 
 def _axis_label(key: str) -> str:

@@ -1,13 +1,21 @@
 """One figure style for every paper: readable fonts, labelled axes, a colour-blind-safe palette
-(Okabe–Ito)."""
+(Okabe–Ito). Importing it imports no matplotlib (a module that draws imports this at module level, and
+matplotlib only inside the functions that draw): :func:`pyplot` loads it, on the Agg backend."""
 
 from __future__ import annotations
 
-import matplotlib
-import matplotlib.colors
+import functools
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+
+@functools.cache
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (no display), imported on first use."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 SEQUENTIAL = "viridis"
@@ -21,7 +29,9 @@ def colors(n: int) -> list:
     that ``n`` evenly spaced hues of a perceptually ordered map (turbo)."""
     if n <= len(PALETTE):
         return PALETTE[:n]
-    cmap = matplotlib.colormaps["tab20" if n <= 20 else "turbo"]
+    import matplotlib.colors
+
+    cmap = pyplot().colormaps["tab20" if n <= 20 else "turbo"]
     if n <= 20:   # tab20's pairs (dark, light) taken darks first, so that neighbours differ most
         order = [*range(0, 20, 2), *range(1, 20, 2)]
         return [matplotlib.colors.to_hex(cmap(k)) for k in order[:n]]
@@ -43,6 +53,9 @@ def series(i: int, marker: str | None = None, n: int | None = None) -> dict:
 
 
 def apply() -> None:
+    import matplotlib
+
+    plt = pyplot()
     plt.rcParams.update({
         "figure.dpi": 110, "savefig.dpi": 130, "font.size": 10, "axes.titlesize": 11,
         "axes.labelsize": 10, "legend.fontsize": 9, "axes.grid": False,
@@ -52,5 +65,6 @@ def apply() -> None:
 
 
 def save(fig, path) -> None:
+    plt = pyplot()
     fig.savefig(path)
     plt.close(fig)

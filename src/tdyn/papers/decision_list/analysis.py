@@ -21,11 +21,11 @@ import torch
 from tdyn import runs
 from tdyn.bench import register_bench
 from tdyn.config import validate_config
-from tdyn.data import decision_list as dl
+from tdyn.papers.decision_list import data as dl
 from tdyn.reproduce.common import with_options
-from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
+from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModelConfig
 from tdyn.tasks import build_task
-from tdyn.theory import decision_list as th
+from tdyn.papers.decision_list import theory as th
 from tdyn.train.trainer import expand_members
 
 TIME_UNITS = "paper Eqn 2 normalisation: (1/n) sum_j per sequence, averaged over sequences"
@@ -128,3 +128,130 @@ def _b4(quick: bool) -> dict:
     t1 = time.perf_counter()
     dl.sample(task, 10000, 8, "B", torch.Generator().manual_seed(0))
     return {"make_task_seconds": t1 - t0, "sample_seconds": time.perf_counter() - t1}
+
+
+# ---------------------------------------------------------------- drawing helpers (figures drawn from the CSVs)
+#: figure width (inches) of the decision-list figures: at the style's 130 dpi about 1050 px, shown 600–900 px
+#: wide on the report page, so the fonts of ``page_rc`` stay at ≥ 10 pt there
+PAGE_WIDTH = 7.2
+
+
+def page_rc() -> dict:
+    """rc settings (for ``plt.rc_context``) on top of ``style.apply()``: text large enough to read at ≥ 10 pt
+    when a ``PAGE_WIDTH``-wide figure is shown ~800 px wide."""
+    return {"font.size": 14, "axes.titlesize": 14, "axes.labelsize": 14, "xtick.labelsize": 13,
+            "ytick.labelsize": 13, "legend.fontsize": 13, "legend.title_fontsize": 13, "figure.titlesize": 15,
+            "legend.framealpha": 0.9}
+
+
+def panel_grid(nrows: int, ncols: int = 1, *, axes_h: float = 3.2, gap: float = 1.0, top: float = 1.2,
+               bottom: float = 0.8, wspace: float = 0.3, **kw):
+    """``plt.subplots`` laid out in inches (``PAGE_WIDTH`` wide): ``nrows`` rows of axes ``axes_h`` high,
+    ``gap`` between rows (room for a legend under each), ``top`` above (the figure's title), ``bottom``
+    below; ``kw`` goes to ``plt.subplots`` (sharey, ...)."""
+    import matplotlib.pyplot as plt
+
+    h = top + bottom + nrows * axes_h + (nrows - 1) * gap
+    fig, axes = plt.subplots(nrows, ncols, figsize=(PAGE_WIDTH, h), squeeze=False, **kw)
+    fig.subplots_adjust(top=1 - top / h, bottom=bottom / h, hspace=gap / axes_h, wspace=wspace, left=0.16,
+                        right=0.97)
+    return fig, axes
+
+
+def read_table(path: Path) -> list[dict]:
+    """A CSV written by a decision-list reproduction back as rows: '' → None, True/False → bool, numbers →
+    int/float (every column)."""
+    import csv
+
+    def value(x: str):
+        if x == "":
+            return None
+        if x in ("True", "False"):
+            return x == "True"
+        for cast in (int, float):
+            try:
+                return cast(x)
+            except ValueError:
+                pass
+        return x
+    with open(path, newline="") as f:
+        return [{k: value(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def is_quick(out_dir: Path, quick: bool | None) -> bool:
+    """``quick`` if given, else what ``out_dir``'s results.json says (a redraw of committed evidence)."""
+    if quick is not None:
+        return bool(quick)
+    p = Path(out_dir) / "results.json"
+    return bool(json.loads(p.read_text()).get("quick")) if p.exists() else False
+
+
+def figure_title(text: str, quick: bool) -> str:
+    """A figure's title, marked when the run used the quick settings."""
+    return text + ("\n[QUICK settings: a pipeline check, not the evidence]" if quick else "")
+
+
+def _sci(v: float) -> str:
+    """A power of ten (or 0) as mathtext: ±10^k."""
+    if v == 0:
+        return "0"
+    k = int(round(math.log10(abs(v))))
+    return f"$\\mathregular{{{'-' if v < 0 else ''}10^{{{k}}}}}$"
+
+
+def log_ticks(ax, which: str = "y", max_ticks: int = 6) -> None:
+    """Legible ticks on a log axis, from its current limits: at most ``max_ticks`` labelled powers of ten
+    (every k-th decade on a wide axis), or 1-2-5-style plain numbers when it spans about a decade or less;
+    minor ticks unlabelled."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
+
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    lo, hi = sorted(ax.get_ylim() if which == "y" else ax.get_xlim())
+    span = math.log10(hi / lo)
+    if span <= 1.3:
+        for mant in ((1, 2, 3, 4, 5, 6, 8), (1, 2, 3, 5, 7), (1, 2, 5), (1, 3), (1,)):
+            ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+                     for m in mant if lo <= m * 10.0 ** k <= hi]
+            if len(ticks) <= max_ticks:
+                break
+        axis.set_major_locator(FixedLocator(ticks))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+    else:
+        step = max(1, math.ceil(span / max_ticks))
+        ks = [k for k in range(math.ceil(math.log10(lo)), math.floor(math.log10(hi)) + 1) if k % step == 0]
+        axis.set_major_locator(FixedLocator([10.0 ** k for k in ks]))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: _sci(v)))
+        axis.set_minor_locator(LogLocator(subs=(1.0,), numticks=100) if step > 1 else LogLocator(subs="auto", numticks=100))
+    axis.set_minor_formatter(NullFormatter())
+    (ax.set_ylim if which == "y" else ax.set_xlim)(lo, hi)
+
+
+def symlog_ticks(ax, linthresh: float, which: str = "y", max_ticks: int = 7) -> None:
+    """A symlog axis (linear within ±``linthresh``, one decade wide) with legible ticks: 0 and at most
+    ``max_ticks`` labelled ±powers of ten, every k-th decade, none closer to 0 than k decades (so the labels
+    near 0 do not collide); minor ticks off. Call after plotting (it reads the data limits)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    (ax.set_yscale if which == "y" else ax.set_xscale)("symlog", linthresh=linthresh, linscale=1.0)
+    lo, hi = ax.dataLim.intervaly if which == "y" else ax.dataLim.intervalx
+
+    def pad(v):   # ~0.6 decade of head room beyond the data (room for a marker on the last point)
+        return v * 4 if abs(v) > linthresh else math.copysign(linthresh * 4, v) if v else 0.0
+    lo, hi = pad(min(lo, 0.0)), pad(max(hi, 0.0))
+    t0 = math.floor(math.log10(linthresh))
+    top_pos = math.floor(math.log10(hi)) if hi > linthresh else None
+    top_neg = math.floor(math.log10(-lo)) if lo < -linthresh else None
+    span = sum(t - t0 + 1 for t in (top_pos, top_neg) if t is not None)
+    step = max(1, math.ceil(span / max(1, max_ticks - 1)))
+    ticks = [0.0]
+    for top, sign in ((top_pos, 1), (top_neg, -1)):
+        if top is None:
+            continue
+        # decades from top down, every step-th; the decade-coordinate distance to 0 is 1 + (k − log10 linthresh)
+        ticks += [sign * 10.0 ** k for k in range(top, t0 - 1, -1)
+                  if k % step == 0 and 1 + k - math.log10(linthresh) >= 0.9 * step]
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    axis.set_major_locator(FixedLocator(sorted(ticks)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: _sci(v)))
+    axis.set_minor_locator(NullLocator())
+    (ax.set_ylim if which == "y" else ax.set_xlim)(lo, hi)

@@ -20,18 +20,19 @@ from typing import NamedTuple
 import numpy as np
 
 from tdyn.bench import register_bench
-from tdyn.data import decision_list as dl
+from tdyn.papers.decision_list import data as dl
 from pydantic import Field
 
 from tdyn import stats
 from tdyn.reproduce.common import claim, reading, with_options
-from tdyn.papers.decision_list.analysis import TIME_UNITS, _fmt
+from tdyn.papers.decision_list.analysis import (TIME_UNITS, _fmt, _sci, figure_title, is_quick, log_ticks, page_rc,
+                                                panel_grid, read_table, symlog_ticks)
 from tdyn.reproduce.registry import ReproduceContext, register
 from tdyn.report import style
 from tdyn.runs import write_csv
 from tdyn.sweep.executors import default_workers, pool_map, start_method
 from tdyn.schema import Strict
-from tdyn.theory import decision_list as th
+from tdyn.papers.decision_list import theory as th
 from tdyn.seeding import generator
 
 # ---------------------------------------------------------------- claim 1
@@ -264,7 +265,9 @@ def claim1(ctx: ReproduceContext) -> dict:
     write_csv(ctx.out / "claim1_hitting_times.csv", [{k: _fmt(r.get(k)) for k in tn_cols} for r in rows], tn_cols)
     write_csv(ctx.out / "claim1_fixed_c.csv", [{k: _fmt(r[k]) for k in FIXED_C_COLUMNS} for r in fixed],
               FIXED_C_COLUMNS)
-    _claim1_figures(ctx, rows, traj, grid, fixed)
+    trows, tcols = trajectory_table(traj, trajectory_keys(traj))
+    write_csv(ctx.out / TRAJ_CSV, trows, tcols)
+    draw_claim1(ctx.out, quick=ctx.quick)
 
     claims = []
     notions = [("T_sup", "Err_sup = 0: every (support type, query) pair strictly correct (docs/reproductions/decision-lists.md#perfect-classification, primary)", "strict")]
@@ -362,55 +365,16 @@ def claim1(ctx: ReproduceContext) -> dict:
             "rows": [{k: r.get(k) for k in CLAIM1_COLUMNS} for r in rows]}
 
 
-def _symlog_thresh(*arrays) -> float:
-    v = np.concatenate([np.abs(np.asarray(a, dtype=float)).ravel() for a in arrays])
-    v = v[np.isfinite(v) & (v > 0)]
-    return float(max(v.max() * 1e-6, 1e-300)) if len(v) else 1.0
+# ---------------------------------------------------------------- figures: drawn from the CSVs in the output
+#: the figures of decision-list/claim1 (draw_claim1), one question each
+CLAIM1_FIGURES = ("claim1_bound_ratio.png", "claim1_tsup_logL.png", "claim1_overtaking.png",
+                  "claim1_margin_vs_bounds.png", "claim1_tsup_vs_n_M.png")
+TRAJ_CSV = "claim1_trajectories.csv"
 
 
-def _claim1_figures(ctx, rows, traj, grid, fixed) -> None:
-    import matplotlib.pyplot as plt
-
-    style.apply()
-    # T_sup·log L with the bound lines (γ = 1: 4M, γ = δ: 4M/δ), and T_sup/bound for every γ reading
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9), gridspec_kw={"hspace": 0.35})
-    combos = [(n, M) for n in grid["n"] for M in grid["M"] if M >= 2]
-    for j, sampler in enumerate(dl.SAMPLERS):
-        ax = axes[0, j]
-        for i, (n, M) in enumerate(combos):
-            sel = [r for r in rows if r["sampler"] == sampler and r["n"] == n and r["M"] == M and r["c"]]
-            sty = style.series(i, marker="o")
-            col = sty["color"]
-            pts = [(r["L"], r["T_sup"] * math.log(r["L"])) for r in sel if r["T_sup"]]
-            if pts:
-                x, y = zip(*pts)
-                ax.plot(x, y, ms=3, **sty, label=f"n={n}, M={M}")
-            xs = [r["L"] for r in sel]
-            ax.plot(xs, [r["bound_gamma_delta"] * math.log(r["L"]) for r in sel], color=col, ls=":", lw=0.8)
-        for M in sorted({M for _, M in combos}):
-            ax.axhline(4 * M, color="grey", lw=0.8, ls="--")
-            ax.annotate(f"4M={4 * M} (γ=1: no mass, reference only)", (grid["L"][0], 4 * M), fontsize=6,
-                        color="grey", va="bottom")
-        ax.set(xscale="log", yscale="log", xlabel="L", ylabel="T_sup · log L",
-               title=f"sampler {sampler}: T_sup·log L (perfect = Err_sup = 0)\ndashed: 4M (γ = 1, reference), dotted: γ=δ bound 4M/δ")
-        ax.legend(ncol=2, fontsize=6)
-        ax = axes[1, j]
-        for g, mk in zip(GAMMAS, "os^D"):
-            pts = [(r["L"] * (1 + 0.04 * list(GAMMAS).index(g)), r["T_sup"] / r[f"bound_gamma_{g}"]) for r in rows
-                   if r["sampler"] == sampler and r["c"] and not r["degenerate"] and r["T_sup"]]
-            if pts:
-                x, y = zip(*pts)
-                ax.scatter(x, y, marker=mk, s=12, label=f"γ reading: {g}")
-        ax.axhline(1, color="k", lw=0.8)
-        never = sorted({(r["n"], r["M"]) for r in rows if r["sampler"] == sampler and r["c"] and not r["degenerate"]
-                        and r["T_sup"] is None})
-        ax.set(xscale="log", yscale="log", ylabel="T_sup / (4M/(γ log L))",
-               title=f"sampler {sampler}: below 1 = bound holds (M ≥ 2; T_sup = 0 not shown)")
-        ax.set_xlabel(f"L\nnot reached by t_max, (n,M): {never}", fontsize=7)
-        ax.legend(fontsize=7)
-    style.save(fig, ctx.out / "claim1_tsup_logL.png")
-
-    # ordering and margins over time (log axes): one sampler-B and one sampler-A configuration
+def trajectory_keys(traj: dict) -> list[tuple]:
+    """The (sampler, L, n, M) whose flows the trajectory figures show: the largest sampler-B list (M, then L,
+    n) and the largest sampler-A list that reached Err_sup = 0 (M, L, then the smallest n)."""
     keys = []
     kb = [k for k in traj if k[0] == "B" and k[3] >= 2]
     if kb:
@@ -418,70 +382,307 @@ def _claim1_figures(ctx, rows, traj, grid, fixed) -> None:
     ka = [k for k in traj if k[0] == "A" and k[3] >= 2 and traj[k].T_sup is not None]
     if ka:
         keys.append(max(ka, key=lambda k: (k[3], k[1], -k[2])))
-    fig, axes = plt.subplots(len(keys), 2, figsize=(13, 4.8 * len(keys)), squeeze=False,
-                             gridspec_kw={"hspace": 0.4})
-    for row_ax, key in zip(axes, keys):
-        res, m = traj[key], key[3]
-        r = next(x for x in rows if (x["sampler"], x["L"], x["n"], x["M"]) == key)
-        t = res.t[1:]
-        ax = row_ax[0]
-        curves = [(res.w[1:, k] - res.w[1:, k + 1], f"W[a_{k + 1},q] − W[a_{k + 2},q]" if k + 1 < m - 1
-                   else f"W[a_{k + 1},q] − W[q,q]") for k in range(m - 1)]
-        curves.append((res.w[1:, m - 1] - res.w[1:, m], "W[q,q] − W[out,q]"))
-        th_ = _symlog_thresh(*[c for c, _ in curves])
-        for i, (cv, lab) in enumerate(curves):
-            sty = style.series(i)
-            col = sty["color"]
-            ax.plot(t, cv, **sty, label=lab)
-            cross = np.nonzero((cv[:-1] <= 0) & (cv[1:] > 0))[0]
-            if len(cross):
-                ax.axvline(t[cross[-1] + 1], color=col, lw=0.7, ls=":")
-        ax.axhline(0, color="grey", lw=0.5)
-        ax.set_yscale("symlog", linthresh=th_)
-        ax.set(xscale="log", xlabel="t (gradient-flow time)", ylabel=f"score difference (symlog, lin. |y| < {th_:.1e})",
-               title=f"sampler {key[0]}, L={key[1]}, n={key[2]}, M={m}: ordering W[a_1] > … > W[q] > W[out]\n"
-                     "(dotted: last sign change)")
-        ax.legend(fontsize=7)
-        ax = row_ax[1]
-        mg = res.margin[1:]
-        ax.plot(t, mg, color="k", label="min full-support logit margin")
-        ax.set_yscale("symlog", linthresh=1e-3)
-        for k_, col in zip((0.0,) + KAPPAS, style.PALETTE[1:]):
-            T = res.T_sup if k_ == 0 else res.T_kappa.get(k_)
-            if k_:
-                ax.axhline(k_, color=col, lw=0.6, ls="--")
-            if T:
-                ax.axvline(T, color=col, lw=0.9, label=f"T_sup({'0+' if k_ == 0 else f'{k_:g}'}) = {T:.3g}")
-        for g, ls in (("delta", "-."), ("joint", (0, (1, 3)))):
-            b = r[f"bound_gamma_{g}"]
-            if b <= t[-1]:
-                ax.axvline(b, color="grey", ls=ls, lw=0.9, label=f"bound γ={g}: {b:.3g}")
-        ax.set(xscale="log", xlabel="t (gradient-flow time)", ylabel="logit margin (symlog)",
-               title="perfection with a margin: T_sup(κ)")
-        ax.legend(fontsize=7)
-    style.save(fig, ctx.out / "claim1_overtaking.png")
+    return keys
 
-    # T_sup against n and against M, at formula c and at fixed c (docs/reproductions/decision-lists.md#decision-listclaim1)
-    fc = grid["fixed_c"]
-    fig, axes = plt.subplots(2, 4, figsize=(17, 8), gridspec_kw={"hspace": 0.35, "wspace": 0.3})
-    for i, sampler in enumerate(dl.SAMPLERS):
-        sets = (("formula c = 4n log L/δ", [r for r in rows if r["L"] == fc["L"]]),
-                (f"fixed c = {fc['c']:g}", fixed))
-        for j, (lab, src) in enumerate(sets):
-            src = [r for r in src if r["sampler"] == sampler and r.get("c") and r["T_sup"]]
-            for ax, (x, z) in ((axes[i, j], ("n", "M")), (axes[i, 2 + j], ("M", "n"))):
-                for h, zv in enumerate(sorted({r[z] for r in src})):
+
+def trajectory_table(traj: dict, keys: list[tuple]) -> tuple[list[dict], list[str]]:
+    """The flows of ``keys`` as rows of ``claim1_trajectories.csv``: t, the min full-support logit margin and
+    the reduced scores w_0 … w_M (w_k = W[a_{k+1}, q] for k < M − 1, w_{M−1} = W[q, q], w_M = W[out, q];
+    blank past the row's M)."""
+    mmax = max((k[3] for k in keys), default=0)
+    cols = ["sampler", "L", "n", "M", "t", "margin"] + [f"w_{j}" for j in range(mmax + 1)]
+    out = []
+    for key in keys:
+        res = traj[key]
+        for i, t in enumerate(res.t):
+            out.append({"sampler": key[0], "L": key[1], "n": key[2], "M": key[3], "t": float(t),
+                        "margin": float(res.margin[i])}
+                       | {f"w_{j}": (float(res.w[i, j]) if j <= key[3] else "") for j in range(mmax + 1)})
+    return out, cols
+
+
+def _trajectories(out_dir: Path) -> dict[tuple, dict[str, np.ndarray]]:
+    """claim1_trajectories.csv by (sampler, L, n, M), in file order: arrays t, margin, w (len(t), M + 1)."""
+    rows = read_table(Path(out_dir) / TRAJ_CSV)
+    out: dict[tuple, dict] = {}
+    for r in rows:
+        out.setdefault((r["sampler"], r["L"], r["n"], r["M"]), []).append(r)
+    return {k: {"t": np.array([r["t"] for r in v], dtype=float), "margin": np.array([r["margin"] for r in v], dtype=float),
+                "w": np.array([[r[f"w_{j}"] for j in range(k[3] + 1)] for r in v], dtype=float)}
+            for k, v in out.items()}
+
+
+def _key_title(key: tuple) -> str:
+    L = key[1]
+    Ls = f"10$^{{{round(math.log10(L))}}}$" if L >= 1000 and 10 ** round(math.log10(L)) == L else f"{L}"
+    return f"sampler {key[0]}, L = {Ls}, n = {key[2]}, M = {key[3]}"
+
+
+def draw_claim1(out_dir: Path, quick: bool | None = None) -> list[Path]:
+    """Every figure of decision-list/claim1 from the tables in ``out_dir`` (claim1.csv, claim1_fixed_c.csv,
+    claim1_trajectories.csv): no flow is solved. ``quick``: None reads results.json (a redraw)."""
+    out_dir = Path(out_dir)
+    quick = is_quick(out_dir, quick)
+    paths = [draw_bound_ratio(out_dir, quick), draw_tsup_logL(out_dir, quick), draw_tsup_vs_n_M(out_dir, quick)]
+    if (out_dir / TRAJ_CSV).exists():
+        paths += [draw_overtaking(out_dir, quick), draw_margin_vs_bounds(out_dir, quick)]
+    return paths
+
+
+def _judged_rows(out_dir: Path) -> list[dict]:
+    """claim1.csv's non-degenerate rows with a flow (c defined): what result (1)'s claims are judged on."""
+    return [r for r in read_table(Path(out_dir) / "claim1.csv") if r["c"] is not None and not r["degenerate"]]
+
+
+def draw_bound_ratio(out_dir: Path, quick: bool | None = None) -> Path:
+    """claim1_bound_ratio.png (result (1)): T_sup / (4M/(γ log L)) per configuration under each reading of γ;
+    the bound (ratio 1) drawn; γ = 1 (no probability mass) as a reference only."""
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    quick = is_quick(out_dir, quick)
+    rows = _judged_rows(out_dir)
+    samplers = sorted({r["sampler"] for r in rows})
+    series = [(f"bound_gamma_{g}", GAMMA_NAMES[g], style.PALETTE[i], m) for i, (g, m) in enumerate(zip(GAMMAS, "os^"))]
+    series.append((None, "γ = 1 (no probability mass: reference only)", "#777777", "D"))
+    style.apply()
+    with plt.rc_context(page_rc()):
+        fig, axes = panel_grid(max(1, len(samplers)), axes_h=3.6, gap=3.4, top=1.2, bottom=2.1)
+        if not samplers:
+            axes[0, 0].text(0.5, 0.5, "no configuration with a flow", ha="center", va="center",
+                            transform=axes[0, 0].transAxes)
+        for ax, s in zip(axes[:, 0], samplers):
+            sel = [r for r in rows if r["sampler"] == s]
+            for i, (bkey, name, col, mk) in enumerate(series):
+                def bound(r, bkey=bkey):
+                    return r[bkey] if bkey else 4 * r["M"] / math.log(r["L"])
+                off = 10 ** (0.07 * (i - 1.5))    # readings side by side at each L
+                pts = [(r["L"] * off, r["T_sup"] / bound(r)) for r in sel if r["T_sup"]]
+                held = sum(r["T_sup"] is not None and r["T_sup"] <= bound(r) for r in sel)
+                lab = name if bkey is None else f"{name}: {held}/{len(sel)} ≤ bound"
+                if pts:
+                    x, y = zip(*pts)
+                    ax.scatter(x, y, s=30, marker=mk, label=lab, zorder=3,
+                               **({"facecolors": "none", "edgecolors": col} if bkey is None else {"color": col}))
+            ax.axhline(1, color="k", lw=1.4, zorder=2, label="the bound: T_sup = 4M/(γ log L)")
+            ax.set(xscale="log", yscale="log", xlabel="L (vocabulary size)", ylabel="T_sup / (4M/(γ log L))")
+            lo, hi = ax.get_ylim()
+            ax.set_ylim(min(lo, 0.1), max(hi, 10))
+            log_ticks(ax, "y", max_ticks=7)
+            ax.set_xticks(sorted({r["L"] for r in sel}), [f"{v:g}" for v in sorted({r["L"] for r in sel})])
+            ax.xaxis.set_minor_locator(plt.NullLocator())
+            zero = sum(r["T_sup"] == 0 for r in sel)
+            never = sorted({(r["n"], r["M"]) for r in sel if r["T_sup"] is None})
+            notes = ([f"{zero} with T_sup = 0 not shown"] if zero else []) + \
+                    ([f"not reached by t_max: (n, M) ∈ {never}"] if never else [])
+            ax.set_title(f"sampler {s}: {len(sel)} configurations (n, M ≥ 2)"
+                         + ("\n" + "; ".join(notes) if notes else ""))
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1)
+        fig.suptitle(figure_title("Result (1): does T_sup stay within 4M/(γ log L) under\n"
+                                  "each reading of γ? (below 1: the bound holds)", quick), y=0.995)
+        path = out_dir / "claim1_bound_ratio.png"
+        style.save(fig, path)
+    return path
+
+
+def draw_tsup_logL(out_dir: Path, quick: bool | None = None) -> Path:
+    """claim1_tsup_logL.png (law_1_over_logL_*): T_sup·log L against L per (n, M), divided by its minimum over
+    L ≥ 30, so that the judged ratio max/min over L ≥ 30 is the curve's height; the threshold 3 drawn and
+    L < 30 (not judged) shaded."""
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    quick = is_quick(out_dir, quick)
+    rows = [r for r in _judged_rows(out_dir) if r["T_sup"]]
+    samplers = sorted({r["sampler"] for r in rows})
+    combos = sorted({(r["n"], r["M"]) for r in rows})
+    cols = dict(zip(combos, style.colors(len(combos))))
+    marks = dict(zip(sorted({n for n, _ in combos}), "osD^v"))
+    # under sampler A the curves of one n coincide: told apart by dash and width (widest first, underneath)
+    Ms = sorted({M for _, M in combos})
+    dashes = dict(zip(Ms, ["-", (0, (4, 1.5)), (0, (1, 1)), "-."]))
+    widths = dict(zip(Ms, [4.0, 2.6, 1.7, 1.2]))
+    style.apply()
+    with plt.rc_context(page_rc()):
+        fig, axes = panel_grid(max(1, len(samplers)), axes_h=3.4, gap=1.3, top=1.3, bottom=2.6)
+        if not samplers:
+            axes[0, 0].text(0.5, 0.5, "no run reached Err_sup = 0", ha="center", va="center",
+                            transform=axes[0, 0].transAxes)
+        for ax, s in zip(axes[:, 0], samplers):
+            worst = (0.0, None)
+            for nm in combos:
+                pts = sorted((r["L"], r["T_sup"] * math.log(r["L"])) for r in rows if r["sampler"] == s
+                             and (r["n"], r["M"]) == nm)
+                judged = [y for L, y in pts if L >= 30]
+                if len(judged) < 2:
+                    continue
+                ref = min(judged)
+                worst = max(worst, (max(judged) / ref, nm))
+                x, y = zip(*pts)
+                ax.plot(x, np.array(y) / ref, color=cols[nm], marker=marks[nm[0]], ms=2 + 1.5 * widths.get(nm[1], 1.2),
+                        lw=widths.get(nm[1], 1.2), ls=dashes.get(nm[1], "-"), label=f"n = {nm[0]}, M = {nm[1]}")
+            Ls = sorted({r["L"] for r in rows if r["sampler"] == s})
+            ax.axvspan(Ls[0] / 1.5, 30 / 1.3, color="0.88", zorder=0, label="L < 30: not judged")
+            ax.axhline(3, color="k", lw=1.4, ls="--", label="threshold: max/min = 3")
+            ax.set(xscale="log", yscale="log", xlim=(Ls[0] / 1.5, Ls[-1] * 1.5), xlabel="L (vocabulary size)",
+                   ylabel="T_sup·log L ÷ its min\nover L ≥ 30")
+            lo, hi = ax.get_ylim()
+            ax.set_ylim(min(lo, 0.5), max(hi, 5))
+            log_ticks(ax, "y", max_ticks=7)
+            ax.set_xticks(Ls, [f"{v:g}" for v in Ls])
+            ax.xaxis.set_minor_locator(plt.NullLocator())
+            word = "flat (≤ 3)" if worst[0] <= 3 else "not flat"
+            ax.set_title(f"sampler {s}: {word}; largest max/min {worst[0]:.3g} (n = {worst[1][0]}, M = {worst[1][1]})"
+                         if worst[1] else f"sampler {s}: no (n, M) with two L ≥ 30")
+        handles, labels = axes[0, 0].get_legend_handles_labels()
+        axes[-1, 0].legend(handles, labels, loc="upper center", ncol=3, bbox_to_anchor=(0.45, -0.22), fontsize=12,
+                           handlelength=2.6, columnspacing=0.8)
+        fig.suptitle(figure_title("Is T_sup·log L flat in L (max/min ≤ 3 over L ≥ 30), as the\n"
+                                  "bound 4M/(γ log L) would be if γ did not depend on L?", quick), y=0.995)
+        path = out_dir / "claim1_tsup_logL.png"
+        style.save(fig, path)
+    return path
+
+
+def _sign_changes(t: np.ndarray, v: np.ndarray) -> np.ndarray:
+    return t[np.nonzero((v[:-1] <= 0) & (v[1:] > 0))[0] + 1]
+
+
+def draw_overtaking(out_dir: Path, quick: bool | None = None) -> Path:
+    """claim1_overtaking.png: the score differences of the decision-list ordering W[a_1,q] > … > W[q,q] >
+    W[out,q] over gradient-flow time, per shown flow (claim1_trajectories.csv); symlog axis with legible
+    ticks; curves told apart by colour, dash and width (two that coincide both stay visible)."""
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    quick = is_quick(out_dir, quick)
+    tr = _trajectories(out_dir)
+    dashes = ["-", (0, (5, 2)), (0, (1, 1.5)), "-.", (0, (8, 2, 1, 2))]
+    widths = [4.5, 2.4, 2.6, 1.8, 1.6]
+    style.apply()
+    with plt.rc_context(page_rc()):
+        fig, axes = panel_grid(len(tr), axes_h=3.4, gap=2.8, top=1.3, bottom=1.9)
+        for ax, (key, d) in zip(axes[:, 0], tr.items()):
+            m = key[3]
+            ok = d["t"] > 0
+            t, w = d["t"][ok], d["w"][ok]
+            curves = [(w[:, k] - w[:, k + 1], f"W[a{k + 1},q] − W[a{k + 2},q]" if k + 1 < m - 1
+                       else f"W[a{k + 1},q] − W[q,q]") for k in range(m - 1)]
+            curves.append((w[:, m - 1] - w[:, m], "W[q,q] − W[out,q]"))
+            big = np.nanmax(np.abs(np.concatenate([c for c, _ in curves])))
+            lin = 10.0 ** math.floor(math.log10(max(big * 1e-6, 1e-300)))
+            cols = style.colors(len(curves))
+            for i, (cv, lab) in enumerate(curves):
+                ax.plot(t, cv, color=cols[i], ls=dashes[i % len(dashes)], lw=widths[i % len(widths)], label=lab,
+                        zorder=2 + i, alpha=0.55 if i == 0 else 1.0)
+                for tc in _sign_changes(t, cv)[-1:]:
+                    ax.axvline(tc, color=cols[i], lw=1.2, ls=":", zorder=1)
+            ax.axhline(0, color="grey", lw=0.8)
+            ax.plot([], [], color="k", lw=1.2, ls=":", label="last sign change (same colour)")
+            ax.set(xscale="log", xlabel="t (gradient-flow time)", ylabel="score difference")
+            symlog_ticks(ax, lin, "y", max_ticks=8)
+            log_ticks(ax, "x", max_ticks=7)
+            ax.set_title(f"{_key_title(key)}\n(symlog: linear within ±{_sci(lin)})")
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, handlelength=2.6, columnspacing=1.0)
+        fig.suptitle(figure_title("Result (1): does the ordering W[a1,q] > … > W[q,q] > W[out,q]\n"
+                                  "form under the flow? (difference > 0: in order)", quick), y=0.995)
+        path = out_dir / "claim1_overtaking.png"
+        style.save(fig, path)
+    return path
+
+
+def draw_margin_vs_bounds(out_dir: Path, quick: bool | None = None) -> Path:
+    """claim1_margin_vs_bounds.png: the min full-support logit margin over time for the shown flows, the
+    hitting times T_sup(0+), T_sup(0.1), T_sup(1) as points on it, and the bound 4M/(γ log L) of every reading
+    of γ as a vertical line (the time axis reaches the largest)."""
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    quick = is_quick(out_dir, quick)
+    tr = _trajectories(out_dir)
+    table = {(r["sampler"], r["L"], r["n"], r["M"]): r for r in read_table(out_dir / "claim1.csv")}
+    cols = style.colors(8)
+    hits = [(0.0, "T_sup", "T_sup (margin > 0)", "o"), *((k, f"T_sup_kappa_{k:g}", f"T_sup({k:g})", mk)
+                                                        for k, mk in zip(KAPPAS, "sD"))]
+    bound_ls = ["--", "-.", (0, (1, 1.5))]
+    style.apply()
+    with plt.rc_context(page_rc()):
+        fig, axes = panel_grid(len(tr), axes_h=3.4, gap=3.7, top=1.3, bottom=2.8)
+        for ax, (key, d) in zip(axes[:, 0], tr.items()):
+            r = table[key]
+            ok = d["t"] > 0
+            t, mg = d["t"][ok], d["margin"][ok]
+            ax.plot(t, mg, color=cols[7], lw=2, label="min full-support logit margin")
+            for i, (kap, col_key, name, mk) in enumerate(hits):
+                T = r[col_key]
+                if T:
+                    ax.plot([T], [kap], marker=mk, ms=11, ls="none", color=cols[i], mec="k", zorder=5,
+                            label=f"{name} = {T:.3g}")
+            bounds = [(GAMMA_NAMES[g], r[f"bound_gamma_{g}"]) for g in GAMMAS]
+            for i, (name, b) in enumerate(bounds):
+                ax.axvline(b, color=cols[3 + i], ls=bound_ls[i], lw=2.2, label=f"bound, {name}: {b:.3g}")
+            ax.axhline(0, color="grey", lw=0.8)
+            ax.set_xlim(t[0], 5 * max(b for _, b in bounds))
+            ax.set(xscale="log", xlabel="t (gradient-flow time; flow solved up to T_sup(1))",
+                   ylabel="min logit margin")
+            symlog_ticks(ax, 1e-3, "y", max_ticks=7)
+            log_ticks(ax, "x", max_ticks=7)
+            ax.set_title(_key_title(key))
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1)
+        fig.suptitle(figure_title("Result (1): when is classification perfect, against\n"
+                                  "the bound 4M/(γ log L) of each reading of γ?", quick), y=0.995)
+        path = out_dir / "claim1_margin_vs_bounds.png"
+        style.save(fig, path)
+    return path
+
+
+def draw_tsup_vs_n_M(out_dir: Path, quick: bool | None = None) -> Path:
+    """claim1_tsup_vs_n_M.png: T_sup against n and against M at one L (claim1_fixed_c.csv's), with c by the
+    formula (claim1.csv) and c fixed (claim1_fixed_c.csv); one row per (sampler, c), the two columns share
+    their T_sup axis."""
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    quick = is_quick(out_dir, quick)
+    fixed = read_table(out_dir / "claim1_fixed_c.csv")
+    if not fixed:
+        raise ValueError(f"{out_dir / 'claim1_fixed_c.csv'} has no rows")
+    L, c = fixed[0]["L"], fixed[0]["c"]
+    formula = [r for r in read_table(out_dir / "claim1.csv") if r["L"] == L and r["c"] is not None]
+    samplers = sorted({r["sampler"] for r in fixed + formula})
+    sets = [(s, lab, [r for r in src if r["sampler"] == s and r["T_sup"]])
+            for s in samplers for lab, src in (("c = 4n log(L)/δ", formula), (f"c fixed = {c:g}", fixed))]
+    values = {z: sorted({r[z] for r in fixed + formula}) for z in ("n", "M")}
+    colour = {z: dict(zip(values[z], style.colors(len(values[z])))) for z in ("n", "M")}
+    style.apply()
+    with plt.rc_context(page_rc()):
+        fig, axes = panel_grid(len(sets), 2, axes_h=2.5, gap=1.2, top=2.0, bottom=0.7, wspace=0.08, sharey="row")
+        for row_ax, (s, lab, src) in zip(axes, sets):
+            for ax, (x, z) in zip(row_ax, (("n", "M"), ("M", "n"))):
+                for zv in values[z]:
                     pts = sorted((r[x], r["T_sup"]) for r in src if r[z] == zv)
                     if pts:
                         xs, ys = zip(*pts)
-                        ax.plot(xs, ys, ls="-", ms=3, **style.series(h, marker="o"),
-                                label=f"{z}={zv}" + (" (degenerate)" if z == "M" and zv == 1 else ""))
-                ax.set(yscale="log", xlabel=x, ylabel="T_sup", title=f"{sampler}, L={fc['L']}, {lab}")
-                if ax.get_legend_handles_labels()[0]:
-                    ax.legend(fontsize=6)
-                else:   # a quick setting may leave a panel without a flow that reached Err_sup = 0
-                    ax.text(0.5, 0.5, "no run reached Err_sup = 0", ha="center", va="center", transform=ax.transAxes)
-    style.save(fig, ctx.out / "claim1_tsup_vs_n_M.png")
+                        ax.plot(xs, ys, color=colour[z][zv], marker="o", ms=6, lw=2, label=f"{zv}")
+                ax.set(yscale="log", xlabel=x, title=f"{s}, {lab}")
+                ax.set_xticks(values[x])
+                if not ax.lines:   # a quick setting may leave a panel without a flow that reached Err_sup = 0
+                    ax.text(0.5, 0.5, "no run reached\nErr_sup = 0", ha="center", va="center", transform=ax.transAxes)
+            row_ax[0].set_ylabel("T_sup")
+            if any(a.lines for a in row_ax):
+                log_ticks(row_ax[0], "y", max_ticks=5)
+        for j, z in enumerate(("M", "n")):
+            seen: dict = {}
+            for a in axes[:, j]:
+                for h, lb in zip(*a.get_legend_handles_labels()):
+                    seen.setdefault(lb, h)
+            axes[0, j].legend(seen.values(), seen.keys(), loc="lower center", bbox_to_anchor=(0.5, 1.22),
+                              ncol=len(seen), title=f"colour: {z}" + (" (M = 1: degenerate)" if z == "M" else ""),
+                              handlelength=1.5, columnspacing=0.8)
+        fig.suptitle(figure_title(f"How does T_sup grow with n and with M? (L = {L})", quick), y=0.995)
+        path = out_dir / "claim1_tsup_vs_n_M.png"
+        style.save(fig, path)
+    return path
 
 
 @register_bench("decision_list_claim1")

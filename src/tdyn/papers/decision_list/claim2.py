@@ -17,17 +17,19 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from tdyn.data import decision_list as dl
+from tdyn.papers.decision_list import data as dl
 from tdyn.reproduce.common import claim, configure, reading, train_into
-from tdyn.papers.decision_list.analysis import TIME_UNITS, PlannedJobs, _fmt, curve, lambda_max0
-from tdyn.tasks.decision_list import decision_list_config
+from tdyn.papers.decision_list.analysis import (TIME_UNITS, PlannedJobs, _fmt, curve, figure_title, is_quick,
+                                                lambda_max0, log_ticks, page_rc, panel_grid, read_table,
+                                                symlog_ticks)
+from tdyn.papers.decision_list.task import decision_list_config
 from tdyn.reproduce.registry import ReproduceContext, register
-from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig, uniform_perturbation
-from tdyn.probes.decision_list import BRACKET_TOL
+from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModelConfig, uniform_perturbation
+from tdyn.papers.decision_list.probes import BRACKET_TOL
 from tdyn.report import style
 from tdyn.runs import Run, write_csv
 from tdyn.schema import Strict
-from tdyn.theory import decision_list as th
+from tdyn.papers.decision_list import theory as th
 
 
 def admissibility(L0: float, n: int, m: int, eps: float) -> dict:
@@ -236,13 +238,10 @@ def claim2(ctx: ReproduceContext) -> dict:
         return _rejudge(ctx, st, Path(src))
     plan = claim2_plan(ctx)
     trained = {j["name"]: train_into(ctx, j["name"], configure(j["config"], ctx.overrides)) for j in plan}
-    rows, curves = [], {}
+    rows = []
     for job in (j for j in plan if j["regime"] in ("inside", "exploratory")):
         for f, d in zip(job["factors"], trained[job["name"]]):
-            row, cv = _result2_row(job, f, d, st)
-            rows.append(row)
-            curves[(job["regime"], job["L"], job["n"], job["M"],
-                    round(job["eps"], 3) if job["regime"] == "inside" else job["eps"], f, job["seed"])] = cv
+            rows.append(_result2_row(job, f, d, st)[0])
     write_csv(ctx.out / "claim2.csv", [{k: _fmt(r[k]) for k in CLAIM2_COLUMNS} for r in rows], CLAIM2_COLUMNS)
 
     fc = st["free_c"]
@@ -258,34 +257,38 @@ def claim2(ctx: ReproduceContext) -> dict:
                      "max_abs_W_joint_minus_W_only": float((Run(dj).param("W") - Run(dw).param("W")).abs().max())})
         free_curves[c] = (joint["curve"], wonly["curve"])
     write_csv(ctx.out / "claim2_free_c.csv", [{k: _fmt(r[k]) for k in FREE_C_COLUMNS} for r in free], FREE_C_COLUMNS)
+    write_csv(ctx.out / FREE_CURVES_CSV, free_curve_rows(free_curves), FREE_CURVE_COLUMNS)
 
     # sampler A: the fixed point for c (hypothesis: diverges, docs/reproductions/decision-lists.md#why-sampler-b-is-primary)
     L, n, M = st["configs"][0]
     task = dl.make_task(L, M, seed=ctx.seed)
     cA, itA, convA = fixed_point_c(task, th.enumerate_types(task, n, "A"), n, 1.0,
                                    dl.delta_gamma(L, n, M, "A")["delta"], torch.zeros(L, L, dtype=torch.float64))
-    _claim2_figure(ctx, curves, free_curves)
+    draw_claim2(ctx.out, quick=ctx.quick)
     return _judge(st, rows, free, (L, n, M, cA, itA, convA))
 
 
 def _rejudge(ctx, st: dict, src: Path) -> dict:
     """The claims judged again on the rows of an earlier run at the same settings (``--rejudge DIR``: its
-    claim2.csv and claim2_free_c.csv, copied here with its claim2.png, which is not redrawn: the curves live in
-    the runs); nothing is trained. The sampler-A fixed point is recomputed (cheap)."""
+    claim2.csv, claim2_free_c.csv and claim2_free_c_curves.csv, copied here with its figures, which are then
+    redrawn from those tables: a figure whose table DIR lacks stays as copied); nothing is trained. The
+    sampler-A fixed point is recomputed (cheap)."""
     import shutil
 
     rows = _read_rows(src / "claim2.csv", CLAIM2_COLUMNS)
     free = _read_rows(src / "claim2_free_c.csv", FREE_C_COLUMNS)
-    for f in ("claim2.csv", "claim2_free_c.csv", "claim2.png"):
-        if (src / f).exists() and (src / f).resolve() != (ctx.out / f).resolve():
-            shutil.copyfile(src / f, ctx.out / f)
+    for p in [src / f for f in ("claim2.csv", "claim2_free_c.csv", FREE_CURVES_CSV)] + sorted(src.glob("claim2*.png")):
+        if p.exists() and p.resolve() != (ctx.out / p.name).resolve():
+            shutil.copyfile(p, ctx.out / p.name)
     L, n, M = st["configs"][0]
     task = dl.make_task(L, M, seed=ctx.seed)
     cA, itA, convA = fixed_point_c(task, th.enumerate_types(task, n, "A"), n, 1.0,
                                    dl.delta_gamma(L, n, M, "A")["delta"], torch.zeros(L, L, dtype=torch.float64))
     res = _judge(st, rows, free, (L, n, M, cA, itA, convA))
+    draw_claim2(ctx.out, quick=ctx.quick)
     res["rejudged_from"] = {"rows": "claim2.csv, claim2_free_c.csv of an earlier run at these settings "
-                                    "(copied here with claim2.png); nothing trained", "runs": len(rows) + 2 * len(free)}
+                                    "(copied here with its figures, redrawn from its tables); nothing trained",
+                            "runs": len(rows) + 2 * len(free)}
     return res
 
 
@@ -457,48 +460,266 @@ def _eta_claim(rows: list[dict]) -> dict:
         runs_inside=len(inside), runs=len(rows), exceeding_runs=bad)
 
 
-def _claim2_figure(ctx, curves, free_curves) -> None:
+# ---------------------------------------------------------------- figures: drawn from the CSVs in the output
+FREE_CURVES_CSV = "claim2_free_c_curves.csv"
+FREE_CURVE_COLUMNS = ["c", "mode", "step", "min_margin", "v_drift"]
+
+
+def free_curve_rows(free_curves: dict) -> list[dict]:
+    """The free-c runs' curves (``gd_summary`` rows, by c: (joint, W-only)) as rows of claim2_free_c_curves.csv:
+    min logit margin and max|V_k − V_0| at every step up to 100, then at ~100 log-spaced steps (the figure's
+    log axis)."""
+    out = []
+    for c, pair in free_curves.items():
+        for mode, cv in zip(("joint", "W_only"), pair):
+            steps = cv[:, 0].astype(int)
+            keep = set(steps[steps <= 100].tolist()) | set(np.unique(np.round(np.geomspace(
+                1, max(int(steps.max()), 1) + 1, 100)).astype(int) - 1).tolist()) | {int(steps.max())}
+            for row in cv:
+                if int(row[0]) in keep:
+                    out.append({"c": c, "mode": mode, "step": int(row[0]),
+                                **{k: ("" if np.isnan(row[j]) else float(row[j])) for k, j in (("min_margin", 3), ("v_drift", 4))}})
+    return out
+
+
+def draw_claim2(out_dir: Path, quick: bool | None = None) -> list[Path]:
+    """Every figure of decision-list/claim2 from the tables in ``out_dir`` (claim2.csv, claim2_free_c.csv,
+    claim2_free_c_curves.csv): nothing is trained. ``quick``: None reads results.json (a redraw)."""
+    out_dir = Path(out_dir)
+    quick = is_quick(out_dir, quick)
+    paths = [draw_inside_window(out_dir, quick), draw_eta_lambda(out_dir, quick), draw_exploratory(out_dir, quick)]
+    if (out_dir / FREE_CURVES_CSV).exists():
+        paths.append(draw_free_c(out_dir, quick))
+    return paths
+
+
+def draw_inside_window(out_dir: Path, quick: bool | None = None) -> Path:
+    """claim2.png (result2_inside_hypotheses): per run inside the hypotheses, k* against the window
+    [2mℒ₀/(A²η), ε/(2η)] (both ends: the two readings) and the number of steps run."""
     import matplotlib.pyplot as plt
 
+    out_dir = Path(out_dir)
+    quick = is_quick(out_dir, quick)
+    rows = [r for r in read_table(out_dir / "claim2.csv") if r["regime"] == "inside" and r["admissible"]]
+    groups = sorted({(r["L"], r["n"], r["M"]) for r in rows})
+    fs = sorted({r["eta_factor"] for r in rows}, reverse=True)
+    seeds = sorted({r["seed"] for r in rows})
+    cols = style.colors(len(seeds) + 2)
     style.apply()
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8), gridspec_kw={"wspace": 0.35, "hspace": 0.45})
-    ins = [k for k in curves if k[0] == "inside" and k[6] == 0]
-    for i, key in enumerate(ins):
-        cv = curves[key]
-        sty, lab = style.series(i), f"L,n,M={key[1:4]}, f={key[5]}"
-        col = sty["color"]
-        axes[0, 0].plot(cv[:, 0] + 1, cv[:, 1], **sty, label=lab)
-        axes[0, 1].plot(cv[:, 0] + 1, cv[:, 3], color=col)
-        ok = ~np.isnan(cv[:, 6])
-        axes[0, 2].plot(cv[ok, 0] + 1, cv[ok, 6], "o-", ms=3, color=col)
-    axes[0, 0].set(xscale="log", xlabel="step + 1", ylabel="population loss", title="inside the hypotheses (seed 0)")
-    axes[0, 0].legend(fontsize=6)
-    axes[0, 1].axhline(0, color="grey", lw=0.6)
-    axes[0, 1].set(xscale="log", yscale="symlog", xlabel="step + 1", ylabel="min logit margin (>0: perfect)",
-                   title="perfect ⟺ margin > 0 on every set")
-    axes[0, 2].axhline(1, color="k", lw=0.8)
-    axes[0, 2].set(xscale="log", xlabel="step + 1", ylabel="η·λ_max(t)", title="η ≤ 1/λ_max(t)? (every step before k*)")
-    ex = [k for k in curves if k[0] == "exploratory"]
-    if ex:
-        k0 = ex[0]
-        for i, key in enumerate(k for k in ex if k[1:4] == k0[1:4] and k[6] == k0[6]):
-            cv = curves[key]
-            axes[1, 0].plot(cv[:, 0] + 1, cv[:, 3], **style.series(i), label=f"ε={key[4]}, f={key[5]}")
-        axes[1, 0].axhline(0, color="grey", lw=0.6)
-        axes[1, 0].set(xscale="log", yscale="symlog", xlabel="step + 1", ylabel="min logit margin",
-                       title=f"exploratory (outside), L,n,M = {k0[1:4]}")
-        axes[1, 0].legend(fontsize=6)
-    for i, (c, (cj, cw)) in enumerate(free_curves.items()):
-        sty = style.series(i)
-        axes[1, 1].plot(cj[:, 0] + 1, cj[:, 4], **sty, label=f"joint, c={c:g}")
-        axes[1, 2].plot(cj[:, 0] + 1, cj[:, 3], **sty, label=f"joint, c={c:g}")
-        axes[1, 2].plot(cw[:, 0] + 1, cw[:, 3], **sty, ls="--", label=f"W only, c={c:g}")
-    axes[1, 1].set(xscale="log", yscale="log", xlabel="step + 1", ylabel="max |V_k − V_0|",
-                   title="free c (exploratory): V moves")
-    axes[1, 1].legend(fontsize=6)
-    axes[1, 2].axhline(0, color="grey", lw=0.6)
-    axes[1, 2].set(xscale="log", yscale="symlog", xlabel="step + 1", ylabel="min logit margin",
-                   title="joint vs W-only GD (same start, η)")
-    axes[1, 2].legend(fontsize=6)
-    style.save(fig, ctx.out / "claim2.png")
+    with plt.rc_context(page_rc()):
+        fig, axes = panel_grid(1, axes_h=4.6, top=1.6, bottom=2.6)
+        ax = axes[0, 0]
+        x, ticks, labels, seen = 0.0, [], [], set()
 
+        def lab(name):
+            if name in seen:
+                return None
+            seen.add(name)
+            return name
+        for gi, g in enumerate(groups):
+            x0 = x
+            for f in fs:
+                xs = []
+                for s in seeds:
+                    r = next((r for r in rows if (r["L"], r["n"], r["M"]) == g and r["eta_factor"] == f
+                              and r["seed"] == s), None)
+                    if r is None:
+                        continue
+                    lo, hi = r["k_bound"], r["step_range_hi"]
+                    out_eta = r["max_eta_lambda_to_kstar"] is None or r["max_eta_lambda_to_kstar"] > 1 + ETA_TOL
+                    # the window's two ends (within ~10% of each other: side by side, not stacked)
+                    ax.plot(x - 0.17, lo, marker="v", ms=9, ls="none", color=cols[len(seeds)], zorder=3,
+                            label=lab("window's lower end 2mℒ₀/(A²η)\n(every-T reading: k* ≤ it)"))
+                    ax.plot(x + 0.17, hi, marker="^", ms=9, ls="none", color=cols[len(seeds) + 1], zorder=3,
+                            label=lab("window's upper end ε/(2η)\n(some-T reading: k* ≤ it)"))
+                    if r["k_star"] is not None:
+                        ax.plot(x, r["k_star"], marker="o", ms=9, ls="none", color=cols[seeds.index(s)], zorder=4,
+                                mfc="none" if out_eta else cols[seeds.index(s)],
+                                label=lab(f"k* (first perfect iterate), seed {s}"))
+                    else:
+                        ax.plot(x, r["steps"], marker="x", ms=10, ls="none", color=cols[seeds.index(s)], zorder=4,
+                                label=lab(f"no perfect iterate in the run, seed {s}"))
+                    xs.append(x)
+                    x += 1
+                if xs:
+                    ticks.append(np.mean(xs))
+                    labels.append(f"{f:g}")
+                x += 0.6
+            steps = {r["steps"] for r in rows if (r["L"], r["n"], r["M"]) == g}
+            for st in steps:
+                ax.plot([x0 - 0.4, x - 1.0], [st, st], color="k", ls="--", lw=1.5, zorder=2,
+                        label=lab("steps run"))
+            ax.text((x0 + x - 1.6) / 2, 0.97, f"L, n, M = {g[0]}, {g[1]}, {g[2]}", transform=ax.get_xaxis_transform(),
+                    ha="center", va="top", fontsize=13)
+            if gi < len(groups) - 1:
+                ax.axvline(x - 0.8, color="0.3", lw=1)
+            x += 0.4
+        ax.set_yscale("log")
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(0.5, hi * 1e3)
+        log_ticks(ax, "y", max_ticks=7)
+        ax.set_xticks(ticks, labels)
+        ax.set_xlim(-0.8, x - 0.8)
+        ax.set(xlabel=f"η = f/λ_max(0): f ({len(seeds)} seed{'s' if len(seeds) > 1 else ''} each)", ylabel="GD step")
+        lim = existence_limits([r for r in rows if r["max_eta_lambda_to_kstar"] is not None
+                                and r["max_eta_lambda_to_kstar"] <= 1 + ETA_TOL])
+        if lim and lim["k_star_max"] is not None and lim["window_lo_min"] is not None:
+            ax.set_title(f"k* ≤ {lim['k_star_max']} against a window that starts at ≥ {lim['window_lo_min']:.3g}\n"
+                         f"(V moves ≤ {lim['v_drift_max']:.2g}): only the existence of a perfect iterate is tested",
+                         fontsize=13)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=12, columnspacing=0.8,
+                  handletextpad=0.3)
+        fig.suptitle(figure_title("Result (2) inside its hypotheses: does GD meet a perfect\n"
+                                  "iterate within the window [2mℒ₀/(A²η), ε/(2η)]?", quick), y=0.995)
+        path = out_dir / "claim2.png"
+        style.save(fig, path)
+    return path
+
+
+def draw_eta_lambda(out_dir: Path, quick: bool | None = None) -> Path:
+    """claim2_eta_lambda.png (result2_eta_below_1_over_lambda_along_path): per run, the largest η·λ_max(t) over
+    the steps t < k*, against 1 (η = 1/λ_max); runs inside the hypotheses judged, exploratory runs reported."""
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    quick = is_quick(out_dir, quick)
+    rows = [r for r in read_table(out_dir / "claim2.csv") if r["max_eta_lambda_to_kstar"] is not None]
+    fs = sorted({r["eta_factor"] for r in rows}, reverse=True)
+    cols = style.colors(2)
+    style.apply()
+    with plt.rc_context(page_rc()):
+        fig, axes = panel_grid(1, axes_h=4.2, top=1.3, bottom=2.2)
+        ax = axes[0, 0]
+        for i, (regime, name, off, filled) in enumerate((("inside", "inside the hypotheses (judged)", -0.18, True),
+                                                          ("exploratory", "exploratory, outside (reported only)", 0.18, False))):
+            sel = [r for r in rows if r["regime"] == regime]
+            if not sel:
+                continue
+            xs, ys = [], []
+            for j, f in enumerate(fs):
+                v = sorted(r["max_eta_lambda_to_kstar"] for r in sel if r["eta_factor"] == f)
+                xs += list(j + off + np.linspace(-0.12, 0.12, len(v)) if len(v) > 1 else [j + off] * len(v))
+                ys += v
+            over = sum(y > 1 + ETA_TOL for y in ys)
+            ax.scatter(xs, ys, s=30, marker="o" if filled else "s", zorder=3,
+                       **({"color": cols[i]} if filled else {"facecolors": "none", "edgecolors": cols[i]}),
+                       label=f"{name}: {over}/{len(ys)} runs above 1")
+        ax.axhline(1, color="k", lw=1.5, label="η = 1/λ_max(t) (above: the hypothesis fails)")
+        ax.set_xticks(range(len(fs)), [f"{f:g}" for f in fs])
+        ax.set_ylim(0, max(1.45, max(r["max_eta_lambda_to_kstar"] for r in rows) * 1.1))
+        ax.set(xlabel="η = f/λ_max(0): f", ylabel="max over t < k* of η·λ_max(t)")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
+        fig.suptitle(figure_title("Result (2)'s step size: is η ≤ 1/λ_max(t) at every step\n"
+                                  "before the first perfect iterate k*?", quick), y=0.995)
+        path = out_dir / "claim2_eta_lambda.png"
+        style.save(fig, path)
+    return path
+
+
+def draw_exploratory(out_dir: Path, quick: bool | None = None) -> Path:
+    """claim2_exploratory.png (result2_perfect_iterate_exploratory): per exploratory run (outside the
+    hypotheses), k* against ε/(2η) and the number of steps run."""
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    quick = is_quick(out_dir, quick)
+    rows = [r for r in read_table(out_dir / "claim2.csv") if r["regime"] == "exploratory"]
+    confs = sorted({(r["L"], r["n"], r["M"]) for r in rows})
+    epss = sorted({r["eps"] for r in rows})
+    cols = dict(zip(confs, style.colors(len(confs))))
+    marks = dict(zip(epss, "os^Dv"))
+    style.apply()
+    with plt.rc_context(page_rc()):
+        fig, axes = panel_grid(1, axes_h=4.6, top=1.3, bottom=2.5)
+        ax = axes[0, 0]
+        for g in confs:
+            for e in epss:
+                sel = [r for r in rows if (r["L"], r["n"], r["M"]) == g and r["eps"] == e]
+                hit = [(r["step_range_hi"], r["k_star"]) for r in sel if r["k_star"] is not None]
+                if hit:
+                    xs, ys = zip(*hit)
+                    ax.scatter(xs, ys, s=34, marker=marks[e], color=cols[g], zorder=3)
+                miss = [(r["step_range_hi"], r["steps"]) for r in sel if r["k_star"] is None]
+                if miss:   # drawn at the run's length
+                    xs, ys = zip(*miss)
+                    ax.scatter(xs, ys, s=60, marker="x", color=cols[g], zorder=3)
+        for g in confs:
+            ax.scatter([], [], s=60, marker="o", color=cols[g], label=f"L, n, M = {g[0]}, {g[1]}, {g[2]}")
+        for e in epss:
+            ax.scatter([], [], s=60, marker=marks[e], color="0.45", label=f"ε = {e:g}")
+        if any(r["k_star"] is None for r in rows):
+            ax.scatter([], [], s=60, marker="x", color="0.45", label="no perfect iterate in the run")
+        ax.set(xscale="log", yscale="log")
+        lo = min(ax.get_xlim()[0], ax.get_ylim()[0])
+        hi = max(ax.get_xlim()[1], max(r["steps"] for r in rows) * 3)
+        ax.plot([lo, hi], [lo, hi], color="k", lw=1.5, label="k* = ε/(2η)")
+        for st in sorted({r["steps"] for r in rows}):
+            ax.axhline(st, color=style.colors(len(confs) + 1)[-1], ls="--", lw=1.8, label=f"steps run ({st})")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        log_ticks(ax, "x", max_ticks=7)
+        log_ticks(ax, "y", max_ticks=7)
+        found = sum(r["k_star"] is not None for r in rows)
+        within = sum(r["k_star"] is not None and r["k_star"] <= max(1, r["step_range_hi"]) for r in rows)
+        ax.set(xlabel="ε/(2η) (the window's upper end; no admissible A)", ylabel="k* (first perfect iterate)",
+               title=f"perfect iterate in {found}/{len(rows)} runs; k* ≤ ε/(2η) in {within}")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, columnspacing=0.8, handletextpad=0.3)
+        fig.suptitle(figure_title("Outside result (2)'s hypotheses (small L): does GD\n"
+                                  "still meet a perfect iterate?", quick), y=0.995)
+        path = out_dir / "claim2_exploratory.png"
+        style.save(fig, path)
+    return path
+
+
+def draw_free_c(out_dir: Path, quick: bool | None = None) -> Path:
+    """claim2_free_c.png (result2_V_moves_exploratory): with c free, how far V moves (max|V_k − V_0| against
+    ε/2) and the min logit margin of joint and W-only GD from the same start and η, k* marked."""
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    quick = is_quick(out_dir, quick)
+    free = read_table(out_dir / "claim2_free_c.csv")
+    curves = read_table(out_dir / FREE_CURVES_CSV)
+    cs = sorted({r["c"] for r in curves})
+    runs = [(c, mode) for c in cs for mode in ("joint", "W_only")]
+    cols = dict(zip(runs, style.colors(len(runs) + 1)))
+    eps_col = style.colors(len(runs) + 1)[-1]
+    style.apply()
+    with plt.rc_context(page_rc()):
+        fig, axes = panel_grid(2, axes_h=3.3, gap=2.8, top=1.3, bottom=2.3)
+        a0, a1 = axes[:, 0]
+        for c, mode in runs:
+            sel = sorted((r["step"], r["min_margin"], r["v_drift"]) for r in curves if r["c"] == c and r["mode"] == mode)
+            st = np.array([s for s, _, _ in sel], dtype=float) + 1
+            mg = np.array([m if m is not None else np.nan for _, m, _ in sel], dtype=float)
+            dr = np.array([d if d is not None else np.nan for _, _, d in sel], dtype=float)
+            fr = next((r for r in free if r["c"] == c), None)
+            k = None if fr is None else fr["k_star_joint" if mode == "joint" else "k_star_W_only"]
+            name = f"{'joint' if mode == 'joint' else 'W only'}, c = {c:g}: " + ("no k*" if k is None else f"k* = {k}")
+            ls = "-" if mode == "joint" else (0, (4, 1.5))
+            if mode == "joint":
+                ok = dr > 0
+                a0.plot(st[ok], dr[ok], color=cols[(c, mode)], lw=2.2, label=f"joint GD, c = {c:g}")
+            a1.plot(st, mg, color=cols[(c, mode)], lw=2.2, ls=ls, label=name)
+            if k is not None:
+                j = np.nonzero(st - 1 == k)[0]
+                if len(j):
+                    a1.plot(st[j], mg[j], marker="o", ms=9, color=cols[(c, mode)], mec="k", ls="none", zorder=4)
+        eps = {r["eps"] for r in free} or {None}
+        for e in eps:
+            if e is not None:
+                a0.axhline(e / 2, color=eps_col, ls="--", lw=1.8, label=f"ε/2 = {e / 2:g} (‖V₀ − cP‖∞ ≤ ε/2)")
+        a0.set(xscale="log", yscale="log", xlabel="step + 1", ylabel="max|V_k − V_0|", title="how far V moves")
+        log_ticks(a0, "y", max_ticks=6)
+        a0.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=1)
+        a1.axhline(0, color="grey", lw=0.8)
+        a1.plot([], [], marker="o", ms=9, color="w", mec="k", ls="none", label="k* (first perfect iterate)")
+        a1.set(xscale="log", xlabel="step + 1", ylabel="min logit margin", title="perfect ⟺ margin > 0")
+        symlog_ticks(a1, 0.1, "y", max_ticks=7)
+        a1.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, handlelength=2.4, columnspacing=0.8,
+                  fontsize=12)
+        fig.suptitle(figure_title("Free c (outside the hypotheses): with V moving by more than\n"
+                                  "ε/2, does joint GD still meet a perfect iterate?", quick), y=0.995)
+        path = out_dir / "claim2_free_c.png"
+        style.save(fig, path)
+    return path

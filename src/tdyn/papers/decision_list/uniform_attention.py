@@ -12,17 +12,17 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from tdyn.data import decision_list as dl
+from tdyn.papers.decision_list import data as dl
 from tdyn.reproduce.common import claim, configure, reading, train_into
 from tdyn.papers.decision_list.analysis import PlannedJobs, curve, lambda_max0
-from tdyn.tasks.decision_list import decision_list_config
+from tdyn.papers.decision_list.task import decision_list_config
 from tdyn.reproduce.registry import ReproduceContext, register
-from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
-from tdyn.probes.decision_list import centred_cosine, perm_recovery
+from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModelConfig
+from tdyn.papers.decision_list.probes import centred_cosine, perm_recovery
 from tdyn.report import style
 from tdyn.runs import Run, write_csv
 from tdyn.schema import Strict
-from tdyn.theory import decision_list as th
+from tdyn.papers.decision_list import theory as th
 
 UA_COLUMNS = ["mode", "optimizer", "sigma", "seed", "step", "loss", "cos_c", "perm_recovery", "acc_pop", "err_sup", "norm_V"]
 GRAD_COLUMNS = ["sampler", "L", "n", "M", "cos_c_first_grad", "perm_recovery_first_grad"]

@@ -8,26 +8,25 @@ import math
 from pathlib import Path
 from typing import Literal
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from pydantic import Field
 
 from tdyn import bench, runs, stats
 from tdyn.bench import register_bench
-from tdyn.data import corpora
-from tdyn.data.real_topics import fit_lda, top_words, word_topics
+from tdyn.papers.real_text import data as corpora
+from tdyn.papers.real_text.topics import fit_lda, top_words, word_topics
 from tdyn.errors import UserError
 from tdyn.reproduce.common import claim, configure, decide, every_cell, margin, reading, train_into, with_options
 from tdyn.reproduce.registry import ReproduceContext, register
-from tdyn.models import minilm
-from tdyn.models.lm import CausalLM, LMConfig
-from tdyn.probes.topic_similarity import attention_topic_stats, embedding_topic_stats, permutation_null
-from tdyn.report import style
+from tdyn.papers.real_text import minilm
+from tdyn.papers.real_text.model import CausalLM, LMConfig
+from tdyn.papers.topic.similarity import attention_topic_stats, embedding_topic_stats, permutation_null
 from tdyn.runs import write_csv
 from tdyn.schema import Strict
 from tdyn.seeding import generator
 from tdyn.threads import tune_allocator
+from tdyn.report import style
 
 CORPORA = ("wiki", "bbc")
 CLASSES = ("same_token", "same_topic", "different_topic")
@@ -82,6 +81,9 @@ def _gram_figure(E: torch.Tensor, T: torch.Tensor, path, title: str, model_name:
     """Cosine Gram of the topic words, rows and columns grouped by LDA topic (a word under its first topic,
     in LDA rank order within it), topic blocks outlined and labelled, diagonal hidden, symmetric colour scale
     at the 99th percentile of |cosine| with its colourbar."""
+    import matplotlib.pyplot as plt
+
+
     style.apply()
     M = E / E.norm(dim=1, keepdim=True)
     G = (M @ M.T).numpy()
@@ -120,7 +122,7 @@ class TopicEmbeddingsOptions(Strict):
     """Which pretrained models to check (None: all of them)."""
 
     models: list[Literal[minilm.MODELS]] | None = Field(
-        None, min_length=1, description=f"pretrained models, from {', '.join(minilm.MODELS)} (tdyn.models.minilm)")
+        None, min_length=1, description=f"pretrained models, from {', '.join(minilm.MODELS)} (tdyn.papers.real_text.minilm)")
 
 
 @register("real/topic-embeddings",
@@ -308,28 +310,101 @@ def attention_maps(ctx: ReproduceContext) -> dict:
         for c in res["claims"]:
             c["definition"] = "judged from this directory's entropy.csv (--from-tables): " + c["definition"]
         return res
-    style.apply()
-    fig, axes = plt.subplots(2, 4, figsize=(12, 7), constrained_layout=True)
-    rows = []
-    for r, L in enumerate((1, 3)):
+    rows, maps = [], []
+    for L in (1, 3):
         cfg = fig7_config(ctx, L)
         (d,) = train_into(ctx, f"layers{L}", configure(cfg, ctx.overrides))
         T = cfg["optim"]["steps"]
-        shown = cfg["checkpoint"]["steps"][:4]
-        for c, s in enumerate(shown):
-            A = runs.Run(d).probe("corpus_lm.attention/maps", "final" if s == T else s)[0]
-            im = axes[r, c].imshow(A.numpy(), cmap="viridis", vmin=0, vmax=1)
-            axes[r, c].set_title(f"{L} layer{'s' if L > 1 else ''}, iteration {s}")
-            axes[r, c].set_xlabel("key position")
-            axes[r, c].set_ylabel("query position")
-        fig.colorbar(im, ax=list(axes[r]), fraction=0.02, pad=0.01, label="attention weight")
+        for s in cfg["checkpoint"]["steps"][:4]:
+            A = runs.Run(d).probe("corpus_lm.attention/maps", "final" if s == T else s)[0].double().numpy()
+            maps += [{"n_layers": L, "step": s, "query": q, "key": k, "weight": float(f"{A[q, k]:.6g}")}
+                     for q in range(A.shape[0]) for k in range(A.shape[1])]
         m = [x for x in runs.Run(d).metrics if "corpus_lm.attention/entropy_layer0" in x]
         rows += [{"n_layers": L, "step": x["step"], "val_loss": x["corpus_lm.attention/val_loss"],
                   "entropy_layer0": x["corpus_lm.attention/entropy_layer0"]} for x in m]
-    fig.suptitle("Layer-0 attention on validation window 0 (wiki extracts)")
-    style.save(fig, ctx.out / "attention_maps.png")
     write_csv(ctx.out / "entropy.csv", rows, cols)
+    write_csv(ctx.out / "attention_maps.csv", maps, MAP_COLS)
+    draw_attention_maps(ctx.out, quick=ctx.quick)
     return _sparsify_claims(ctx, rows)
+
+
+#: attention_maps.csv: the layer-0 maps drawn, one row per (depth, iteration, query, key), weights to 6 digits
+MAP_COLS = ["n_layers", "step", "query", "key", "weight"]
+
+
+def _read_rows(path: Path) -> list[dict]:
+    import csv
+
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _is_quick(out_dir: Path, quick: bool | None) -> bool:
+    """``quick`` as given, else as the directory's results.json says (False without one)."""
+    if quick is not None:
+        return quick
+    path = out_dir / runs.RESULTS
+    return bool(runs.read_json(path).get("quick")) if path.is_file() else False
+
+
+def _font_sizes() -> dict:
+    """Sizes for figures shown 600–900 px wide: at most 13 inches wide, ≥ 13 pt text (≥ 10 pt once scaled)."""
+    return {"font.size": 13, "axes.titlesize": 14, "axes.labelsize": 13, "xtick.labelsize": 12,
+            "ytick.labelsize": 12, "legend.fontsize": 12, "figure.titlesize": 15}
+
+
+def draw_attention_maps(out_dir: Path, quick: bool | None = None) -> Path:
+    """attention_maps.png from OUT's attention_maps.csv and entropy.csv (written by :func:`attention_maps`): the
+    layer-0 maps of the 1- and 3-layer LMs at the checkpointed iterations (Fig 7's layout), each titled with its
+    validation entropy, one colour scale (0–1) with its colour bar. ``quick``: None reads results.json."""
+    import matplotlib.pyplot as plt
+
+
+    out_dir = Path(out_dir)
+    cells: dict[tuple[int, int], dict] = {}
+    for r in _read_rows(out_dir / "attention_maps.csv"):
+        cells.setdefault((int(r["n_layers"]), int(r["step"])), {})[int(r["query"]), int(r["key"])] = float(r["weight"])
+    ent = {(int(r["n_layers"]), int(r["step"])): float(r["entropy_layer0"])
+           for r in _read_rows(out_dir / "entropy.csv")}
+    depths = sorted({L for L, _ in cells})
+    steps = sorted({s for _, s in cells})
+    style.apply()
+    plt.rcParams.update(_font_sizes())
+    fig, axes = plt.subplots(len(depths), len(steps), figsize=(3.1 * len(steps) + 1.2, 3.5 * len(depths) + 1.0),
+                             constrained_layout=True, squeeze=False)
+    im = None
+    for r, L in enumerate(depths):
+        for c, s in enumerate(steps):
+            ax = axes[r, c]
+            w = cells.get((L, s))
+            if w is None:
+                ax.set_axis_off()
+                continue
+            n = max(max(q, k) for q, k in w) + 1
+            A = np.zeros((n, n))
+            for (q, k), v in w.items():
+                A[q, k] = v
+            im = ax.imshow(A, cmap="viridis", vmin=0, vmax=1)
+            e = ent.get((L, s))
+            ax.set_title(f"{L} layer{'s' if L > 1 else ''}, iter. {s}" + (f"\nentropy {e:.2f} nats" if e is not None else ""))
+            ax.set_xticks(range(0, n, 10))
+            ax.set_yticks(range(0, n, 10))
+            if r == len(depths) - 1:
+                ax.set_xlabel("key position")
+            if c == 0:
+                ax.set_ylabel("query position")
+    if im is not None:
+        fig.colorbar(im, ax=axes, shrink=0.85, label="attention weight")
+    if _is_quick(out_dir, quick):
+        q1 = fig7_config(ReproduceContext(out=out_dir, quick=True), 1)
+        what = (f"QUICK run ({q1['optim']['steps']} steps, vocabulary {q1['data']['vocab_size']:,}, "
+                f"d = {q1['model']['d']})\n")
+    else:
+        what = ""
+    fig.suptitle(what + "Tian et al. Fig 7 analogue: layer-0 attention on validation window 0 (wiki) during training")
+    path = out_dir / "attention_maps.png"
+    style.save(fig, path)
+    return path
 
 
 def _sparsify_claims(ctx: ReproduceContext, rows: list[dict]) -> dict:
@@ -504,6 +579,7 @@ def entropy_vs_lr(ctx: ReproduceContext) -> dict:
         why = "; the runs stopped before their last step" if cut else ""
         for c in res["claims"]:
             c["definition"] = f"at step {at} of {steps} (--at-step{why}): " + c["definition"]
+    draw_entropy_vs_lr(ctx.out, quick=ctx.quick, note=_note_text(res.get("settings_note", "")))
     return res
 
 
@@ -550,36 +626,21 @@ def _entropy_from_tables(ctx: ReproduceContext) -> dict:
     res["settings_note"] = note + suffix
     for c in res["claims"]:
         c["definition"] = f"judged from the tables of {note} (--from-tables): " + c["definition"]
+    draw_entropy_vs_lr(ctx.out, quick=ctx.quick, note=_note_text(note))
     return res
 
 
 def _judge_entropy(ctx: ReproduceContext, final_rows: list[dict], curve_rows: list[dict],
                    ratio_rows: list[dict]) -> dict:
-    """The Fig 10 claims and figure from the three tables (one row per run, the curves per probe step)."""
-    style.apply()
+    """The Fig 10 claims from the three tables (one row per run, the curves per probe step); the figure is
+    :func:`draw_entropy_vs_lr`'s, from the same tables as written in OUT."""
     res = {"experiment": "real/entropy-vs-lr", "claims": [], "entropy_vs_eta": {}, "ratio": {}}
-    fig, axes = plt.subplots(2, 3, figsize=(13, 8), constrained_layout=True)
-    for r, corpus in enumerate(CORPORA):
+    for corpus in CORPORA:
         finals = [f for f in final_rows if f["corpus"] == corpus]
         etas = sorted({f["all"] for f in finals})
         mean = [float(np.mean([f["entropy"] for f in finals if f["all"] == e])) for e in etas]
         std = [float(np.std([f["entropy"] for f in finals if f["all"] == e])) for e in etas]
         res["entropy_vs_eta"][corpus] = {"eta": etas, "mean": mean, "std": std}
-        ax = axes[r, 0]
-        ax.errorbar(etas, mean, yerr=std, marker="o", capsize=3)
-        ax.set_xlabel("learning rate η")
-        ax.set_ylabel("final validation attention entropy (nats)")
-        n_seeds = len(finals) // max(len(etas), 1)
-        ax.set_title(f"{corpus}: entropy vs η ({n_seeds} seed{'s' * (n_seeds != 1)})")
-        ax = axes[r, 1]
-        for k, e in enumerate(etas):
-            pts = [c for c in curve_rows if c["corpus"] == corpus and c["eta"] == e]
-            st = sorted({c["step"] for c in pts})
-            ax.plot(st, [np.mean([c["entropy"] for c in pts if c["step"] == s]) for s in st], label=f"η = {e:g}")
-        ax.set_xlabel("step")
-        ax.set_ylabel("attention entropy")
-        ax.legend()
-        ax.set_title(f"{corpus}: entropy over training")
         noise = [stats.se([f["entropy"] for f in finals if f["all"] == e]) for e in etas]
         cells = {f"η {x:g}→{y:g}": (a - b, float(np.hypot(na, nb)))
                  for x, y, a, b, na, nb in zip(etas, etas[1:], mean, mean[1:], noise, noise[1:])}
@@ -609,16 +670,6 @@ def _judge_entropy(ctx: ReproduceContext, final_rows: list[dict], curve_rows: li
         group = {(z, q): [f["entropy"] for f in rfin if f["Z"] == z and f["ratio"] == q] for z in zs for q in rs}
         tab = {z: [float(np.mean(group[z, q])) for q in rs] for z in zs}
         res["ratio"][corpus] = {"eta_Z": zs, "ratio": rs, "mean_entropy": {str(z): v for z, v in tab.items()}}
-        ax = axes[r, 2]
-        for z in zs:
-            ax.plot(rs, tab[z], marker="o", label=f"η_Z = {z:g}")
-        ax.set_xscale("log")
-        ax.set_xticks(rs, [f"{q:g}" for q in rs])
-        ax.minorticks_off()
-        ax.set_xlabel("η_Y / η_Z (rest / attention block)")
-        ax.set_ylabel("final attention entropy")
-        ax.legend()
-        ax.set_title(f"{corpus}: separate attention lr (beyond the paper)")
         sd = {z: [stats.se(group[z, q]) for q in rs] for z in zs}
         res["claims"].append(_cells_claim(
             f"entropy_decreases_in_eta_Z_{corpus}",
@@ -646,8 +697,109 @@ def _judge_entropy(ctx: ReproduceContext, final_rows: list[dict], curve_rows: li
                        "η_Y/η_Z at each η_Z; " + NOISE_DEF + ". " + LM_GROUPING + ". " + LM_DEPARTURES_FIG10,
             measured="final attention entropy (mean over seeds) vs η_Y/η_Z",
             expected="largest ratio > smallest ratio by 2σ, at every η_Z", table=tab, noise=sd))
-    style.save(fig, ctx.out / "entropy_vs_lr.png")
     return res
+
+
+def _fig10_note(out_dir: Path) -> str:
+    """How the tables in OUT were made, from its results.json's settings note (device, --set, step judged)."""
+    path = out_dir / runs.RESULTS
+    return _note_text(runs.read_json(path).get("settings_note", "") if path.is_file() else "")
+
+
+def _note_text(note: str) -> str:
+    """A settings note as the figure's title says it: without the quick/full lead (said otherwise) and the
+    --from-tables tail."""
+    note = note.split("; claims re-judged")[0]
+    for lead in ("quick settings", "full settings"):
+        note = note.removeprefix(lead)
+    return note.strip(" ,;")
+
+
+def draw_entropy_vs_lr(out_dir: Path, quick: bool | None = None, note: str | None = None) -> Path:
+    """entropy_vs_lr.png from OUT's final_entropy.csv, entropy_curves.csv and ratio.csv. Top, Tian et al.'s Fig 10
+    per corpus: the final validation attention entropy vs the one rate η (mean ± 1 std over seeds, as the paper
+    draws it; between neighbours the claim's every-step reading: ✓ lower by 2σ, ≈ within 2σ, ✗ higher by 2σ,
+    σ = SE over seeds) and the entropy over training per η. Bottom, set apart as beyond the paper (App. G leaves
+    separate rates on real text open): the separate attention-block rate. The title says the settings, QUICK
+    for quick runs. ``quick``, ``note``: None reads them from OUT's results.json."""
+    import matplotlib.pyplot as plt
+
+
+    out_dir = Path(out_dir)
+    quick = _is_quick(out_dir, quick)
+    note = _fig10_note(out_dir) if note is None else note
+
+    def read(name: str) -> list[dict]:
+        return [{k: (v if k == "corpus" else float(v)) for k, v in r.items()} for r in _read_rows(out_dir / name)]
+
+    finals, curves, ratios = read("final_entropy.csv"), read("entropy_curves.csv"), read("ratio.csv")
+    eta_cfg, _ = fig10_configs(ReproduceContext(out=out_dir, quick=quick), "wiki")
+    d = eta_cfg["model"].get("d", LMConfig().d)
+    n_seeds = len({f["seed"] for f in finals})
+    setting = (f"{'QUICK run: ' if quick else ''}{int(max(c['step'] for c in curves))} steps, vocabulary "
+               f"{eta_cfg['data']['vocab_size']:,}, d = {d}, {n_seeds} seed{'s' * (n_seeds != 1)}"
+               + (f" {note}" if note else ""))
+    style.apply()
+    plt.rcParams.update(_font_sizes())
+    fig = plt.figure(figsize=(12, 13.5), layout="constrained")
+    paper, beyond = fig.subfigures(2, 1, height_ratios=[2.15, 1])
+    axes = paper.subplots(2, len(CORPORA), squeeze=False)
+    rax = beyond.subplots(1, len(CORPORA), squeeze=False)[0]
+    beyond.set_facecolor("0.93")
+    mark = {True: "✓", None: "≈", False: "✗"}
+    for c, corpus in enumerate(CORPORA):
+        fin = [f for f in finals if f["corpus"] == corpus]
+        etas = sorted({f["all"] for f in fin})
+        by = {e: [f["entropy"] for f in fin if f["all"] == e] for e in etas}
+        mean = [float(np.mean(by[e])) for e in etas]
+        ax = axes[0, c]
+        ax.errorbar(etas, mean, yerr=[float(np.std(by[e])) for e in etas], marker="o", capsize=4, color="k", lw=1.5)
+        se = [stats.se(by[e]) for e in etas]
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo, hi + 0.15 * (hi - lo))        # a strip above the data for the verdict marks
+        for x0, x1, a, b, na, nb in zip(etas, etas[1:], mean, mean[1:], se, se[1:]):
+            ax.text((x0 + x1) / 2, 0.955, mark[decide(a - b, float(np.hypot(na, nb)))], ha="center", va="top",
+                    fontsize=15, color="0.2", transform=ax.get_xaxis_transform())
+        ax.set_xticks(etas, [f"{e:g}" for e in etas])
+        ax.set_xlabel("learning rate η (one rate for all weights)")
+        ax.set_ylabel("final attention entropy (nats)")
+        ax.set_title(f"{corpus}: final entropy vs η (±1 std)")
+        ax = axes[1, c]
+        cols = style.colors(len(etas))
+        for k, e in enumerate(etas):
+            pts = [p for p in curves if p["corpus"] == corpus and p["eta"] == e]
+            st = sorted({p["step"] for p in pts})
+            y = np.array([[p["entropy"] for p in pts if p["step"] == s] for s in st], dtype=object)
+            m = np.array([np.mean(v) for v in y])
+            sd = np.array([np.std(v) for v in y])
+            ax.plot(st, m, color=cols[k], lw=2, label=f"η = {e:g}")
+            ax.fill_between(st, m - sd, m + sd, color=cols[k], alpha=0.12, lw=0)
+        ax.set_xlabel("training step")
+        ax.set_ylabel("attention entropy (nats)")
+        ax.set_title(f"{corpus}: entropy over training")
+        rfin = [f for f in ratios if f["corpus"] == corpus]
+        zs, rs = sorted({f["Z"] for f in rfin}), sorted({f["ratio"] for f in rfin})
+        ax = rax[c]
+        zcol = style.colors(len(zs))
+        for k, z in enumerate(zs):
+            g = [[f["entropy"] for f in rfin if f["Z"] == z and f["ratio"] == q] for q in rs]
+            ax.errorbar(rs, [float(np.mean(v)) for v in g], yerr=[float(np.std(v)) for v in g], marker="o",
+                        capsize=4, color=zcol[k], lw=1.5, label=f"η_Z = {z:g}")
+        ax.set_xscale("log")
+        ax.set_xticks(rs, [f"{q:g}" for q in rs])
+        ax.minorticks_off()
+        ax.set_xlabel("η_Y / η_Z (rest / attention block)")
+        ax.set_ylabel("final entropy (nats)")
+        ax.set_title(f"{corpus}: separate attention-block rate (±1 std)")
+        ax.legend()
+    axes[1, -1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, title="mean ± 1 std")
+    paper.suptitle(f"Tian et al. Fig 10 analogue: attention entropy vs learning rate\n{setting}\n"
+                   "between η: ✓ lower by 2σ, ≈ within 2σ, ✗ higher by 2σ (σ = SE over seeds)")
+    beyond.suptitle("BEYOND THE PAPER (tdyn's, not Fig 10): separate rates η_Y, η_Z on real text, which the paper\n"
+                    "leaves open (App. G); tdyn's Z = the whole attention block", color="0.15")
+    path = out_dir / "entropy_vs_lr.png"
+    style.save(fig, path)
+    return path
 
 
 @register_bench("real_lm_tokens_per_s")

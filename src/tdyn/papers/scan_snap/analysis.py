@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from tdyn import runs
-from tdyn.data import scan_snap as data
+from tdyn.papers.scan_snap import data
 
 
 def _facts(cfg) -> data.SequenceClasses:

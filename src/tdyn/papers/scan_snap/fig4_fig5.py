@@ -1,7 +1,7 @@
 """Scan and Snap (Tian et al. 2023): the Syn-Small c_n maps, Fig 4 (SGD, η_Y ∈ {1, 10}) and Fig 5
 (Adam, η ∈ {0.1, 0.5, 1}).
 
-The Y/Z task (data + model wiring, ``yz_config``) lives in :mod:`tdyn.tasks.scan_snap`.
+The Y/Z task (data + model wiring, ``yz_config``) lives in :mod:`tdyn.papers.scan_snap.task`.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import torch
 from scipy.stats import spearmanr
 
 from tdyn import runs, stats
-from tdyn.data import scan_snap as data
+from tdyn.papers.scan_snap import data
 from tdyn.reproduce.common import claim, configure, decide, margin, reading, train_into
 from tdyn.reproduce.registry import ReproduceContext, register
 from tdyn.papers.scan_snap.analysis import _facts, _lrs
-from tdyn.probes import scan_snap as pr
-from tdyn.probes.scan_snap import c_n, distinct_entropy
+from tdyn.papers.scan_snap import probes as pr
+from tdyn.papers.scan_snap.probes import c_n, distinct_entropy
 from tdyn.report import style
 from tdyn.runs import write_csv
-from tdyn.tasks.scan_snap import yz_config  # noqa: F401  (re-exported for the other scan-snap modules)
+from tdyn.papers.scan_snap.task import yz_config  # noqa: F401  (re-exported for the other scan-snap modules)
 
 
 # ---------------------------------------------------------------- Fig 4

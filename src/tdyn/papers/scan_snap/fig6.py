@@ -20,19 +20,19 @@ from pydantic import Field
 from tdyn import runs, stats
 from tdyn.bench import on_device, register_bench, timed_train
 from tdyn.config import override_key, validate_config
-from tdyn.data import scan_snap as data
+from tdyn.papers.scan_snap import data
 from tdyn.errors import UserError
 from tdyn.reproduce.common import claim, configure, decide, every_cell, on_reproduction_device, paired, reading, with_options
 from tdyn.reproduce.registry import ReproduceContext, register
 from tdyn.papers.scan_snap.analysis import _facts, _final, _lrs
-from tdyn.probes import scan_snap as pr
+from tdyn.papers.scan_snap import probes as pr
 from tdyn.report import style
 from tdyn.runs import write_csv
 from tdyn.schema import Strict
 from tdyn.sweep import run_sweep
 from tdyn.sweep.executors import start_method
 from tdyn.sweep.spec import load_spec, plan
-from tdyn.tasks.scan_snap import yz_config
+from tdyn.papers.scan_snap.task import yz_config
 from tdyn.train.trainer import expand_members, member_config
 
 

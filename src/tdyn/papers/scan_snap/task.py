@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from tdyn.papers.scan_snap import data as data
+from tdyn.papers.scan_snap import data
 from tdyn.papers.scan_snap.data import ScanSnapDataConfig  # noqa: F401  (the data section)
 from tdyn.papers.scan_snap.kernels import key_bags, pack_support, support_decoder_applies
 from tdyn.papers.scan_snap.model import YZConfig, YZModel, member_size

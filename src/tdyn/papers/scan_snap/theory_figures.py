@@ -1,7 +1,7 @@
 """Scan and Snap theory simulations, no training (Tian et al. 2023 Figs 3, 8, 9;
 docs/reproductions/scan-snap.md#theory-simulations).
 
-All curves come from the closed forms in :mod:`tdyn.theory.scan_snap`: h from Lemma 6, Γ and
+All curves come from the closed forms in :mod:`tdyn.papers.scan_snap.theory`: h from Lemma 6, Γ and
 B_n = ¼ ln(1 + 4Γ/C0) from docs/reproductions/scan-snap.md#snap-phase-transition, χ's upper bound e^{2B_n}.
 """
 
@@ -15,7 +15,7 @@ from tdyn.reproduce.phases import Phases, register_phases
 from tdyn.reproduce.registry import ReproduceContext, register
 from tdyn.report import style
 from tdyn.runs import write_csv
-from tdyn.theory import scan_snap as th
+from tdyn.papers.scan_snap import theory as th
 
 # ---------------------------------------------------------------- Fig 3
 

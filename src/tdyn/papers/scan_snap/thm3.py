@@ -11,14 +11,14 @@ import torch
 from scipy.stats import spearmanr
 
 from tdyn import runs, stats
-from tdyn.data import scan_snap as data
+from tdyn.papers.scan_snap import data
 from tdyn.reproduce.common import claim, configure, decide, margin, train_into
 from tdyn.reproduce.registry import ReproduceContext, register
 from tdyn.papers.scan_snap.analysis import _facts
-from tdyn.probes import scan_snap as pr
+from tdyn.papers.scan_snap import probes as pr
 from tdyn.report import style
 from tdyn.runs import write_csv
-from tdyn.tasks.scan_snap import yz_config
+from tdyn.papers.scan_snap.task import yz_config
 
 
 # ---------------------------------------------------------------- Thm 3 invariant
