@@ -35,6 +35,7 @@ from tdyn.report import style
 from tdyn.report.verdicts import (ORDER, SOURCE_LABEL, by_source, count_line, counts, full_evidence, setting_of,
                                   source_of)
 
+PAGE = "index.html"
 ASSETS = "report_files"
 RESULTS = runs.RESULTS
 MANIFEST = runs.REPRODUCE  # a reproduce-all directory's options, metadata and each reproduction's status
@@ -730,7 +731,8 @@ def build_index(out_dir: str | Path, title: str | None = None, descriptions: dic
                       _meta_block(meta, "Run metadata" if manifest else "Metadata (of the process that built this page)")])
     title = title or ("tdyn: which claims of each paper hold" if len(results) > 1 or ev else
                       f"tdyn: {results[0][1].get('experiment', out.name)}")
-    path = out / "index.html"
+    path = out / PAGE
+    runs.record(out, PAGE, ASSETS)   # --force then counts them as tdyn's
     runs.atomic_write_text(path, _page(title, toc + body))
     return path
 
@@ -910,6 +912,7 @@ def build_run_report(run_dir: str | Path) -> Path:
     meta0 = runs.read_meta(run_dirs[0])
     meta = {f"run {k}": meta0.get(k) for k in ("tdyn_version", "torch_version", "git_commit", "started", "ended")}
     parts.append(_meta_block(meta | {f"report {k}": v for k, v in metadata().items()}))
-    path = d / "index.html"
+    path = d / PAGE
+    runs.record(d, PAGE, ASSETS)
     runs.atomic_write_text(path, _page(f"tdyn {kind}: {d.resolve().name}", "\n".join(parts)))
     return path

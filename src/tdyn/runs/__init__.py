@@ -35,9 +35,10 @@ from tdyn.runs.io import CorruptFile, dumps_json, json_file, read_json, write_cs
 from tdyn.runs.locks import LockError, Locks, _held, held_lock_files, holder_gone, lock_holder  # noqa: F401
 from tdyn.runs.machine import git_commit, host, machine_info, now, pid_alive, writer_tag  # noqa: F401
 from tdyn.runs.names import (CHECKSUM, CKPT_DIR, CONFIG, DONE, ENSEMBLE, FINAL, JOBS, LOCK, MARKERS, META,  # noqa: F401
-                             METRICS, REPRODUCE, REPRODUCING, RESULTS, RUNS, STATUSES, SUMMARY, SWEEP)
+                             METRICS, REPRODUCE, REPRODUCING, RESULTS, RUNS, STATUSES, SUMMARY, SWEEP,
+                             WRITTEN)
 from tdyn.runs.ownership import (OS_LITTER, OWN_FILES, OWN_TREES, check_own, clear_own, foreign_entry,  # noqa: F401
-                                 is_tdyn_dir, own, prepare_dir, reproduction_of)
+                                 is_tdyn_dir, own, prepare_dir, record, reproduction_of, written)
 from tdyn.runs.reader import Run, load_run, load_sweep  # noqa: F401
 from tdyn.runs.records import (config_from, ensemble_dirs, is_run_dir, job_dirs, load_run_config,  # noqa: F401
                                metrics_file, read_config, read_ensemble, read_manifest, read_meta, read_metrics,

@@ -1,8 +1,9 @@
 """The names of tdyn's files and directories (defined here only), and the statuses a run can have.
 
 Every other module, in runs and above, names these files through these constants, so renaming one is
-one edit here. What a layer above writes (a report page, a sink's directory) it declares itself with
-:func:`tdyn.runs.own`.
+one edit here. What a layer above writes into a directory (a report page, a sweep's submitit folder) it
+records there itself (:func:`tdyn.runs.record`); a sink's directory, written wherever a run is, is declared
+with :func:`tdyn.runs.own`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ REPRODUCE = "reproduce.json"    # a `reproduce --all` directory's options, metad
 LOCK = ".tdyn.lock"             # the writer's lock (pid@host) while a process writes the directory
 JOBS = ".jobs"                  # a sweep's job directories (ensemble.json of each job, their locks)
 REPRODUCING = ".reproducing.json"   # a reproduction under way (its name): removed once its results.json is written
+WRITTEN = ".tdyn-written.json"  # what layers above runs wrote into this directory (names, by runs.record)
 
 STATUSES = ("running", "finished", "diverged", "failed", "interrupted")   # meta.json's status
 DONE = ("finished", "diverged")                                          # a result: nothing left to train

@@ -16,8 +16,9 @@ from typing import Iterable
 from tdyn.errors import UserError
 from tdyn.runs.atomic import _TEMP_RE
 from tdyn.runs.locks import Locks, held_lock_files
+from tdyn.runs.io import write_json
 from tdyn.runs.names import (CKPT_DIR, CONFIG, ENSEMBLE, JOBS, LOCK, MARKERS, META, METRICS, REPRODUCE,
-                             REPRODUCING, RESULTS, RUNS, SUMMARY, SWEEP)
+                             REPRODUCING, RESULTS, RUNS, SUMMARY, SWEEP, WRITTEN)
 from tdyn.runs.records import is_run_dir, read_manifest
 
 
@@ -58,7 +59,7 @@ def _is_marker(p: Path) -> bool:
     return isinstance(obj, dict) and key in obj
 
 
-OWN_FILES = {CONFIG, META, METRICS, ENSEMBLE, SWEEP, SUMMARY, LOCK}   # and markers, checked; and what own() adds
+OWN_FILES = {CONFIG, META, METRICS, ENSEMBLE, SWEEP, SUMMARY, LOCK, WRITTEN}   # and markers, checked; what own() adds
 OWN_TREES = {CKPT_DIR, JOBS}                                        # directories tdyn fills; and what own() adds
 OS_LITTER = {".DS_Store", "Thumbs.db", "desktop.ini", ".ipynb_checkpoints"}          # a file browser's or Jupyter's
 _REPRODUCTION_SUFFIXES = (".csv", ".png", ".json")                                  # a reproduction's tables and figures
@@ -74,10 +75,23 @@ def own(files: Iterable[str] = (), trees: Iterable[str] = ()) -> None:
         where.add(name)
 
 
-# Declared here rather than by their writers (report/html.py, the sweep's executors): `tdyn run --force`
-# and `tdyn.train(..., force=True)` import neither the report nor the sweep, yet may clear a run, job or
-# sweep directory that holds a report page of it or a slurm sweep's submitit folder.
-own(files=("index.html",), trees=("report_files", ".submitit"))
+def record(directory: Path, *names: str) -> None:
+    """Note in ``directory``'s :data:`WRITTEN` that tdyn wrote its entries ``names`` from a layer above runs
+    (the report's page and its figures folder, a sweep's submitit folder): ``--force`` then counts them
+    as tdyn's in that directory, and nowhere else; runs itself names none of them."""
+    have = written(directory)
+    if set(names) - have:
+        write_json(Path(directory) / WRITTEN, sorted(have | set(names)))
+
+
+def written(directory: Path) -> set[str]:
+    """The entries recorded in ``directory``'s :data:`WRITTEN` (plain names only; none if unreadable)."""
+    try:
+        names = json.loads((Path(directory) / WRITTEN).read_bytes())
+    except (OSError, ValueError):
+        return set()
+    return {n for n in names if isinstance(n, str) and n not in ("", ".", "..") and "/" not in n
+            and "\\" not in n} if isinstance(names, list) else set()
 
 
 def foreign_entry(path: Path, reproduction: bool = False) -> Path | None:
@@ -97,13 +111,14 @@ def foreign_entry(path: Path, reproduction: bool = False) -> Path | None:
             named = {e["dir"] for e in read_manifest(path / REPRODUCE)["reproductions"]}
         except UserError:
             pass
+    recorded = written(path)
     for p in sorted(path.iterdir()):
         if p.is_symlink():
             return p
         if p.name in OS_LITTER:
             continue
         if p.is_dir():
-            if p.name in OWN_TREES or not _entries(p):
+            if p.name in OWN_TREES or p.name in recorded or not _entries(p):
                 continue
             if not (p.name in named or (p.name == RUNS and reproduction) or is_tdyn_dir(p)):
                 return p
@@ -113,7 +128,7 @@ def foreign_entry(path: Path, reproduction: bool = False) -> Path | None:
         elif p.name in _MARKER_KEYS:
             if not _is_marker(p):
                 return p
-        elif not (p.name in OWN_FILES or _TEMP_RE.match(p.name)
+        elif not (p.name in OWN_FILES or p.name in recorded or _TEMP_RE.match(p.name)
                   or (reproduction and p.suffix in _REPRODUCTION_SUFFIXES)):
             return p
     return None
