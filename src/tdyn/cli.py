@@ -17,9 +17,9 @@ def _setup(args) -> None:
     """What every command that builds configs or trains needs (not ``list``, ``--help`` or an argument
     error: those import no torch): the thread count and the config name resolver. Then ``gc.freeze()``:
     the objects made by importing torch and tdyn (~170,000, there for the life of the process) move to
-    the collector's permanent generation, as in a sweep's workers: no collection traverses them again
-    (~70 ms each here), and the interpreter's teardown at exit, which collects repeatedly while it
-    clears the modules, leaves them alone (0.3–0.5 s of every `tdyn run` here)."""
+    the collector's permanent generation, as in a sweep's workers: no collection traverses them again,
+    and the interpreter's teardown at exit, which collects repeatedly while it clears the modules,
+    leaves them alone (the savings: benchmarks/README.md#measurements-behind-the-code)."""
     if args.threads < 1:
         raise UserError(f"--threads {args.threads}: must be at least 1")
     import gc

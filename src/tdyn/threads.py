@@ -35,14 +35,11 @@ def tune_allocator() -> bool:
     PyTorch's CPU allocator is glibc ``malloc``: a block above the mmap threshold (≤ 32 MB by default) is
     a fresh ``mmap`` and is unmapped on free, and freed heap tops are trimmed, so a training step that
     allocates the same tens of megabytes of activations and gradients each step page-faults them in
-    again every step (E4's topic ensemble: 18 s of 32 s was system time). Here ``mallopt`` turns mmap
+    again every step. Here ``mallopt`` turns mmap
     off for allocations (``M_MMAP_MAX`` = 0: every block of the main thread, which trains, comes from the
     heap, which still grows by mmap where it cannot grow in place; glibc's per-thread arenas still map
     blocks above 64 MB) and turns trimming off (``M_TRIM_THRESHOLD`` = −1), so a freed block is reused by
-    the next step. Measured: E4 took 16 s instead of 32 s; the float32 LM at Fig 10's S = 25,
-    whose [25, 700, 20000] logits, log-softmax and gradient are 1.4 GB each, 6.5 s per step instead of
-    15–16 s with a 1 GB mmap threshold (the setting before, under which those blocks were still
-    mapped and unmapped every step; 8 s of system time per step). Results are bit-identical (only where
+    the next step (what it saves: benchmarks/README.md#measurements-behind-the-code; ``tdyn bench``'s ``allocation`` entry). Results are bit-identical (only where
     memory comes from changes). The heap's free memory goes back to the OS when a training run ends
     (:func:`release_memory`), so a sweep worker does not keep the peak of its largest job. No library
     exposes this for CPU torch, hence ctypes. A no-op off glibc or when ``TDYN_MALLOPT=0``. Returns

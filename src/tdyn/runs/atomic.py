@@ -85,8 +85,8 @@ def atomic_write_many(files: Iterable[tuple[Path, bytes]]) -> None:
     """Write each ``(path, data)`` whole or not at all, as :func:`atomic_write_bytes` does, with one
     flush to disk for them all: every temp file is written, then made durable, then renamed into place.
     From ``_BATCH_SYNC`` files on a filesystem that allows it (:data:`SYNCFS_FILESYSTEMS`, Linux ≥ 5.8),
-    one ``syncfs`` per filesystem replaces the ``fsync`` of each file (a journal commit costs ~0.2 ms
-    here, and a job of 80 runs writes 80 files at a time); the filesystem is opened before the first
+    one ``syncfs`` per filesystem replaces the ``fsync`` of each file (a job of 80 runs writes 80 files at
+    a time, and each fsync is a journal commit: benchmarks/README.md#measurements-behind-the-code); the filesystem is opened before the first
     write, so a write-back error of any of these files is reported. ``files`` may be a generator: each
     ``data`` is written as it comes, never all held. A failure leaves each file either as before or
     wholly new (its temp file removed)."""

@@ -50,10 +50,9 @@ def _indented(obj: Any, pad: str) -> str:
 
 
 def dumps_json(obj: Any) -> str:
-    """``json.dumps(obj, indent=2, allow_nan=False)``, the same text (tested), ~5× faster on tdyn's
-    files: with ``indent`` the json module encodes in pure Python, here only the nesting is Python and
-    every value goes through json's C encoder (a run's config.json: 0.1 against 0.57 ms; a job of 80
-    runs writes 240 such files)."""
+    """``json.dumps(obj, indent=2, allow_nan=False)``, the same text (tested), faster on tdyn's files: with
+    ``indent`` the json module encodes in pure Python, here only the nesting is Python and every value goes
+    through json's C encoder (a job of 80 runs writes 240 such files; benchmarks/README.md#measurements-behind-the-code)."""
     try:
         return _indented(obj, "")
     except (_NotPlain, ValueError, RecursionError):   # json.dumps says what is wrong, in its own words

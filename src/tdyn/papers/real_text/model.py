@@ -145,8 +145,7 @@ class CausalLM(nn.Module):
         cross-entropy are fused (:func:`linear_cross_entropy`, equal to the dense path within rounding,
         tested). In full precision the dense logits stay, so float32 runs keep every bit of the results
         committed before the fused path existed (docs/results); the fused path would be about as fast at
-        S = 1 and faster for large ensembles (1 thread, V = 20k: 520 against 560 ms per step at S = 1,
-        14 against 16–24 s at S = 25; benchmarks/README.md)."""
+        S = 1 and faster for large ensembles (benchmarks/README.md#measurements-behind-the-code)."""
         X, _ = self.hidden(x)
         S = x.shape[0]
         if _compute_dtype(X) in (torch.bfloat16, torch.float16):

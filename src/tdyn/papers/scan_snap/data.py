@@ -102,7 +102,7 @@ class SequenceClasses:
 
         ``gen`` a sequence of G generators: G batches, each what ``gen[i]`` alone gives, stacked on a
         leading axis [G, B, ...] (bit for bit, tested). Only the draws are per generator; the lookup and
-        the counting run once over all G·B sequences (an ensemble's data streams, ~2× faster for 5)."""
+        the counting run once over all G·B sequences (an ensemble's data streams)."""
         x, y, cls, at = self._draw(batch_size, seq_len, gen, context)
         W = self.inverse_cdf.width
         N = cls.numel()
@@ -134,7 +134,7 @@ class SequenceClasses:
 class InverseCDF:
     """``torch.searchsorted(cdf[k], u, right=True).clamp(max=M−1)`` for rows k of a [K, M] CDF and u in
     [0, 1) (``torch.rand``'s range), bit for bit (tested), in O(1) per draw instead of a binary search
-    (~19 ns each on this CPU, the sampler's main cost). Why it is exact:
+    (the sampler's main cost). Why it is exact:
 
     * the answer, the first j with cdf[k, j] > u, is a point where row k's CDF steps up, or M−1 (whose
       value is set to 1 > u): each row keeps only those points (``tokens``, increasing; ``values``,
@@ -173,7 +173,7 @@ class InverseCDF:
     def lookup(self, cls: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """For classes ``cls`` [...] and uniforms ``u`` [..., T] in [0, 1): each draw's flat index into
         ``tokens`` (the drawn token is ``tokens.take(index)``). Gathers by ``index_select`` on the flat
-        tables (~2× faster than ``take`` here)."""
+        tables (faster than ``take``)."""
         def at_(table, index):
             return table.index_select(0, index.view(-1)).view(index.shape)
         at = at_(self.start, (u * self.buckets).long().add_((cls * self.buckets).unsqueeze(-1)))

@@ -73,8 +73,7 @@ class _UnitSoftmax(torch.autograd.Function):
     """u = b/‖b‖₂ for b = softmax(a) along the last axis, with the gradient in closed form: u_p = e_p/‖e‖
     (e = exp(a − max a): softmax's sum cancels), so ∂u_p/∂a_q = u_p(δ_pq − u_q²) and
     ∂L/∂a = u ⊙ (g − u⟨g, u⟩), three passes over [S, B, P] where autograd's chain through
-    ``F.normalize`` and ``softmax`` takes about ten (the backward 0.19 ms instead of 0.85 ms at Fig 6's
-    [80, 128, 20]). The forward is ``F.normalize(softmax(a))`` itself (its eps never acts: ‖b‖ ≥ 1/√P); the
+    ``F.normalize`` and ``softmax`` takes about ten (benchmarks/README.md#measurements-behind-the-code). The forward is ``F.normalize(softmax(a))`` itself (its eps never acts: ‖b‖ ≥ 1/√P); the
     gradient equals autograd's to rounding (tests/test_yz_support.py). Entries at −inf (padding) get u = 0,
     gradient 0."""
 
@@ -122,8 +121,7 @@ class _SupportDecoder(torch.autograd.Function):
     of Y), Y's gradient another (bags = keys, rows of the output gradient weighted by u: the support
     transposed, :func:`key_bags`), and u's gradient, each entry's dot product of its sample's output
     gradient with its row of Y, a sampled dense-dense product (:func:`support_dots`). Hand-written because
-    autograd's embedding-bag backward zero-fills and scatters a dense gradient (forward + backward 31 ms
-    against 20 ms here at M = 240, S = 80, B = 128) and torch has no ensemble axis for the table: members
+    autograd's embedding-bag backward zero-fills and scatters a dense gradient (benchmarks/README.md#measurements-behind-the-code) and torch has no ensemble axis for the table: members
     are stacked as one [S·M, M] table, member s's key k being row s·M + k."""
 
     @staticmethod
@@ -162,9 +160,8 @@ def support_dots(G: torch.Tensor, Y: torch.Tensor, keys: torch.Tensor, kernel: s
     (tests/test_yz_support.py); ``kernel=None`` picks the fastest measured for the device and dtype:
 
     * ``"sddmm"`` (CPU, float32/64): ``torch.sparse.sampled_addmm`` of G and the stacked Yᵀ at the
-      support's pattern (a CSR matrix [S·B, S·M]), the B·P·M multiply-adds only: at Fig 6's S = 80,
-      B = 128, P = 20 it took 2.6 / 3.9 / 7.0 ms at M = 79 / 125 / 240, against 4.0 / 6.4 / 17.8 ms for the
-      dense product and 11.5 / 19.6 / 10.3 ms for one dot-product call per entry;
+      support's pattern (a CSR matrix [S·B, S·M]), the B·P·M multiply-adds only (the fastest of the three
+      at Fig 6's sizes: benchmarks/README.md#measurements-behind-the-code);
     * ``"dots"``: ``_embedding_bag_per_sample_weights_backward``, one dot product per entry (what the
       embedding bag's own backward calls), for M ≥ 8·P elsewhere: each call has a fixed cost;
     * ``"dense"``: the full G Yᵀ [S, B, M] gathered at the keys."""
