@@ -74,6 +74,7 @@ def test_the_paths_that_build_their_own_configs_get_the_device(device, tmp_path,
     the CPU the sweep's spec has no device key, so its digest, which names its directory, is as before."""
     import tdyn.papers.scan_snap.fig6 as fig6
     import tdyn.papers.topic.stage1 as stage1
+    import tdyn.reproduce.phases as phases       # topic/stage1 is phases: the runner trains e2, its measure e2-l2
 
     seen = []
 
@@ -88,6 +89,7 @@ def test_the_paths_that_build_their_own_configs_get_the_device(device, tmp_path,
         return []
 
     monkeypatch.setattr(fig6, "run_sweep", sweep)
+    monkeypatch.setattr(phases, "train_into", train)
     monkeypatch.setattr(stage1, "train_into", train)
     ctx = ReproduceContext(out=tmp_path, quick=True, device=device)
     with pytest.raises(_Stop):

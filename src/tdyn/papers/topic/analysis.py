@@ -1,30 +1,15 @@
-"""Shared by the topic-structure reproductions (Li, Li & Risteski, ICML 2023), synthetic part (spec
-docs/reproductions/topic.md): the model variants E1–E4 of docs/reproductions/topic.md#variants-e1-to-e6, training a
-reproduction's named config and reading its runs back, the fitted stage-1 reference and the stage times, and the
+"""Shared by the topic-structure reproductions (Li, Li & Risteski, ICML 2023; docs/reproductions/topic.md): the
+model variants E1–E4 and the steps and seeds of E1–E3, reading a trained run (one :class:`tdyn.runs.Run`), the
+fitted stage-1 reference, the stage times and the two-stage claims built on them, matrices as table rows, and the
 heat-map figure.
 
-One module per figure family uses them: ``topic_embeddings`` (E1), ``topic_stage1`` (E2),
-``topic_stage2`` (E3 and the p_c = 0 ablation), ``topic_two_stage`` (E4), ``topic_robustness`` (E5, E6).
-
-Stage times (issue 12 item 6; definitions and tests in ``tdyn.probes.topic_stages``), from the probes
-logged every ``probes.every`` steps:
-
-* ``t_v_structure`` / ``t_v_loss`` = first logged step where W_V is half-way to the fitted stage-1
-  optimum (the convex optimum of the uniform-attention model class,
-  docs/reproductions/topic.md#stage-1-reference-optimum): by block contrast / by probe loss. A fixed reference that
-  does not move with the run length (‖ΔW_V‖ grows without bound under cross-entropy, so "half of its final value"
-  did);
-* ``t_kq_kappa`` = stage-2 onset: first logged step where the topic-block score κ of the key-centred
-  effective scores reaches ln 1.05 (a same-topic key gets 5% more attention) above 2× its noise;
-  ``t_kq_gap`` the same with the corrected same- minus different-topic attention gap ≥ 0.05. Query-only
-  and START/END components of W_Kᵀ W_Q, which dominate ‖W_Kᵀ W_Q‖, do not count;
-* two stages iff t_v < t_kq (four readings: structure|loss × κ|gap); delay factor t_kq / t_v;
-  inconclusive when W_V never got half-way or K/Q never moved above noise. The old norm-based times are
-  reported as ``t_value_half_norm`` and ``t_kq_5pct_norm``.
-"""
+Stage times (docs/reproductions/topic.md#two-stage-measurement; the statistics in :mod:`tdyn.papers.topic.stages`):
+t_V, W_V half-way through stage 1 (by structure, own plateau or loss); t_KQ, the persistent stage-2 onset (by κ or
+the attention gap); two stages iff t_V < t_KQ."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 from typing import Any
@@ -32,17 +17,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from tdyn import runs
-from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig, LdaDataset
 from tdyn import stats
-from tdyn.reproduce.common import claim, configure, reading, train_into
-from tdyn.reproduce.registry import ReproduceContext
-from tdyn.models.topic import TopicModelConfig, TopicTransformer
-from tdyn.probes import topic_stages as ts
-from tdyn.probes.topic import block_contrast
+from tdyn.papers.topic import stages as ts
+from tdyn.papers.topic.data import NUM_SPECIAL, LdaDataConfig, LdaDataset
+from tdyn.papers.topic.model import TopicModelConfig, TopicTransformer
+from tdyn.papers.topic.probes import block_contrast
+from tdyn.papers.topic.task import build_model, dataset, lda_config
+from tdyn.papers.topic.theory import bag_of_words, fit_softmax_regression, softmax_regression_loss
 from tdyn.report import style
-from tdyn.tasks.lda_mlm import build_model, dataset, lda_config
-from tdyn.theory.topic import bag_of_words, fit_softmax_regression, softmax_regression_loss
+from tdyn.reproduce.common import claim, reading
+from tdyn.runs import Run
 
 
 # ---------------------------------------------------------------- the variants
@@ -60,35 +44,43 @@ E3 = {"attention": "trained", "value": "block", "decoder": "identity"}
 E4 = {"attention": "trained", "value": "trained", "decoder": "identity", "init": "small_uniform", "init_eps": 1e-3}
 
 
-# ---------------------------------------------------------------- training, and reading runs back
+# ---------------------------------------------------------------- steps and seeds, reading runs back
+
+
+@dataclasses.dataclass(frozen=True)
+class StageGrid:
+    """Steps and seeds of E1–E3 (docs/reproductions/topic.md#reproductions)."""
+
+    steps: int
+    seeds: int
+
+
+STAGE_FULL, STAGE_QUICK = StageGrid(steps=3000, seeds=3), StageGrid(steps=300, seeds=1)
 
 
 def stage_config(model: dict, seed: int, quick: bool, data: dict | None = None) -> dict:
-    """E1–E3 (docs/reproductions/topic.md#reproductions): 3000 steps over three seeds; quick: 300 steps, one seed."""
-    return lda_config(model, data=data, steps=300 if quick else 3000,
-                      seeds=[seed] if quick else [seed, seed + 1, seed + 2], quick=quick)
+    """An E1–E3 run config: ``STAGE_FULL`` (3000 steps, three seeds) or ``STAGE_QUICK`` (300 steps, one seed)."""
+    g = STAGE_QUICK if quick else STAGE_FULL
+    return lda_config(model, data=data, steps=g.steps, seeds=list(range(seed, seed + g.seeds)), quick=quick)
 
 
 def with_stage_probe(cfg: dict) -> dict:
     """Add the ``topic.stages`` probe (topic-block score κ of the effective scores, attention gap with
-    its standard error over documents; ``tdyn.probes.topic_stages``) to a run config."""
+    its standard error over documents; :mod:`tdyn.papers.topic.stages`) to a run config."""
     cfg["probes"] = dict(cfg["probes"], names=list(cfg["probes"]["names"]) + ["topic.stages"])
     return cfg
 
 
-def train_runs(ctx: ReproduceContext, name: str, base: dict) -> tuple[Any, list[Path]]:
-    """Train the raw config ``base`` with the user's ``--set`` overrides into ``runs/<name>``: (the
-    validated config, one run directory per member)."""
-    cfg = configure(base, ctx.overrides)
-    return cfg, train_into(ctx, name, cfg)
+def as_run(run: Run | Path) -> Run:
+    return run if isinstance(run, Run) else Run(run)
 
 
-def member_model(run_dir: Path, step: int | str = "final") -> tuple[TopicTransformer, LdaDataConfig]:
-    """A one-member model with the parameters of ``run_dir`` at ``step``."""
-    rc = runs.read_config(run_dir)
-    dc = LdaDataConfig.model_validate(rc["data"])
-    model = build_model(dc, TopicModelConfig.model_validate(rc["model"]))
-    params = runs.params_of(runs.load_checkpoint(run_dir, step))
+def member_model(run: Run | Path, step: int | str = "final") -> tuple[TopicTransformer, LdaDataConfig]:
+    """A one-member model with the parameters of ``run`` at ``step``."""
+    run = as_run(run)
+    dc = LdaDataConfig.model_validate(run.config["data"])
+    model = build_model(dc, TopicModelConfig.model_validate(run.config["model"]))
+    params = run.params(step)
     with torch.no_grad():
         for n, p in model.named_parameters():
             p.copy_(params[n][None])
@@ -108,9 +100,9 @@ def split_loss(model: TopicTransformer, ds: LdaDataset, split: str = "dev", chun
     return tot / cnt
 
 
-def metrics_table(run_dir: Path) -> dict[str, np.ndarray]:
-    """Metrics of a run as arrays keyed by metric name (NaN where absent)."""
-    recs = [r for r in runs.read_metrics(run_dir) if r.get("loss") is not None]
+def metrics_table(run: Run | Path) -> dict[str, np.ndarray]:
+    """Metrics of a run as arrays keyed by metric name (NaN where absent), the records that log the loss."""
+    recs = [r for r in as_run(run).metrics if r.get("loss") is not None]
     keys = sorted({k for r in recs for k in r})
     return {k: np.array([r.get(k, np.nan) if r.get(k) is not None else np.nan for r in recs], dtype=float)
             for k in keys}
@@ -215,26 +207,41 @@ def _at(steps: np.ndarray, x: np.ndarray | None, t: float | None) -> float | Non
 
 def stage_times(m: dict[str, np.ndarray], ref: dict[str, float] | None = None) -> dict[str, Any]:
     """Stage times and stage-1 weight changes of one run from ``metrics_table`` (definitions in
-    ``tdyn.probes.topic_stages``); ``ref`` = ``stage1_reference`` of the run's data and loss.
+    :mod:`tdyn.papers.topic.stages`); ``ref`` = ``stage1_reference`` of the run's data and loss.
 
-    Stage 1 (t_V, three readings): ``t_v_structure`` the value contrast half-way to the fitted stage-1 optimum's
-    (``applicable_structure`` False, with ``na_structure`` its measured reason, when the run's own stage-1
-    plateau is below half of that reference: stage 1 cannot reach it); ``t_v_plateau`` half-way to the run's own
-    stage-1 plateau (``ts.stage1_plateau``; not applicable when the contrast's rise never slowed within the run);
-    ``t_v_loss`` the probe loss half-way to the optimum's.
-    Stage 2: ``t_kq_kappa`` / ``t_kq_gap`` persistent onsets (``ts.onset_time``), the first crossings beside
-    (``t_kq_*_first``). ``t_s1_end``: the end of stage 1, the last logged step before the earlier persistent onset
-    (the last step of the run when stage 2 never began). ``two_stage_<tv>_<kq>``: t_V < t_KQ (None with
-    ``reason_<tv>_<kq>``), ``delay_<tv>_<kq>`` = t_KQ/t_V.
-    Weight changes (the literal statement): ``ratio_<at>`` = max(‖ΔW_K‖, ‖ΔW_Q‖)/‖ΔW_V‖ and ``ratio_K_<at>``,
-    ``ratio_Q_<at>`` at ``s1_end``, ``t_v`` (= t_v_loss, mid stage 1) and the fixed steps ``LITERAL_STEPS``.
-    The old norm-based times (‖ΔW_V‖ half of its final value, ‖W_Kᵀ W_Q‖ 5% of its final value) are kept
-    as ``t_value_half_norm`` and ``t_kq_5pct_norm``.
+    Stage 1: ``t_v_structure`` / ``t_v_plateau`` / ``t_v_loss`` (:func:`_stage1_times`). Stage 2: the persistent
+    onsets ``t_kq_kappa`` / ``t_kq_gap``, the first crossings beside, the end of stage 1 ``t_s1_end``
+    (:func:`_stage2_times`). ``two_stage_<tv>_<kq>``: t_V < t_KQ (None with ``reason_<tv>_<kq>``),
+    ``delay_<tv>_<kq>`` = t_KQ/t_V. The levels at those times (:func:`_levels`) and the weight changes of the
+    literal statement (:func:`_weight_changes`). The old norm-based times are kept as ``t_value_half_norm`` and
+    ``t_kq_5pct_norm``.
     """
     steps = m["step"]
     out: dict[str, Any] = {}
     cv, out["value_metric"] = value_contrast_series(m)
-    ref = ref or {}
+    out |= _stage1_times(m, cv, ref or {})
+    onsets, times = _stage2_times(m)
+    out |= times
+    for tv, kq in READINGS:
+        o = ts.ordering(out[f"t_v_{tv}"], onsets[kq]) if kq in onsets else {"held": None, "reason": "no K/Q", "delay": None}
+        out |= {f"two_stage_{tv}_{kq}": o["held"], f"reason_{tv}_{kq}": o["reason"], f"delay_{tv}_{kq}": o["delay"]}
+    out |= _levels(m, cv, out)
+    out |= _weight_changes(m, out)
+    if "topic.norms/KQ" in m:
+        dV, KQ = m.get("topic.norms/dV"), m["topic.norms/KQ"]
+        out["t_value_half_norm"] = float(steps[np.argmax(dV >= 0.5 * dV[-1])])
+        out["t_kq_5pct_norm"] = float(steps[np.argmax(KQ >= 0.05 * KQ[-1])])
+    return out
+
+
+def _stage1_times(m: dict[str, np.ndarray], cv: np.ndarray, ref: dict[str, float]) -> dict[str, Any]:
+    """t_V in three readings: ``t_v_structure`` the value contrast half-way to the fitted stage-1 optimum's
+    (``applicable_structure`` False, with ``na_structure`` its measured reason, when the run's own stage-1
+    plateau is below half of that reference: stage 1 cannot reach it); ``t_v_plateau`` half-way to the run's own
+    stage-1 plateau (``ts.stage1_plateau``; not applicable when the contrast's rise never slowed within the run);
+    ``t_v_loss`` the probe loss half-way to the optimum's."""
+    steps = m["step"]
+    out: dict[str, Any] = {}
     out["t_v_structure"] = ts.half_way_time(steps, cv, ref["contrast"]) if "contrast" in ref else None
     out["t_v_loss"] = (ts.half_way_time(steps, m["topic.dev_loss/dev_loss"], ref["probe_loss"])
                        if "probe_loss" in ref and "topic.dev_loss/dev_loss" in m else None)
@@ -249,7 +256,15 @@ def stage_times(m: dict[str, np.ndarray], ref: dict[str, float] | None = None) -
         f"stage 1 cannot reach this reference: the value contrast's stage-1 plateau {p['plateau']:.3g} (step "
         f"{p['t_plateau']:g}) is below half of the fitted optimum's {ref['contrast']:.3g}")
     out |= {"applicable_loss": True, "na_loss": None}
-    onsets, first = {}, {}
+    return out
+
+
+def _stage2_times(m: dict[str, np.ndarray]) -> tuple[dict[str, float | None], dict[str, Any]]:
+    """(the persistent onsets by reading, the times): ``t_kq_kappa`` / ``t_kq_gap`` persistent onsets
+    (``ts.onset_time``), the first crossings beside (``t_kq_*_first``); ``t_s1_end`` the end of stage 1, the last
+    logged step before the earlier persistent onset (the last step of the run when stage 2 never began)."""
+    steps = m["step"]
+    onsets, first, out = {}, {}, {}
     for kq, col, se, thr in (("gap", "topic.stages/gap_doc", "topic.stages/gap_se", ts.GAP_ONSET),
                              ("kappa", "topic.stages/kappa", "topic.stages/kappa_se", ts.KAPPA_ONSET)):
         if col in m:
@@ -264,39 +279,46 @@ def stage_times(m: dict[str, np.ndarray], ref: dict[str, float] | None = None) -
     else:
         out["t_s1_end"] = float(steps[-1])
     out["stage2_began"] = bool(began)
-    for tv, kq in READINGS:
-        o = ts.ordering(out[f"t_v_{tv}"], onsets[kq]) if kq in onsets else {"held": None, "reason": "no K/Q", "delay": None}
-        out |= {f"two_stage_{tv}_{kq}": o["held"], f"reason_{tv}_{kq}": o["reason"], f"delay_{tv}_{kq}": o["delay"]}
+    return onsets, out
+
+
+def _levels(m: dict[str, np.ndarray], cv: np.ndarray, times: dict[str, Any]) -> dict[str, Any]:
+    """κ and the attention gap at the end and at each t_V; the value contrast (and its smallest topic) at the
+    end of stage 1 and at the end."""
+    steps, out = m["step"], {}
     for key, col, se in (("kappa", "topic.stages/kappa", "topic.stages/kappa_se"),
                          ("gap", "topic.stages/gap_doc", "topic.stages/gap_se")):
         have = col in m
         out[f"final_{key}"] = float(m[col][-1]) if have else None
         out[f"final_{key}_se"] = float(m[se][-1]) if have else None
         for tv in TV_READINGS:
-            t = out[f"t_v_{tv}"]
+            t = times[f"t_v_{tv}"]
             out[f"{key}_at_t_v_{tv}"] = float(m[col][int(np.searchsorted(steps, t))]) if have and t is not None else None
     out["value_contrast_final"] = float(cv[-1])
-    out["value_contrast_s1_end"] = _at(steps, cv, out["t_s1_end"])
+    out["value_contrast_s1_end"] = _at(steps, cv, times["t_s1_end"])
     if "topic.stages/value_min_topic" in m:
         mt = m["topic.stages/value_min_topic"]
-        out["value_min_topic_s1_end"], out["value_min_topic_final"] = _at(steps, mt, out["t_s1_end"]), float(mt[-1])
+        out["value_min_topic_s1_end"], out["value_min_topic_final"] = _at(steps, mt, times["t_s1_end"]), float(mt[-1])
+    return out
+
+
+def _weight_changes(m: dict[str, np.ndarray], times: dict[str, Any]) -> dict[str, Any]:
+    """The literal statement's weight changes: ``ratio_<at>`` = max(‖ΔW_K‖, ‖ΔW_Q‖)/‖ΔW_V‖ and ``ratio_K_<at>``,
+    ``ratio_Q_<at>`` at ``s1_end``, ``t_v`` (= t_v_loss, mid stage 1) and the fixed steps ``LITERAL_STEPS``."""
+    steps, out = m["step"], {}
     dV, dK, dQ = (m.get(f"topic.norms/{k}") for k in ("dV", "dK", "dQ"))
-    for at, t in (("s1_end", out["t_s1_end"]), ("t_v", out["t_v_loss"]), *((f"step{s}", s) for s in LITERAL_STEPS)):
+    for at, t in (("s1_end", times["t_s1_end"]), ("t_v", times["t_v_loss"]), *((f"step{s}", s) for s in LITERAL_STEPS)):
         v_, k_, q_ = (_at(steps, x, t) for x in (dV, dK, dQ))
         ok = v_ is not None and k_ is not None and q_ is not None and v_ > 0
         out[f"ratio_K_{at}"], out[f"ratio_Q_{at}"] = (k_ / v_, q_ / v_) if ok else (None, None)
         out[f"ratio_{at}"] = max(k_, q_) / v_ if ok else None
         out[f"dV_{at}"], out[f"dK_{at}"], out[f"dQ_{at}"] = v_, k_, q_
-    if "topic.norms/KQ" in m:
-        KQ = m["topic.norms/KQ"]
-        out["t_value_half_norm"] = float(steps[np.argmax(dV >= 0.5 * dV[-1])])
-        out["t_kq_5pct_norm"] = float(steps[np.argmax(KQ >= 0.05 * KQ[-1])])
     return out
 
 
-def run_reference(d: Path) -> dict[str, float]:
-    """``stage1_reference`` for the data and loss of run ``d``."""
-    rc = runs.read_config(d)
+def run_reference(run: Run | Path) -> dict[str, float]:
+    """``stage1_reference`` for the data and loss of ``run``."""
+    rc = as_run(run).config
     return stage1_reference(rc["data"], rc["model"].get("loss", "ce"))
 
 
@@ -428,14 +450,6 @@ def two_stage_claims(rows: list[dict], *, id: str, label: str, where: str = "",
     return [lit, order]
 
 
-
-def two_stage_run_claims(run_dirs: list[Path], **kw) -> list[dict]:
-    """``two_stage_claims`` of the runs ``run_dirs`` (one per seed) of one cell or variant: each run's
-    ``stage_times`` against its own data's ``stage1_reference``."""
-    rows = [stage_times(metrics_table(d), run_reference(d)) | {"seed": runs.read_meta(d)["seed"]} for d in run_dirs]
-    return two_stage_claims(rows, **kw)
-
-
 def dense_probe_steps(steps: int, upto: int | None = None, num: int = 40) -> list[int]:
     """Log-spaced probe steps 1 … ``upto`` (default: the run's first tenth, at least 300 steps), ``num`` of them:
     the probes' ``probes.steps`` where stages are short (Adam lr 0.01: both stages within steps 50–300)."""
@@ -443,16 +457,48 @@ def dense_probe_steps(steps: int, upto: int | None = None, num: int = 40) -> lis
     return sorted({int(x) for x in np.round(np.logspace(0, np.log10(upto), num))})
 
 
-# ---------------------------------------------------------------- figures
+# ---------------------------------------------------------------- matrices as tables, figures
 
 
-def heatmaps(path: Path, mats: dict[str, torch.Tensor], v: int, suptitle: str) -> None:
+MATRIX_COLS = ["matrix", "i", "j", "value"]
+
+
+def matrix_rows(mats: dict[str, Any]) -> list[dict[str, Any]]:
+    """Matrices (tensors or arrays) as table rows, one per entry: name, row, column, value (float64: a float32
+    entry is written exactly)."""
+    rows = []
+    for name, M in mats.items():
+        A = _array(M)
+        rows += [{"matrix": name, "i": i, "j": j, "value": float(x)} for (i, j), x in np.ndenumerate(A)]
+    return rows
+
+
+def matrices_of(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """The matrices of :func:`matrix_rows`' rows, by name in the order written."""
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r["matrix"], []).append(r)
+    out = {}
+    for name, rs in by.items():
+        A = np.full((1 + max(r["i"] for r in rs), 1 + max(r["j"] for r in rs)), np.nan)
+        for r in rs:
+            A[r["i"], r["j"]] = r["value"]
+        out[name] = A
+    return out
+
+
+def _array(M: Any) -> np.ndarray:
+    return M.detach().double().numpy() if torch.is_tensor(M) else np.asarray(M, dtype=np.float64)
+
+
+def heatmaps(path: Path, mats: dict[str, Any], v: int, suptitle: str) -> None:
+    """One heat map per matrix (tensor or array), centred on its median word-word entry, topic blocks ruled."""
     import matplotlib.pyplot as plt
 
     style.apply()
     fig, axes = plt.subplots(1, len(mats), figsize=(4.6 * len(mats), 4), squeeze=False, layout="constrained")
     for ax, (title, M) in zip(axes[0], mats.items()):
-        M = M.detach().double().numpy()
+        M = _array(M)
         # centred for display: minus the median word-word entry (the background, off the topic blocks), so
         # the blocks stand on a zero background instead of a common offset
         background = float(np.median(M[NUM_SPECIAL:, NUM_SPECIAL:])) if M.shape[0] > NUM_SPECIAL else 0.0

@@ -1,7 +1,6 @@
-"""topic/embeddings (E1, docs/reproductions/topic.md#variants-e1-to-e6,
-docs/reproductions/topic.md#embedding-result, docs/reproductions/topic.md#topicembeddings): trained embeddings
-alone learn the topic blocks, with uniform attention, W_V = I and d = 32 below the vocabulary size with a trained,
-untied decoder (so the embedding Gram is not the logit map)."""
+"""topic/embeddings (E1; docs/reproductions/topic.md#embedding-result, docs/reproductions/topic.md#topicembeddings):
+trained embeddings alone learn the topic blocks, with uniform attention, W_V = I and d = 32 below the vocabulary
+size with a trained, untied decoder (so the embedding Gram is not the logit map)."""
 
 from __future__ import annotations
 
@@ -9,40 +8,58 @@ from typing import Any
 
 import torch
 
-from tdyn import runs, stats
-from tdyn.data.lda import NUM_SPECIAL
-from tdyn.reproduce.common import claim, decide, reading
+from tdyn import stats
 from tdyn.papers.topic import quotes as quotes
-from tdyn.reproduce.registry import ReproduceContext, register
-from tdyn.papers.topic.analysis import (E1, E1_D, final, heatmaps, member_model, metrics_table,
-                                           stage_config, train_runs)
-from tdyn.models.topic import TopicTransformer
-from tdyn.probes.topic import embedding_gram
-from tdyn.runs import write_csv
+from tdyn.papers.topic.analysis import (E1, MATRIX_COLS, as_run, final, heatmaps, matrices_of, matrix_rows,
+                                        member_model, metrics_table, stage_config)
+from tdyn.papers.topic.data import NUM_SPECIAL
+from tdyn.papers.topic.model import TopicTransformer
+from tdyn.papers.topic.probes import embedding_gram
+from tdyn.reproduce.common import claim, configure, decide, reading
+from tdyn.reproduce.phases import Phases, register_phases
+from tdyn.reproduce.registry import ReproduceContext
 
 
 def embeddings_config(seed: int = 0, quick: bool = False) -> dict:
     return stage_config(E1, seed, quick)
 
 
-@register("topic/embeddings", "E1: trained embeddings alone learn the topic blocks (uniform attention, W_V = I, "
-          f"d = {E1_D} below the vocabulary size with a trained, untied decoder)", default_config=embeddings_config,
-          configs=lambda ctx: {"e1": embeddings_config(ctx.seed, ctx.quick)})
-def reproduce_embeddings(ctx: ReproduceContext) -> dict:
-    cfg, dirs = train_runs(ctx, "e1", embeddings_config(ctx.seed, ctx.quick))
-    v = cfg.typed_data().words_per_topic
-    rows, per_topic = [], []
-    for d in dirs:
-        model, _ = member_model(d)
-        rows.append({"run": d.name, "seed": runs.read_meta(d)["seed"]} | e1_measures(model, v)
-                    | {"train_loss": final(metrics_table(d), "loss")})
-        per_topic.append(rows[-1].pop("dot_per_topic"))
-    cols = list(rows[0])
-    write_csv(ctx.out / "embeddings.csv", rows, cols)
-    model, _ = member_model(dirs[0])
-    E = model.embed_table()[0].detach()
-    heatmaps(ctx.out / "embeddings.png", {"W_E W_Eᵀ": E @ E.T, "logit map W_dec W_Eᵀ": _logit_map(model)}, v,
-             f"E1 (d = {model.d}, trained decoder) after {cfg.optim.steps} steps")
+def plan(ctx: ReproduceContext) -> dict[str, dict]:
+    return {"e1": embeddings_config(ctx.seed, ctx.quick)}
+
+
+def _config(ctx: ReproduceContext):
+    return configure(plan(ctx)["e1"], ctx.overrides)
+
+
+def measure(ctx: ReproduceContext, trained: dict) -> dict[str, list[dict]]:
+    """Per seed: E1's numbers (``e1_measures``) and the final train loss; the per-topic dot contrasts; the
+    embedding Gram and the logit map of the first seed."""
+    rows, per_topic, mats = [], [], {}
+    for d in trained["e1"]:
+        run = as_run(d)
+        seed = run.seed
+        model, dc = member_model(run)
+        rows.append({"run": d.name, "seed": seed} | e1_measures(model, dc.words_per_topic)
+                    | {"train_loss": final(metrics_table(run), "loss")})
+        per_topic += [{"run": d.name, "seed": seed, "topic": t, "dot_contrast": x}
+                      for t, x in enumerate(rows[-1].pop("dot_per_topic"))]
+        if not mats:
+            E = model.embed_table()[0].detach()
+            mats = {"W_E W_Eᵀ": E @ E.T, "logit map W_dec W_Eᵀ": _logit_map(model)}
+    return {"embeddings": rows, "embeddings_per_topic": per_topic, "embeddings_matrices": matrix_rows(mats)}
+
+
+def _setting(d: int, V: int) -> str:
+    return (f"d = {d} < |V| = {V}, trained untied decoder W_dec [|V|×d], W_V = I_d, uniform attention, "
+            "W_E from ε·U[0,1) with ε = 0.01: the embedding Gram W_E W_Eᵀ is not the logit map W_dec W_Eᵀ")
+
+
+def judge(ctx: ReproduceContext, tables: dict) -> dict[str, Any]:
+    """E1's claim from the per-seed table: the Gram block contrast above 2 SE and every topic's above 0, every seed."""
+    cfg = _config(ctx)
+    rows = tables["embeddings"]
+    per_topic = [[r["dot_contrast"] for r in tables["embeddings_per_topic"] if r["run"] == row["run"]] for row in rows]
 
     def seeds_verdict(key: str, se_key: str) -> tuple[bool | None, str | None]:
         votes = [decide(r[key], r[se_key]) if r[f"min_{key}"] > 0 else False for r in rows]
@@ -56,8 +73,7 @@ def reproduce_embeddings(ctx: ReproduceContext) -> dict:
                                 held, reason=why, contrast=[r[f"{kind}_contrast"] for r in rows],
                                 se=[r[f"{kind}_se"] for r in rows],
                                 min_topic_contrast=[r[f"min_{kind}_contrast"] for r in rows]))
-    setting = (f"d = {model.d} < |V| = {model.V}, trained untied decoder W_dec [|V|×d], W_V = I_d, uniform attention, "
-               "W_E from ε·U[0,1) with ε = 0.01: the embedding Gram W_E W_Eᵀ is not the logit map W_dec W_Eᵀ")
+    setting = _setting(rows[0]["d"], cfg.typed_data().vocab_size)
     return {"experiment": "topic/embeddings", "setting": setting, "config": cfg.model_dump(mode="json"), "runs": rows,
             "per_topic_contrast": per_topic,
             "claims": [claim("e1-blocks", "Same-topic embeddings have a larger inner product (and cosine) than "
@@ -71,8 +87,15 @@ def reproduce_embeddings(ctx: ReproduceContext) -> dict:
                              "topic), noise = std over topics/√T; " + setting,
                              measured="Gram block contrast ± SE over topics, min per-topic contrast, per seed",
                              expected="> 2·SE and every topic > 0, every seed", readings=readings,
-                             gram_vs_logit_rel_diff=[r["gram_vs_logit_rel_diff"] for r in rows])],
-            "files": ["embeddings.csv", "embeddings.png"]}
+                             gram_vs_logit_rel_diff=[r["gram_vs_logit_rel_diff"] for r in rows])]}
+
+
+def draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
+    """The embedding Gram beside the logit map (the first seed)."""
+    cfg = _config(ctx)
+    heatmaps(ctx.out / "embeddings.png", matrices_of(tables["embeddings_matrices"]), cfg.typed_data().words_per_topic,
+             f"E1 (d = {tables['embeddings'][0]['d']}, trained decoder) after {cfg.optim.steps} steps")
+    return ["embeddings.png"]
 
 
 def _logit_map(model: TopicTransformer) -> torch.Tensor:
@@ -96,3 +119,9 @@ def e1_measures(model: TopicTransformer, v: int) -> dict[str, Any]:
     out["gram_vs_logit_rel_diff"] = float((G - M).norm() / M.norm().clamp(min=1e-30))
     out["dot_per_topic"] = g["dot_per_topic"][0].tolist()
     return out
+
+
+register_phases("topic/embeddings", Phases(plan=plan, measure=measure, judge=judge, draw=draw,
+                                           tables=("embeddings", "embeddings_per_topic", "embeddings_matrices"),
+                                           columns={"embeddings_matrices": MATRIX_COLS}),
+                default_config=embeddings_config)

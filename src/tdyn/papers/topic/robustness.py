@@ -1,26 +1,14 @@
-"""topic/robustness (E5) and topic/squared-loss (E6) (docs/reproductions/topic.md#variants-e1-to-e6,
-docs/reproductions/topic.md#topicrobustness): do the paper's claims — the value block learns the topics,
-same-topic attention, two stages — still hold under other optimizers and learning rates (the paper's own
-setting: "standard SGD or Adam"), and, beyond the paper, under two heads, two layers, the full BERT block,
-dynamic masking, the authors' embedding LayerNorm and the squared loss? One table of variants, several seeds per
-variant (``--seeds``, default 3: one seed has no noise band), claims per variant.
-
-Judged on the right object (issue 32):
-
-* **value block** on each architecture's *value path* (``tdyn.probes.topic_value.value_path``): W_V for the
-  one-layer model, W_V⁽²⁾ W_V⁽¹⁾ for two layers, W_dec W_O W_V for the BERT block, the effective value map
-  (Ẽ W_Vᵀ)ᵀ for the embedding LayerNorm — not layer 0's W_V (reported beside it, unjudged). Judged at the end of
-  the run and at the end of stage 1 (the last checkpoint before the stage-2 onset: with trained attention the value
-  path's contrast can decay once attention takes over);
-* **attention** on every layer (heads averaged), one claim per layer;
-* **stage-2 onset** (for the end of stage 1 and the "too short" label) from the checkpoints: the first checkpoint
-  from which some layer's attention gap stays ≥ 0.05 and > 2 SE (over documents) at every later checkpoint — a
-  crossing that persists, not a transient.
-"""
+"""topic/robustness (E5) and topic/squared-loss (E6) (docs/reproductions/topic.md#topicrobustness,
+docs/reproductions/topic.md#topicsquared-loss): do the value blocks, same-topic attention and two stages still hold
+under other optimizers and learning rates (the paper's "standard SGD or Adam"), and, beyond the paper, under two
+heads, two layers, the full BERT block, dynamic masking, the authors' embedding LayerNorm and the squared loss? One
+table of variants, several seeds per variant, claims per variant: the value block on each architecture's value path
+(:func:`tdyn.papers.topic.value.value_path`), attention on every layer, the two-stage claims."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -29,24 +17,41 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from tdyn import runs, stats
-from tdyn.data.lda import NUM_SPECIAL
+from tdyn import stats
 from tdyn.errors import ConfigError
-from tdyn.reproduce.common import claim, decide
 from tdyn.papers.topic import quotes as quotes
-from tdyn.reproduce.registry import ReproduceContext, register
-from tdyn.papers.topic.analysis import (E2, E4, GAP_DEF, dense_probe_steps, final, heatmaps, member_model,
-                                           metrics_table, run_reference, stage_times, train_runs, two_stage_claims,
-                                           with_stage_probe)
-from tdyn.probes.topic_stages import GAP_ONSET, attention_gap_docs
-from tdyn.probes.topic_value import value_path, value_structure
+from tdyn.papers.topic.analysis import (E2, E4, GAP_DEF, MATRIX_COLS, as_run, dense_probe_steps, final, heatmaps,
+                                        matrices_of, matrix_rows, member_model, metrics_table, run_reference,
+                                        stage_times, two_stage_claims, with_stage_probe)
+from tdyn.papers.topic.data import NUM_SPECIAL
+from tdyn.papers.topic.stages import GAP_ONSET, attention_gap_docs
+from tdyn.papers.topic.task import dataset, lda_config
+from tdyn.papers.topic.value import value_path, value_structure
 from tdyn.report import style
-from tdyn.runs import write_csv
+from tdyn.reproduce.common import claim, decide
+from tdyn.reproduce.phases import Phases, register_phases
+from tdyn.reproduce.registry import ReproduceContext
+from tdyn.runs import Run
 from tdyn.schema import Strict
-from tdyn.tasks.lda_mlm import dataset, lda_config
 
-SEEDS = 3               # seeds per variant (full settings); --quick: one
-CHECKPOINTS = 24        # log-spaced checkpoints: the value path and every layer's attention over training
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """Seeds per variant, training steps, probe interval and log-spaced checkpoints of every variant."""
+
+    seeds: int
+    steps: int
+    every: int
+    checkpoints: int
+
+    def with_options(self, seeds: int | None = None, steps: int | None = None) -> Grid:
+        """The grid with the options the user gave (``--seeds``, ``--steps``; None: as it is)."""
+        return dataclasses.replace(self, **{k: v for k, v in (("seeds", seeds), ("steps", steps)) if v is not None})
+
+
+FULL = Grid(seeds=3, steps=3000, every=50, checkpoints=24)
+QUICK = Grid(seeds=1, steps=150, every=25, checkpoints=8)
+SEEDS = FULL.seeds      # seeds per variant (full settings); --quick: one
 
 # ---------------------------------------------------------------- provenance of the variants
 
@@ -126,14 +131,14 @@ def value_numbers(model, v: int) -> dict[str, float]:
             "wv_layer0_contrast_noise": raw and raw["contrast_noise"]}
 
 
-def trajectory(d: Path, v: int, kq_trained: bool, device: str = "cpu") -> list[dict[str, Any]]:
-    """Per checkpoint of run ``d``: the value path's min per-topic contrast and noise and every layer's
+def trajectory(run: Run, v: int, kq_trained: bool, device: str = "cpu") -> list[dict[str, Any]]:
+    """Per checkpoint of ``run``: the value path's min per-topic contrast and noise and every layer's
     attention gap ± SE (the attention computed on ``device``)."""
-    _, dc = member_model(d, 0)
+    _, dc = member_model(run, 0)
     docs = _probe_docs(dc, device)
     rows = []
-    for s in runs.checkpoint_steps(d):
-        model, _ = member_model(d, s)
+    for s in run.steps():
+        model, _ = member_model(run, s)
         r = {"step": s} | value_numbers(model, v)
         if kq_trained:
             for layer, (g, se) in enumerate(layer_gaps(model, docs, v)):
@@ -164,18 +169,18 @@ def end_of_stage1(traj: list[dict], onset: float | None) -> dict[str, Any]:
     return before[-1] if before else traj[0]
 
 
-def summarise_run(d: Path, device: str = "cpu") -> dict[str, Any]:
-    """One run (one seed): final loss, the value path at the end and at the end of stage 1, every
-    layer's final attention gap, the checkpoint-based stage-2 onset and (W_K, W_Q trained) the stage
-    times of ``topic_common.stage_times``."""
-    m = metrics_table(d)
-    model, dc = member_model(d)
+def summarise_run(run: Run, device: str = "cpu", seed: int | None = None) -> dict[str, Any]:
+    """One run (one seed, ``seed`` if known): final loss, the value path at the end and at the end of stage 1,
+    every layer's final attention gap, the checkpoint-based stage-2 onset and (W_K, W_Q trained) the stage
+    times of :func:`tdyn.papers.topic.analysis.stage_times`."""
+    m = metrics_table(run)
+    model, dc = member_model(run)
     v = dc.words_per_topic
     kq = model.cfg.attention == "trained"
     out: dict[str, Any] = {"final_loss": final(m, "loss"), "dev_loss_probe": final(m, "topic.dev_loss/dev_loss"),
                            "kq_trained": kq, "n_layers": model.cfg.n_layers, "steps": int(m["step"][-1])}
     out |= value_numbers(model, v)
-    traj = trajectory(d, v, kq, device)
+    traj = trajectory(run, v, kq, device)
     out["trajectory"] = traj
     if kq:
         for layer, (g, se) in enumerate(layer_gaps(model, _probe_docs(dc, device), v)):
@@ -185,7 +190,7 @@ def summarise_run(d: Path, device: str = "cpu") -> dict[str, Any]:
         out |= {"stage2_onset": onset, "stage1_end_step": e1["step"],
                 "stage1_value_min_topic_contrast": e1["value_min_topic_contrast"],
                 "stage1_value_contrast_noise": e1["value_contrast_noise"]}
-        st = stage_times(m, run_reference(d)) | {"seed": runs.read_meta(d)["seed"]}
+        st = stage_times(m, run_reference(run)) | {"seed": run.seed if seed is None else seed}
         if model.cfg.n_layers > 1 or model.cfg.block == "bert":
             for tv in ("structure", "plateau"):                  # the probe's value contrast is layer 0's map
                 st |= {f"applicable_{tv}": False, f"na_{tv}": LAYER0_VALUE_NA}
@@ -210,7 +215,7 @@ TRAJ_COLS = ["variant", "seed", "step", "value_min_topic_contrast", "value_contr
 
 
 def _variant_configs(variants: dict[str, dict]) -> dict[str, dict]:
-    """The run configs ``_claim_table`` trains for ``variants`` (the ``topic.stages`` probe where W_K, W_Q train)."""
+    """The run configs of ``variants`` (the ``topic.stages`` probe where W_K, W_Q train), by variant label."""
     return {label: with_stage_probe(copy.deepcopy(base)) if base["model"].get("attention", "trained") == "trained"
             else base for label, base in variants.items()}
 
@@ -218,16 +223,6 @@ def _variant_configs(variants: dict[str, dict]) -> dict[str, dict]:
 def run_name(label: str) -> str:
     """The run directory of a variant under runs/ (from its label: the same whichever variants are selected)."""
     return "v-" + re.sub(r"[^a-z0-9.]+", "-", label.lower()).strip("-")
-
-
-def _claim_table(ctx: ReproduceContext, variants: dict[str, dict]) -> list[dict]:
-    """Train each variant (run ``run_name(label)``, one member per seed) and summarise its runs, one row per run."""
-    rows = []
-    for label, base in _variant_configs(variants).items():
-        _, dirs = train_runs(ctx, run_name(label), base)
-        rows += [{"variant": label, "seed": runs.read_meta(d)["seed"], "dir": d}
-                 | summarise_run(d, getattr(ctx, "device", "cpu")) for d in dirs]
-    return rows
 
 
 VALUE_DEF = ("per topic t: mean same-topic off-diagonal entry of the value path W_eff (rows of t, word ids) minus the "
@@ -315,7 +310,7 @@ VALUE_NOTE = ("Robustness variant: the value contrast of the order readings is t
 
 
 def _two_stage(prefix: str, label: str, rs: list[dict]) -> list[dict]:
-    """The two two-stage claims of a variant (``topic_common.two_stage_claims``: the literal weight-norm statement
+    """The two two-stage claims of a variant (``analysis.two_stage_claims``: the literal weight-norm statement
     and the functional order), derived for the variants beyond the paper's setting, with the "too short" label
     when stage 2 never began within the run in some seed."""
     out = two_stage_claims([r["stage"] for r in rs], id=f"{prefix}-{label}-two-stage", label=label,
@@ -394,15 +389,78 @@ def trajectory_figure(path: Path, rows: list[dict], title: str) -> None:
     style.save(fig, path)
 
 
-def _tables(ctx: ReproduceContext, rows: list[dict], name: str) -> list[str]:
-    write_csv(ctx.out / f"{name}.csv", [dict.fromkeys(SUMMARY_COLS) | r for r in rows], SUMMARY_COLS)
-    write_csv(ctx.out / f"{name}_trajectory.csv", [dict.fromkeys(TRAJ_COLS) | {"variant": r["variant"], "seed": r["seed"]}
-                                                  | t for r in rows for t in r["trajectory"]], TRAJ_COLS)
-    return [f"{name}.csv", f"{name}_trajectory.csv"]
+# ---------------------------------------------------------------- the phases, shared by E5 and E6
+
+
+def _grid(quick: bool, seeds: int | None, steps: int | None) -> Grid:
+    return (QUICK if quick else FULL).with_options(seeds=seeds, steps=steps)
+
+
+def _measure(ctx: ReproduceContext, trained: dict, variants: dict[str, dict], name: str) -> dict[str, list[dict]]:
+    """Every run of every variant summarised (``summarise_run``): the summary, the trajectories, every number of
+    a run (``<name>_runs``) and its stage times (``<name>_stages``, W_K and W_Q trained)."""
+    rows = []
+    for label in variants:
+        for d in trained[run_name(label)]:
+            run = as_run(d)
+            seed = run.seed
+            rows.append({"variant": label, "seed": seed} | summarise_run(run, getattr(ctx, "device", "cpu"), seed))
+    n = max(r["n_layers"] for r in rows)
+    cols = [*BASE_KEYS, *(f"{k}_layer{layer}" for layer in range(n) for k in ("gap", "gap_se")), *KQ_KEYS]
+    stages = [{"variant": r["variant"]} | r["stage"] for r in rows if r["kq_trained"]]
+    stage_cols = list(dict.fromkeys(k for r in stages for k in r))
+    return {name: rows,
+            f"{name}_trajectory": [dict.fromkeys(TRAJ_COLS) | {"variant": r["variant"], "seed": r["seed"]} | t
+                                   for r in rows for t in r["trajectory"]],
+            f"{name}_runs": [{k: r.get(k) for k in cols} for r in rows],
+            f"{name}_stages": [{k: r.get(k) for k in stage_cols} for r in stages]}
+
+
+BASE_KEYS = ["variant", "seed", "final_loss", "dev_loss_probe", "kq_trained", "n_layers", "steps",
+             "value_min_topic_contrast", "value_contrast_noise", "value_r2_aI_bB_c11", "wv_layer0_min_topic_contrast",
+             "wv_layer0_contrast_noise"]
+KQ_KEYS = ["stage2_onset", "stage1_end_step", "stage1_value_min_topic_contrast", "stage1_value_contrast_noise",
+           *STAGE_KEYS]
+
+
+def _rows(tables: dict, name: str) -> list[dict]:
+    """The runs as ``summarise_run`` gave them, from the tables: each run's numbers (those its architecture has),
+    its ``trajectory`` and (W_K, W_Q trained) its ``stage`` times."""
+    stages = {(r["variant"], r["seed"]): {k: v for k, v in r.items() if k != "variant"} for r in tables[f"{name}_stages"]}
+    traj: dict[tuple, list[dict]] = {}
+    for t in tables[f"{name}_trajectory"]:
+        traj.setdefault((t["variant"], t["seed"]), []).append(t)
+    out = []
+    for r in tables[f"{name}_runs"]:
+        kq = r["kq_trained"]
+        keys = BASE_KEYS + ([f"{k}_layer{layer}" for layer in range(r["n_layers"]) for k in ("gap", "gap_se")]
+                            + KQ_KEYS if kq else [])
+        row = {k: r[k] for k in keys} | {"trajectory": traj.get((r["variant"], r["seed"]), [])}
+        out.append(row | ({"stage": stages[(r["variant"], r["seed"])]} if kq else {}))
+    return out
 
 
 def _table_json(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in ("trajectory", "stage", "dir")} for r in rows]
+
+
+def _phases(name: str, prefix: str, variants, draw) -> Phases:
+    """The phases of E5 or E6 (tables ``<name>``, ``<name>_trajectory``, ``<name>_runs``, ``<name>_stages``)."""
+    def measure(ctx, trained):
+        return _measure(ctx, trained, variants(ctx), name)
+
+    def judge(ctx, tables):
+        rows = _rows(tables, name)
+        note = {"grid_note": GRID_NOTE} if prefix == "e5" else {}
+        return {"experiment": f"topic/{name.replace('_', '-')}"} | note | {
+            "table": _table_json(rows), "claims": _table_claims(rows, prefix)}
+
+    def plan(ctx):   # each variant trains into runs/<run_name(label)>
+        return {run_name(label): c for label, c in _variant_configs(variants(ctx)).items()}
+
+    return Phases(plan=plan, measure=measure, judge=judge, draw=draw,
+                  tables=(name, f"{name}_trajectory", f"{name}_runs", f"{name}_stages"),
+                  columns={name: SUMMARY_COLS, f"{name}_trajectory": TRAJ_COLS})
 
 
 # ---------------------------------------------------------------- E5: robustness
@@ -411,16 +469,15 @@ def _table_json(rows: list[dict]) -> list[dict]:
 def robustness_variants(seed: int = 0, quick: bool = False, seeds: int | None = None,
                         steps: int | None = None) -> dict[str, dict]:
     """E5 (docs/reproductions/topic.md#variants-e1-to-e6): the E4 setting under other optimizers, learning rates,
-    heads, layers, the full BERT block, standard dynamic masking and the authors' embedding LayerNorm; ``seeds``
-    seeds per variant (default 3, quick 1), 24 log-spaced checkpoints."""
-    n = seeds or (1 if quick else SEEDS)
-    steps, every = (steps or (150 if quick else 3000)), (25 if quick else 50)
+    heads, layers, the full BERT block, standard dynamic masking and the authors' embedding LayerNorm (``FULL``:
+    3 seeds per variant, 24 log-spaced checkpoints; ``QUICK``; ``seeds``, ``steps``: the options)."""
+    g = _grid(quick, seeds, steps)
 
     def cfg(model=None, data=None, optimizer="adam", lr=0.01):
-        c = lda_config(E4 | (model or {}), data=data, steps=steps, every=every, seeds=range(seed, seed + n),
+        c = lda_config(E4 | (model or {}), data=data, steps=g.steps, every=g.every, seeds=range(seed, seed + g.seeds),
                        optimizer=optimizer, lr=lr, quick=quick)
-        c["checkpoint"] = {"schedule": "log", "num": 8 if quick else CHECKPOINTS}
-        c["probes"]["steps"] = dense_probe_steps(steps)          # log-spaced early: Adam's stages are short
+        c["checkpoint"] = {"schedule": "log", "num": g.checkpoints}
+        c["probes"]["steps"] = dense_probe_steps(g.steps)          # log-spaced early: Adam's stages are short
         return c
 
     return {
@@ -441,16 +498,13 @@ def _robustness(ctx: ReproduceContext) -> dict[str, dict]:
     return _select(robustness_variants(ctx.seed, ctx.quick, o.seeds, o.steps), o.variants)
 
 
-@register("topic/robustness", "E5: do the value blocks (on each architecture's value path), same-topic attention "
-          "(every layer) and two stages survive other optimizers, learning rates, heads, layers and the full BERT "
-          "block? (3 seeds per variant)", options=RobustnessOptions,
-          configs=lambda ctx: _variant_configs(_robustness(ctx)))
-def reproduce_robustness(ctx: ReproduceContext) -> dict:
-    rows = _claim_table(ctx, _robustness(ctx))
-    files = _tables(ctx, rows, "robustness")
-    trajectory_figure(ctx.out / "robustness.png", rows, "E5: value path and attention over training")
-    return {"experiment": "topic/robustness", "grid_note": GRID_NOTE, "table": _table_json(rows),
-            "claims": _table_claims(rows, "e5"), "files": files + ["robustness.png"]}
+def _robustness_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
+    trajectory_figure(ctx.out / "robustness.png", _rows(tables, "robustness"), "E5: value path and attention over training")
+    return ["robustness.png"]
+
+
+register_phases("topic/robustness", _phases("robustness", "e5", _robustness, _robustness_draw),
+                options=RobustnessOptions)
 
 
 # ---------------------------------------------------------------- E6: squared loss
@@ -458,15 +512,15 @@ def reproduce_robustness(ctx: ReproduceContext) -> dict:
 
 def squared_variants(seed: int = 0, quick: bool = False, seeds: int | None = None,
                      steps: int | None = None) -> dict[str, dict]:
-    """E6: E2 and E4 under cross-entropy and the squared loss; ``seeds`` seeds per variant (default 3)."""
-    n = seeds or (1 if quick else SEEDS)
-    steps, every = (steps or (150 if quick else 3000)), (25 if quick else 50)
+    """E6: E2 and E4 under cross-entropy and the squared loss (the grid of E5)."""
+    g = _grid(quick, seeds, steps)
     out = {}
     for name, model in (("E2", E2), ("E4", E4)):
         for loss in ("ce", "squared"):
-            c = lda_config(model | {"loss": loss}, steps=steps, every=every, seeds=range(seed, seed + n), quick=quick)
-            c["checkpoint"] = {"schedule": "log", "num": 8 if quick else CHECKPOINTS}
-            c["probes"]["steps"] = dense_probe_steps(steps)
+            c = lda_config(model | {"loss": loss}, steps=g.steps, every=g.every, seeds=range(seed, seed + g.seeds),
+                           quick=quick)
+            c["checkpoint"] = {"schedule": "log", "num": g.checkpoints}
+            c["probes"]["steps"] = dense_probe_steps(g.steps)
             out[f"{name} {loss}"] = c
     return out
 
@@ -476,17 +530,25 @@ def _squared(ctx: ReproduceContext) -> dict[str, dict]:
     return _select(squared_variants(ctx.seed, ctx.quick, o.seeds, o.steps), o.variants)
 
 
-@register("topic/squared-loss", "E6: E2 and E4 with the squared loss instead of cross-entropy (3 seeds per variant)",
-          options=RobustnessOptions, configs=lambda ctx: _variant_configs(_squared(ctx)))
-def reproduce_squared(ctx: ReproduceContext) -> dict:
+def _squared_measure(ctx: ReproduceContext, trained: dict) -> dict[str, list[dict]]:
+    """E6's tables (``_measure``) and the value path of the first seed of "E2 squared" (else the first variant)."""
     variants = _squared(ctx)
-    rows = _claim_table(ctx, variants)
-    files = _tables(ctx, rows, "squared_loss")
+    out = _measure(ctx, trained, variants, "squared_loss")
     shown = "E2 squared" if "E2 squared" in variants else next(iter(variants))
-    model, _ = member_model(next(r["dir"] for r in rows if r["variant"] == shown))     # its first seed
-    W = value_path(model)[0]
-    heatmaps(ctx.out / "squared_loss_value.png", {f"W_V ({shown})": W, "W_Vᵀ W_V": W.T @ W},
-             10, "E6: stage 1 with the squared loss")
-    trajectory_figure(ctx.out / "squared_loss.png", rows, "E6: value path and attention over training")
-    return {"experiment": "topic/squared-loss", "table": _table_json(rows), "claims": _table_claims(rows, "e6"),
-            "files": files + ["squared_loss_value.png", "squared_loss.png"]}
+    W = value_path(member_model(trained[run_name(shown)][0])[0])[0]
+    return out | {"squared_loss_matrices": matrix_rows({f"W_V ({shown})": W, "W_Vᵀ W_V": W.T @ W})}
+
+
+def _squared_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
+    heatmaps(ctx.out / "squared_loss_value.png", matrices_of(tables["squared_loss_matrices"]), 10,
+             "E6: stage 1 with the squared loss")
+    trajectory_figure(ctx.out / "squared_loss.png", _rows(tables, "squared_loss"),
+                      "E6: value path and attention over training")
+    return ["squared_loss_value.png", "squared_loss.png"]
+
+
+_E6 = _phases("squared_loss", "e6", _squared, _squared_draw)
+register_phases("topic/squared-loss",
+                dataclasses.replace(_E6, measure=_squared_measure, tables=(*_E6.tables, "squared_loss_matrices"),
+                                    columns=_E6.columns | {"squared_loss_matrices": MATRIX_COLS}),
+                options=RobustnessOptions)

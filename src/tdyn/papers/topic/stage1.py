@@ -1,36 +1,13 @@
-"""topic/stage1 (E2; docs/reproductions/topic.md#variants-e1-to-e6,
-docs/reproductions/topic.md#stage-1-reference-optimum, docs/reproductions/topic.md#stage-1-value-blocks,
-docs/reproductions/topic.md#topicstage1; issue 12 items 4 and 5): W_V alone learns the topic blocks. The two
-presets, the held-out references of the convex stage-1 class, the authors' best-dev checkpoint rule, the value
-structure over training, the figures, and ``reproduce_stage1``, which assembles them into claims.
-
-Presets (``tdyn reproduce topic/stage1 --preset NAME``; results.json ``setting``):
-
-* ``clean`` (default): the paper's W_V-only model (docs/reproductions/topic.md#model-as-in-the-paper): one-hot
-  embeddings, attention frozen uniform, W_dec = I, no embedding LayerNorm or token-type vector; 3000 Adam steps (lr
-  0.01, batch 40), three seeds; the final state is analysed.
-* ``authors``: the authors' demo configuration (``lda_bert_demo.ipynb``, ``BertForMaskedLMCustom``
-  ``_noMany``; docs/reproductions/topic.md#model-as-in-the-authors-code,
-  docs/reproductions/topic.md#training-defaults): as ``clean`` plus the always-on embedding LayerNorm LN(W_E x +
-  T₀) with its trained token-type vector T₀, γ and β; their step count (max_epochs 20 × 250 steps = 5000); dev loss
-  on the whole dev split after updates 1, 1001, 2001, …; the **best-dev checkpoint** is analysed, with their early
-  stop (two non-improving evaluations in a row end the run).
-
-Held-out references (docs/reproductions/topic.md#stage-1-reference-optimum; issue 12 item 4). The stage-1 class is
-softmax regression on the visible bag of words, logits W h + b:
-
-* **fitted train minimum**: the unregularised L-BFGS fit on train (zero init); its train loss is the
-  class's minimum train loss (up to convergence), a lower bound on any model's train loss;
-* **unregularised fit's held-out loss**: the same fit scored on dev (the old "convex optimum"). With
-  about one document per parameter it overfits, so it is *not* a lower bound on dev loss;
-* **ℓ2-tuned held-out loss**: fits on train with (λ/2)‖W‖² for λ on ``L2_GRID``, the best dev loss
-  over the grid (λ chosen on dev: an optimistic reference for the best achievable held-out loss);
-* **dev-fit floor**: the unregularised fit on dev itself, scored on dev: no predictor of the class
-  has a lower dev loss.
-"""
+"""topic/stage1 (E2; docs/reproductions/topic.md#stage-1-reference-optimum,
+docs/reproductions/topic.md#stage-1-value-blocks, docs/reproductions/topic.md#topicstage1): W_V alone learns the
+topic blocks. Two presets (``--preset``): ``clean``, the paper's W_V-only model, and ``authors``, the authors' demo
+configuration with its best-dev checkpoint. The losses are compared with held-out references of the convex
+stage-1 class, the value structure with its relabelling noise and the two-value form aI + bB + c11ᵀ; an extra ℓ2
+run at the held-out-tuned λ gives the unique optimum the symmetry argument needs."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any, Literal
@@ -38,20 +15,22 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from tdyn import runs, stats
-from tdyn.config import validate_config
-from tdyn.data.lda import NUM_SPECIAL, LdaDataset
-from tdyn.reproduce.common import claim, configure, decide, margin, reading, train_into
+from tdyn import stats
 from tdyn.papers.topic import quotes as quotes
-from tdyn.reproduce.registry import ReproduceContext, register
-from tdyn.papers.topic.analysis import E2, all_seeds, heatmaps, member_model, split_loss, stage_config
-from tdyn.probes.topic_value import effective_value_map, gauge_fix, r2_aIbBc11, value_structure
+from tdyn.papers.topic.analysis import (E2, MATRIX_COLS, all_seeds, as_run, heatmaps, matrices_of, matrix_rows,
+                                        member_model, split_loss, stage_config)
+from tdyn.papers.topic.data import NUM_SPECIAL, LdaDataConfig, LdaDataset
+from tdyn.papers.topic.task import dataset
+from tdyn.papers.topic.theory import (bag_of_words, doc_losses, fit_softmax_regression, l2_path, paired_gap,
+                                      softmax_regression_loss)
+from tdyn.papers.topic.value import effective_value_map, gauge_fix, r2_aIbBc11, value_structure
 from tdyn.report import style
-from tdyn.runs import write_csv
+from tdyn.config import validate_config
+from tdyn.reproduce.common import claim, configure, decide, margin, reading, train_into
+from tdyn.reproduce.phases import Phases, register_phases
+from tdyn.reproduce.registry import ReproduceContext
+from tdyn.runs import Run
 from tdyn.schema import Strict
-from tdyn.tasks.lda_mlm import dataset
-from tdyn.theory.topic import (bag_of_words, doc_losses, fit_softmax_regression, l2_path, paired_gap,
-                               softmax_regression_loss)
 
 PRESETS = {
     "clean": "the paper's W_V-only model (docs/reproductions/topic.md#model-as-in-the-paper): one-hot embeddings, attention frozen uniform, W_dec = I, "
@@ -80,11 +59,26 @@ class Stage1Options(Strict):
         "config (embedding LayerNorm + token-type vector, 5000 steps, best-dev checkpoint)")
 
 
+@dataclasses.dataclass(frozen=True)
+class AuthorsSchedule:
+    """Steps and dev evaluations of the authors' preset (docs/reproductions/topic.md#training-defaults)."""
+
+    steps: int
+    every: int
+
+    def evals(self) -> list[int]:
+        """The evaluation steps: after updates 1, 1 + every, … before ``steps``."""
+        return list(range(1, self.steps, self.every))
+
+
+AUTHORS_FULL, AUTHORS_QUICK = AuthorsSchedule(steps=5000, every=1000), AuthorsSchedule(steps=500, every=100)
+
+
 def authors_schedule(quick: bool) -> tuple[int, list[int]]:
     """(steps, evaluation steps) of the authors' preset: 5000 steps, evaluations after updates
-    1, 1001, …, 4001 (docs/reproductions/topic.md#training-defaults); quick: 500 steps, evaluations after 1, 101, …, 401."""
-    steps, every = (500, 100) if quick else (5000, 1000)
-    return steps, list(range(1, steps, every))
+    1, 1001, …, 4001; quick: 500 steps, evaluations after 1, 101, …, 401."""
+    s = AUTHORS_QUICK if quick else AUTHORS_FULL
+    return s.steps, s.evals()
 
 
 def best_dev_step(evals: list[tuple[int, float]], patience: int = 2) -> tuple[int, int]:
@@ -132,10 +126,10 @@ def path_rows(refs: dict, v: int) -> list[dict]:
 # ---------------------------------------------------------------- one trained member
 
 
-def analyse_member(d: Path, ds: LdaDataset, refs: dict, v: int, step: int | str = "final") -> dict[str, Any]:
-    """Losses of run ``d`` at ``step`` against the references (with document-resampling standard
+def analyse_member(run: Run, ds: LdaDataset, refs: dict, v: int, step: int | str = "final") -> dict[str, Any]:
+    """Losses of ``run`` at ``step`` against the references (with document-resampling standard
     errors of the paired differences), and its value structure (effective map and raw W_V)."""
-    model, _ = member_model(d, step)
+    model, _ = member_model(run, step)
     W, b = effective_value_map(model)
     h, C, hd, Cd = refs["h"], refs["C"], refs["h_dev"], refs["C_dev"]
     lt, ld = doc_losses(W, b, h, C), doc_losses(W, b, hd, Cd)
@@ -154,20 +148,20 @@ def analyse_member(d: Path, ds: LdaDataset, refs: dict, v: int, step: int | str 
             "value": vs, "value_raw_wv": raw, "W_eff": W}
 
 
-def authors_best_step(d: Path, ds: LdaDataset, eval_steps: list[int]) -> dict[str, Any]:
-    """The authors' best-dev checkpoint of run ``d``: full-dev loss at ``eval_steps``, the rule of
+def authors_best_step(run: Run, ds: LdaDataset, eval_steps: list[int]) -> dict[str, Any]:
+    """The authors' best-dev checkpoint of ``run``: full-dev loss at ``eval_steps``, the rule of
     :func:`best_dev_step`."""
-    evals = [(s, split_loss(member_model(d, s)[0], ds)) for s in eval_steps]
+    evals = [(s, split_loss(member_model(run, s)[0], ds)) for s in eval_steps]
     best, last = best_dev_step(evals)
     return {"best_step": best, "stopped_at": last, "evals": evals}
 
 
-def r2_over_training(d: Path, v: int) -> list[dict]:
+def r2_over_training(run: Run, v: int) -> list[dict]:
     """Per checkpoint: R² of the effective map (= W_V in the clean preset), gauge-fixed R², and the
     raw W_V R² (differs only with the embedding LayerNorm)."""
     rows = []
-    for s in runs.checkpoint_steps(d):
-        model, _ = member_model(d, s)
+    for s in run.steps():
+        model, _ = member_model(run, s)
         W, _ = effective_value_map(model)
         ns = NUM_SPECIAL
         rows.append({"step": s, "r2": r2_aIbBc11(W[ns:, ns:], v),
@@ -184,7 +178,7 @@ def drift_summary(traj: list[dict]) -> dict[str, float]:
             "r2_drop_from_peak": peak["r2"] - rs[-1]["r2"], "r2_gauge_fixed_final": rs[-1]["r2_gauge_fixed"]}
 
 
-# ---------------------------------------------------------------- topic/stage1
+# ---------------------------------------------------------------- plan
 
 
 def stage1_config(seed: int = 0, quick: bool = False, preset: str = "clean", l2: float = 0.0) -> dict:
@@ -204,112 +198,125 @@ def stage1_config(seed: int = 0, quick: bool = False, preset: str = "clean", l2:
     return cfg
 
 
-def _stage1_preset(ctx: ReproduceContext) -> str:
+def _preset(ctx: ReproduceContext) -> str:
     return (ctx.options or Stage1Options()).preset
 
 
-@register("topic/stage1", "E2: W_V alone learns the topic blocks (one-hot, attention frozen uniform; presets "
-          "clean (default) and authors via --preset authors)", default_config=stage1_config, options=Stage1Options,
-          configs=lambda ctx: {"e2": stage1_config(ctx.seed, ctx.quick, _stage1_preset(ctx))})
-def reproduce_stage1(ctx: ReproduceContext) -> dict:
-    """E2 (docs/reproductions/topic.md#variants-e1-to-e6, docs/reproductions/topic.md#stage-1-reference-optimum,
-    docs/reproductions/topic.md#stage-1-value-blocks, docs/reproductions/topic.md#topicstage1; issue 12 items 4–5),
-    in one of two presets (``--preset NAME``; results.json ``setting``; details in the module docstring):
+def references(dc: LdaDataConfig) -> dict[str, Any]:
+    """``stage1_references`` of the data ``dc``."""
+    return stage1_references(dataset(dc))
 
-    * ``clean`` (default): the paper's W_V-only model — one-hot embeddings, uniform attention, W_dec = I,
-      no embedding LayerNorm / token-type vector; 3000 steps; final state.
-    * ``authors``: the authors' demo config — plus embedding LayerNorm and trained token-type vector;
-      5000 steps (20 epochs × 250); best-dev checkpoint of dev evaluations after updates 1, 1001, …
 
-    Besides the unregularised runs (three seeds), an ℓ2 run (same seeds, the real (λ/2)‖θ‖² at the
-    held-out-tuned λ of the convex fit) gives the unique regularised optimum the symmetry argument
-    (docs/reproductions/topic.md#stage-1-value-blocks) needs. Compared: train loss with the fitted train minimum of
-    the convex class; dev loss with the ℓ2-tuned held-out loss and the dev-fit floor (the unregularised fit's
-    held-out loss, the old "convex optimum", overfits and is reported only); W_V's per-topic block contrast against
-    its relabelling noise; the R² of W_V ≈ aI + bB + c11ᵀ over training (unregularised: drift) and for the ℓ2 run
-    and the ℓ2 optimum.
-    """
-    preset = _stage1_preset(ctx)
-    base = stage1_config(ctx.seed, ctx.quick, preset)
-    cfg = configure(base, ctx.overrides)
+def plan(ctx: ReproduceContext) -> dict[str, dict]:
+    """``e2``, the preset's config. Its ℓ2 companion ``e2-l2`` is the same job at the held-out-tuned λ of the
+    convex fit on its data, a fit of tens of seconds at quick settings and longer at full ones: ``measure`` makes it
+    and trains that run, so that ``tdyn config`` and the catalog need no fit."""
+    return {"e2": stage1_config(ctx.seed, ctx.quick, _preset(ctx))}
+
+
+def _configs(ctx: ReproduceContext, lam: float):
+    """The validated configs of ``e2`` and of its ℓ2 companion at ``lam`` (the same job, ℓ2 set)."""
+    cfg = configure(plan(ctx)["e2"], ctx.overrides)
+    return cfg, validate_config(cfg.model_dump(mode="json") | {"model": cfg.model | {"l2": lam}})
+
+
+# ---------------------------------------------------------------- measure
+
+
+def measure(ctx: ReproduceContext, trained: dict) -> dict[str, list[dict]]:
+    """Fits the references of the convex class and trains the ℓ2 companion run at their tuned λ (``plan``); then,
+    per member (unregularised and ℓ2): losses against the references, value structure, R² over training; the ℓ2
+    path, the references and the ℓ2 optimum's structure; the per-topic contrasts; the matrices drawn."""
+    preset = _preset(ctx)
+    cfg = configure(plan(ctx)["e2"], ctx.overrides)
     dc = cfg.typed_data()
-    v, ds = dc.words_per_topic, dataset(dc)
-    refs = stage1_references(ds)
-    lam = refs["tuned"]["l2"]
-    cfg_l2 = validate_config(cfg.model_dump(mode="json") | {"model": cfg.model | {"l2": lam}})   # the same job, ℓ2-tuned
-    dirs = train_into(ctx, "e2", cfg)
-    dirs_l2 = train_into(ctx, "e2-l2", cfg_l2)
+    v, ds, refs = dc.words_per_topic, dataset(dc), references(dc)
+    trained = trained | {"e2-l2": train_into(ctx, "e2-l2", _configs(ctx, refs["tuned"]["l2"])[1])}
     eval_steps = cfg.checkpoint.steps if preset == "authors" else []
-
-    rows, traj, members = [], {}, {}
-    for kind, ds_dirs in (("unregularised", dirs), ("l2", dirs_l2)):
-        for d in ds_dirs:
-            seed = runs.read_meta(d)["seed"]
-            best = authors_best_step(d, ds, eval_steps) if preset == "authors" else None
-            a = analyse_member(d, ds, refs, v, best["best_step"] if best else "final")
-            t = r2_over_training(d, v)
+    rows, r2_rows, per_topic, W = [], [], [], {}
+    for kind, name in (("unregularised", "e2"), ("l2", "e2-l2")):
+        for d in trained[name]:
+            run = as_run(d)
+            seed = run.seed
+            best = authors_best_step(run, ds, eval_steps) if preset == "authors" else None
+            a = analyse_member(run, ds, refs, v, best["best_step"] if best else "final")
+            t = r2_over_training(run, v)
             label = f"{kind} seed {seed}"
-            traj[label], members[label] = t, a
-            rows.append({"run": f"{'e2' if kind == 'unregularised' else 'e2-l2'}/{d.name}", "kind": kind,
-                         "l2": 0.0 if kind == "unregularised" else lam, "seed": seed, "step": a["step"]}
-                        | {k: a[k] for k in ("train_loss", "dev_loss", "train_minus_fitted_min",
-                                             "train_minus_fitted_min_se", "dev_minus_l2_tuned",
-                                             "dev_minus_l2_tuned_se", "dev_minus_floor")}
-                        | {"wv_contrast_min_topic": a["value"]["min_topic_contrast"],
-                           "wv_contrast_noise": a["value"]["contrast_noise"], "wv_r2_aI_bB_c11": a["value"]["r2"],
-                           "wv_r2_gauge_fixed": a["value"]["r2_gauge_fixed"], "raw_wv_r2": a["value_raw_wv"]["r2"]}
-                        | drift_summary(t) | ({"best_dev_step": best["best_step"], "stopped_at": best["stopped_at"]}
-                                              if best else {"best_dev_step": None, "stopped_at": None}))
-    unreg = [r for r in rows if r["kind"] == "unregularised"]
-    l2rows = [r for r in rows if r["kind"] == "l2"]
-    write_csv(ctx.out / "stage1.csv", rows, list(rows[0]))
-    write_csv(ctx.out / "stage1_r2.csv", [{"run": k, **r} for k, t in traj.items() for r in t],
-              ["run", "step", "r2", "r2_gauge_fixed", "r2_raw_wv"])
-    path_table = path_rows(refs, v)
-    write_csv(ctx.out / "stage1_l2_path.csv", path_table, list(path_table[0]))
-    opt_vs = value_structure(refs["tuned"]["W"], v, NUM_SPECIAL)
+            rows.append(_member_row(f"{name}/{d.name}", kind, refs["tuned"]["l2"] if kind == "l2" else 0.0, seed, a,
+                                    t, best))
+            r2_rows += [{"run": label, **r} for r in t]
+            per_topic += [{"run": label, "topic": i, "contrast": x} for i, x in enumerate(a["value"]["per_topic_contrast"])]
+            W.setdefault(kind, a["W_eff"])
+    opt = value_structure(refs["tuned"]["W"], v, NUM_SPECIAL)
+    per_topic += [{"run": "l2 optimum", "topic": i, "contrast": x} for i, x in enumerate(opt["per_topic_contrast"])]
+    lam, Wu = refs["tuned"]["l2"], W["unregularised"]
+    mats = {"W_V (unregularised)": Wu, "W_Vᵀ W_V (column Gram)": Wu.T @ Wu, f"W_V (ℓ2, λ = {lam:g})": W["l2"]}
+    ref_row = {"fitted_train_minimum": refs["unregularised"]["train_loss"],
+               "unregularised_fit_dev_loss": refs["unregularised"]["dev_loss"],
+               "dev_fit_floor": refs["floor"]["dev_loss"]}
+    ref_row |= {f"optimum_{k}": opt[k] for k in ("min_topic_contrast", "contrast_noise", "r2", "r2_gauge_fixed")}
+    ref_row |= {f"optimum_form_{k}": x for k, x in opt["form"].items()}
+    return {"stage1": rows, "stage1_r2": r2_rows, "stage1_l2_path": path_rows(refs, v), "stage1_references": [ref_row],
+            "stage1_per_topic": per_topic, "stage1_matrices": matrix_rows(mats)}
 
-    first, first_l2 = members[f"unregularised seed {unreg[0]['seed']}"], members[f"l2 seed {l2rows[0]['seed']}"]
-    W, Wl = first["W_eff"], first_l2["W_eff"]
-    heatmaps(ctx.out / "stage1_value.png", {"W_V (unregularised)": W, "W_Vᵀ W_V (column Gram)": W.T @ W,
-                                             f"W_V (ℓ2, λ = {lam:g})": Wl}, v,
-             f"E2 ({preset}) after {cfg.optim.steps} steps (seed {unreg[0]['seed']})"
-             + (", effective map W_V Ẽᵀ" if preset == "authors" else ""))
-    dev = float(np.mean([r["dev_loss"] for r in unreg]))
-    r2_figure(ctx.out / "stage1_r2.png", traj, path_table, opt_vs["r2"], lam,
-              {"E2 dev loss (seed mean)": dev, "unregularised fit (train)": refs["unregularised"]["dev_loss"],
-               "dev-fit floor": refs["floor"]["dev_loss"]},
-              f"E2 ({preset}): R² of W_V ≈ aI + bB + c11ᵀ and the held-out references")
 
-    # ---- item 4: losses against the references of the convex class
-    tol = 0.02
+def _member_row(run: str, kind: str, l2: float, seed: int, a: dict, traj: list[dict], best: dict | None) -> dict:
+    return ({"run": run, "kind": kind, "l2": l2, "seed": seed, "step": a["step"]}
+            | {k: a[k] for k in ("train_loss", "dev_loss", "train_minus_fitted_min", "train_minus_fitted_min_se",
+                                 "dev_minus_l2_tuned", "dev_minus_l2_tuned_se", "dev_minus_floor")}
+            | {"wv_contrast_min_topic": a["value"]["min_topic_contrast"],
+               "wv_contrast_noise": a["value"]["contrast_noise"], "wv_r2_aI_bB_c11": a["value"]["r2"],
+               "wv_r2_gauge_fixed": a["value"]["r2_gauge_fixed"], "raw_wv_r2": a["value_raw_wv"]["r2"]}
+            | drift_summary(traj) | ({"best_dev_step": best["best_step"], "stopped_at": best["stopped_at"]}
+                                    if best else {"best_dev_step": None, "stopped_at": None}))
+
+
+# ---------------------------------------------------------------- judge
+
+
+def _view(tables: dict) -> dict[str, Any]:
+    """What the claims read, from the tables: the member rows by kind, λ, the references, the ℓ2 optimum's
+    structure, the per-topic contrasts and the R² trajectories by run."""
+    rows = tables["stage1"]
+    path = tables["stage1_l2_path"]
+    tuned = next(r for r in path if r["tuned"])
+    ref = tables["stage1_references"][0]
+    topics: dict[str, list[float]] = {}
+    for r in tables["stage1_per_topic"]:
+        topics.setdefault(r["run"], []).append(r["contrast"])
+    traj: dict[str, list[dict]] = {}
+    for r in tables["stage1_r2"]:
+        traj.setdefault(r["run"], []).append({k: x for k, x in r.items() if k != "run"})
+    opt = {"per_topic_contrast": topics["l2 optimum"], "min_topic_contrast": ref["optimum_min_topic_contrast"],
+           "contrast_noise": ref["optimum_contrast_noise"],
+           "form": {k[len("optimum_form_"):]: x for k, x in ref.items() if k.startswith("optimum_form_")},
+           "r2": ref["optimum_r2"], "r2_gauge_fixed": ref["optimum_r2_gauge_fixed"]}
+    return {"rows": rows, "unreg": [r for r in rows if r["kind"] == "unregularised"],
+            "l2rows": [r for r in rows if r["kind"] == "l2"], "lam": tuned["l2"], "path": path,
+            "tuned": {k: tuned[k] for k in ("l2", "train_loss", "dev_loss")}, "ref": ref, "opt": opt,
+            "topics": topics, "traj": traj}
+
+
+def _loss_claims(t: dict, preset: str) -> list[dict]:
+    """e2-train-bound and e2-convex: the losses against the references of the convex class."""
+    unreg, ref, tol = t["unreg"], t["ref"], 0.02
     gaps_tr = [r["train_minus_fitted_min"] for r in unreg]
     se_tr = max(r["train_minus_fitted_min_se"] for r in unreg)
     if min(gaps_tr) < -1e-3:
         train_held, train_reason = None, "the fitted train minimum is above a trained model's train loss: fit not converged"
     else:
         train_held, train_reason = decide(tol - max(gaps_tr), se_tr), "within the document-resampling noise of the 0.02 band edge"
+    dev = float(np.mean([r["dev_loss"] for r in unreg]))
     gap_dev = float(np.mean([r["dev_minus_l2_tuned"] for r in unreg]))
     noise_dev = math.sqrt(max(r["dev_minus_l2_tuned_se"] for r in unreg) ** 2
                           + seed_se([r["dev_loss"] for r in unreg]) ** 2)
-    floor_ok = min(r["dev_minus_floor"] for r in rows) >= -1e-3
+    floor_ok = min(r["dev_minus_floor"] for r in t["rows"]) >= -1e-3
     dev_held = decide(tol - gap_dev, noise_dev) if floor_ok else None
     dev_reason = ("a model's dev loss is below the dev-fit floor: floor fit not converged" if not floor_ok
                   else "one seed: no seed noise band (the single-seed rule, tdyn.stats)" if not math.isfinite(noise_dev)
                   else "within the noise of the 0.02 band edge")
     setting_note = f"preset {preset}" + (", best-dev checkpoint" if preset == "authors" else ", final state")
-
-    # ---- item 5: value structure
-    blocks = [decide(r["wv_contrast_min_topic"], r["wv_contrast_noise"]) for r in unreg]
-    blocks_l2 = [decide(r["wv_contrast_min_topic"], r["wv_contrast_noise"]) for r in l2rows]
-    r2_l2 = [r["wv_r2_aI_bB_c11"] for r in l2rows]
-    contrast_def = ("per topic t: mean same-topic off-diagonal entry of W_V (rows of t, word ids) minus the mean "
-                    "entry in other topics' columns; noise = std of that contrast over 200 random word "
-                    "relabellings of the same matrix (k = 2)" + (" — W_V read as the effective map "
-                                                                 "W_V Ẽᵀ (LN'd embeddings)" if preset == "authors" else ""))
-    form_def = ("R² = 1 − RSS/TSS of the least-squares fit W ≈ a·I + b·B + c·11ᵀ on the 100×100 word block "
-                "(B_ij = 1 iff same topic)" + ("; W = effective map W_V Ẽᵀ" if preset == "authors" else ""))
-    claims = [
+    return [
         claim("e2-train-bound", "Train cross-entropy of E2 lies within 0.02 nats above the fitted train minimum of "
               "its convex model class, every seed", train_held, reason=train_reason,
               source="derived", derived=CONVEX_DERIVED,
@@ -321,7 +328,7 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
               measured="train CE − fitted train minimum (nats), per seed",
               expected="in [0, 0.02] for every seed", **margin(tol - max(gaps_tr), se_tr),
               train_minus_fitted_min=gaps_tr, train_loss=[r["train_loss"] for r in unreg],
-              fitted_train_minimum=refs["unregularised"]["train_loss"]),
+              fitted_train_minimum=ref["fitted_train_minimum"]),
         claim("e2-convex", "Dev cross-entropy of E2 is within 0.02 nats of the best held-out loss of its model class "
               "(the ℓ2-tuned fit); the dev-fit floor lies below both", dev_held, reason=dev_reason,
               source="derived", derived=CONVEX_DERIVED,
@@ -332,10 +339,23 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
                          "(λ/2)‖W‖², λ on a grid 1e-7…1e-3 chosen on dev (optimistic); noise = √(document-"
                          f"resampling SE² + seed SE²); floor = unregularised fit on dev itself; {setting_note}",
               measured="seed-mean dev CE − ℓ2-tuned held-out CE (nats)", expected="≤ 0.02 (below is fine)",
-              **margin(tol - gap_dev, noise_dev), dev_loss=dev, l2_tuned_dev_loss=refs["tuned"]["dev_loss"],
-              l2_tuned_lambda=lam, dev_minus_l2_tuned=gap_dev, dev_fit_floor=refs["floor"]["dev_loss"],
+              **margin(tol - gap_dev, noise_dev), dev_loss=dev, l2_tuned_dev_loss=t["tuned"]["dev_loss"],
+              l2_tuned_lambda=t["lam"], dev_minus_l2_tuned=gap_dev, dev_fit_floor=ref["dev_fit_floor"],
               dev_minus_floor=[r["dev_minus_floor"] for r in unreg],
-              unregularised_fit_dev_loss=refs["unregularised"]["dev_loss"]),
+              unregularised_fit_dev_loss=ref["unregularised_fit_dev_loss"]),
+    ]
+
+
+def _block_claims(t: dict, preset: str) -> list[dict]:
+    """e2-blocks and e2-blocks-l2: W_V's per-topic block contrast against its relabelling noise."""
+    unreg, l2rows, lam = t["unreg"], t["l2rows"], t["lam"]
+    blocks = [decide(r["wv_contrast_min_topic"], r["wv_contrast_noise"]) for r in unreg]
+    blocks_l2 = [decide(r["wv_contrast_min_topic"], r["wv_contrast_noise"]) for r in l2rows]
+    contrast_def = ("per topic t: mean same-topic off-diagonal entry of W_V (rows of t, word ids) minus the mean "
+                    "entry in other topics' columns; noise = std of that contrast over 200 random word "
+                    "relabellings of the same matrix (k = 2)" + (" — W_V read as the effective map "
+                                                                 "W_V Ẽᵀ (LN'd embeddings)" if preset == "authors" else ""))
+    return [
         claim("e2-blocks", "W_V block contrast > 0 for all topics, every seed (unregularised runs)",
               all_seeds(blocks)[0], reason="a seed's smallest per-topic contrast is within 2× its relabelling noise",
               source="paper", quote=quotes.VALUE,
@@ -354,6 +374,16 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
               expected="> 2 × noise for every topic and seed",
               min_topic_contrast=[r["wv_contrast_min_topic"] for r in l2rows],
               contrast_noise=[r["wv_contrast_noise"] for r in l2rows]),
+    ]
+
+
+def _form_claims(t: dict, preset: str) -> list[dict]:
+    """e2-form (the ℓ2 run and the ℓ2 optimum) and e2-form-unregularised (drift: not decided)."""
+    unreg, lam, opt = t["unreg"], t["lam"], t["opt"]
+    r2_l2 = [r["wv_r2_aI_bB_c11"] for r in t["l2rows"]]
+    form_def = ("R² = 1 − RSS/TSS of the least-squares fit W ≈ a·I + b·B + c·11ᵀ on the 100×100 word block "
+                "(B_ij = 1 iff same topic)" + ("; W = effective map W_V Ẽᵀ" if preset == "authors" else ""))
+    return [
         claim("e2-form", f"With ℓ2 (λ = {lam:g}, the held-out-tuned strength), W_V ≈ a·I + b·B + c·11ᵀ on the "
               "words: R² ≥ 0.9", None,
               source="derived", derived=FORM_DERIVED,
@@ -363,8 +393,8 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
               expected="R² ≥ 0.9",
               readings=[reading("trained ℓ2 run, final W_V, min over seeds",
                                 decide(min(r2_l2) - 0.9, seed_se(r2_l2)), r2=r2_l2),
-                        reading("the ℓ2 optimum (L-BFGS fit at λ)", decide(opt_vs["r2"] - 0.9, 0.0),
-                                r2=opt_vs["r2"], form=opt_vs["form"])]),
+                        reading("the ℓ2 optimum (L-BFGS fit at λ)", decide(opt["r2"] - 0.9, 0.0),
+                                r2=opt["r2"], form=opt["form"])]),
         claim("e2-form-unregularised", "Without ℓ2, W_V ≈ a·I + b·B + c·11ᵀ (R² ≥ 0.9)", None,
               source="derived", derived=FORM_DERIVED,
               reason="outside the symmetry argument's hypotheses: without ℓ2 the optimum is not unique (logits "
@@ -378,32 +408,58 @@ def reproduce_stage1(ctx: ReproduceContext) -> dict:
               r2_gauge_fixed_final=[r["r2_gauge_fixed_final"] for r in unreg],
               r2_analysed=[r["wv_r2_aI_bB_c11"] for r in unreg]),
     ]
-    tuned = {k: refs["tuned"][k] for k in ("l2", "train_loss", "dev_loss")}
+
+
+def judge(ctx: ReproduceContext, tables: dict) -> dict[str, Any]:
+    """The six claims (losses, blocks, form) and the numbers beside them, from the tables."""
+    preset, t = _preset(ctx), _view(tables)
+    cfg, cfg_l2 = _configs(ctx, t["lam"])
+    unreg, l2rows, ref = t["unreg"], t["l2rows"], t["ref"]
+    dev = float(np.mean([r["dev_loss"] for r in unreg]))
+    claims = _loss_claims(t, preset) + _block_claims(t, preset) + _form_claims(t, preset)
     return {"experiment": "topic/stage1", "setting": {"preset": preset, "description": PRESETS[preset],
                                                       "analysed_state": "best-dev checkpoint" if preset == "authors" else "final"},
             "config": cfg.model_dump(mode="json"), "config_l2": cfg_l2.model_dump(mode="json"),
             "dev_loss": dev, "dev_loss_per_seed": [r["dev_loss"] for r in unreg],
-            "convex_optimum_dev_loss": refs["unregularised"]["dev_loss"],
-            "convex_optimum_train_loss": refs["unregularised"]["train_loss"],
-            "train_vs_fitted_minimum": {"fitted_train_minimum": refs["unregularised"]["train_loss"],
+            "convex_optimum_dev_loss": ref["unregularised_fit_dev_loss"],
+            "convex_optimum_train_loss": ref["fitted_train_minimum"],
+            "train_vs_fitted_minimum": {"fitted_train_minimum": ref["fitted_train_minimum"],
                                         "train_loss": [r["train_loss"] for r in unreg],
-                                        "difference": gaps_tr, "difference_se": [r["train_minus_fitted_min_se"] for r in unreg]},
-            "dev_vs_heldout": {"dev_loss": dev, "l2_tuned": tuned, "dev_fit_floor": refs["floor"]["dev_loss"],
-                               "unregularised_fit_dev_loss": refs["unregularised"]["dev_loss"],
+                                        "difference": [r["train_minus_fitted_min"] for r in unreg],
+                                        "difference_se": [r["train_minus_fitted_min_se"] for r in unreg]},
+            "dev_vs_heldout": {"dev_loss": dev, "l2_tuned": t["tuned"], "dev_fit_floor": ref["dev_fit_floor"],
+                               "unregularised_fit_dev_loss": ref["unregularised_fit_dev_loss"],
                                "dev_minus_l2_tuned": [r["dev_minus_l2_tuned"] for r in unreg],
                                "dev_minus_l2_tuned_se": [r["dev_minus_l2_tuned_se"] for r in unreg],
-                               "dev_minus_floor": [r["dev_minus_floor"] for r in unreg], "l2_path": path_table},
-            "r2_over_training": {k: [[r["step"], r["r2"], r["r2_gauge_fixed"]] for r in t] for k, t in traj.items()},
-            "l2_run": {"lambda": lam, "r2": r2_l2, "r2_gauge_fixed": [r["wv_r2_gauge_fixed"] for r in l2rows],
-                       "block_contrast_per_topic": [members[f"l2 seed {r['seed']}"]["value"]["per_topic_contrast"]
-                                                    for r in l2rows],
+                               "dev_minus_floor": [r["dev_minus_floor"] for r in unreg], "l2_path": t["path"]},
+            "r2_over_training": {k: [[r["step"], r["r2"], r["r2_gauge_fixed"]] for r in tr] for k, tr in t["traj"].items()},
+            "l2_run": {"lambda": t["lam"], "r2": [r["wv_r2_aI_bB_c11"] for r in l2rows],
+                       "r2_gauge_fixed": [r["wv_r2_gauge_fixed"] for r in l2rows],
+                       "block_contrast_per_topic": [t["topics"][f"l2 seed {r['seed']}"] for r in l2rows],
                        "min_topic_contrast": [r["wv_contrast_min_topic"] for r in l2rows],
                        "contrast_noise": [r["wv_contrast_noise"] for r in l2rows],
-                       "dev_loss": [r["dev_loss"] for r in l2rows], "optimum_value_structure": opt_vs},
-            "wv_block_contrast_per_topic": [members[f"unregularised seed {r['seed']}"]["value"]["per_topic_contrast"]
-                                            for r in unreg],
-            "runs": rows, "claims": claims,
-            "files": ["stage1.csv", "stage1_r2.csv", "stage1_l2_path.csv", "stage1_value.png", "stage1_r2.png"]}
+                       "dev_loss": [r["dev_loss"] for r in l2rows], "optimum_value_structure": t["opt"]},
+            "wv_block_contrast_per_topic": [t["topics"][f"unregularised seed {r['seed']}"] for r in unreg],
+            "runs": t["rows"], "claims": claims}
+
+
+# ---------------------------------------------------------------- draw
+
+
+def draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
+    """The value matrices of the first seed (unregularised, its column Gram, ℓ2) and the R² figure."""
+    preset, t = _preset(ctx), _view(tables)
+    cfg = configure(plan(ctx)["e2"], ctx.overrides)
+    seed = t["unreg"][0]["seed"]
+    heatmaps(ctx.out / "stage1_value.png", matrices_of(tables["stage1_matrices"]), cfg.typed_data().words_per_topic,
+             f"E2 ({preset}) after {cfg.optim.steps} steps (seed {seed})"
+             + (", effective map W_V Ẽᵀ" if preset == "authors" else ""))
+    ref = t["ref"]
+    r2_figure(ctx.out / "stage1_r2.png", t["traj"], t["path"], t["opt"]["r2"], t["lam"],
+              {"E2 dev loss (seed mean)": results["dev_loss"], "unregularised fit (train)": ref["unregularised_fit_dev_loss"],
+               "dev-fit floor": ref["dev_fit_floor"]},
+              f"E2 ({preset}): R² of W_V ≈ aI + bB + c11ᵀ and the held-out references")
+    return ["stage1_value.png", "stage1_r2.png"]
 
 
 # ---------------------------------------------------------------- figure
@@ -443,11 +499,15 @@ def r2_figure(path: Path, traj: dict[str, list[dict]], path_table: list[dict], r
     style.save(fig, path)
 
 
-def finite(x: float) -> float | None:
-    return float(x) if x is not None and math.isfinite(float(x)) else None
-
-
 def seed_se(xs: list[float]) -> float:
     """Standard error of the seed mean (``tdyn.stats.se``: NaN with one seed, no noise band -> inconclusive)."""
     return stats.se(xs)
 
+
+
+register_phases("topic/stage1", Phases(plan=plan, measure=measure, judge=judge, draw=draw,
+                                       tables=("stage1", "stage1_r2", "stage1_l2_path", "stage1_references",
+                                               "stage1_per_topic", "stage1_matrices"),
+                                       columns={"stage1_r2": ["run", "step", "r2", "r2_gauge_fixed", "r2_raw_wv"],
+                                                "stage1_matrices": MATRIX_COLS}),
+                default_config=stage1_config, options=Stage1Options)

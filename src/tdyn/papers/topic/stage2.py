@@ -1,76 +1,99 @@
-"""topic/stage2 (E3, docs/reproductions/topic.md#variants-e1-to-e6, docs/reproductions/topic.md#stage-2-attention,
-docs/reproductions/topic.md#topicstage2): with W_V frozen to the block matrix, W_K and W_Q learn same-topic
-attention; and its ablation topic/no-unchanged-mask (p_c = 0: the effect should vanish,
-docs/reproductions/topic.md#stage-2-attention)."""
+"""topic/stage2 (E3; docs/reproductions/topic.md#stage-2-attention, docs/reproductions/topic.md#topicstage2): with
+W_V frozen to the block matrix, W_K and W_Q learn same-topic attention; and its ablation topic/no-unchanged-mask
+(p_c = 0: only unchanged selected queries carry topic information, so the effect should vanish)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from tdyn import runs, stats
-from tdyn.data.lda import NUM_SPECIAL
-from tdyn.reproduce.common import claim, decide
+from tdyn import stats
 from tdyn.papers.topic import quotes as quotes
-from tdyn.reproduce.registry import ReproduceContext, register
-from tdyn.papers.topic.analysis import (E3, GAP_DEF, final, member_model, metrics_table,
-                                           stage_config, train_runs, with_stage_probe)
-from tdyn.probes.topic_stages import model_scores, topic_block_score
+from tdyn.papers.topic.analysis import (E3, GAP_DEF, MATRIX_COLS, as_run, final, matrices_of, matrix_rows,
+                                        member_model, metrics_table, stage_config, with_stage_probe)
+from tdyn.papers.topic.data import NUM_SPECIAL
+from tdyn.papers.topic.stages import model_scores, topic_block_score
 from tdyn.report import style
-from tdyn.runs import write_csv
+from tdyn.reproduce.common import claim, configure, decide
+from tdyn.reproduce.phases import Phases, register_phases
+from tdyn.reproduce.registry import ReproduceContext
 
 
 def stage2_config(seed: int = 0, quick: bool = False, mask_correct_prob: float = 0.1) -> dict:
     return with_stage_probe(stage_config(E3, seed, quick, data={"mask_correct_prob": mask_correct_prob}))
 
 
-def _attention_rows(dirs: list[Path], label: str) -> list[dict]:
-    rows = []
-    for d in dirs:
-        m = metrics_table(d)
-        rows.append({"variant": label, "run": d.name, "seed": runs.read_meta(d)["seed"],
-                     "same_token": final(m, "topic.attention/same_token"),
-                     "same_topic": final(m, "topic.attention/same_topic"),
-                     "diff_topic": final(m, "topic.attention/diff_topic"),
-                     "gap": final(m, "topic.attention/gap"), "gap_doc": final(m, "topic.attention/gap_doc"),
-                     "gap_se": final(m, "topic.stages/gap_se"),
-                     "kappa": final(m, "topic.stages/kappa"), "kappa_se": final(m, "topic.stages/kappa_se"),
-                     "kq_contrast": final(m, "topic.blocks/KtQ_contrast"),
-                     "dev_loss_probe": final(m, "topic.dev_loss/dev_loss")})
-    return rows
-
-
 ATTN_COLS = ["variant", "run", "seed", "same_token", "same_topic", "diff_topic", "gap", "gap_doc", "gap_se",
              "kappa", "kappa_se", "kq_contrast", "dev_loss_probe"]
+SERIES_COLS = ["variant", "step", "same_topic", "diff_topic"]
 KAPPA_DEF = ("topic-block score κ of the effective scores S[a,b] = (W_Q e_a + b_Q)·(W_K e_b + b_K)/√d (query a, "
              "key b, biases included): word ids only, each query row centred over word keys, same-topic "
              "off-diagonal mean − different-topic mean (0 for query-only, key-only and START/END-only "
              "changes); noise = std of the per-topic values/√T")
 
 
-def _attention_figure(path: Path, runs_by_label: dict[str, Path], v: int, title: str) -> None:
+def _attention_row(label: str, name: str, seed: int, m: dict[str, np.ndarray]) -> dict[str, Any]:
+    return {"variant": label, "run": name, "seed": seed,
+            "same_token": final(m, "topic.attention/same_token"),
+            "same_topic": final(m, "topic.attention/same_topic"),
+            "diff_topic": final(m, "topic.attention/diff_topic"),
+            "gap": final(m, "topic.attention/gap"), "gap_doc": final(m, "topic.attention/gap_doc"),
+            "gap_se": final(m, "topic.stages/gap_se"),
+            "kappa": final(m, "topic.stages/kappa"), "kappa_se": final(m, "topic.stages/kappa_se"),
+            "kq_contrast": final(m, "topic.blocks/KtQ_contrast"),
+            "dev_loss_probe": final(m, "topic.dev_loss/dev_loss")}
+
+
+def _measure_variants(variants: dict[str, list[Path]], per_topic: bool = False) -> dict[str, list[dict]]:
+    """Per run of each variant: the final attention statistics (and, ``per_topic``, κ per topic); for the first
+    run of each variant its W_Kᵀ W_Q and its attention class averages against step (the figure)."""
+    rows, topics, series, mats = [], [], [], {}
+    for label, dirs in variants.items():
+        for d in dirs:
+            run = as_run(d)
+            seed, m = run.seed, metrics_table(run)
+            rows.append(_attention_row(label, d.name, seed, m))
+            model = None
+            if per_topic:
+                model, dc = member_model(run)
+                with torch.no_grad():
+                    kappa = topic_block_score(model_scores(model), dc.words_per_topic,
+                                              NUM_SPECIAL)["kappa_per_topic"][0].tolist()
+                topics += [{"variant": label, "run": d.name, "seed": seed, "topic": t, "kappa": x}
+                           for t, x in enumerate(kappa)]
+            if f"W_Kᵀ W_Q ({label})" not in mats:
+                model = model or member_model(run)[0]
+                mats[f"W_Kᵀ W_Q ({label})"] = (model.W_K[0].T @ model.W_Q[0]).detach()
+                series += [{"variant": label, "step": s, "same_topic": a, "diff_topic": b} for s, a, b in
+                           zip(m["step"].tolist(), m["topic.attention/same_topic"].tolist(),
+                               m["topic.attention/diff_topic"].tolist())]
+    out = {"rows": rows, "series": series, "matrices": matrix_rows(mats)}
+    return out | ({"per_topic": topics} if per_topic else {})
+
+
+def _attention_figure(path: Path, mats: dict[str, np.ndarray], series: list[dict], title: str) -> None:
     """Heat maps of W_Kᵀ W_Q (final) per variant and the attention class averages against step."""
     import matplotlib.pyplot as plt
 
     style.apply()
-    n = len(runs_by_label)
+    n = len(mats)
     fig, axes = plt.subplots(1, n + 1, figsize=(4.6 * (n + 1), 4), squeeze=False, layout="constrained")
-    for ax, (label, d) in zip(axes[0], runs_by_label.items()):
-        model, _ = member_model(d)
-        M = (model.W_K[0].T @ model.W_Q[0]).detach().numpy()
+    for ax, (name, M) in zip(axes[0], mats.items()):
         lim = np.abs(M[NUM_SPECIAL:, NUM_SPECIAL:]).max() or 1.0
         im = ax.imshow(M, cmap="RdBu_r", vmin=-lim, vmax=lim)
-        ax.set_title(f"W_Kᵀ W_Q ({label})")
+        ax.set_title(name)
         ax.set_xlabel("query id")
         ax.set_ylabel("key id")
         fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
     ax = axes[0][n]
-    for (label, d), col in zip(runs_by_label.items(), style.PALETTE):
-        m = metrics_table(d)
-        ax.plot(m["step"], m["topic.attention/same_topic"], color=col, label=f"same topic ({label})")
-        ax.plot(m["step"], m["topic.attention/diff_topic"], color=col, ls="--", label=f"diff topic ({label})")
+    for label, col in zip(dict.fromkeys(r["variant"] for r in series), style.PALETTE):
+        rs = [r for r in series if r["variant"] == label]
+        steps = np.array([r["step"] for r in rs], dtype=float)
+        ax.plot(steps, [r["same_topic"] for r in rs], color=col, label=f"same topic ({label})")
+        ax.plot(steps, [r["diff_topic"] for r in rs], color=col, ls="--", label=f"diff topic ({label})")
     ax.set_xlabel("step")
     ax.set_ylabel("attention / uniform")
     ax.legend(fontsize=7)
@@ -78,19 +101,24 @@ def _attention_figure(path: Path, runs_by_label: dict[str, Path], v: int, title:
     style.save(fig, path)
 
 
-@register("topic/stage2", "E3: with W_V frozen to the block matrix, W_K, W_Q learn same-topic attention",
-          default_config=stage2_config, configs=lambda ctx: {"e3": stage2_config(ctx.seed, ctx.quick)})
-def reproduce_stage2(ctx: ReproduceContext) -> dict:
-    cfg, dirs = train_runs(ctx, "e3", stage2_config(ctx.seed, ctx.quick))
-    v = cfg.typed_data().words_per_topic
-    rows = _attention_rows(dirs, "E3")
-    write_csv(ctx.out / "stage2.csv", rows, ATTN_COLS)
-    _attention_figure(ctx.out / "stage2.png", {"E3": dirs[0]}, v, f"E3: W_V = B, {cfg.optim.steps} steps")
-    per_topic = []
-    for d in dirs:
-        model, _ = member_model(d)
-        with torch.no_grad():
-            per_topic.append(topic_block_score(model_scores(model), v, NUM_SPECIAL)["kappa_per_topic"][0].tolist())
+# ---------------------------------------------------------------- topic/stage2
+
+
+def stage2_plan(ctx: ReproduceContext) -> dict[str, dict]:
+    return {"e3": stage2_config(ctx.seed, ctx.quick)}
+
+
+def stage2_measure(ctx: ReproduceContext, trained: dict) -> dict[str, list[dict]]:
+    t = _measure_variants({"E3": trained["e3"]}, per_topic=True)
+    return {"stage2": t["rows"], "stage2_per_topic": t["per_topic"], "stage2_series": t["series"],
+            "stage2_matrices": t["matrices"]}
+
+
+def stage2_judge(ctx: ReproduceContext, tables: dict) -> dict[str, Any]:
+    """E3's two claims, every seed against its own noise: the attention gap (documents) and κ (topics)."""
+    cfg = configure(stage2_plan(ctx)["e3"], ctx.overrides)
+    rows = tables["stage2"]
+    per_topic = [[r["kappa"] for r in tables["stage2_per_topic"] if r["run"] == row["run"]] for row in rows]
     gap_held, gap_why = stats.all_seeds([decide(r["gap_doc"], r["gap_se"]) for r in rows])
     kq_held, kq_why = stats.all_seeds([decide(r["kappa"], r["kappa_se"]) for r in rows])
     claims = [
@@ -114,23 +142,39 @@ def reproduce_stage2(ctx: ReproduceContext) -> dict:
     ]
     return {"experiment": "topic/stage2", "config": cfg.model_dump(mode="json"), "runs": rows,
             "attention_gap": float(np.mean([r["gap"] for r in rows])), "kappa_per_topic": per_topic,
-            "claims": claims, "files": ["stage2.csv", "stage2.png"]}
+            "claims": claims}
+
+
+def stage2_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
+    steps = configure(stage2_plan(ctx)["e3"], ctx.overrides).optim.steps
+    _attention_figure(ctx.out / "stage2.png", matrices_of(tables["stage2_matrices"]), tables["stage2_series"],
+                      f"E3: W_V = B, {steps} steps")
+    return ["stage2.png"]
+
+
+register_phases("topic/stage2", Phases(plan=stage2_plan, measure=stage2_measure, judge=stage2_judge, draw=stage2_draw,
+                                       tables=("stage2", "stage2_per_topic", "stage2_series", "stage2_matrices"),
+                                       columns={"stage2": ATTN_COLS, "stage2_series": SERIES_COLS,
+                                                "stage2_matrices": MATRIX_COLS}),
+                default_config=stage2_config)
 
 
 # ---------------------------------------------------------------- ablation: p_c = 0
 
 
-@register("topic/no-unchanged-mask", "Ablation p_c = 0: the same-topic attention effect of E3 should vanish (docs/reproductions/topic.md#stage-2-attention)",
-          configs=lambda ctx: {"pc0.1": stage2_config(ctx.seed, ctx.quick, 0.1),
-                               "pc0": stage2_config(ctx.seed, ctx.quick, 0.0)})
-def reproduce_no_unchanged(ctx: ReproduceContext) -> dict:
-    cfg_a, dirs_a = train_runs(ctx, "pc0.1", stage2_config(ctx.seed, ctx.quick, 0.1))
-    cfg_b, dirs_b = train_runs(ctx, "pc0", stage2_config(ctx.seed, ctx.quick, 0.0))
-    v = cfg_a.typed_data().words_per_topic
-    rows = _attention_rows(dirs_a, "p_c=0.1") + _attention_rows(dirs_b, "p_c=0")
-    write_csv(ctx.out / "no_unchanged_mask.csv", rows, ATTN_COLS)
-    _attention_figure(ctx.out / "no_unchanged_mask.png", {"p_c=0.1": dirs_a[0], "p_c=0": dirs_b[0]}, v,
-                      f"E3 with and without unchanged selected tokens, {cfg_a.optim.steps} steps")
+def pc0_plan(ctx: ReproduceContext) -> dict[str, dict]:
+    return {"pc0.1": stage2_config(ctx.seed, ctx.quick, 0.1), "pc0": stage2_config(ctx.seed, ctx.quick, 0.0)}
+
+
+def pc0_measure(ctx: ReproduceContext, trained: dict) -> dict[str, list[dict]]:
+    t = _measure_variants({"p_c=0.1": trained["pc0.1"], "p_c=0": trained["pc0"]})
+    return {"no_unchanged_mask": t["rows"], "no_unchanged_mask_series": t["series"],
+            "no_unchanged_mask_matrices": t["matrices"]}
+
+
+def pc0_judge(ctx: ReproduceContext, tables: dict) -> dict[str, Any]:
+    """The effect at p_c = 0.1 (seed mean above 2 seed SE) and its shrinking at p_c = 0 (paired over seeds)."""
+    rows = tables["no_unchanged_mask"]
     r1 = [r for r in rows if r["variant"] == "p_c=0.1"]
     r0 = [r for r in rows if r["variant"] == "p_c=0"]
     (g1, se1), (g0, se0) = (stats.mean_se([r["gap_doc"] for r in rs]) for rs in (r1, r0))
@@ -162,5 +206,19 @@ def reproduce_no_unchanged(ctx: ReproduceContext) -> dict:
                              expected="gap(0.1) > 2·SE and 0.25·gap(0.1) − |gap(0)| > 2·SE", gap_pc_01=g1, gap_pc_0=g0,
                              se_pc_01=se1, se_pc_0=se0, shrink_margin=shrink, shrink_margin_se=shrink_se,
                              gap_pc_01_per_seed=[r["gap_doc"] for r in r1], gap_pc_0_per_seed=[r["gap_doc"] for r in r0],
-                             doc_se_pc_01_per_seed=[r["gap_se"] for r in r1], doc_se_pc_0_per_seed=[r["gap_se"] for r in r0])],
-            "files": ["no_unchanged_mask.csv", "no_unchanged_mask.png"]}
+                             doc_se_pc_01_per_seed=[r["gap_se"] for r in r1], doc_se_pc_0_per_seed=[r["gap_se"] for r in r0])]}
+
+
+def pc0_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
+    steps = configure(pc0_plan(ctx)["pc0.1"], ctx.overrides).optim.steps
+    _attention_figure(ctx.out / "no_unchanged_mask.png", matrices_of(tables["no_unchanged_mask_matrices"]),
+                      tables["no_unchanged_mask_series"],
+                      f"E3 with and without unchanged selected tokens, {steps} steps")
+    return ["no_unchanged_mask.png"]
+
+
+register_phases("topic/no-unchanged-mask",
+                Phases(plan=pc0_plan, measure=pc0_measure, judge=pc0_judge, draw=pc0_draw,
+                       tables=("no_unchanged_mask", "no_unchanged_mask_series", "no_unchanged_mask_matrices"),
+                       columns={"no_unchanged_mask": ATTN_COLS, "no_unchanged_mask_series": SERIES_COLS,
+                                "no_unchanged_mask_matrices": MATRIX_COLS}))

@@ -1,93 +1,101 @@
-"""topic/two-stage (E4, docs/reproductions/topic.md#variants-e1-to-e6,
-docs/reproductions/topic.md#two-stage-mechanism, docs/reproductions/topic.md#two-stage-measurement,
-docs/reproductions/topic.md#topictwo-stage): from small init, W_V moves first and W_K, W_Q catch up much later,
-over the grid optimizer (Adam, SGD) × init scale × learning rate; and the ``topic`` bench (training steps per
-second of the topic/stage1 and topic/two-stage settings). Stage times are defined in
-``tdyn.papers.topic.analysis``."""
+"""topic/two-stage (E4; docs/reproductions/topic.md#two-stage-mechanism,
+docs/reproductions/topic.md#two-stage-measurement, docs/reproductions/topic.md#topictwo-stage): from small init,
+W_V moves first and W_K, W_Q catch up much later, over the grid optimizer (Adam, SGD) × init scale × learning rate,
+the clean model and the authors' parameterisation; and the ``topic`` bench (training steps per second of the
+topic/stage1 and topic/two-stage settings). Stage times: :mod:`tdyn.papers.topic.analysis`."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from tdyn import runs, stats
+from tdyn import stats
 from tdyn.bench import on_device, register_bench, seconds
-from tdyn.data.lda import NUM_SPECIAL, LdaDataConfig
-from tdyn.reproduce.registry import ReproduceContext, register
-from tdyn.papers.topic.analysis import (E2, E4, LITERAL_DEF, PER_READING, TWO_STAGE_DEF, dense_probe_steps, final,
-                                           member_model, metrics_table, run_reference, stage_times, train_runs,
-                                           two_stage_claims, value_contrast_series, with_stage_probe)
-from tdyn.probes import topic_stages as ts
-from tdyn.probes.topic_stages import model_scores
+from tdyn.papers.topic import stages as ts
+from tdyn.papers.topic.analysis import (E2, E4, LITERAL_DEF, MATRIX_COLS, PER_READING, TWO_STAGE_DEF, as_run,
+                                        dense_probe_steps, final, matrices_of, matrix_rows, member_model,
+                                        metrics_table, run_reference, stage_times, two_stage_claims,
+                                        value_contrast_series, with_stage_probe)
+from tdyn.papers.topic.data import NUM_SPECIAL, LdaDataConfig
+from tdyn.papers.topic.stages import model_scores
+from tdyn.papers.topic.task import dataset, lda_config
 from tdyn.report import style
-from tdyn.runs import write_csv
-from tdyn.tasks.lda_mlm import dataset, lda_config
+from tdyn.reproduce.phases import Phases, register_phases
+from tdyn.reproduce.registry import ReproduceContext
+from tdyn.runs import Run
 from tdyn.train.trainer import train
 
 
-E4_GRID = {"adam": {"lrs": [0.001, 0.01], "init_scales": [1.0, 10.0]},
-           "sgd": {"lrs": [1.0, 10.0], "init_scales": [1.0, 10.0]}}
+@dataclasses.dataclass(frozen=True)
+class Cells:
+    """One job's ensemble: an optimizer over learning rates × init scales (ε = init_eps × scale)."""
+
+    optimizer: str
+    lrs: tuple[float, ...]
+    init_scales: tuple[float, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """Steps, probe schedule, seeds and checkpoints of the E4 jobs (docs/reproductions/topic.md#two-stage-measurement):
+    probes log-spaced up to ``dense_upto`` (None: the whole run) and every ``every`` steps after."""
+
+    steps: int
+    every: int
+    seeds: int
+    dense_upto: int | None
+    checkpoints: int = 12
+
+
+FULL = Grid(steps=10_000, every=50, seeds=3, dense_upto=1000)
+QUICK = Grid(steps=200, every=20, seeds=1, dense_upto=None)
+E4_GRID = {"adam": Cells("adam", lrs=(0.001, 0.01), init_scales=(1.0, 10.0)),
+           "sgd": Cells("sgd", lrs=(1.0, 10.0), init_scales=(1.0, 10.0))}
 #: the authors' parameterisation (docs/reproductions/topic.md#model-as-in-the-authors-code): their model always has
 #: the embedding LayerNorm with a token-type vector; the small-init option U[0, ε), biases 0; their one shipped
 #: config's optimizer (Adam, lr 0.01, batch 40), with lr 0.001 beside it as in the clean grid; ε = 1e-3 only (the
 #: robustness variant's; under Adam the init scale does not delay W_K, W_Q, see ADAM_NOTE)
 AUTHORS = E4 | {"emb_layernorm": True}
-AUTHORS_GRID = {"lrs": [0.001, 0.01], "init_scales": [1.0]}
+AUTHORS_GRID = Cells("adam", lrs=(0.001, 0.01), init_scales=(1.0,))
 PARAMS = {"clean": "clean (paper's model)", "authors": "authors' parameterisation (embedding LayerNorm + token type)"}
 
 
 def two_stage_configs(seed: int = 0, quick: bool = False, model: dict | None = None) -> dict[str, dict]:
-    """E4 jobs (docs/reproductions/topic.md#two-stage-measurement): the clean grid optimizer × init scale × learning
-    rate (jobs ``adam``, ``sgd``) and the authors' parameterisation under Adam (job ``authors``). Each job is one
-    ensemble over its learning rates and init scales ε ∈ {1e-3, 1e-2} (ε·U[0,1)): 10k steps and 3 seeds, probes
-    log-spaced over the first 1000 steps (40 of them) and every 50 after (both stages of Adam lr 0.01 fall within
-    steps 50–300); quick: 200 steps, one seed, probes every 20 and log-spaced to 200."""
-    steps, every = (200, 20) if quick else (10_000, 50)
-    seeds = [seed] if quick else [seed, seed + 1, seed + 2]
+    """E4 jobs: the clean grid (jobs ``adam``, ``sgd``) and the authors' parameterisation under Adam (job
+    ``authors``), each one ensemble over its learning rates and init scales (``FULL`` or ``QUICK``)."""
+    g = QUICK if quick else FULL
     out = {}
-    for job, (m, opt, g) in {"adam": (E4 | (model or {}), "adam", E4_GRID["adam"]),
-                             "sgd": (E4 | (model or {}), "sgd", E4_GRID["sgd"]),
-                             "authors": (AUTHORS | (model or {}), "adam", AUTHORS_GRID)}.items():
-        c = with_stage_probe(lda_config(m, steps=steps, every=every, seeds=seeds, optimizer=opt, lr=g["lrs"][-1],
-                                        quick=quick))
-        c["probes"]["steps"] = dense_probe_steps(steps, upto=steps if quick else 1000)
-        c["ensemble"] = {"lrs": [{"all": lr} for lr in g["lrs"]], "init_scales": g["init_scales"]}
-        c["checkpoint"] = {"schedule": "log", "num": 12}
+    for job, (m, cells) in {"adam": (E4 | (model or {}), E4_GRID["adam"]), "sgd": (E4 | (model or {}), E4_GRID["sgd"]),
+                            "authors": (AUTHORS | (model or {}), AUTHORS_GRID)}.items():
+        c = with_stage_probe(lda_config(m, steps=g.steps, every=g.every, seeds=list(range(seed, seed + g.seeds)),
+                                        optimizer=cells.optimizer, lr=cells.lrs[-1], quick=quick))
+        c["probes"]["steps"] = dense_probe_steps(g.steps, upto=g.dense_upto or g.steps)
+        c["ensemble"] = {"lrs": [{"all": lr} for lr in cells.lrs], "init_scales": list(cells.init_scales)}
+        c["checkpoint"] = {"schedule": "log", "num": g.checkpoints}
         out[job] = c
     return out
 
 
-def _variant_label(job: str, d: Path) -> tuple[str, dict]:
-    meta = runs.read_meta(d)
-    cfg = runs.read_config(d)
-    eps = cfg["model"]["init_eps"] * meta["init_scale"]
-    lr = meta["lrs"]["all"]
-    opt = cfg["optim"]["groups"]["all"]["optimizer"]
-    param = "authors" if job == "authors" else "clean"
-    prefix = f"{opt}" if param == "clean" else f"authors {opt}"
-    return f"{prefix} lr={lr:g} ε={eps:g}", {"param": param, "optimizer": opt, "lr": lr, "eps": eps, "seed": meta["seed"]}
+def plan(ctx: ReproduceContext) -> dict[str, dict]:
+    return {f"e4-{job}": c for job, c in two_stage_configs(ctx.seed, ctx.quick).items()}
 
 
-def run_two_stage(ctx: ReproduceContext, name: str, configs: dict[str, dict]) -> dict:
-    """Train the E4 jobs, compute stage times per member; the table of the members of seed ``ctx.seed``."""
-    table, times, rows, dirs_of = {}, {}, [], {}
-    v = ref = None
-    for job, base in configs.items():
-        cfg, dirs = train_runs(ctx, f"{name}-{job}", base)
-        v = cfg.typed_data().words_per_topic
-        for d in dirs:
-            label, info = _variant_label(job, d)
-            m = metrics_table(d)
-            ref = run_reference(d)
-            t = stage_times(m, ref)
-            rows.append(info | {"run": f"{name}-{job}/{d.name}"} | t | {"final_loss": final(m, "loss")})
-            if info["seed"] == ctx.seed:
-                table[label], times[label], dirs_of[label] = m, t, d
-    return {"rows": rows, "table": table, "times": times, "v": v, "dirs": dirs_of, "ref": ref}
+def _variant(job: str, run: Run) -> dict[str, Any]:
+    meta, cfg = run.meta, run.config
+    return {"param": "authors" if job == "authors" else "clean", "optimizer": cfg["optim"]["groups"]["all"]["optimizer"],
+            "lr": meta["lrs"]["all"], "eps": cfg["model"]["init_eps"] * meta["init_scale"], "seed": meta["seed"]}
+
+
+def _label(r: dict) -> str:
+    """A run's label in the figure: optimizer (after "authors" for that parameterisation), lr and ε."""
+    prefix = r["optimizer"] if r["param"] == "clean" else f"authors {r['optimizer']}"
+    return f"{prefix} lr={r['lr']:g} ε={r['eps']:g}"
 
 
 RATIO_COLS = [f"ratio_{w}{at}" for at in ("s1_end", "t_v", "step100", "step500") for w in ("", "K_", "Q_")]
@@ -100,7 +108,6 @@ GRID_COLS = ["param", "optimizer", "lr", "eps", "seeds", "literal", "order", "t_
              "t_kq_kappa", "t_kq_gap", "t_kq_kappa_first", "t_kq_gap_first", "t_s1_end", "ratio_s1_end", "ratio_t_v",
              "ratio_step100", "ratio_step500", "value_contrast_s1_end", "value_contrast_final", "final_kappa",
              "final_gap", "t_value_half_norm", "t_kq_5pct_norm"]
-
 
 
 def _groups(rows: list[dict]) -> dict[tuple, list[dict]]:
@@ -119,7 +126,9 @@ def _cell_label(param: str, opt: str, lr: float, eps: float) -> str:
 
 
 def _summaries(rows: list[dict], claims: dict[str, list[dict]]) -> list[dict]:
-    """One row per grid cell (parameterisation, optimizer, lr, ε): medians over seeds and the two verdicts."""
+    """One row per grid cell (parameterisation, optimizer, lr, ε): medians over seeds and the two verdicts
+    (``claims``: :func:`_cell_claims`; measured into ``two_stage_grid.csv`` as a summary, judged again from the
+    per-member times)."""
     out = []
     for (param, opt, lr, eps), rs in _groups(rows).items():
         lit, order = claims[_cell_id(param, opt, lr, eps)]
@@ -162,33 +171,104 @@ AUTHORS_VALUE_NOTE = ("Authors' parameterisation: the value structure is that of
                       "end of stage 1 and at the end (value_contrast_s1_end, value_contrast_final).")
 
 
-@register("topic/two-stage", "E4: from small init, W_V moves first and W_K, W_Q catch up much later "
-          "(Adam and SGD over init scales and learning rates; the clean model and the authors' parameterisation)",
-          configs=lambda ctx: two_stage_configs(ctx.seed, ctx.quick))
-def reproduce_two_stage(ctx: ReproduceContext) -> dict:
-    res = run_two_stage(ctx, "e4", two_stage_configs(ctx.seed, ctx.quick))
-    write_csv(ctx.out / "two_stage.csv", res["rows"], RUN_COLS)
-    by_cell = {}
-    for (param, opt, lr, eps), rs in _groups(res["rows"]).items():
-        by_cell[_cell_id(param, opt, lr, eps)] = two_stage_claims(
-            rs, id=_cell_id(param, opt, lr, eps), label=_cell_label(param, opt, lr, eps),
-            where="docs/reproductions/topic.md#topictwo-stage", value_note=AUTHORS_VALUE_NOTE if param == "authors" else "")
-    cells = _summaries(res["rows"], by_cell)
-    write_csv(ctx.out / "two_stage_grid.csv", cells, GRID_COLS)
-    _two_stage_figure(ctx.out / "two_stage.png", res["table"], res["times"], res["ref"], ctx.seed)
-    default = next(lbl for lbl in res["dirs"] if lbl.startswith("adam lr=0.01 ε=0.001"))
-    _stage_heatmaps(ctx.out / "two_stage_matrices.png", res["dirs"][default], res["v"])
-    claims = [c for pair in by_cell.values() for c in pair]
-    return {"experiment": "topic/two-stage", "stage1_reference": res["ref"], "grid": cells,
+# ---------------------------------------------------------------- measure
+
+
+SERIES = {"dV": "topic.norms/dV", "dK": "topic.norms/dK", "dQ": "topic.norms/dQ", "dev_loss": "topic.dev_loss/dev_loss",
+          "kappa": "topic.stages/kappa", "gap_doc": "topic.stages/gap_doc"}
+SERIES_COLS = ["label", "step", "value_contrast", *SERIES]
+PANEL_COLS = ["panel", "title", "step", "run"]
+
+
+def measure(ctx: ReproduceContext, trained: dict) -> dict[str, list[dict]]:
+    """Stage times per member (every key of ``stage_times``, and the ``two_stage.csv`` subset); the per-cell
+    summary with its verdicts; the metric series of seed ``ctx.seed`` (the figure); the stage-1 reference; the
+    matrices of the default cell (Adam lr 0.01, ε = 1e-3) at t_V, t_KQ and the end."""
+    rows, series, ref, default = [], [], None, None
+    for name, dirs in trained.items():
+        for d in dirs:
+            run = as_run(d)
+            info = _variant(name.removeprefix("e4-"), run)
+            m = metrics_table(run)
+            ref = run_reference(run)
+            t = stage_times(m, ref)
+            rows.append(info | {"run": f"{name}/{d.name}"} | t | {"final_loss": final(m, "loss")})
+            if info["seed"] == ctx.seed:
+                series += _series_rows(_label(info), m)
+                if default is None and _label(info).startswith("adam lr=0.01 ε=0.001"):
+                    default = (run, t, f"{name}/{d.name}")
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    rows = [dict.fromkeys(keys) | r for r in rows]
+    panels, mats = _stage_matrices(*default)
+    return {"two_stage": rows, "two_stage_times": rows, "two_stage_grid": _summaries(rows, _cell_claims(rows)),
+            "two_stage_series": series, "two_stage_reference": [ref], "two_stage_panels": panels,
+            "two_stage_matrices": matrix_rows(mats)}
+
+
+def _series_rows(label: str, m: dict[str, np.ndarray]) -> list[dict]:
+    cv, _ = value_contrast_series(m)
+    cols = {k: m[key].tolist() if key in m else [None] * len(cv) for k, key in SERIES.items()}
+    return [{"label": label, "step": s, "value_contrast": c} | {k: cols[k][i] for k in SERIES}
+            for i, (s, c) in enumerate(zip(m["step"].tolist(), cv.tolist()))]
+
+
+def _stage_matrices(run: Run, t: dict, name: str) -> tuple[list[dict], dict[str, torch.Tensor]]:
+    """W_V − W_V(0) and the key-centred word scores of one run at the checkpoints nearest to t_V, t_KQ (κ) and
+    the end (docs/reproductions/topic.md#two-stage-measurement plots): the panels and the matrices."""
+    avail = run.steps()
+    picks = [(f"≈{what} (step {min(avail, key=lambda s: abs(s - t[key]))})", min(avail, key=lambda s: abs(s - t[key])))
+             for what, key in (("t_V", "t_v_loss"), ("t_KQ", "t_kq_kappa")) if t[key] is not None]
+    cols = sorted(picks, key=lambda x: x[1]) + [("end", "final")]
+    W0 = run.params(0)["W_V"]
+    panels, mats = [], {}
+    for j, (title, step) in enumerate(cols):
+        model, _ = member_model(run, step)
+        with torch.no_grad():
+            mats[f"dWV {j}"] = model.W_V[0] - W0
+            mats[f"scores {j}"] = ts.key_centred_words(model_scores(model), NUM_SPECIAL)[0]
+        panels.append({"panel": j, "title": title, "step": step, "run": name})
+    return panels, mats
+
+
+# ---------------------------------------------------------------- judge
+
+
+def _cell_claims(rows: list[dict]) -> dict[str, list[dict]]:
+    """The two claims (literal, order) of every grid cell, by cell id."""
+    return {_cell_id(*cell): two_stage_claims(rs, id=_cell_id(*cell), label=_cell_label(*cell),
+                                              where="docs/reproductions/topic.md#topictwo-stage",
+                                              value_note=AUTHORS_VALUE_NOTE if cell[0] == "authors" else "")
+            for cell, rs in _groups(rows).items()}
+
+
+def judge(ctx: ReproduceContext, tables: dict) -> dict[str, Any]:
+    """Every cell's two claims from the per-member stage times, the per-cell summary and the init-scale effect."""
+    rows = tables["two_stage_times"]
+    by_cell = _cell_claims(rows)
+    cells = _summaries(rows, by_cell)
+    return {"experiment": "topic/two-stage", "stage1_reference": tables["two_stage_reference"][0], "grid": cells,
             "init_scale_effect": init_scale_effect(cells), "adam_init_scale_note": ADAM_NOTE,
-            "definition": TWO_STAGE_DEF, "literal_definition": LITERAL_DEF, "runs": res["rows"], "claims": claims,
-            "files": ["two_stage.csv", "two_stage_grid.csv", "two_stage.png", "two_stage_matrices.png"]}
+            "definition": TWO_STAGE_DEF, "literal_definition": LITERAL_DEF, "runs": rows,
+            "claims": [c for pair in by_cell.values() for c in pair]}
 
 
-# ---------------------------------------------------------------- figures
+# ---------------------------------------------------------------- draw
 
 
-def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times: dict[str, dict],
+def draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
+    times = {_label(r): r for r in tables["two_stage_times"] if r["seed"] == ctx.seed}
+    series: dict[str, dict[str, np.ndarray]] = {}
+    for r in tables["two_stage_series"]:
+        series.setdefault(r["label"], []).append(r)
+    series = {k: {c: np.array([np.nan if r[c] is None else r[c] for r in rs], dtype=float) for c in SERIES_COLS[1:]
+                  if any(r[c] is not None for r in rs)} for k, rs in series.items()}
+    _two_stage_figure(ctx.out / "two_stage.png", series, times, tables["two_stage_reference"][0], ctx.seed)
+    _stage_heatmaps(ctx.out / "two_stage_matrices.png", tables["two_stage_panels"],
+                    matrices_of(tables["two_stage_matrices"]))
+    return ["two_stage.png", "two_stage_matrices.png"]
+
+
+def _two_stage_figure(path: Path, series: dict[str, dict[str, np.ndarray]], times: dict[str, dict],
                       ref: dict[str, float], seed: int) -> None:
     """One row per (parameterisation, optimizer, lr), ε = 1e-3 solid and 1e-2 dashed, seed ``seed``; columns:
     the weight changes ‖ΔW_V‖, ‖ΔW_K‖, ‖ΔW_Q‖ (the literal statement); stage 1's progress (value contrast over
@@ -198,7 +278,7 @@ def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times
 
     style.apply()
     rows: dict[str, list[str]] = {}
-    for label in table:
+    for label in series:
         rows.setdefault(label.split(" ε=")[0], []).append(label)
     rows = dict(sorted(rows.items(), key=lambda kv: (kv[0].startswith("authors"), kv[0].split(" lr=")[0],
                                                       float(kv[0].split(" lr=")[1]))))
@@ -206,30 +286,12 @@ def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times
     fig, axes = plt.subplots(n, 3, figsize=(11, 2.9 * n), squeeze=False, layout="constrained")
     for i, (row, labels) in enumerate(rows.items()):
         for label in sorted(labels, key=lambda lb: float(lb.split("ε=")[1])):
-            m, t = table[label], times[label]
+            m, t = series[label], times[label]
             ls = "-" if float(label.split("ε=")[1]) < 5e-3 else "--"
             s = np.maximum(m["step"], 1)
-            ax = axes[i][0]
-            for key, col, nm in (("dV", "C0", "‖ΔW_V‖"), ("dK", "C1", "‖ΔW_K‖"), ("dQ", "C2", "‖ΔW_Q‖")):
-                if f"topic.norms/{key}" in m:
-                    ax.plot(s, m[f"topic.norms/{key}"], color=col, ls=ls, label=nm if ls == "-" else None)
-            ax.set_yscale("log")
-            cv, _ = value_contrast_series(m)
-            ax = axes[i][1]
-            ax.plot(s, (cv - cv[0]) / (ref["contrast"] - cv[0]), color="C0", ls=ls,
-                    label="value contrast" if ls == "-" else None)
-            if t["v_plateau"] is not None:
-                ax.plot(max(t["t_plateau"], 1), (t["v_plateau"] - cv[0]) / (ref["contrast"] - cv[0]), "o", color="C0",
-                        mfc="none" if ls == "--" else "C0", label="its stage-1 plateau" if ls == "-" else None)
-            L = m["topic.dev_loss/dev_loss"]
-            ax.plot(s, (L[0] - L) / (L[0] - ref["probe_loss"]), color="C3", ls=ls,
-                    label="probe loss" if ls == "-" else None)
-            ax.axhline(0.5, color="0.5", lw=0.8, ls=":")
-            ax = axes[i][2]
-            ax.plot(s, m["topic.stages/kappa"], color="C1", ls=ls, label="κ" if ls == "-" else None)
-            ax.plot(s, m["topic.stages/gap_doc"], color="C2", ls=ls, label="attention gap" if ls == "-" else None)
-            ax.axhline(ts.KAPPA_ONSET, color="C1", lw=0.8, ls=":")
-            ax.axhline(ts.GAP_ONSET, color="C2", lw=0.8, ls=":")
+            _weights_panel(axes[i][0], s, m, ls)
+            _stage1_panel(axes[i][1], s, m, t, ref, ls)
+            _stage2_panel(axes[i][2], s, m, ls)
             for ax in axes[i]:
                 if t["t_s1_end"]:
                     ax.axvspan(1, max(t["t_s1_end"], 1), color="0.85" if ls == "-" else "0.93", zorder=0, lw=0)
@@ -249,33 +311,56 @@ def _two_stage_figure(path: Path, table: dict[str, dict[str, np.ndarray]], times
     style.save(fig, path)
 
 
-def _stage_heatmaps(path: Path, d: Path, v: int) -> None:
-    """W_V − W_V(0) and the key-centred word scores of one run at the checkpoints nearest to t_V,
-    t_KQ (κ) and the end (docs/reproductions/topic.md#two-stage-measurement plots)."""
+def _weights_panel(ax, s: np.ndarray, m: dict[str, np.ndarray], ls: str) -> None:
+    for key, col, nm in (("dV", "C0", "‖ΔW_V‖"), ("dK", "C1", "‖ΔW_K‖"), ("dQ", "C2", "‖ΔW_Q‖")):
+        if key in m:
+            ax.plot(s, m[key], color=col, ls=ls, label=nm if ls == "-" else None)
+    ax.set_yscale("log")
+
+
+def _stage1_panel(ax, s: np.ndarray, m: dict[str, np.ndarray], t: dict, ref: dict, ls: str) -> None:
+    cv = m["value_contrast"]
+    ax.plot(s, (cv - cv[0]) / (ref["contrast"] - cv[0]), color="C0", ls=ls, label="value contrast" if ls == "-" else None)
+    if t["v_plateau"] is not None:
+        ax.plot(max(t["t_plateau"], 1), (t["v_plateau"] - cv[0]) / (ref["contrast"] - cv[0]), "o", color="C0",
+                mfc="none" if ls == "--" else "C0", label="its stage-1 plateau" if ls == "-" else None)
+    L = m["dev_loss"]
+    ax.plot(s, (L[0] - L) / (L[0] - ref["probe_loss"]), color="C3", ls=ls, label="probe loss" if ls == "-" else None)
+    ax.axhline(0.5, color="0.5", lw=0.8, ls=":")
+
+
+def _stage2_panel(ax, s: np.ndarray, m: dict[str, np.ndarray], ls: str) -> None:
+    ax.plot(s, m["kappa"], color="C1", ls=ls, label="κ" if ls == "-" else None)
+    ax.plot(s, m["gap_doc"], color="C2", ls=ls, label="attention gap" if ls == "-" else None)
+    ax.axhline(ts.KAPPA_ONSET, color="C1", lw=0.8, ls=":")
+    ax.axhline(ts.GAP_ONSET, color="C2", lw=0.8, ls=":")
+
+
+def _stage_heatmaps(path: Path, panels: list[dict], mats: dict[str, np.ndarray]) -> None:
+    """W_V − W_V(0) (top) and the key-centred word scores (bottom) at each panel's checkpoint."""
     import matplotlib.pyplot as plt
 
-    t = stage_times(metrics_table(d), run_reference(d))
-    avail = runs.checkpoint_steps(d)
-    picks = [(f"≈{name} (step {min(avail, key=lambda s: abs(s - t[key]))})", min(avail, key=lambda s: abs(s - t[key])))
-             for name, key in (("t_V", "t_v_loss"), ("t_KQ", "t_kq_kappa")) if t[key] is not None]
-    cols = sorted(picks, key=lambda x: x[1]) + [("end", "final")]
-    W0 = runs.params_of(runs.load_checkpoint(d, 0))["W_V"]
     style.apply()
-    fig, axes = plt.subplots(2, len(cols), figsize=(4.4 * len(cols), 8), squeeze=False, layout="constrained")
-    for j, (title, step) in enumerate(cols):
-        model, _ = member_model(d, step)
-        with torch.no_grad():
-            mats = (("W_V − W_V(0)", model.W_V[0] - W0),
-                    ("key-centred scores (words; rows: query)", ts.key_centred_words(model_scores(model), NUM_SPECIAL)[0]))
-        for i, (name, M) in enumerate(mats):
+    fig, axes = plt.subplots(2, len(panels), figsize=(4.4 * len(panels), 8), squeeze=False, layout="constrained")
+    for p in panels:
+        j = p["panel"]
+        for i, (key, name) in enumerate((("dWV", "W_V − W_V(0)"), ("scores", "key-centred scores (words; rows: query)"))):
             ax = axes[i][j]
-            M = M.detach().double().numpy()
+            M = mats[f"{key} {j}"]
             lim = np.abs(M).max() or 1.0
             im = ax.imshow(M, cmap="RdBu_r", vmin=-lim, vmax=lim)
-            ax.set_title(f"{name}, {title}", fontsize=8)
+            ax.set_title(f"{name}, {p['title']}", fontsize=8)
             fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
-    fig.suptitle(f"E4 {d.parent.name}/{d.name}: each panel on its own colour scale")
+    fig.suptitle(f"E4 {panels[0]['run']}: each panel on its own colour scale")
     style.save(fig, path)
+
+
+register_phases("topic/two-stage", Phases(
+    plan=plan, measure=measure, judge=judge, draw=draw,
+    tables=("two_stage", "two_stage_grid", "two_stage_times", "two_stage_series", "two_stage_reference",
+            "two_stage_panels", "two_stage_matrices"),
+    columns={"two_stage": RUN_COLS, "two_stage_grid": GRID_COLS, "two_stage_series": SERIES_COLS,
+             "two_stage_panels": PANEL_COLS, "two_stage_matrices": MATRIX_COLS}))
 
 
 # ---------------------------------------------------------------- speed
@@ -288,9 +373,9 @@ def _bench(quick: bool) -> dict[str, float]:
 
 
 def bench(steps: int = 50, reps: int = 3) -> dict[str, float]:
-    """Training steps per second (one member, probes off) for the topic/stage1 and topic/two-stage
-    settings, from the median of ``reps`` timed runs (one run of E2 is ~0.2 s: a single timing moved
-    2–3× with the VM's load); the dataset is built before timing."""
+    """Training steps per second (one member, probes off) for the topic/stage1 and topic/two-stage settings,
+    from the median of ``reps`` timed runs (benchmarks/README.md#topic-reproductions-as-phases-issue-34); the
+    dataset is built before timing."""
     out = {}
     for name, model in (("topic/stage1", E2), ("topic/two-stage", E4)):
         cfg = on_device(lda_config(model, steps=steps, seeds=[0]))
