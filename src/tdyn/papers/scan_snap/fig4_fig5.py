@@ -1,33 +1,32 @@
 """Scan and Snap (Tian et al. 2023): the Syn-Small c_n maps, Fig 4 (SGD, η_Y ∈ {1, 10}) and Fig 5
-(Adam, η ∈ {0.1, 0.5, 1}).
-
-The Y/Z task (data + model wiring, ``yz_config``) lives in :mod:`tdyn.papers.scan_snap.task`.
+(Adam, η ∈ {0.1, 0.5, 1}), each as phases: measure reads each run once into tables, judge decides the claims
+from them, draw draws the maps from them. The Y/Z task (data + model wiring, ``yz_config``) lives in
+:mod:`tdyn.papers.scan_snap.task`.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from scipy.stats import spearmanr
 
 from tdyn import runs, stats
 from tdyn.papers.scan_snap import data
-from tdyn.reproduce.common import claim, configure, decide, margin, reading, train_into
-from tdyn.reproduce.registry import ReproduceContext, register
-from tdyn.papers.scan_snap.analysis import _facts, _lrs
 from tdyn.papers.scan_snap import probes as pr
-from tdyn.papers.scan_snap.probes import c_n, distinct_entropy
-from tdyn.report import style
-from tdyn.runs import write_csv
+from tdyn.papers.scan_snap.analysis import config_of, config_rows, facts_of, job_config
 from tdyn.papers.scan_snap.task import yz_config  # noqa: F401  (re-exported for the other scan-snap modules)
-
+from tdyn.reproduce.common import claim, decide, margin, reading
+from tdyn.reproduce.phases import Phases, register_phases
+from tdyn.reproduce.registry import ReproduceContext
+from tdyn.report import style
 
 # ---------------------------------------------------------------- Fig 4
 
 FIG4_ROWS = [0, 2, 4, 6, 8, 10]
+KEYS = FIG4_ROWS + ["final"]      # the map rows: checkpoints by step, and the state after the last update
 
 
 def fig4_config(seed: int = 0) -> dict:
@@ -40,183 +39,254 @@ def fig4_config(seed: int = 0) -> dict:
     return cfg
 
 
-@register("scan-snap/fig4", "Syn-Small c_n maps: attention scans onto the top distinct token; η_Y=10 gives a denser map",
-          default_config=fig4_config, configs=lambda ctx: {"fig4": fig4_config(ctx.seed)})
-def fig4(ctx: ReproduceContext) -> dict:
-    cfg = configure(fig4_config(ctx.seed), ctx.overrides)
-    dirs = train_into(ctx, "fig4", cfg)
-    dist = data.build(data.ScanSnapDataConfig.model_validate(cfg.data))
-    M, ln_m = dist.M, math.log(dist.M)
+def fig4_plan(ctx: ReproduceContext) -> dict[str, dict]:
+    return {"fig4": fig4_config(ctx.seed)}
 
-    all_runs = []
-    for d in dirs:
-        run = runs.Run(d)
-        eta_y, eta_z = run.lrs["Y"], run.lrs["Z"]
-        seed = run.seed
-        metrics = [r for r in run.metrics if r["step"] < cfg.optim.steps]
-        snaps = {s: run.params(s)["Z"] for s in FIG4_ROWS}
-        snaps["final"] = run.params("final")["Z"]
-        c = {k: c_n(z.double(), dist.table, dist.query) for k, z in snaps.items()}
-        run = {"dir": d, "eta_y": eta_y, "eta_z": eta_z, "seed": seed, "loss": [r["loss"] for r in metrics],
-               "c": c, "Z": snaps["final"].double(), "Z0": snaps[0].double()}
-        all_runs.append(run)
-    shown = ctx.seed if any(r["seed"] == ctx.seed for r in all_runs) else min(r["seed"] for r in all_runs)
-    per_run = [r for r in all_runs if r["seed"] == shown]     # the figure and loss.csv show the --seed runs
-    rows = [{"eta_y": r["eta_y"], "eta_z": r["eta_z"], "step": t, "loss": l} for r in per_run
-            for t, l in enumerate(r["loss"])]
-    write_csv(ctx.out / "loss.csv", rows, ["eta_y", "eta_z", "step", "loss"])
 
-    # ---- figure: c_n maps (rows = iterations, columns = contextual tokens), loss curves
+def _shown_seed(ctx: ReproduceContext, seeds) -> int:
+    """The seed whose runs the figure and loss.csv show: --seed, or the smallest seed trained."""
+    return ctx.seed if ctx.seed in seeds else min(seeds)
 
+
+def fig4_measure(ctx: ReproduceContext, trained: dict) -> dict:
+    """Each run read once: its losses, its c_n maps at the Fig 4 rows, its final weights' entropy, argmax, lead
+    and Thm 2 numbers (fig4_runs: per run; fig4_classes: per run and class)."""
+    dirs = trained["fig4"]
+    read = [runs.Run(d) for d in dirs]
+    dist = facts_of(read[0].config)
+    shown = _shown_seed(ctx, {r.seed for r in read})
+    out = {"config": config_rows(ctx, {"fig4": job_config(ctx.out / runs.RUNS / "fig4", read[0])}),
+           "loss": [], "fig4_runs": [], "fig4_classes": [], "fig4_maps": []}
+    for run in read:
+        _fig4_run(run, dist, run.seed == shown, out)
+    return out
+
+
+def _fig4_run(run: runs.Run, dist, shown: bool, out: dict) -> None:
+    """One run's rows of each table."""
+    eta_y, eta_z, seed = run.lrs["Y"], run.lrs["Z"], run.seed
+    steps = run.config["optim"]["steps"]
+    loss = [r["loss"] for r in run.metrics if r["step"] < steps]
+    Zs = {k: run.params(k)["Z"].double() for k in KEYS}
+    c = {k: pr.c_n(z, dist.table, dist.query) for k, z in Zs.items()}
+    Z, ln_m = Zs["final"], math.log(dist.M)
+    out["fig4_runs"].append({
+        "eta_y": eta_y, "eta_z": eta_z, "seed": seed, "M": dist.M, "K": dist.K, "steps": steps, "shown": shown,
+        "loss0": loss[0], "reach_step": next((t for t, x in enumerate(loss) if x <= ln_m / 2), None),
+        "entropy_step0": float(pr.distinct_entropy(Zs[0], dist.table, dist.query, dist.distinct)),
+        "entropy_final": float(pr.distinct_entropy(Z, dist.table, dist.query, dist.distinct)),
+        "max_common_logit": float(Z[dist.query][:, dist.common].max())})
+    cf = c["final"][:, :dist.num_contextual]
+    lead = cf.sort(-1, descending=True).values
+    rows_z = Z[dist.query]
+    for n in range(dist.K):
+        d = dist.distinct[n]
+        out["fig4_classes"].append({
+            "eta_y": eta_y, "eta_z": eta_z, "seed": seed, "class": n + 1,
+            "top_distinct": int(torch.nonzero(d).max()), "argmax": int(cf[n].argmax()),
+            "lead": float(lead[n, 0] - lead[n, 1]),
+            "spearman": float(spearmanr(rows_z[n][d].numpy(), dist.table[n][d].numpy())[0])})
+    if shown:
+        out["loss"] += [{"eta_y": eta_y, "eta_z": eta_z, "step": t, "loss": x} for t, x in enumerate(loss)]
+        out["fig4_maps"] += [{"eta_y": eta_y, "eta_z": eta_z, "iteration": str(k), "class": n + 1, "token": l,
+                              "c": float(c[k][n, l])}
+                             for k in KEYS for n in range(dist.K) for l in range(dist.num_contextual)]
+
+
+def _fig4_numbers(tables: dict) -> dict:
+    """The per-run numbers of fig4_runs / fig4_classes, keyed by (η_Y, seed) as the claims use them."""
+    rs, cls = tables["fig4_runs"], tables["fig4_classes"]
+    etas, seeds = sorted({r["eta_y"] for r in rs}), sorted({r["seed"] for r in rs})
+    key = lambda r: (r["eta_y"], r["seed"])  # noqa: E731
+    return {"runs": rs, "M": rs[0]["M"], "K": rs[0]["K"], "ln_m": math.log(rs[0]["M"]), "steps": rs[0]["steps"],
+            "etas": etas, "seeds": seeds, "slow": etas[0], "fast": etas[-1],
+            "ent": {key(r): r["entropy_final"] for r in rs}, "ent0": rs[0]["entropy_step0"],
+            "reach": {key(r): r["reach_step"] for r in rs}, "maxc": {key(r): r["max_common_logit"] for r in rs},
+            "argmax": {f"eta_y={r['eta_y']:g},seed={r['seed']}": [c["argmax"] for c in cls if key(c) == key(r)] for r in rs},
+            "top": [c["top_distinct"] for c in cls if key(c) == key(rs[0])],
+            "rho": {key(r): [c["spearman"] for c in cls if key(c) == key(r)] for r in rs},
+            "min_lead": min(c["lead"] for c in cls)}
+
+
+def fig4_judge(ctx: ReproduceContext, tables: dict) -> dict:
+    """The six Fig 4 claims, over all seeds; each comparison against the seed-to-seed noise (2 SE of the paired
+    difference; tdyn.stats.se: NaN for one seed, so one seed decides nothing)."""
+    cfg, seed = config_of(tables, "fig4")
+    n = _fig4_numbers(tables)
+    claims = [_fig4_step0(n), _fig4_top(n), _fig4_sparsifies(n), _fig4_denser(n), _fig4_faster(n), _fig4_signs(n)]
+    return {"experiment": "scan-snap/fig4", "M": n["M"], "K": n["K"], "seed": seed, "config": cfg,
+            "final_distinct_entropy": {f"eta_y={e:g},seed={sd}": v for (e, sd), v in n["ent"].items()}, "claims": claims}
+
+
+def _fig4_step0(n: dict) -> dict:
+    ln_m = n["ln_m"]
+    return claim(
+        "step0-loss", "With zero init the step-0 loss is exactly ln M",
+        all(abs(r["loss0"] - ln_m) < 1e-5 for r in n["runs"]), source="derived",
+        derived="a sanity check of tdyn's model, not a claim of the paper: with zero init every logit is 0, so "
+                "the step-0 loss is ln M exactly when the classifier spans all M ids, as the authors' Model2 "
+                "does (docs/reproductions/scan-snap.md#yz-model-as-trained)",
+        paper="docs/reproductions/scan-snap.md#yz-model-as-trained derivation (all logits 0 at zero init: the classifier spans all M ids)",
+        definition="training loss logged before the first update, every run; stated tolerance 1e-5",
+        measured="step-0 training loss of each run", expected="= ln M (within 1e-5) in every run",
+        step0_loss=[r["loss0"] for r in n["runs"]], ln_M=ln_m, tolerance=1e-5)
+
+
+def _fig4_top(n: dict) -> dict:
+    return claim(
+        "top-distinct", "Attention concentrates on the highest-P(l|n) distinct token",
+        all(a == n["top"] for a in n["argmax"].values()), source="paper",
+        quote="attention \"concentrates on highest P(l|n) (rightmost)\" (Fig 4 caption, as recorded in docs/reproductions/scan-snap.md#syn-small-and-syn-medium)",
+        paper="Fig 4 caption (attention concentrates on the highest P(l|n), rightmost)",
+        definition="argmax over contextual tokens of the final c_n (Eqn 5), per class, every run (all seeds); "
+                   "the lead of the argmax over the runner-up is reported",
+        measured="argmax token of the final c_n, per class and run",
+        expected="= highest-P(l|n) distinct token in every run", final_argmax=n["argmax"], top_distinct_token=n["top"],
+        min_lead_over_runner_up=n["min_lead"])
+
+
+def _fig4_sparsifies(n: dict) -> dict:
+    se = stats.se
+    drop = {e: [n["ent0"] - n["ent"][e, sd] for sd in n["seeds"]] for e in n["etas"]}
+    sp = {e: decide(float(np.mean(v)), se(v)) for e, v in drop.items()}
+    held = False if False in sp.values() else (True if all(sp.values()) else None)
+    return claim(
+        "sparsifies", "Attention sparsifies: distinct-token entropy of c_n falls during training", held,
+        reason="an entropy drop is within 2 SE of 0", source="paper",
+        quote="Among distinct tokens, it progressively drops attention weights, following the order of low to "
+              "high co-occurrence between the key and the query token in the training set (abstract)",
+        paper="Fig 4; Thm 3 (winners take more attention)",
+        definition="Fig 6 entropy (docs/reproductions/scan-snap.md#distinct-token-entropy) of the final weights vs its step-0 value (2.1513 at Z = 0), per "
+                   "seed; mean drop per η_Y decided with a 2-SE margin over seeds",
+        measured="step-0 minus final distinct-token entropy, per η_Y",
+        expected="> 0 beyond 2 SE for every η_Y", entropy_step0=n["ent0"],
+        drop={f"η_Y={e:g}": margin(float(np.mean(v)), se(v)) for e, v in drop.items()})
+
+
+def _fig4_denser(n: dict) -> dict:
+    se, slow, fast = stats.se, n["slow"], n["fast"]
+    dd = [n["ent"][fast, sd] - n["ent"][slow, sd] for sd in n["seeds"]]
+    return claim(
+        "larger-eta-y-denser", f"η_Y={fast:g} ends with a less sparse map than η_Y={slow:g}",
+        decide(float(np.mean(dd)), se(dd)), reason="the entropy difference is within 2 SE", source="paper",
+        quote="η_Y = 10 converges faster to a less sparse map (Fig 4, right vs left; "
+              "docs/reproductions/scan-snap.md#figures); at fixed η_Z, a larger η_Y gives a smaller B_n after t₀ and a denser map "
+              "(§6 prediction (c), docs/reproductions/scan-snap.md#snap-phase-transition)",
+        paper="Fig 4 (right vs left); §6 prediction (c)",
+        definition="final distinct-token entropy (docs/reproductions/scan-snap.md#distinct-token-entropy), paired per seed: H(fast) − H(slow); 2-SE margin",
+        measured="final distinct-token entropy of c_n", expected="H(η_Y=10) > H(η_Y=1) beyond 2 SE",
+        entropy_final={f"eta_y={e:g},seed={sd}": v for (e, sd), v in n["ent"].items()},
+        **margin(float(np.mean(dd)), se(dd), noise_source="SE over seeds of the paired difference"))
+
+
+def _fig4_faster(n: dict) -> dict:
+    """First step with loss ≤ ln(M)/2, paired per seed (a run that never reaches it counts as the run length)."""
+    se, slow, fast, reach = stats.se, n["slow"], n["fast"], n["reach"]
+    steps_of = lambda e, sd: reach[e, sd] if reach[e, sd] is not None else n["steps"]  # noqa: E731
+    df = [steps_of(slow, sd) - steps_of(fast, sd) for sd in n["seeds"]]
+    return claim(
+        "larger-eta-y-faster", f"η_Y={fast:g} reaches the loss level ln(M)/2 in fewer steps than η_Y={slow:g}",
+        decide(float(np.mean(df)), se(df)) if se(df) > 0 or np.mean(df) != 0 else None,
+        reason="the step difference is within 2 SE", source="paper",
+        quote="η_Y = 10 converges faster to a less sparse map (Fig 4, right vs left; docs/reproductions/scan-snap.md#figures)",
+        paper="Fig 4 (η_Y = 10 converges faster)",
+        definition="first logged step with training loss ≤ ln(M)/2 (run length if never), paired per seed: "
+                   "steps(slow) − steps(fast); 2-SE margin (0 SE when every seed agrees)",
+        measured="first step with training loss ≤ ln(M)/2", expected="fewer steps for η_Y = 10, beyond 2 SE",
+        level=n["ln_m"] / 2, first_step={f"eta_y={e:g},seed={sd}": v for (e, sd), v in reach.items()},
+        **margin(float(np.mean(df)), se(df), noise_source="SE over seeds of the paired difference"))
+
+
+def _fig4_signs(n: dict) -> dict:
+    """Thm 2 signs (η_Y = η_Z runs): max common logit < 0; Spearman ≥ 0.9 (the tolerance of
+    docs/reproductions/scan-snap.md#scan-snapfig4)."""
+    se, slow = stats.se, n["slow"]
+    maxc = [n["maxc"][slow, sd] for sd in n["seeds"]]
+    rho = [x for sd in n["seeds"] for x in n["rho"][slow, sd]]
+    sign_v = decide(-float(np.mean(maxc)), se(maxc))
+    held = False if (sign_v is False or min(rho) < 0.9) else sign_v
+    return claim(
+        "thm2-signs", f"Thm 2 (η_Y=η_Z={slow:g}): common-token logits negative; distinct logits ordered by P(l|n)",
+        held, reason="the largest common logit is within 2 SE of 0", source="paper",
+        quote="it gradually attends more to distinct key tokens for a specific next token to be predicted, and "
+              "pays less attention to common key tokens that occur across different next tokens. Among distinct "
+              "tokens, it progressively drops attention weights, following the order of low to high "
+              "co-occurrence (abstract; Thm 2 (b) / Cor 2 and Thm 3)",
+        paper="Thm 2 (b) / Cor 2 (common logits fall); Thm 3 (order by P(l|n)); docs/reproductions/scan-snap.md#scan-snapfig4",
+        definition="final query-row logits of the η_Y = η_Z runs: the largest common logit per seed (mean, 2-SE "
+                   "margin below 0) and Spearman(z, P(l|n)) over each class's distinct tokens ≥ 0.9 (spec's "
+                   "stated tolerance) in every seed and class",
+        measured=f"final query-row logits Z (η_Y={slow:g}, η_Z=1 runs)",
+        expected="max common logit < 0 beyond 2 SE; Spearman ρ ≥ 0.9",
+        max_common_logit=maxc, spearman=rho, **margin(-float(np.mean(maxc)), se(maxc)))
+
+
+def fig4_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
+    """The c_n maps of the shown seed (rows = iterations, columns = contextual tokens; one colour scale) and its
+    loss curves."""
+    plt = style.pyplot()
+    shown = [r for r in tables["fig4_runs"] if r["shown"]]
     style.apply()
-    ncols = dist.num_contextual
-    labels = [str(s) for s in FIG4_ROWS] + [f"final ({cfg.optim.steps})"]
-    imgs = {(j, n): torch.stack([r["c"][k][n, :ncols] for k in FIG4_ROWS + ["final"]]).numpy()
-            for j, r in enumerate(per_run) for n in range(dist.K)}
-    vmax = max(float(i.max()) for i in imgs.values()) or 1.0     # one colour scale for every map compared
     fig = plt.figure(figsize=(11, 7.5), constrained_layout=True)
     gs = fig.add_gridspec(3, 2, height_ratios=[1, 1, 0.9])
-    map_axes = []
-    for j, r in enumerate(per_run):
-        for n in range(dist.K):
+    _fig4_maps(fig, gs, tables["fig4_maps"], shown)
+    _fig4_loss(fig.add_subplot(gs[2, :]), tables["loss"], shown)
+    style.save(fig, ctx.out / "fig4.png")
+    return ["fig4.png"]
+
+
+def _map(rows: list[dict], keys: list, key: str, n: int) -> np.ndarray:
+    """One class's c_n map [len(keys), tokens] from the rows of a maps table (``key``: the iteration column)."""
+    return np.array([[r["c"] for r in rows if str(r[key]) == str(k) and r["class"] == n] for k in keys])
+
+
+def _fig4_maps(fig, gs, maps: list[dict], shown: list[dict]) -> None:
+    K, steps = shown[0]["K"], shown[0]["steps"]
+    labels = [str(s) for s in FIG4_ROWS] + [f"final ({steps})"]
+    imgs = {(j, n): _map([m for m in maps if m["eta_y"] == r["eta_y"] and m["eta_z"] == r["eta_z"]], KEYS, "iteration", n + 1)
+            for j, r in enumerate(shown) for n in range(K)}
+    vmax = max(float(i.max()) for i in imgs.values()) or 1.0     # one colour scale for every map compared
+    axes = []
+    for j, r in enumerate(shown):
+        for n in range(K):
             ax = fig.add_subplot(gs[n, j])
-            map_axes.append(ax)
+            axes.append(ax)
             im = ax.imshow(imgs[j, n], aspect="auto", cmap="viridis", vmin=0, vmax=vmax)
             for x in (9.5, 19.5):
                 ax.axvline(x, color="w", ls="--", lw=0.8)
             ax.set_yticks(range(len(labels)), labels)
             ax.set_ylabel("iteration")
             ax.set_title(f"$c_n$, class $n={n + 1}$  ($\\eta_Y={r['eta_y']:g}$, $\\eta_Z={r['eta_z']:g}$)")
-            if n == dist.K - 1:
+            if n == K - 1:
                 ax.set_xlabel("token (common | distinct seq1 | distinct seq2)")
-    fig.colorbar(im, ax=map_axes, fraction=0.03, pad=0.01, label="$c_n$ (shared scale)")
-    ax = fig.add_subplot(gs[2, :])
+    fig.colorbar(im, ax=axes, fraction=0.03, pad=0.01, label="$c_n$ (shared scale)")
+
+
+def _fig4_loss(ax, loss: list[dict], shown: list[dict]) -> None:
     floor = 1e-9      # a float32 cross-entropy can round to exactly 0: drawn at the floor on the log axis
-    zeros = any(l is not None and l <= 0 for r in per_run for l in r["loss"])
-    for r in per_run:
-        ax.plot([max(l, floor) if l is not None else np.nan for l in r["loss"]],
+    curves = [[x["loss"] for x in loss if x["eta_y"] == r["eta_y"] and x["eta_z"] == r["eta_z"]] for r in shown]
+    zeros = any(v is not None and v <= 0 for c in curves for v in c)
+    for r, c in zip(shown, curves):
+        ax.plot([max(v, floor) if v is not None else np.nan for v in c],
                 label=f"$\\eta_Y={r['eta_y']:g}$, $\\eta_Z={r['eta_z']:g}$")
-    ax.axhline(ln_m, color="grey", ls=":", lw=0.8, label="$\\ln M$")
+    ax.axhline(math.log(shown[0]["M"]), color="grey", ls=":", lw=0.8, label="$\\ln M$")
     ax.set_yscale("log")
     ax.set_xlabel("step (SGD, momentum 0.9, batch 128)")
     ax.set_ylabel("training loss (nats, log scale)" + (f"\nexact 0 drawn at {floor:g}" if zeros else ""))
     ax.legend()
-    style.save(fig, ctx.out / "fig4.png")
 
-    # ---- claims: over all seeds; each comparison against the seed-to-seed noise (2 SE of the paired difference;
-    # tdyn.stats.se: NaN for one seed, so one seed decides nothing)
-    se = stats.se
 
-    etas = sorted({r["eta_y"] for r in all_runs})
-    slow_e, fast_e = etas[0], etas[-1]
-    by = {(r["eta_y"], r["seed"]): r for r in all_runs}
-    seeds = sorted({r["seed"] for r in all_runs})
-    top = [int(torch.nonzero(dist.distinct[n]).max()) for n in range(dist.K)]
-    ent = {(r["eta_y"], r["seed"]): float(distinct_entropy(r["Z"], dist.table, dist.query, dist.distinct))
-           for r in all_runs}
-    ent0 = float(distinct_entropy(all_runs[0]["Z0"], dist.table, dist.query, dist.distinct))
-    level = ln_m / 2
-    reach = {(r["eta_y"], r["seed"]): next((t for t, l in enumerate(r["loss"]) if l <= level), None) for r in all_runs}
-    # top distinct token: argmax of the final c_n, and its lead over the runner-up (per run)
-    argmax, lead = {}, []
-    for r in all_runs:
-        cf = r["c"]["final"][:, :ncols]
-        argmax[f"eta_y={r['eta_y']:g},seed={r['seed']}"] = [int(cf[n].argmax()) for n in range(dist.K)]
-        srt = cf.sort(-1, descending=True).values
-        lead.append(float((srt[:, 0] - srt[:, 1]).min()))
-    top_ok = all(a == top for a in argmax.values())
-    # sparsifies: entropy drop from step 0, per η_Y over seeds
-    drop = {e: [ent0 - ent[e, sd] for sd in seeds] for e in etas}
-    sp = {e: decide(float(np.mean(v)), se(v)) for e, v in drop.items()}
-    sp_held = False if False in sp.values() else (True if all(sp.values()) else None)
-    # denser: paired entropy difference η_Y = 10 − η_Y = 1
-    dd = [ent[fast_e, sd] - ent[slow_e, sd] for sd in seeds]
-    # faster: paired difference in the first step with loss ≤ ln(M)/2 (a run that never reaches it counts as
-    # the run length)
-    steps_of = lambda e, sd: reach[e, sd] if reach[e, sd] is not None else cfg.optim.steps  # noqa: E731
-    df = [steps_of(slow_e, sd) - steps_of(fast_e, sd) for sd in seeds]
-    # Thm 2 signs (η_Y = η_Z = 1 runs): max common logit < 0; Spearman ≥ 0.9 (the tolerance of
-    # docs/reproductions/scan-snap.md#scan-snapfig4)
-    maxc, rho = [], []
-    for sd in seeds:
-        rows_z = by[slow_e, sd]["Z"][dist.query]
-        maxc.append(float(rows_z[:, dist.common].max()))
-        rho += [float(spearmanr(rows_z[n][dist.distinct[n]].numpy(), dist.table[n][dist.distinct[n]].numpy())[0])
-                for n in range(dist.K)]
-    sign_v = decide(-float(np.mean(maxc)), se(maxc))
-    sign_held = False if (sign_v is False or min(rho) < 0.9) else sign_v
-    word = lambda e: f"η_Y={e:g}"  # noqa: E731
-    claims = [
-        claim("step0-loss", "With zero init the step-0 loss is exactly ln M",
-              all(abs(r["loss"][0] - ln_m) < 1e-5 for r in all_runs), source="derived",
-              derived="a sanity check of tdyn's model, not a claim of the paper: with zero init every logit is 0, so "
-                      "the step-0 loss is ln M exactly when the classifier spans all M ids, as the authors' Model2 "
-                      "does (docs/reproductions/scan-snap.md#yz-model-as-trained)",
-              paper="docs/reproductions/scan-snap.md#yz-model-as-trained derivation (all logits 0 at zero init: the classifier spans all M ids)",
-              definition="training loss logged before the first update, every run; stated tolerance 1e-5",
-              measured="step-0 training loss of each run", expected="= ln M (within 1e-5) in every run",
-              step0_loss=[r["loss"][0] for r in all_runs], ln_M=ln_m, tolerance=1e-5),
-        claim("top-distinct", "Attention concentrates on the highest-P(l|n) distinct token", top_ok, source="paper",
-              quote="attention \"concentrates on highest P(l|n) (rightmost)\" (Fig 4 caption, as recorded in docs/reproductions/scan-snap.md#syn-small-and-syn-medium)",
-              paper="Fig 4 caption (attention concentrates on the highest P(l|n), rightmost)",
-              definition="argmax over contextual tokens of the final c_n (Eqn 5), per class, every run (all seeds); "
-                         "the lead of the argmax over the runner-up is reported",
-              measured="argmax token of the final c_n, per class and run",
-              expected="= highest-P(l|n) distinct token in every run", final_argmax=argmax, top_distinct_token=top,
-              min_lead_over_runner_up=min(lead)),
-        claim("sparsifies", "Attention sparsifies: distinct-token entropy of c_n falls during training", sp_held,
-              reason="an entropy drop is within 2 SE of 0", source="paper",
-              quote="Among distinct tokens, it progressively drops attention weights, following the order of low to "
-                    "high co-occurrence between the key and the query token in the training set (abstract)",
-              paper="Fig 4; Thm 3 (winners take more attention)",
-              definition="Fig 6 entropy (docs/reproductions/scan-snap.md#distinct-token-entropy) of the final weights vs its step-0 value (2.1513 at Z = 0), per "
-                         "seed; mean drop per η_Y decided with a 2-SE margin over seeds",
-              measured="step-0 minus final distinct-token entropy, per η_Y",
-              expected="> 0 beyond 2 SE for every η_Y", entropy_step0=ent0,
-              drop={word(e): margin(float(np.mean(v)), se(v)) for e, v in drop.items()}),
-        claim("larger-eta-y-denser", f"η_Y={fast_e:g} ends with a less sparse map than η_Y={slow_e:g}",
-              decide(float(np.mean(dd)), se(dd)), reason="the entropy difference is within 2 SE", source="paper",
-              quote="η_Y = 10 converges faster to a less sparse map (Fig 4, right vs left; "
-                    "docs/reproductions/scan-snap.md#figures); at fixed η_Z, a larger η_Y gives a smaller B_n after t₀ and a denser map "
-                    "(§6 prediction (c), docs/reproductions/scan-snap.md#snap-phase-transition)",
-              paper="Fig 4 (right vs left); §6 prediction (c)",
-              definition="final distinct-token entropy (docs/reproductions/scan-snap.md#distinct-token-entropy), paired per seed: H(fast) − H(slow); 2-SE margin",
-              measured="final distinct-token entropy of c_n", expected="H(η_Y=10) > H(η_Y=1) beyond 2 SE",
-              entropy_final={f"eta_y={e:g},seed={sd}": v for (e, sd), v in ent.items()},
-              **margin(float(np.mean(dd)), se(dd), noise_source="SE over seeds of the paired difference")),
-        claim("larger-eta-y-faster", f"η_Y={fast_e:g} reaches the loss level ln(M)/2 in fewer steps than η_Y={slow_e:g}",
-              decide(float(np.mean(df)), se(df)) if se(df) > 0 or np.mean(df) != 0 else None,
-              reason="the step difference is within 2 SE", source="paper",
-              quote="η_Y = 10 converges faster to a less sparse map (Fig 4, right vs left; docs/reproductions/scan-snap.md#figures)",
-              paper="Fig 4 (η_Y = 10 converges faster)",
-              definition="first logged step with training loss ≤ ln(M)/2 (run length if never), paired per seed: "
-                         "steps(slow) − steps(fast); 2-SE margin (0 SE when every seed agrees)",
-              measured="first step with training loss ≤ ln(M)/2", expected="fewer steps for η_Y = 10, beyond 2 SE",
-              level=level, first_step={f"eta_y={e:g},seed={sd}": v for (e, sd), v in reach.items()},
-              **margin(float(np.mean(df)), se(df), noise_source="SE over seeds of the paired difference")),
-        claim("thm2-signs", f"Thm 2 (η_Y=η_Z={slow_e:g}): common-token logits negative; distinct logits ordered by P(l|n)",
-              sign_held, reason="the largest common logit is within 2 SE of 0", source="paper",
-              quote="it gradually attends more to distinct key tokens for a specific next token to be predicted, and "
-                    "pays less attention to common key tokens that occur across different next tokens. Among distinct "
-                    "tokens, it progressively drops attention weights, following the order of low to high "
-                    "co-occurrence (abstract; Thm 2 (b) / Cor 2 and Thm 3)",
-              paper="Thm 2 (b) / Cor 2 (common logits fall); Thm 3 (order by P(l|n)); docs/reproductions/scan-snap.md#scan-snapfig4",
-              definition="final query-row logits of the η_Y = η_Z runs: the largest common logit per seed (mean, 2-SE "
-                         "margin below 0) and Spearman(z, P(l|n)) over each class's distinct tokens ≥ 0.9 (spec's "
-                         "stated tolerance) in every seed and class",
-              measured=f"final query-row logits Z (η_Y={slow_e:g}, η_Z=1 runs)",
-              expected="max common logit < 0 beyond 2 SE; Spearman ρ ≥ 0.9",
-              max_common_logit=maxc, spearman=rho, **margin(-float(np.mean(maxc)), se(maxc))),
-    ]
-    return {"experiment": "scan-snap/fig4", "M": M, "K": dist.K, "seed": ctx.seed,
-            "config": cfg.model_dump(mode="json"),
-            "final_distinct_entropy": {f"eta_y={e:g},seed={sd}": v for (e, sd), v in ent.items()}, "claims": claims,
-            "files": ["loss.csv", "fig4.png"]}
+register_phases("scan-snap/fig4", Phases(plan=fig4_plan, measure=fig4_measure, judge=fig4_judge, draw=fig4_draw,
+                                         tables=("config", "loss", "fig4_runs", "fig4_classes", "fig4_maps"),
+                                         columns={"loss": ["eta_y", "eta_z", "step", "loss"]}),
+                default_config=fig4_config)
 
 
 # ---------------------------------------------------------------- Fig 5
 
 FIG5_ETAS = [0.1, 0.5, 1.0]
+#: a run "picks" the class's distinct tokens holding at least this share of its renormalised distinct attention
+PICK = 0.1
 
 
 def fig5_config(seed: int = 0) -> dict:
@@ -236,52 +306,51 @@ def fig5_configs(ctx: ReproduceContext) -> dict[str, dict]:
     return {"fig5": cfg}
 
 
-@register("scan-snap/fig5", "Syn-Small with Adam, η ∈ {0.1, 0.5, 1}: different rates pick different distinct tokens",
-          default_config=fig5_config, configs=fig5_configs)
-def fig5(ctx: ReproduceContext) -> dict:
-    """c_n maps of class n = 1 (tokens 0–19; rows = iterations 0..10 and Final) per learning rate.
-
-    The subset a run "picks" is the set of the class's distinct tokens holding at least 10% of its
-    renormalised distinct-token attention c_n at the end (uniform share: 1/10)."""
-    cfg = configure(fig5_configs(ctx)["fig5"], ctx.overrides)
-    dist = _facts(cfg)
-    dirs = train_into(ctx, "fig5", cfg)
-    keys = FIG4_ROWS + ["final"]
-    per, rows, allq = {}, [], {}
-    for d in dirs:
-        eta = _lrs(d)[1]
-        run = runs.Run(d)
-        seed = run.seed
-        Zs = torch.stack([run.params(k)["Z"].double() for k in keys])
-        c = pr.c_n(Zs, dist.table, dist.query)                                   # [rows, K, M]
-        q = pr.distinct_distribution(Zs[-1:], dist.table, dist.query, dist.distinct)[0]
-        picked = [sorted(int(i) for i in torch.nonzero(q[n] >= 0.1).flatten()) for n in range(dist.K)]
-        allq[eta, seed] = {"q": q, "picked": picked}
-        if seed != ctx.seed:
-            continue
-        per[eta] = {"c": c, "picked": picked, "argmax": [int(q[n].argmax()) for n in range(dist.K)],
-                    "entropy": float(pr.distinct_entropy(Zs[-1:], dist.table, dist.query, dist.distinct)[0])}
-        rows += [{"eta": eta, "iteration": str(k), "class": n + 1, "token": l, "c": float(c[i, n, l])}
-                 for i, k in enumerate(keys) for n in range(dist.K) for l in range(dist.num_contextual)]
-    write_csv(ctx.out / "c_n.csv", rows, ["eta", "iteration", "class", "token", "c"])
+def fig5_measure(ctx: ReproduceContext, trained: dict) -> dict:
+    """Each run read once: the final renormalised distinct-token distribution q per class (fig5_q), its entropy
+    (fig5_runs), and for the --seed runs the c_n maps at the Fig 4 rows (c_n.csv)."""
+    read = [runs.Run(d) for d in trained["fig5"]]
+    dist = facts_of(read[0].config)
+    out = {"config": config_rows(ctx, {"fig5": job_config(ctx.out / runs.RUNS / "fig5", read[0])}),
+           "c_n": [], "fig5_runs": [], "fig5_q": []}
+    for run in read:
+        eta, seed = run.lrs["Z"], run.seed
+        Zs = torch.stack([run.params(k)["Z"].double() for k in KEYS])
+        q = pr.distinct_distribution(Zs[-1:], dist.table, dist.query, dist.distinct)[0]        # [K, M]
+        out["fig5_runs"].append({"eta": eta, "seed": seed, "entropy": float(
+            pr.distinct_entropy(Zs[-1:], dist.table, dist.query, dist.distinct)[0])})
+        out["fig5_q"] += [{"eta": eta, "seed": seed, "class": n + 1, "token": l, "distinct": bool(dist.distinct[n, l]),
+                           "q": float(q[n, l])} for n in range(dist.K) for l in range(dist.M)]
+        if seed == ctx.seed:
+            c = pr.c_n(Zs, dist.table, dist.query)                                   # [rows, K, M]
+            out["c_n"] += [{"eta": eta, "iteration": str(k), "class": n + 1, "token": l, "c": float(c[i, n, l])}
+                           for i, k in enumerate(KEYS) for n in range(dist.K) for l in range(dist.num_contextual)]
+    return out
 
 
-    style.apply()
-    fig, axes = plt.subplots(1, len(per), figsize=(4.2 * len(per), 3.2), squeeze=False, constrained_layout=True)
-    for ax, (eta, r) in zip(axes[0], per.items()):
-        im = ax.imshow(r["c"][:, 0, :20].numpy(), aspect="auto", cmap=style.SEQUENTIAL, vmin=0)
-        ax.axvline(9.5, color="w", ls="--", lw=0.8)
-        ax.set_yticks(range(len(keys)), [str(k) for k in FIG4_ROWS] + ["Final"])
-        ax.set_title(f"Adam, η_Y = η_Z = {eta:g}: c_n, n = 1")
-        ax.set_xlabel("token (common | distinct seq1)")
-        fig.colorbar(im, ax=ax, fraction=0.05)
-    axes[0, 0].set_ylabel("iteration")
-    style.save(fig, ctx.out / "fig5.png")
+def _fig5_numbers(tables: dict, seed: int) -> dict:
+    """q per (η, seed) as a [K, M] tensor (the table's values, in its order), the subsets picked, the top token."""
+    q: dict[tuple, list] = {}
+    for r in tables["fig5_q"]:
+        q.setdefault((r["eta"], r["seed"]), []).append(r)
+    K = max(r["class"] for r in tables["fig5_q"])
+    allq = {}
+    for k, rows in q.items():
+        t = torch.tensor([r["q"] for r in rows], dtype=torch.float64).reshape(K, -1)
+        allq[k] = {"q": t, "picked": [sorted(int(i) for i in torch.nonzero(t[n] >= PICK).flatten()) for n in range(K)]}
+    first = next(iter(q.values()))
+    top = [max(r["token"] for r in first if r["class"] == n + 1 and r["distinct"]) for n in range(K)]
+    per = {e: allq[e, sd] | {"entropy": r["entropy"]} for r in tables["fig5_runs"]
+           for e, sd in [(r["eta"], r["seed"])] if sd == seed}
+    return {"allq": allq, "top": top, "per": per, "seeds": sorted({sd for _, sd in allq}),
+            "etas": sorted({e for e, _ in allq})}
 
-    subsets = {f"eta={e:g},seed={sd}": r["picked"] for (e, sd), r in allq.items()}
-    top = [int(torch.nonzero(dist.distinct[n]).max()) for n in range(dist.K)]
-    seeds = sorted({sd for _, sd in allq})
-    etas = sorted({e for e, _ in allq})
+
+def fig5_judge(ctx: ReproduceContext, tables: dict) -> dict:
+    """Whether different rates pick different subsets, read two ways against the seed-to-seed variation."""
+    cfg, seed = config_of(tables, "fig5")
+    n = _fig5_numbers(tables, seed)
+    allq, seeds, etas = n["allq"], n["seeds"], n["etas"]
     # reading 1: the ≥ 10% subsets (class 1) differ between at least two rates — in every seed (holds), in none
     # (fails), in some (inconclusive: the difference is not reproducible across data streams)
     differ = {sd: len({tuple(allq[e, sd]["picked"][0]) for e in etas}) > 1 for sd in seeds}
@@ -293,6 +362,7 @@ def fig5(ctx: ReproduceContext) -> dict:
     within = [tv(allq[e, s1], allq[e, s2]) for e in etas for i, s1 in enumerate(seeds) for s2 in seeds[i + 1:]]
     d_tv = float(np.mean(between) - np.mean(within))
     se_tv = stats.se_of_difference(between, within)
+    per = n["per"]
     claims = [
         claim("different-subsets", "Different learning rates (Adam) pick different subsets of distinct tokens",
               source="paper", quote="different lrs pick different subsets of distinct tokens (Fig 5 and its caption, "
@@ -313,8 +383,34 @@ def fig5(ctx: ReproduceContext) -> dict:
                           tv_between_rates=float(np.mean(between)), tv_between_seeds=float(np.mean(within)),
                           **margin(d_tv, se_tv, noise_source="SE of the two mean distances combined")),
               ],
-              picked_tokens=subsets, final_argmax={f"eta={e:g}": r["argmax"] for e, r in per.items()}, top_p_token=top,
-              distinct_entropy={f"eta={e:g}": r["entropy"] for e, r in per.items()}),
+              picked_tokens={f"eta={e:g},seed={sd}": r["picked"] for (e, sd), r in allq.items()},
+              final_argmax={f"eta={e:g}": [int(r["q"][k].argmax()) for k in range(len(n["top"]))] for e, r in per.items()},
+              top_p_token=n["top"], distinct_entropy={f"eta={e:g}": r["entropy"] for e, r in per.items()}),
     ]
-    return {"experiment": "scan-snap/fig5", "config": cfg.model_dump(mode="json"), "claims": claims,
-            "files": ["c_n.csv", "fig5.png"]}
+    return {"experiment": "scan-snap/fig5", "config": cfg, "claims": claims}
+
+
+def fig5_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
+    """Class 1's c_n map (tokens 0–19: common | distinct; rows = iterations 0..10 and Final) per learning rate."""
+    plt = style.pyplot()
+    rows = tables["c_n"]
+    etas = list(dict.fromkeys(r["eta"] for r in rows))
+    style.apply()
+    fig, axes = plt.subplots(1, len(etas), figsize=(4.2 * len(etas), 3.2), squeeze=False, constrained_layout=True)
+    for ax, eta in zip(axes[0], etas):
+        img = _map([r for r in rows if r["eta"] == eta and r["token"] < 20], KEYS, "iteration", 1)
+        im = ax.imshow(img, aspect="auto", cmap=style.SEQUENTIAL, vmin=0)
+        ax.axvline(9.5, color="w", ls="--", lw=0.8)
+        ax.set_yticks(range(len(KEYS)), [str(k) for k in FIG4_ROWS] + ["Final"])
+        ax.set_title(f"Adam, η_Y = η_Z = {eta:g}: c_n, n = 1")
+        ax.set_xlabel("token (common | distinct seq1)")
+        fig.colorbar(im, ax=ax, fraction=0.05)
+    axes[0, 0].set_ylabel("iteration")
+    style.save(fig, ctx.out / "fig5.png")
+    return ["fig5.png"]
+
+
+register_phases("scan-snap/fig5", Phases(plan=fig5_configs, measure=fig5_measure, judge=fig5_judge, draw=fig5_draw,
+                                         tables=("config", "c_n", "fig5_runs", "fig5_q"),
+                                         columns={"c_n": ["eta", "iteration", "class", "token", "c"]}),
+                default_config=fig5_config)
