@@ -45,7 +45,7 @@ def test_a_gpu_trained_run_is_rebuilt_on_the_cpu(tmp_path):
     hold CPU tensors): here a corpus-LM run whose config says cuda, on a machine that may have no GPU.
     Built with the run's device, its dropout streams were CUDA generators and a training-mode forward
     on the CPU weights failed."""
-    from tdyn.papers.real_text.reproductions import lm_groups
+    from tdyn.papers.real_text.analysis import lm_groups
 
     cfg = {"task": "corpus_lm", "data": {"corpus": "fixture", "bptt": 8, "batch_size": 2},
            "model": {"d": 8, "d_hid": 8, "n_layers": 1, "dropout": 0.2}, "seeds": [0],

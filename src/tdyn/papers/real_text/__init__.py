@@ -2,7 +2,8 @@
 offline text) and of the topic-structure paper (pretrained MiniLM embeddings and attention).
 
 The package: ``data`` (the distribution), ``model`` (the equations), ``task`` (data wired to the model),
-``probes``, ``theory``, the reproductions, and this manifest (read without importing any of them)."""
+``probes``, ``analysis`` (what the reproductions share), one module per reproduction (``topic_embeddings``,
+``attention_maps``, ``entropy_vs_lr``), ``bench``, and this manifest (read without importing any of them)."""
 
 from tdyn.manifest import Paper, Reproduction
 
@@ -18,16 +19,16 @@ MANIFEST = Paper(
         "corpus_lm.attention": "tdyn.papers.real_text.probes",
     },
     benches={
-        "real_lm_tokens_per_s": "tdyn.papers.real_text.reproductions",
+        "real_lm_tokens_per_s": "tdyn.papers.real_text.bench",
     },
     reproductions={
-        "real/topic-embeddings": Reproduction("tdyn.papers.real_text.reproductions",
+        "real/topic-embeddings": Reproduction("tdyn.papers.real_text.topic_embeddings",
             "Li et al. real-data check: same-topic vs different-topic similarity of pretrained embeddings and attention, on two MiniLMs",
             "Li et al. 2023's real-data figure (data.png of their project page) on two MiniLMs"),
-        "real/attention-maps": Reproduction("tdyn.papers.real_text.reproductions",
+        "real/attention-maps": Reproduction("tdyn.papers.real_text.attention_maps",
             "Tian et al. Fig 7 analogue: attention of a 1- and 3-layer LM sparsifies on real text",
             "an analogue of Fig 7 of Tian et al. 2023 on offline text"),
-        "real/entropy-vs-lr": Reproduction("tdyn.papers.real_text.reproductions",
+        "real/entropy-vs-lr": Reproduction("tdyn.papers.real_text.entropy_vs_lr",
             "Tian et al. Fig 10 analogue: final attention entropy falls with the learning rate",
             "an analogue of Fig 10 of Tian et al. 2023 on offline text"),
     },
