@@ -78,11 +78,11 @@ def test_bound_reading_definitions_hand_made():
 def test_inside_claim_readings_hand_made():
     """Result (2): k* inside ε/(2η) but above 2mℒ₀/(A²η) → the two quantifier readings disagree; a run with
     η·λ_max(t) > 1 before k* is outside the hypotheses and left out."""
-    from tdyn.papers.decision_list.claim2 import _inside_claim
+    from tdyn.papers.decision_list.claim2 import _inside_claim, claim2_settings
 
     base = {"steps": 100, "max_eta_lambda_to_kstar": 1.0, "L": 30, "n": 29, "M": 2, "eps": 5.0, "L0": 3.4,
             "A_lo": 2.2, "A_hi": 2.3, "v_drift_max": 0.0, "c": 1e5}
-    st = {"inside": [(30, 29, 2)]}
+    st = claim2_settings(True)      # inside: [(30, 29, 2)]
     c = _inside_claim([base | {"k_star": 5, "step_range_hi": 10.0, "k_bound": 8.0},
                        base | {"k_star": 7, "step_range_hi": 12.0, "k_bound": 9.0, "v_drift_max": 3e-9}], st)
     assert c["verdict"] == "holds" and c["source"] == "paper" and "encounters a t" in c["quote"]
@@ -280,13 +280,11 @@ def test_gamma_families_and_gamma_needed_hand_computed():
 
 
 def test_claim2_rows_read_back_as_written(tmp_path):
-    """--rejudge reads claim2.csv back: None, bools, ints and floats as the analysis wrote them."""
-    from tdyn.papers.decision_list.claim2 import CLAIM2_COLUMNS, _read_rows
-    from tdyn.papers.decision_list.analysis import _fmt
-    from tdyn.runs import write_csv
+    """--judge-only reads claim2.csv back: None, bools, ints and floats as measure wrote them."""
+    from tdyn.papers.decision_list.claim2 import CLAIM2_COLUMNS
+    from tdyn.reproduce.phases import read_table, write_table
 
     row = {k: None for k in CLAIM2_COLUMNS} | {"regime": "inside", "L": 30, "k_star": 478, "stays_perfect": True,
                                                 "admissible": False, "v_drift_max": 2.7453519457765196e-09,
                                                 "k_bound": 3457028.6748607517}
-    write_csv(tmp_path / "claim2.csv", [{k: _fmt(row[k]) for k in CLAIM2_COLUMNS}], CLAIM2_COLUMNS)
-    assert _read_rows(tmp_path / "claim2.csv", CLAIM2_COLUMNS) == [row]
+    assert read_table(write_table(tmp_path / "claim2.csv", [row], CLAIM2_COLUMNS)) == [row]

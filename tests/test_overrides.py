@@ -129,9 +129,9 @@ def test_grids_are_typed_options(cli, tmp_path):
 
 
 def test_with_options_replaces_only_given_entries():
-    from tdyn.reproduce.common import with_options
+    from tdyn.papers.decision_list.analysis import with_grid_options
     from tdyn.papers.decision_list.claim1 import Claim1Options, claim1_grid
 
-    g = with_options(claim1_grid(True), Claim1Options(L=[10], N=7))
-    assert g["L"] == [10] and g["N"] == 7 and g["n"] == claim1_grid(True)["n"]
-    assert with_options(claim1_grid(True), None) == claim1_grid(True)
+    g = with_grid_options(claim1_grid(True), Claim1Options(L=[10], N=7, workers=2))
+    assert g.L == [10] and g.N == 7 and g.n == claim1_grid(True).n and g.fixed_c == claim1_grid(True).fixed_c
+    assert with_grid_options(claim1_grid(True), None) == claim1_grid(True)

@@ -2,7 +2,8 @@
 descent on the population loss, the convergence results.
 
 The package: ``data`` (the distribution), ``model`` (the equations), ``task`` (data wired to the model),
-``probes``, ``theory``, the reproductions, and this manifest (read without importing any of them)."""
+``probes``, ``theory``, ``analysis`` (what the reproductions share), the reproductions (``claim1``, ``claim2``,
+``uniform_attention``, each as phases), ``bench``, and this manifest (read without importing any of them)."""
 
 from tdyn.manifest import Paper, Reproduction
 
@@ -19,11 +20,11 @@ MANIFEST = Paper(
         "decision_list.hessian": "tdyn.papers.decision_list.probes",
     },
     benches={
-        "decision_list_popgrad_L32_n4": "tdyn.papers.decision_list.analysis",
-        "decision_list_popgrad_L16_n5": "tdyn.papers.decision_list.analysis",
-        "decision_list_reduced_ode_L10000": "tdyn.papers.decision_list.analysis",
-        "decision_list_task_and_samples_L10000": "tdyn.papers.decision_list.analysis",
-        "decision_list_claim1": "tdyn.papers.decision_list.claim1",
+        "decision_list_popgrad_L32_n4": "tdyn.papers.decision_list.bench",
+        "decision_list_popgrad_L16_n5": "tdyn.papers.decision_list.bench",
+        "decision_list_reduced_ode_L10000": "tdyn.papers.decision_list.bench",
+        "decision_list_task_and_samples_L10000": "tdyn.papers.decision_list.bench",
+        "decision_list_claim1": "tdyn.papers.decision_list.bench",
     },
     reproductions={
         "decision-list/claim1": Reproduction("tdyn.papers.decision_list.claim1",

@@ -1,58 +1,75 @@
-"""Decision lists (docs/reproductions/decision-lists.md): what the three reproductions share — the run configs of the
-``decision_list`` task they train, the initial model of a config, metrics of a run as a curve, and the
-benchmarks. The reproductions: ``decision_list_claim1`` (result (1), the reduced ODE),
-``decision_list_claim2`` (result (2), GD through the trainer), ``decision_list_uniform`` (claim (c)).
-Samplers, δ/γ and "perfect" are tdyn's choices (docs/reproductions/decision-lists.md#samplers-delta-and-gamma,
+"""Decision lists (docs/reproductions/decision-lists.md): what the three reproductions share — typed grids with
+the user's options, the jobs planned from them, the initial model of a run config, a run's metrics as a curve,
+and the figures' layout and ticks. The reproductions: ``claim1`` (result (1), the reduced ODE), ``claim2``
+(result (2), GD through the trainer), ``uniform_attention`` (claim (c)). Samplers, δ/γ and "perfect" are tdyn's
+choices (docs/reproductions/decision-lists.md#samplers-delta-and-gamma,
 docs/reproductions/decision-lists.md#perfect-classification); every output names the ones it uses.
 """
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import json
 import math
-import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 import torch
 
 from tdyn import runs
-from tdyn.bench import register_bench
 from tdyn.config import validate_config
-from tdyn.papers.decision_list import data as dl
-from tdyn.reproduce.common import with_options
-from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModelConfig
-from tdyn.tasks import build_task
 from tdyn.papers.decision_list import theory as th
+from tdyn.papers.decision_list.model import DecisionListModel
+from tdyn.reproduce.phases import Tables, read_table
+from tdyn.tasks import build_task
 from tdyn.train.trainer import expand_members
 
 TIME_UNITS = "paper Eqn 2 normalisation: (1/n) sum_j per sequence, averaged over sequences"
 
+G = TypeVar("G")
 
-def _fmt(x):
-    return "" if x is None else x
+
+def with_grid_options(grid: G, options) -> G:
+    """``grid`` (a frozen dataclass) with the typed options the user gave (those not None) in place of its
+    fields of the same name; options that are no field of the grid (e.g. ``workers``) are left out."""
+    if options is None:
+        return grid
+    names = {f.name for f in dataclasses.fields(grid)}
+    given = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in options.model_dump().items()
+             if v is not None and k in names}
+    return dataclasses.replace(grid, **given)
+
+
+def grid_dict(grid) -> dict:
+    """A grid as the plain dict results.json records (nested grids as dicts; tuples and lists kept)."""
+    return dataclasses.asdict(grid)
 
 
 class PlannedJobs:
-    """A reproduction's jobs, fixed before training from its settings (the full or --quick ones with the
-    user's typed options in place) and computed once per (seed, settings): ``plan(ctx)`` → the jobs,
-    ``plan.settings(ctx)`` → the settings. ``build(seed, settings)`` returns the jobs (dicts with
-    ``name`` and ``config``, and whatever the analysis needs)."""
+    """A reproduction's jobs, fixed before training from its grid (the full or --quick one with the user's
+    typed options in place) and computed once per (seed, grid): ``plan(ctx)`` → the jobs, ``plan.grid(ctx)``
+    → the grid. ``build(seed, grid)`` returns the jobs (dicts with ``name`` and ``config``, and whatever
+    measuring their runs needs)."""
 
-    def __init__(self, settings: Callable[[bool], dict], build: Callable[[int, dict], list[dict]]):
-        self._settings, self._build = settings, build
-        self._cached = functools.lru_cache(maxsize=4)(lambda seed, text: tuple(build(seed, json.loads(text))))
+    def __init__(self, grid: Callable[[bool], Any], build: Callable[[int, Any], list[dict]]):
+        self._grid, self._build = grid, build
+        self._cache: dict[tuple, tuple[dict, ...]] = {}
 
-    def settings(self, ctx) -> dict:
-        return with_options(self._settings(ctx.quick), ctx.options)
+    def grid(self, ctx):
+        return with_grid_options(self._grid(ctx.quick), ctx.options)
 
     def __call__(self, ctx) -> tuple[dict, ...]:
-        return self._cached(ctx.seed, json.dumps(self.settings(ctx)))
+        g = self.grid(ctx)
+        key = (ctx.seed, json.dumps(grid_dict(g)))
+        if key not in self._cache:
+            if len(self._cache) >= 4:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = tuple(self._build(ctx.seed, g))
+        return self._cache[key]
 
     def configs(self, ctx) -> dict[str, dict]:
-        """Every run config by job name (the reproduction's ``configs=``, printed by ``tdyn config``)."""
+        """Every run config by job name (the reproduction's plan, printed by ``tdyn config``)."""
         return {j["name"]: j["config"] for j in self(ctx)}
 
 
@@ -70,64 +87,17 @@ def lambda_max0(cfg: dict, start_seed: int = 0) -> float:
     return th.top_hessian_eigenvalue(model, task.dist, task.types, gen=torch.Generator().manual_seed(start_seed))
 
 
-def curve(d: Path) -> dict[str, np.ndarray]:
+def curve(run: runs.Run) -> dict[str, np.ndarray]:
     """A decision-list run's metrics as arrays: step, loss, err_sup, acc_pop, min_margin, perfect, cos_c,
     perm_recovery, norm_V, drift (max|V − V₀|), lambda_max and the upper end of its certified bracket
     lambda_max_upper (NaN where not measured; runs from before the bracket: lambda_max)."""
-    a = runs.Run(d).arrays()
+    a = run.arrays()
     nan = np.full(len(a["step"]), np.nan)
     return {"step": a["step"].astype(int), "loss": a["loss"],
             **{k: a.get(f"decision_list.classify/{k}", nan) for k in ("err_sup", "acc_pop", "min_margin", "perfect")},
             **{k: a.get(f"decision_list.V/{k}", nan) for k in ("cos_c", "perm_recovery", "drift")},
             "norm_V": a.get("decision_list.V/norm", nan), "lambda_max": a.get("decision_list.hessian/lambda_max", nan),
             "lambda_max_upper": a.get("decision_list.hessian/lambda_max_upper", a.get("decision_list.hessian/lambda_max", nan))}
-
-
-# ---------------------------------------------------------------- benchmarks
-def _pop_grad_bench(L: int, n: int, sampler: str) -> dict:
-    task = dl.make_task(L, 3, seed=0)
-    types = th.enumerate_types(task, n, sampler)
-    model = DecisionListModel(DecisionListModelConfig(L))
-    with torch.no_grad():
-        model.W.normal_(generator=torch.Generator().manual_seed(0))
-        model.V.copy_(10 * task.P)
-    th.population_loss(model, task, types, backward=True)  # warm-up
-    t0 = time.perf_counter()
-    th.population_loss(model, task, types, backward=True)
-    return {"types": len(types), "seconds": time.perf_counter() - t0}
-
-
-@register_bench("decision_list_popgrad_L32_n4")
-def _b1(quick: bool) -> dict:
-    """One exact population loss + gradient, sampler B, (L, n) = (32, 4): 35,960 sets."""
-    return _pop_grad_bench(32, 4, "B")
-
-
-@register_bench("decision_list_popgrad_L16_n5")
-def _b2(quick: bool) -> dict:
-    """One exact population loss + gradient, sampler A, (L, n) = (16, 5): 15,504 multisets."""
-    return _pop_grad_bench(16, 5, "A")
-
-
-@register_bench("decision_list_reduced_ode_L10000")
-def _b3(quick: bool) -> dict:
-    """Reduced W-only flow to perfect classification, sampler B, L = 10⁴, n = 8, M = 4, c = 4n log L/δ."""
-    L, n, M = 10000, 8, 4
-    dg = dl.delta_gamma(L, n, M, "B")
-    t0 = time.perf_counter()
-    res = th.solve_reduced_flow(L, n, M, "B", 4 * n * math.log(L) / dg["delta"], t_max=1e9)
-    return {"seconds": time.perf_counter() - t0, "T_sup": res.T_sup}
-
-
-@register_bench("decision_list_task_and_samples_L10000")
-def _b4(quick: bool) -> dict:
-    """claim1's data at its largest L: make_task(L = 10⁴, M = 4), then N = 10⁴ sequences of n = 8 tokens
-    by sampler B (Gumbel top-k over 10⁸ uniforms)."""
-    t0 = time.perf_counter()
-    task = dl.make_task(10000, 4, seed=0)
-    t1 = time.perf_counter()
-    dl.sample(task, 10000, 8, "B", torch.Generator().manual_seed(0))
-    return {"make_task_seconds": t1 - t0, "sample_seconds": time.perf_counter() - t1}
 
 
 # ---------------------------------------------------------------- drawing helpers (figures drawn from the CSVs)
@@ -158,32 +128,17 @@ def panel_grid(nrows: int, ncols: int = 1, *, axes_h: float = 3.2, gap: float = 
     return fig, axes
 
 
-def read_table(path: Path) -> list[dict]:
-    """A CSV written by a decision-list reproduction back as rows: '' → None, True/False → bool, numbers →
-    int/float (every column)."""
-    import csv
-
-    def value(x: str):
-        if x == "":
-            return None
-        if x in ("True", "False"):
-            return x == "True"
-        for cast in (int, float):
-            try:
-                return cast(x)
-            except ValueError:
-                pass
-        return x
-    with open(path, newline="") as f:
-        return [{k: value(v) for k, v in r.items()} for r in csv.DictReader(f)]
-
-
 def is_quick(out_dir: Path, quick: bool | None) -> bool:
     """``quick`` if given, else what ``out_dir``'s results.json says (a redraw of committed evidence)."""
     if quick is not None:
         return bool(quick)
     p = Path(out_dir) / "results.json"
     return bool(json.loads(p.read_text()).get("quick")) if p.exists() else False
+
+
+def tables_in(out_dir: Path, names: tuple[str, ...]) -> Tables:
+    """The tables ``names`` of ``out_dir`` (``<name>.csv``), read as the runner reads them back."""
+    return {t: read_table(Path(out_dir) / f"{t}.csv") for t in names}
 
 
 def figure_title(text: str, quick: bool) -> str:

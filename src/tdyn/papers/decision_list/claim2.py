@@ -2,14 +2,17 @@
 W₀ = 0, V₀ = cP + E, η = f/λ_max (docs/reproductions/decision-lists.md#decision-listclaim2), trained through the
 trainer on the ``decision_list`` task (run directories under ``runs/``, resumable with ``tdyn reproduce …
 --resume``): inside the hypotheses (sampler B, L = n + M − 1, ε = ε*), the exploratory regime (small L, outside
-them), and a free-c run where V moves (joint against W-only GD). c, ε and η are fixed before training
-(:func:`claim2_plan`); k*, η·λ_max(t) and the V drift are read back from the runs' metrics (probes
-``decision_list.classify``, ``.V``, ``.hessian``).
+them), and a free-c run where V moves (joint against W-only GD).
+
+Phases: ``plan`` fixes c, ε and η before training (:data:`claim2_plan`); ``measure`` reads k*, η·λ_max(t) and the
+V drift back from the runs' metrics (probes ``decision_list.classify``, ``.V``, ``.hessian``) into claim2.csv,
+claim2_free_c.csv and claim2_free_c_curves.csv; ``judge`` and ``draw`` read those tables
+(``tdyn reproduce decision-list/claim2 --judge-only --out DIR`` judges an earlier run's tables again).
 """
 
 from __future__ import annotations
 
-import csv
+import dataclasses
 import math
 from pathlib import Path
 
@@ -18,18 +21,18 @@ import torch
 from pydantic import Field
 
 from tdyn.papers.decision_list import data as dl
-from tdyn.reproduce.common import claim, configure, reading, train_into
-from tdyn.papers.decision_list.analysis import (TIME_UNITS, PlannedJobs, _fmt, curve, figure_title, is_quick,
-                                                lambda_max0, log_ticks, page_rc, panel_grid, read_table,
-                                                symlog_ticks)
-from tdyn.papers.decision_list.task import decision_list_config
-from tdyn.reproduce.registry import ReproduceContext, register
+from tdyn.papers.decision_list import theory as th
+from tdyn.papers.decision_list.analysis import (TIME_UNITS, PlannedJobs, curve, figure_title, grid_dict, is_quick,
+                                                lambda_max0, log_ticks, page_rc, panel_grid, symlog_ticks, tables_in)
 from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModelConfig, uniform_perturbation
 from tdyn.papers.decision_list.probes import BRACKET_TOL
+from tdyn.papers.decision_list.task import decision_list_config
+from tdyn.reproduce.common import claim, reading
+from tdyn.reproduce.phases import Phases, Tables, register_phases
+from tdyn.reproduce.registry import ReproduceContext
 from tdyn.report import style
-from tdyn.runs import Run, write_csv
+from tdyn.runs import Run
 from tdyn.schema import Strict
-from tdyn.papers.decision_list import theory as th
 
 
 def admissibility(L0: float, n: int, m: int, eps: float) -> dict:
@@ -60,18 +63,46 @@ def fixed_point_c(task, types, n: int, eps: float, delta: float, E: torch.Tensor
 ETA_TOL = 1e-9   # η·λ ≤ 1 + ETA_TOL counts as η ≤ 1/λ (λ's certified upper end: within 1e-10 relative, or Lanczos to 1e-12)
 
 
-def claim2_settings(quick: bool) -> dict:
-    """Inside runs take 500 steps at full settings: the slowest (L = 40, η = 0.1/λ_max) reach k* after
-    ≈ 400 (200, the earlier setting, left 3 of 18 runs undecided)."""
-    if quick:
-        return {"inside": [(30, 29, 2)], "inside_eta": [1.0, 0.5], "inside_seeds": [0], "inside_steps": 30,
-                "configs": [(8, 3, 2)], "eps": [0.1, 1.0, 10.0], "eta": [1.0, 0.1], "seeds": [0], "steps": 150,
-                "lambda_every": 25, "free_c": {"L": 8, "n": 3, "M": 2, "c": [1.0], "eps": 1.0, "steps": 300}}
-    return {"inside": [(30, 29, 2), (40, 38, 3)], "inside_eta": [1.0, 0.5, 0.1], "inside_seeds": [0, 1, 2],
-            "inside_steps": 500,
-            "configs": [(8, 3, 2), (10, 4, 3), (12, 4, 3)], "eps": [0.1, 1.0, 10.0], "eta": [1.0, 0.5, 0.1],
-            "seeds": [0, 1, 2], "steps": 1000, "lambda_every": 50,
-            "free_c": {"L": 8, "n": 3, "M": 2, "c": [0.5, 2.0], "eps": 1.0, "steps": 2000}}
+@dataclasses.dataclass(frozen=True)
+class FreeC:
+    """The free-c runs: V moves; joint against W-only GD from the same start and η."""
+    L: int
+    n: int
+    M: int
+    c: list[float]
+    eps: float
+    steps: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Result (2)'s grid: the (L, n, M) inside the hypotheses with their η factors, seeds and steps; the
+    exploratory (L, n, M) with their ε, η factors, seeds and steps; how often λ_max(t) is measured past k*;
+    the free-c runs."""
+    inside: list[tuple[int, int, int]]
+    inside_eta: list[float]
+    inside_seeds: list[int]
+    inside_steps: int
+    configs: list[tuple[int, int, int]]
+    eps: list[float]
+    eta: list[float]
+    seeds: list[int]
+    steps: int
+    lambda_every: int
+    free_c: FreeC
+
+
+QUICK = Settings(inside=[(30, 29, 2)], inside_eta=[1.0, 0.5], inside_seeds=[0], inside_steps=30,
+                 configs=[(8, 3, 2)], eps=[0.1, 1.0, 10.0], eta=[1.0, 0.1], seeds=[0], steps=150, lambda_every=25,
+                 free_c=FreeC(L=8, n=3, M=2, c=[1.0], eps=1.0, steps=300))
+FULL = Settings(inside=[(30, 29, 2), (40, 38, 3)], inside_eta=[1.0, 0.5, 0.1], inside_seeds=[0, 1, 2],
+                inside_steps=500, configs=[(8, 3, 2), (10, 4, 3), (12, 4, 3)], eps=[0.1, 1.0, 10.0],
+                eta=[1.0, 0.5, 0.1], seeds=[0, 1, 2], steps=1000, lambda_every=50,
+                free_c=FreeC(L=8, n=3, M=2, c=[0.5, 2.0], eps=1.0, steps=2000))
+
+
+def claim2_settings(quick: bool) -> Settings:
+    return QUICK if quick else FULL
 
 
 def _eps_star_selfconsistent(task, types, n, M, delta, L, noise_seed):
@@ -100,11 +131,9 @@ class Claim2Options(Strict):
     eps: list[float] | None = Field(None, description="ε of the exploratory runs")
     eta: list[float] | None = Field(None, description="η factors of the exploratory runs")
     steps: int | None = Field(None, ge=1, description="GD steps of the exploratory runs")
-    rejudge: str | None = Field(None, description="judge the rows (claim2.csv, claim2_free_c.csv) of an earlier run "
-                                "at the same settings found in this directory instead of training")
 
 
-def _plan(seed: int, st: dict) -> list[dict]:
+def _plan(seed: int, st: Settings) -> list[dict]:
     """Every GD job of claim 2 with what is fixed before training: ``name``, ``config``, ``regime`` and the
     numbers the analysis needs (L, n, M, seed, ε, c and its fixed-point iterations, λ_max(0), the η
     factors f with η = f/λ_max(0)). The configs are what ``tdyn config decision-list/claim2`` prints."""
@@ -113,53 +142,53 @@ def _plan(seed: int, st: dict) -> list[dict]:
     def add(regime, L, n, M, s, eps, noise_seed, c, iters, conv, factors, steps, name):
         model = {"c": c, "V_noise": eps, "V_noise_seed": noise_seed}
         base = decision_list_config(L=L, n=n, M=M, task_seed=seed, seeds=[s], steps=steps, lrs=[1.0], model=model,
-                         hessian_every=st["lambda_every"])
+                         hessian_every=st.lambda_every)
         lam0 = lambda_max0(base, s)
         cfg = decision_list_config(L=L, n=n, M=M, task_seed=seed, seeds=[s], steps=steps, lrs=[f / lam0 for f in factors],
-                        model=model, hessian_every=st["lambda_every"])
+                        model=model, hessian_every=st.lambda_every)
         jobs.append({"name": name, "config": cfg, "regime": regime, "L": L, "n": n, "M": M, "seed": s, "eps": eps,
                      "c": c, "c_iterations": iters if conv else None, "lambda_max0": lam0, "factors": list(factors)})
 
-    for (L, n, M) in st["inside"]:        # (ii) inside the hypotheses: L = n + M − 1, ε = ε*
+    for (L, n, M) in st.inside:        # (ii) inside the hypotheses: L = n + M − 1, ε = ε*
         task = dl.make_task(L, M, seed=seed)
         types = th.enumerate_types(task, n, "B")
         delta = dl.delta_gamma(L, n, M, "B")["delta"]
-        for s in st["inside_seeds"]:
+        for s in st.inside_seeds:
             eps, c, iters, conv = _eps_star_selfconsistent(task, types, n, M, delta, L, 1000 * s + 7)
-            add("inside", L, n, M, s, eps, 1000 * s + 7, c, iters, conv, st["inside_eta"], st["inside_steps"],
+            add("inside", L, n, M, s, eps, 1000 * s + 7, c, iters, conv, st.inside_eta, st.inside_steps,
                 f"inside_L{L}_n{n}_M{M}_seed{s}")
-    for (L, n, M) in st["configs"]:       # (i) exploratory, outside the hypotheses (admissible set empty)
+    for (L, n, M) in st.configs:       # (i) exploratory, outside the hypotheses (admissible set empty)
         task = dl.make_task(L, M, seed=seed)
         types = th.enumerate_types(task, n, "B")
         delta = dl.delta_gamma(L, n, M, "B")["delta"]
-        for s in st["seeds"]:
-            for eps in st["eps"]:
+        for s in st.seeds:
+            for eps in st.eps:
                 noise_seed = 1000 * s + int(10 * eps)
                 c, iters, conv = fixed_point_c(task, types, n, eps, delta, uniform_perturbation(L, eps, noise_seed))
-                add("exploratory", L, n, M, s, eps, noise_seed, c, iters, conv, st["eta"], st["steps"],
+                add("exploratory", L, n, M, s, eps, noise_seed, c, iters, conv, st.eta, st.steps,
                     f"exploratory_L{L}_n{n}_M{M}_seed{s}_eps{eps:g}")
-    fc = st["free_c"]                     # V moves: free (small) c; joint GD against W-only GD, same start and η
-    for c in fc["c"]:
-        model = {"c": c, "V_noise": fc["eps"], "V_noise_seed": 11}
-        geo = {"L": fc["L"], "n": fc["n"], "M": fc["M"], "task_seed": seed, "seeds": [0], "steps": fc["steps"]}
+    fc = st.free_c                        # V moves: free (small) c; joint GD against W-only GD, same start and η
+    for c in fc.c:
+        model = {"c": c, "V_noise": fc.eps, "V_noise_seed": 11}
+        geo = {"L": fc.L, "n": fc.n, "M": fc.M, "task_seed": seed, "seeds": [0], "steps": fc.steps}
         eta = 1.0 / lambda_max0(decision_list_config(**geo, lrs=[1.0], model=model), 0)
         for mode in ("joint", "W_only"):
             cfg = decision_list_config(**geo, lrs=[eta], model=model, frozen=["V"] if mode == "W_only" else [],
-                            hessian_every=st["lambda_every"] if mode == "joint" else None)
+                            hessian_every=st.lambda_every if mode == "joint" else None)
             jobs.append({"name": f"free_c{c:g}_{mode}", "config": cfg, "regime": f"free_{mode}", "c": c,
-                         "eps": fc["eps"], "eta": eta, "steps": fc["steps"]})
+                         "eps": fc.eps, "eta": eta, "steps": fc.steps})
     return jobs
 
 
 claim2_plan = PlannedJobs(claim2_settings, _plan)
 
 
-def gd_summary(d, eta: float) -> dict:
+def gd_summary(run: Run, eta: float) -> dict:
     """From a GD run's metrics: k* (first step ≥ 1 with Err_sup = 0), whether every later iterate stays
     perfect, max η·λ_max(t) over the measured steps t < k* (the steps GD took to reach k*; all measured
     steps when there is no k*) and overall, the V drift, and the curve rows (step, loss, err_sup,
     min_margin, drift, cos_c, η·λ or nan)."""
-    cv = curve(d)
+    cv = curve(run)
     steps, perfect = cv["step"], cv["perfect"] == 1
     hit = np.nonzero(perfect & (steps >= 1))[0]
     k = int(steps[hit[0]]) if len(hit) else None
@@ -174,24 +203,52 @@ def gd_summary(d, eta: float) -> dict:
             "at_k": None if k is None else rows[hit[0]]}
 
 
-def _result2_row(job: dict, f: float, d, st: dict) -> tuple[dict, np.ndarray]:
-    eta = Run(d).lrs["all"]
-    run = gd_summary(d, eta)
-    L, n, M, eps, L0 = job["L"], job["n"], job["M"], job["eps"], run["L0"]
+def _result2_row(job: dict, f: float, run: Run) -> dict:
+    """claim2.csv's row of one GD run (η factor ``f`` of ``job``): k*, η·λ_max along the path, the
+    hypotheses' numbers at its ℒ₀ and the window's ends, the iterate at k*."""
+    eta = run.lrs["all"]
+    summary = gd_summary(run, eta)
+    L, n, M, eps, L0 = job["L"], job["n"], job["M"], job["eps"], summary["L0"]
     adm = admissibility(L0, n, M, eps)
     k_bound = 2 * M * L0 / (adm["A_hi"] ** 2 * eta) if adm["A_hi"] > 0 else None
-    at = run["at_k"]
+    at = summary["at_k"]
     row = {"regime": job["regime"], "sampler": "B", "L": L, "n": n, "M": M, "eps": eps, "eta_factor": f,
            "seed": job["seed"], "c": job["c"], "c_iterations": job["c_iterations"], "L0": L0,
-           "lambda_max0": job["lambda_max0"], "eta": eta, "steps": Run(d).config["optim"]["steps"],
-           "k_star": run["k_star"], "stays_perfect": run["stays_perfect"],
-           "max_eta_lambda_to_kstar": run["max_eta_lambda_to_kstar"], "max_eta_lambda": run["max_eta_lambda"],
+           "lambda_max0": job["lambda_max0"], "eta": eta, "steps": run.config["optim"]["steps"],
+           "k_star": summary["k_star"], "stays_perfect": summary["stays_perfect"],
+           "max_eta_lambda_to_kstar": summary["max_eta_lambda_to_kstar"], "max_eta_lambda": summary["max_eta_lambda"],
            "admissible": adm["admissible"], "threshold_holds": adm["threshold_holds"], "A_lo": adm["A_lo"],
            "A_hi": adm["A_hi"], "k_bound": k_bound, "step_range_hi": eps / (2 * eta),
-           "v_drift_max": run["v_drift_max"]}
-    row |= {f"{key}_at_kstar": (None if at is None else float(at[j]))
-            for key, j in (("loss", 1), ("min_margin", 3), ("v_dev_max", 4), ("cos_c", 5))}
-    return row, run["curve"]
+           "v_drift_max": summary["v_drift_max"]}
+    return row | {f"{key}_at_kstar": (None if at is None else float(at[j]))
+                  for key, j in (("loss", 1), ("min_margin", 3), ("v_dev_max", 4), ("cos_c", 5))}
+
+
+def _free_c_rows(plan: tuple[dict, ...], trained: dict, fc: FreeC) -> tuple[list[dict], dict]:
+    """claim2_free_c.csv's rows (joint against W-only GD per free c) and the two runs' curves by c."""
+    free, curves = [], {}
+    for job in (j for j in plan if j["regime"] == "free_joint"):
+        (dj,), (dw,) = trained[job["name"]], trained[job["name"].replace("_joint", "_W_only")]
+        rj, rw = Run(dj), Run(dw)
+        joint, wonly = gd_summary(rj, job["eta"]), gd_summary(rw, job["eta"])
+        c = job["c"]
+        free.append({"c": c, "eps": fc.eps, "eta": job["eta"], "steps": fc.steps, "k_star_joint": joint["k_star"],
+                     "k_star_W_only": wonly["k_star"], "max_eta_lambda_to_kstar": joint["max_eta_lambda_to_kstar"],
+                     "v_drift_max": joint["v_drift_max"], "v_drift_over_eps_half": joint["v_drift_max"] / (fc.eps / 2),
+                     "v_drift_over_c": joint["v_drift_max"] / c,
+                     "max_abs_W_joint_minus_W_only": float((rj.param("W") - rw.param("W")).abs().max())})
+        curves[c] = (joint["curve"], wonly["curve"])
+    return free, curves
+
+
+def measure(ctx: ReproduceContext, trained: dict) -> Tables:
+    """The trained runs (each read once) to claim2.csv (one row per GD run inside the hypotheses or
+    exploratory), claim2_free_c.csv and claim2_free_c_curves.csv."""
+    plan = claim2_plan(ctx)
+    rows = [_result2_row(job, f, Run(d)) for job in plan if job["regime"] in ("inside", "exploratory")
+            for f, d in zip(job["factors"], trained[job["name"]])]
+    free, curves = _free_c_rows(plan, trained, claim2_plan.grid(ctx).free_c)
+    return {"claim2": rows, "claim2_free_c": free, "claim2_free_c_curves": free_curve_rows(curves)}
 
 
 CLAIM2_COLUMNS = ["regime", "sampler", "L", "n", "M", "eps", "eta_factor", "seed", "c", "c_iterations", "L0",
@@ -209,100 +266,34 @@ PAPER2 = "abstract §I.C, result (2): joint GD from W₀ = 0, ‖V₀ − cP‖_
          "for T ∈ [2mℒ₀/(A²η), ε/(2η)] steps encounters a perfectly classifying iterate"
 
 
-def _read_rows(path: Path, columns: list[str]) -> list[dict]:
-    """A claim2 CSV written by :func:`claim2` back as rows: '' → None, True/False → bool, numbers → int/float."""
-    def value(x: str):
-        if x == "":
-            return None
-        if x in ("True", "False"):
-            return x == "True"
-        try:
-            return int(x)
-        except ValueError:
-            try:
-                return float(x)
-            except ValueError:
-                return x
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    return [{k: value(r[k]) for k in columns} for r in rows]
-
-
-@register("decision-list/claim2",
-          "Result (2): joint GD from W=0, V0 near cP with η <= 1/λ_max encounters a perfectly classifying iterate",
-          configs=claim2_plan.configs, options=Claim2Options)
-def claim2(ctx: ReproduceContext) -> dict:
-    st = claim2_plan.settings(ctx)
-    src = getattr(ctx.options, "rejudge", None)
-    if src:
-        return _rejudge(ctx, st, Path(src))
-    plan = claim2_plan(ctx)
-    trained = {j["name"]: train_into(ctx, j["name"], configure(j["config"], ctx.overrides)) for j in plan}
-    rows = []
-    for job in (j for j in plan if j["regime"] in ("inside", "exploratory")):
-        for f, d in zip(job["factors"], trained[job["name"]]):
-            rows.append(_result2_row(job, f, d, st)[0])
-    write_csv(ctx.out / "claim2.csv", [{k: _fmt(r[k]) for k in CLAIM2_COLUMNS} for r in rows], CLAIM2_COLUMNS)
-
-    fc = st["free_c"]
-    free, free_curves = [], {}
-    for job in (j for j in plan if j["regime"] == "free_joint"):
-        (dj,), (dw,) = trained[job["name"]], trained[job["name"].replace("_joint", "_W_only")]
-        joint, wonly = gd_summary(dj, job["eta"]), gd_summary(dw, job["eta"])
-        c = job["c"]
-        free.append({"c": c, "eps": fc["eps"], "eta": job["eta"], "steps": fc["steps"], "k_star_joint": joint["k_star"],
-                     "k_star_W_only": wonly["k_star"], "max_eta_lambda_to_kstar": joint["max_eta_lambda_to_kstar"],
-                     "v_drift_max": joint["v_drift_max"], "v_drift_over_eps_half": joint["v_drift_max"] / (fc["eps"] / 2),
-                     "v_drift_over_c": joint["v_drift_max"] / c,
-                     "max_abs_W_joint_minus_W_only": float((Run(dj).param("W") - Run(dw).param("W")).abs().max())})
-        free_curves[c] = (joint["curve"], wonly["curve"])
-    write_csv(ctx.out / "claim2_free_c.csv", [{k: _fmt(r[k]) for k in FREE_C_COLUMNS} for r in free], FREE_C_COLUMNS)
-    write_csv(ctx.out / FREE_CURVES_CSV, free_curve_rows(free_curves), FREE_CURVE_COLUMNS)
-
-    # sampler A: the fixed point for c (hypothesis: diverges, docs/reproductions/decision-lists.md#why-sampler-b-is-primary)
-    L, n, M = st["configs"][0]
-    task = dl.make_task(L, M, seed=ctx.seed)
+def sampler_a_fixed_point(seed: int, st: Settings) -> tuple:
+    """Sampler A's fixed-point iteration for c at the first exploratory (L, n, M), ε = 1, E = 0:
+    (L, n, M, c, iterations, converged). A function of the grid and the seed alone (no run), made again
+    by each judgement."""
+    L, n, M = st.configs[0]
+    task = dl.make_task(L, M, seed=seed)
     cA, itA, convA = fixed_point_c(task, th.enumerate_types(task, n, "A"), n, 1.0,
                                    dl.delta_gamma(L, n, M, "A")["delta"], torch.zeros(L, L, dtype=torch.float64))
-    draw_claim2(ctx.out, quick=ctx.quick)
-    return _judge(st, rows, free, (L, n, M, cA, itA, convA))
+    return L, n, M, cA, itA, convA
 
 
-def _rejudge(ctx, st: dict, src: Path) -> dict:
-    """The claims judged again on the rows of an earlier run at the same settings (``--rejudge DIR``: its
-    claim2.csv, claim2_free_c.csv and claim2_free_c_curves.csv, copied here with its figures, which are then
-    redrawn from those tables: a figure whose table DIR lacks stays as copied); nothing is trained. The
-    sampler-A fixed point is recomputed (cheap)."""
-    import shutil
-
-    rows = _read_rows(src / "claim2.csv", CLAIM2_COLUMNS)
-    free = _read_rows(src / "claim2_free_c.csv", FREE_C_COLUMNS)
-    for p in [src / f for f in ("claim2.csv", "claim2_free_c.csv", FREE_CURVES_CSV)] + sorted(src.glob("claim2*.png")):
-        if p.exists() and p.resolve() != (ctx.out / p.name).resolve():
-            shutil.copyfile(p, ctx.out / p.name)
-    L, n, M = st["configs"][0]
-    task = dl.make_task(L, M, seed=ctx.seed)
-    cA, itA, convA = fixed_point_c(task, th.enumerate_types(task, n, "A"), n, 1.0,
-                                   dl.delta_gamma(L, n, M, "A")["delta"], torch.zeros(L, L, dtype=torch.float64))
-    res = _judge(st, rows, free, (L, n, M, cA, itA, convA))
-    draw_claim2(ctx.out, quick=ctx.quick)
-    res["rejudged_from"] = {"rows": "claim2.csv, claim2_free_c.csv of an earlier run at these settings "
-                                    "(copied here with its figures, redrawn from its tables); nothing trained",
-                            "runs": len(rows) + 2 * len(free)}
-    return res
-
-
-def _judge(st: dict, rows: list[dict], free: list[dict], fixed_point_A: tuple) -> dict:
-    """claim2's claims from its rows (claim2.csv), the free-c rows (claim2_free_c.csv) and the sampler-A fixed
-    point (L, n, M, c, iterations, converged)."""
-    fc = st["free_c"]
-    L, n, M, cA, itA, convA = fixed_point_A
+def judge(ctx: ReproduceContext, tables: Tables) -> dict:
+    """claim2's claims from claim2.csv and claim2_free_c.csv, with the sampler-A fixed point."""
+    st = claim2_plan.grid(ctx)
+    rows, free = tables["claim2"], tables["claim2_free_c"]
     inside = [r for r in rows if r["regime"] == "inside" and r["admissible"]]
-    claims = [_inside_claim(inside, st),
-              _eta_claim(rows)]
+    claims = [_inside_claim(inside, st), _eta_claim(rows), _exploratory_claim(rows), _v_moves_claim(free, st.free_c),
+              _sampler_a_claim(*sampler_a_fixed_point(ctx.seed, st))]
+    return {"experiment": "decision-list/claim2", "claims": claims, "settings": grid_dict(st), "time_units": TIME_UNITS,
+            "free_c": free, "definitions": DEFINITIONS}
+
+
+def _exploratory_claim(rows: list[dict]) -> dict:
+    """Outside the hypotheses (small L): a perfect iterate in every exploratory run (reported, not a failure
+    of result (2) when missing)."""
     expl = [r for r in rows if r["regime"] == "exploratory"]
     found = [r for r in expl if r["k_star"] is not None]
-    claims.append(claim(
+    return claim(
         "result2_perfect_iterate_exploratory",
         "Exploratory (outside the theorem's hypotheses: admissible (ε, A) set empty, small L): GD from W=0, "
         "V0=cP+E, η=f/λ_max(0) encounters a perfect iterate (sampler B, exact enumeration)",
@@ -318,10 +309,14 @@ def _judge(st: dict, rows: list[dict], free: list[dict], fixed_point_A: tuple) -
         measured="k* per run", expected="a perfect iterate in every run",
         runs=len(expl), found=len(found),
         within_eps_over_2eta=sum(r["k_star"] <= max(1, r["step_range_hi"]) for r in found),
-        admissible_any=any(r["admissible"] for r in expl), k_star=[r["k_star"] for r in expl]))
-    claims.append(claim(
+        admissible_any=any(r["admissible"] for r in expl), k_star=[r["k_star"] for r in expl])
+
+
+def _v_moves_claim(free: list[dict], fc: FreeC) -> dict:
+    """With c free, joint GD where V moves still meets a perfect iterate (W-only GD beside it)."""
+    return claim(
         "result2_V_moves_exploratory",
-        f"Exploratory (free c ∈ {fc['c']}, outside the hypotheses): joint GD where V moves by O(ε) or more still "
+        f"Exploratory (free c ∈ {fc.c}, outside the hypotheses): joint GD where V moves by O(ε) or more still "
         "encounters a perfect iterate; W-only GD from the same start and η for comparison",
         True if free and all(r["k_star_joint"] is not None for r in free) else None,
         reason="outside the theorem's hypotheses (c is not the formula c): no perfect iterate is not a failure",
@@ -331,10 +326,14 @@ def _judge(st: dict, rows: list[dict], free: list[dict], fixed_point_A: tuple) -
                 "which the abstract does not claim anything about",
         paper=PAPER2 + " (the V-training part; tested outside its hypotheses)",
         definition="V drift = max_k max_ij |V_k − V_0|; perfect = Err_sup = 0 (strict, all sets); "
-                   f"sampler B, L={fc['L']}, n={fc['n']}, M={fc['M']}, V_0 = cP + U(±ε/2), η = 1/λ_max(0)",
+                   f"sampler B, L={fc.L}, n={fc.n}, M={fc.M}, V_0 = cP + U(±ε/2), η = 1/λ_max(0)",
         measured="k* (joint and W-only), V drift, max|W_joint − W_W-only| after the run",
-        expected="joint GD finds a perfect iterate while V moves", runs=free))
-    claims.append(claim(
+        expected="joint GD finds a perfect iterate while V moves", runs=free)
+
+
+def _sampler_a_claim(L: int, n: int, M: int, cA: float, itA: int, convA: bool) -> dict:
+    """tdyn's hypothesis: under sampler A the fixed-point iteration for c has no fixed point."""
+    return claim(
         "sampler_A_c_fixed_point_diverges",
         "Sampler A: the fixed-point iteration for c = 10n²ℒ₀/δ + 4εn has no fixed point (docs/reproductions/decision-lists.md#why-sampler-b-is-primary hypothesis)",
         not convA, L=L, n=n, M=M, eps=1.0, c_after_iterations=cA, iterations=itA,
@@ -345,27 +344,27 @@ def _judge(st: dict, rows: list[dict], free: list[dict], fixed_point_A: tuple) -
         paper="docs/reproductions/decision-lists.md#why-sampler-b-is-primary hypothesis on result (2)'s c under sampler A",
         definition="ℒ₀ = F(0, cP) under sampler A (i.i.d. tokens); iterate c ← 10n²ℒ₀(c)/δ + 4εn from c = 4εn",
         measured="fixed-point iteration for c, sampler A, ε = 1 (30 iterations)",
-        expected="does not converge (no fixed point)"))
-    return {"experiment": "decision-list/claim2", "claims": claims, "settings": st, "time_units": TIME_UNITS,
-            "free_c": free,
-            "definitions": {"sampler": "B (n distinct tokens), uniform, equal lists m = M",
-                            "inside": "L = n + M − 1 (only C(L, M−1) sets, enumerated by their complements), "
-                                      "n·ℒ₀² > 162m, ε = ε*(ℒ₀) self-consistently, V0 = cP + E",
-                            "perfect": "Err_sup = 0, strict argmax over every set containing each query",
-                            "L0": "population loss at (W0, V0) = (0, cP+E); c by fixed-point iteration",
-                            "norm": "entrywise max, E_ij ~ U(-eps/2, eps/2)",
-                            "lambda_max": "largest algebraic Hessian eigenvalue over (W, V) at every step t < k* (the "
-                                          "iterates GD steps from on its way to k*), then every lambda_every steps: the "
-                                          "per-query block bracket (largest W–W block eigenvalue ≤ λ_max ≤ a closed-form "
-                                          f"upper bound) when its relative width is ≤ {BRACKET_TOL:g}, else Lanczos "
-                                          "(ARPACK) on Hessian-vector products to 1e-12 relative "
-                                          "(docs/reproductions/decision-lists.md#hessian-blocks); the η check uses the "
-                                          "bracket's upper end; η = f/λ_max(0) with λ_max(0) by Lanczos",
-                            "k_bound": "2 M L0/(A_hi² η), A_hi = L0 − 6eps/n: the window's lower end at the largest "
-                                       "admissible A; only meaningful when admissible"}}
+        expected="does not converge (no fixed point)")
 
 
-def _inside_claim(inside: list[dict], st: dict) -> dict:
+DEFINITIONS = {"sampler": "B (n distinct tokens), uniform, equal lists m = M",
+               "inside": "L = n + M − 1 (only C(L, M−1) sets, enumerated by their complements), "
+                         "n·ℒ₀² > 162m, ε = ε*(ℒ₀) self-consistently, V0 = cP + E",
+               "perfect": "Err_sup = 0, strict argmax over every set containing each query",
+               "L0": "population loss at (W0, V0) = (0, cP+E); c by fixed-point iteration",
+               "norm": "entrywise max, E_ij ~ U(-eps/2, eps/2)",
+               "lambda_max": "largest algebraic Hessian eigenvalue over (W, V) at every step t < k* (the "
+                             "iterates GD steps from on its way to k*), then every lambda_every steps: the "
+                             "per-query block bracket (largest W–W block eigenvalue ≤ λ_max ≤ a closed-form "
+                             f"upper bound) when its relative width is ≤ {BRACKET_TOL:g}, else Lanczos "
+                             "(ARPACK) on Hessian-vector products to 1e-12 relative "
+                             "(docs/reproductions/decision-lists.md#hessian-blocks); the η check uses the "
+                             "bracket's upper end; η = f/λ_max(0) with λ_max(0) by Lanczos",
+               "k_bound": "2 M L0/(A_hi² η), A_hi = L0 − 6eps/n: the window's lower end at the largest "
+                          "admissible A; only meaningful when admissible"}
+
+
+def _inside_claim(inside: list[dict], st: Settings) -> dict:
     """Result (2) inside its hypotheses: two readings of 'for T ∈ [lo, hi] steps encounters'. A run whose
     η exceeds 1/λ_max(t) at some step t < k* is outside the hypotheses (λ along the path) and left out."""
     ok = [r for r in inside if r["max_eta_lambda_to_kstar"] is not None
@@ -395,7 +394,7 @@ def _inside_claim(inside: list[dict], st: dict) -> dict:
              "(2mℒ₀/(A²η)): the window's length is not probed") if lim else "no run inside the hypotheses"
     return claim(
         "result2_inside_hypotheses",
-        f"Sampler B inside result (2)'s hypotheses ((L, n, M) ∈ {st['inside']}, L = n + M − 1, n·ℒ₀² > 162m, "
+        f"Sampler B inside result (2)'s hypotheses ((L, n, M) ∈ {st.inside}, L = n + M − 1, n·ℒ₀² > 162m, "
         "ε = ε*): GD from W=0, V0=cP+E with η = f/λ_max(0) ≤ 1/λ_max(t) encounters a perfect iterate in the window. "
         + limit,
         source="paper", quote=QUOTE2,
@@ -482,27 +481,85 @@ def free_curve_rows(free_curves: dict) -> list[dict]:
     return out
 
 
-def draw_claim2(out_dir: Path, quick: bool | None = None) -> list[Path]:
-    """Every figure of decision-list/claim2 from the tables in ``out_dir`` (claim2.csv, claim2_free_c.csv,
-    claim2_free_c_curves.csv): nothing is trained. ``quick``: None reads results.json (a redraw)."""
+def draw_tables(out_dir: Path, tables: Tables, quick: bool) -> list[Path]:
+    """Every figure of decision-list/claim2 into ``out_dir``, from the tables claim2, claim2_free_c and
+    claim2_free_c_curves (the free-c figure only where that table is given): nothing is trained."""
     out_dir = Path(out_dir)
-    quick = is_quick(out_dir, quick)
-    paths = [draw_inside_window(out_dir, quick), draw_eta_lambda(out_dir, quick), draw_exploratory(out_dir, quick)]
-    if (out_dir / FREE_CURVES_CSV).exists():
-        paths.append(draw_free_c(out_dir, quick))
+    paths = [draw_inside_window(out_dir, tables, quick), draw_eta_lambda(out_dir, tables, quick),
+             draw_exploratory(out_dir, tables, quick)]
+    if "claim2_free_c_curves" in tables:
+        paths.append(draw_free_c(out_dir, tables, quick))
     return paths
 
 
-def draw_inside_window(out_dir: Path, quick: bool | None = None) -> Path:
+def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
+    return [p.name for p in draw_tables(ctx.out, tables, ctx.quick)]
+
+
+def draw_claim2(out_dir: Path, quick: bool | None = None) -> list[Path]:
+    """Every figure redrawn from the tables in ``out_dir`` (claim2.csv, claim2_free_c.csv and, where present,
+    claim2_free_c_curves.csv). ``quick``: None reads results.json."""
+    out_dir = Path(out_dir)
+    names = ("claim2", "claim2_free_c") + (("claim2_free_c_curves",) if (out_dir / FREE_CURVES_CSV).exists() else ())
+    return draw_tables(out_dir, tables_in(out_dir, names), is_quick(out_dir, quick))
+
+
+def _window_run(ax, r: dict, x: float, colour, ends: tuple, lab) -> None:
+    """One inside run at ``x`` on claim2.png: the window's two ends, and k* (hollow when η·λ_max(t) > 1 before
+    it) or, without a perfect iterate, the steps run."""
+    lo, hi = r["k_bound"], r["step_range_hi"]
+    out_eta = r["max_eta_lambda_to_kstar"] is None or r["max_eta_lambda_to_kstar"] > 1 + ETA_TOL
+    # the window's two ends (within ~10% of each other: side by side, not stacked)
+    ax.plot(x - 0.17, lo, marker="v", ms=9, ls="none", color=ends[0], zorder=3,
+            label=lab("window's lower end 2mℒ₀/(A²η)\n(every-T reading: k* ≤ it)"))
+    ax.plot(x + 0.17, hi, marker="^", ms=9, ls="none", color=ends[1], zorder=3,
+            label=lab("window's upper end ε/(2η)\n(some-T reading: k* ≤ it)"))
+    if r["k_star"] is not None:
+        ax.plot(x, r["k_star"], marker="o", ms=9, ls="none", color=colour, zorder=4,
+                mfc="none" if out_eta else colour, label=lab(f"k* (first perfect iterate), seed {r['seed']}"))
+    else:
+        ax.plot(x, r["steps"], marker="x", ms=10, ls="none", color=colour, zorder=4,
+                label=lab(f"no perfect iterate in the run, seed {r['seed']}"))
+
+
+def _window_group(ax, rows: list[dict], g: tuple, x: float, cols: list, lab, ticks: list, labels: list,
+                  last: bool) -> float:
+    """The runs of one (L, n, M) on claim2.png from ``x`` on, grouped by η factor, with the steps run and
+    the group's name; returns the next free x."""
+    fs = sorted({r["eta_factor"] for r in rows}, reverse=True)
+    seeds = sorted({r["seed"] for r in rows})
+    x0 = x
+    for f in fs:
+        xs = []
+        for s in seeds:
+            r = next((r for r in rows if (r["L"], r["n"], r["M"]) == g and r["eta_factor"] == f
+                      and r["seed"] == s), None)
+            if r is None:
+                continue
+            _window_run(ax, r, x, cols[seeds.index(s)], (cols[len(seeds)], cols[len(seeds) + 1]), lab)
+            xs.append(x)
+            x += 1
+        if xs:
+            ticks.append(np.mean(xs))
+            labels.append(f"{f:g}")
+        x += 0.6
+    steps = {r["steps"] for r in rows if (r["L"], r["n"], r["M"]) == g}
+    for st in steps:
+        ax.plot([x0 - 0.4, x - 1.0], [st, st], color="k", ls="--", lw=1.5, zorder=2, label=lab("steps run"))
+    ax.text((x0 + x - 1.6) / 2, 0.97, f"L, n, M = {g[0]}, {g[1]}, {g[2]}", transform=ax.get_xaxis_transform(),
+            ha="center", va="top", fontsize=13)
+    if not last:
+        ax.axvline(x - 0.8, color="0.3", lw=1)
+    return x + 0.4
+
+
+def draw_inside_window(out_dir: Path, tables: Tables, quick: bool) -> Path:
     """claim2.png (result2_inside_hypotheses): per run inside the hypotheses, k* against the window
     [2mℒ₀/(A²η), ε/(2η)] (both ends: the two readings) and the number of steps run."""
     import matplotlib.pyplot as plt
 
-    out_dir = Path(out_dir)
-    quick = is_quick(out_dir, quick)
-    rows = [r for r in read_table(out_dir / "claim2.csv") if r["regime"] == "inside" and r["admissible"]]
+    rows = [r for r in tables["claim2"] if r["regime"] == "inside" and r["admissible"]]
     groups = sorted({(r["L"], r["n"], r["M"]) for r in rows})
-    fs = sorted({r["eta_factor"] for r in rows}, reverse=True)
     seeds = sorted({r["seed"] for r in rows})
     cols = style.colors(len(seeds) + 2)
     style.apply()
@@ -517,43 +574,7 @@ def draw_inside_window(out_dir: Path, quick: bool | None = None) -> Path:
             seen.add(name)
             return name
         for gi, g in enumerate(groups):
-            x0 = x
-            for f in fs:
-                xs = []
-                for s in seeds:
-                    r = next((r for r in rows if (r["L"], r["n"], r["M"]) == g and r["eta_factor"] == f
-                              and r["seed"] == s), None)
-                    if r is None:
-                        continue
-                    lo, hi = r["k_bound"], r["step_range_hi"]
-                    out_eta = r["max_eta_lambda_to_kstar"] is None or r["max_eta_lambda_to_kstar"] > 1 + ETA_TOL
-                    # the window's two ends (within ~10% of each other: side by side, not stacked)
-                    ax.plot(x - 0.17, lo, marker="v", ms=9, ls="none", color=cols[len(seeds)], zorder=3,
-                            label=lab("window's lower end 2mℒ₀/(A²η)\n(every-T reading: k* ≤ it)"))
-                    ax.plot(x + 0.17, hi, marker="^", ms=9, ls="none", color=cols[len(seeds) + 1], zorder=3,
-                            label=lab("window's upper end ε/(2η)\n(some-T reading: k* ≤ it)"))
-                    if r["k_star"] is not None:
-                        ax.plot(x, r["k_star"], marker="o", ms=9, ls="none", color=cols[seeds.index(s)], zorder=4,
-                                mfc="none" if out_eta else cols[seeds.index(s)],
-                                label=lab(f"k* (first perfect iterate), seed {s}"))
-                    else:
-                        ax.plot(x, r["steps"], marker="x", ms=10, ls="none", color=cols[seeds.index(s)], zorder=4,
-                                label=lab(f"no perfect iterate in the run, seed {s}"))
-                    xs.append(x)
-                    x += 1
-                if xs:
-                    ticks.append(np.mean(xs))
-                    labels.append(f"{f:g}")
-                x += 0.6
-            steps = {r["steps"] for r in rows if (r["L"], r["n"], r["M"]) == g}
-            for st in steps:
-                ax.plot([x0 - 0.4, x - 1.0], [st, st], color="k", ls="--", lw=1.5, zorder=2,
-                        label=lab("steps run"))
-            ax.text((x0 + x - 1.6) / 2, 0.97, f"L, n, M = {g[0]}, {g[1]}, {g[2]}", transform=ax.get_xaxis_transform(),
-                    ha="center", va="top", fontsize=13)
-            if gi < len(groups) - 1:
-                ax.axvline(x - 0.8, color="0.3", lw=1)
-            x += 0.4
+            x = _window_group(ax, rows, g, x, cols, lab, ticks, labels, gi == len(groups) - 1)
         ax.set_yscale("log")
         lo, hi = ax.get_ylim()
         ax.set_ylim(0.5, hi * 1e3)
@@ -576,14 +597,12 @@ def draw_inside_window(out_dir: Path, quick: bool | None = None) -> Path:
     return path
 
 
-def draw_eta_lambda(out_dir: Path, quick: bool | None = None) -> Path:
+def draw_eta_lambda(out_dir: Path, tables: Tables, quick: bool) -> Path:
     """claim2_eta_lambda.png (result2_eta_below_1_over_lambda_along_path): per run, the largest η·λ_max(t) over
     the steps t < k*, against 1 (η = 1/λ_max); runs inside the hypotheses judged, exploratory runs reported."""
     import matplotlib.pyplot as plt
 
-    out_dir = Path(out_dir)
-    quick = is_quick(out_dir, quick)
-    rows = [r for r in read_table(out_dir / "claim2.csv") if r["max_eta_lambda_to_kstar"] is not None]
+    rows = [r for r in tables["claim2"] if r["max_eta_lambda_to_kstar"] is not None]
     fs = sorted({r["eta_factor"] for r in rows}, reverse=True)
     cols = style.colors(2)
     style.apply()
@@ -616,14 +635,12 @@ def draw_eta_lambda(out_dir: Path, quick: bool | None = None) -> Path:
     return path
 
 
-def draw_exploratory(out_dir: Path, quick: bool | None = None) -> Path:
+def draw_exploratory(out_dir: Path, tables: Tables, quick: bool) -> Path:
     """claim2_exploratory.png (result2_perfect_iterate_exploratory): per exploratory run (outside the
     hypotheses), k* against ε/(2η) and the number of steps run."""
     import matplotlib.pyplot as plt
 
-    out_dir = Path(out_dir)
-    quick = is_quick(out_dir, quick)
-    rows = [r for r in read_table(out_dir / "claim2.csv") if r["regime"] == "exploratory"]
+    rows = [r for r in tables["claim2"] if r["regime"] == "exploratory"]
     confs = sorted({(r["L"], r["n"], r["M"]) for r in rows})
     epss = sorted({r["eps"] for r in rows})
     cols = dict(zip(confs, style.colors(len(confs))))
@@ -671,15 +688,12 @@ def draw_exploratory(out_dir: Path, quick: bool | None = None) -> Path:
     return path
 
 
-def draw_free_c(out_dir: Path, quick: bool | None = None) -> Path:
+def draw_free_c(out_dir: Path, tables: Tables, quick: bool) -> Path:
     """claim2_free_c.png (result2_V_moves_exploratory): with c free, how far V moves (max|V_k − V_0| against
     ε/2) and the min logit margin of joint and W-only GD from the same start and η, k* marked."""
     import matplotlib.pyplot as plt
 
-    out_dir = Path(out_dir)
-    quick = is_quick(out_dir, quick)
-    free = read_table(out_dir / "claim2_free_c.csv")
-    curves = read_table(out_dir / FREE_CURVES_CSV)
+    free, curves = tables["claim2_free_c"], tables["claim2_free_c_curves"]
     cs = sorted({r["c"] for r in curves})
     runs = [(c, mode) for c in cs for mode in ("joint", "W_only")]
     cols = dict(zip(runs, style.colors(len(runs) + 1)))
@@ -723,3 +737,10 @@ def draw_free_c(out_dir: Path, quick: bool | None = None) -> Path:
         path = out_dir / "claim2_free_c.png"
         style.save(fig, path)
     return path
+
+
+TABLES = ("claim2", "claim2_free_c", "claim2_free_c_curves")
+PHASES = Phases(plan=claim2_plan.configs, measure=measure, judge=judge, draw=draw, tables=TABLES,
+                columns={"claim2": CLAIM2_COLUMNS, "claim2_free_c": FREE_C_COLUMNS,
+                         "claim2_free_c_curves": FREE_CURVE_COLUMNS})
+register_phases("decision-list/claim2", PHASES, options=Claim2Options)
