@@ -169,8 +169,11 @@ def _tables_made(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
     (quick or full) and options, so that the judgement is made as it was."""
     previous = runs.read_json(ctx.out / runs.RESULTS)
     ctx.quick = bool(previous.get("quick"))
-    if exp.options is not None and previous.get("options"):
-        ctx.options = exp.make_options(previous["options"])
+    if exp.options is not None and previous.get("options"):   # options given now win over the recorded ones
+        default = exp.make_options().model_dump(mode="json")
+        given = {k: v for k, v in ctx.options.model_dump(mode="json").items() if v != default.get(k)}
+        recorded = {k: v for k, v in previous["options"].items() if k in default}
+        ctx.options = exp.make_options(recorded | given)
     return previous
 
 
