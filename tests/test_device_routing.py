@@ -72,9 +72,9 @@ def test_the_paths_that_build_their_own_configs_get_the_device(device, tmp_path,
     """The Fig 6 sweep's spec and topic/stage1's two jobs (the second built from the first's raw config) are
     made outside ``configure``'s return value: what reaches ``run_sweep`` / ``train_into`` is checked. On
     the CPU the sweep's spec has no device key, so its digest, which names its directory, is as before."""
-    import tdyn.papers.scan_snap.fig6 as fig6
     import tdyn.papers.topic.stage1 as stage1
-    import tdyn.reproduce.phases as phases       # topic/stage1 is phases: the runner trains e2, its measure e2-l2
+    import tdyn.reproduce.phases as phases       # topic/stage1 is phases: the runner trains e2, its measure e2-l2;
+                                                 # scan-snap/fig6 plans its sweep, which the runner runs
 
     seen = []
 
@@ -88,12 +88,11 @@ def test_the_paths_that_build_their_own_configs_get_the_device(device, tmp_path,
             raise _Stop
         return []
 
-    monkeypatch.setattr(fig6, "run_sweep", sweep)
+    monkeypatch.setattr(phases, "run_sweep", sweep)
     monkeypatch.setattr(phases, "train_into", train)
     monkeypatch.setattr(stage1, "train_into", train)
-    ctx = ReproduceContext(out=tmp_path, quick=True, device=device)
     with pytest.raises(_Stop):
-        fig6.fig6_sweep(ctx)
+        all_experiments()["scan-snap/fig6"].reproduce(ReproduceContext(out=tmp_path, quick=True, device=device))
     assert seen == [None if device == "cpu" else "cuda"]
     seen.clear()
     with pytest.raises(_Stop):

@@ -10,7 +10,7 @@ from tdyn.papers.scan_snap import fig6 as sw
 from tdyn.papers.scan_snap import snap_time as st
 from tdyn.reproduce.registry import ReproduceContext
 
-TINY = {"num_last": [1], "etas_z": [0.5, 3.0], "ratios": [1.0, 2.0, 10.0], "seeds": [1, 2], "steps": 8}
+TINY = sw.SweepGrid(num_last=(1,), etas_z=(0.5, 3.0), ratios=(1.0, 2.0, 10.0), seeds=(1, 2), steps=8)
 
 
 def test_fig6_spec_batches_each_panel():
@@ -30,11 +30,12 @@ def test_fig6_spec_batches_each_panel():
 
 def test_fig6_then_fig11_12_reuse_the_runs(tmp_path, monkeypatch):
     from tdyn.reproduce.common import write_results
+    from tdyn.reproduce.registry import get
 
     monkeypatch.setattr(sw, "FIG6_QUICK", TINY)
     ctx = ReproduceContext(out=tmp_path / "f6", quick=True, progress=False)
     ctx.out.mkdir()
-    res = sw.fig6(ctx)
+    res = get("scan-snap/fig6").reproduce(ctx)
     write_results(ctx.out, res)
     with open(ctx.out / "table.csv") as f:
         rows = list(csv.DictReader(f))
@@ -49,7 +50,7 @@ def test_fig6_then_fig11_12_reuse_the_runs(tmp_path, monkeypatch):
     ctx2 = ReproduceContext(out=tmp_path / "f11", quick=True, progress=False,
                            options=sw.SweepOptions(sweep_dir=ctx.out))
     ctx2.out.mkdir()
-    res2 = sw.fig11_12(ctx2)
+    res2 = get("scan-snap/fig11-12").reproduce(ctx2)
     assert manifest.stat().st_mtime_ns == stamp            # not trained again
     assert res2["runs"] == 12 and not (ctx2.out / "runs").exists()
     assert (ctx2.out / "fig11.png").exists() and (ctx2.out / "fig12.png").exists()
@@ -64,7 +65,7 @@ def test_fig6_then_fig11_12_reuse_the_runs(tmp_path, monkeypatch):
     ctx3 = ReproduceContext(out=tmp_path / "f6b", quick=True, progress=False,
                             overrides=["optim.steps=4"], options=sw.SweepOptions(sweep_dir=ctx.out / "runs"))
     ctx3.out.mkdir()
-    sw.fig6(ctx3)
+    get("scan-snap/fig6").reproduce(ctx3)
     assert manifest.stat().st_mtime_ns == stamp
     assert len(list((ctx.out / "runs").glob("fig6-quick-*"))) == 2
 

@@ -6,7 +6,13 @@
   each read once) to tables, one row a dict;
 * ``judge(ctx, tables) -> results``: the claims (:func:`tdyn.reproduce.common.claim`) and numbers,
   from the tables alone;
-* ``draw(ctx, tables, results) -> [file]``: the figures, written into ``ctx.out``, from the tables alone.
+* ``draw(ctx, tables, results) -> [file]``: the figures, written into ``ctx.out``, from the tables alone;
+* ``sweeps(ctx) -> {name: tdyn sweep spec}`` (optional, beside or instead of ``plan``): sweeps it trains. The
+  runner puts ``--set`` and ``--device`` in (the spec's ``set``, its config's device) and runs each into
+  ``DIR/<name>-<digest of the spec>``, DIR being the option ``sweep_dir`` where the reproduction has one (an
+  earlier reproduction's ``--out`` means its ``runs/``) or ``OUT/runs``: one directory per distinct sweep, so
+  reproductions that plan the same sweep into the same DIR train it once; ``measure`` gets ``trained[name]``,
+  that directory (its ``sweep.json`` lists the runs).
 
 The runner owns the rest: training, writing each table as ``OUT/<table>.csv`` and reading it back (so
 a judgement made now and one made later from the committed tables see the same values), and
@@ -18,7 +24,9 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import io
+import json
 import math
 import re
 from pathlib import Path
@@ -26,8 +34,9 @@ from typing import Any, Callable
 
 from tdyn import runs
 from tdyn.errors import UserError
-from tdyn.reproduce.common import configure, train_into
+from tdyn.reproduce.common import configure, on_reproduction_device, train_into
 from tdyn.reproduce.registry import get as registered, register
+from tdyn.sweep import run_sweep
 
 Tables = dict[str, list[dict[str, Any]]]
 
@@ -36,7 +45,7 @@ Tables = dict[str, list[dict[str, Any]]]
 class Phases:
     """The four phases of a reproduction (see the module docstring). ``tables`` names the tables
     ``judge`` and ``draw`` read, in the order they are written; ``columns`` fixes a table's columns
-    where its rows do not (e.g. an empty table)."""
+    where its rows do not (e.g. an empty table); ``sweeps`` the sweeps it trains besides ``plan``'s runs."""
 
     measure: Callable[[Any, dict[str, list[Path]]], Tables]
     judge: Callable[[Any, Tables], dict[str, Any]]
@@ -44,6 +53,7 @@ class Phases:
     plan: Callable[[Any], dict[str, dict]] | None = None
     draw: Callable[[Any, Tables, dict[str, Any]], list[str]] | None = None
     columns: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    sweeps: Callable[[Any], dict[str, dict]] | None = None
 
 
 _INT = re.compile(r"[+-]?\d+\Z")
@@ -102,6 +112,7 @@ def run(phases: Phases, ctx) -> dict[str, Any]:
     else:
         trained = {name: train_into(ctx, name, configure(raw, ctx.overrides))
                    for name, raw in (phases.plan(ctx) if phases.plan else {}).items()}
+        trained |= {name: sweep_into(ctx, name, spec) for name, spec in (phases.sweeps(ctx) if phases.sweeps else {}).items()}
         measured = phases.measure(ctx, trained)
         unknown = set(measured) - set(phases.tables)
         if unknown:
@@ -116,12 +127,29 @@ def run(phases: Phases, ctx) -> dict[str, Any]:
     return results
 
 
+def sweep_into(ctx, name: str, spec: dict) -> Path:
+    """Run (or continue) sweep ``spec`` of a reproduction, with its ``--set`` and ``--device``, into its directory
+    (module docstring); finished runs are never trained again. Returns the directory."""
+    spec = dict(spec, config=on_reproduction_device(spec["config"], ctx.overrides), set=list(ctx.overrides))
+    base = Path(getattr(ctx.options, "sweep_dir", None) or Path(ctx.out) / runs.RUNS)
+    if (base / runs.RESULTS).exists() and (base / runs.RUNS).is_dir():     # an earlier reproduction's --out
+        base = base / runs.RUNS
+    root = base / f"{name}-{hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]}"
+    run_sweep(spec, root, progress=ctx.progress)
+    if hasattr(ctx.overrides, "consumed"):
+        ctx.overrides.consumed = True
+    return root
+
+
 def register_phases(name: str, phases: Phases, *, default_config: Callable[[], dict] | None = None,
-                    options: type | None = None, takes_set: bool | None = None, description: str | None = None):
+                    options: type | None = None, takes_set: bool | None = None, description: str | None = None,
+                    configs: Callable[[Any], dict[str, dict]] | None = None):
     """Register reproduction ``name`` as its :class:`Phases` (its description from its paper's manifest);
-    ``tdyn config NAME`` prints its plan, ``--judge-only`` judges its tables again."""
-    exp = register(name, description, default_config, configs=phases.plan, options=options,
-                   takes_set=False if phases.plan is None and takes_set is None else takes_set)(lambda ctx: run(phases, ctx))
+    ``tdyn config NAME`` prints its plan (or ``configs``: e.g. a sweep's base config, which ``--set`` is checked
+    against before anything runs), ``--judge-only`` judges its tables again."""
+    configs = configs or phases.plan
+    exp = register(name, description, default_config, configs=configs, options=options,
+                   takes_set=False if configs is None and phases.sweeps is None and takes_set is None else takes_set)(lambda ctx: run(phases, ctx))
     registered(name).phases = phases
     return exp
 

@@ -23,7 +23,7 @@ MANIFEST = Paper(
         "plain_vs_handwritten_yz": "tdyn.papers.scan_snap.bench",
         "startup": "tdyn.papers.scan_snap.bench",
         "allocation": "tdyn.papers.scan_snap.bench",
-        "fig6_sweep": "tdyn.papers.scan_snap.fig6",
+        "fig6_sweep": "tdyn.papers.scan_snap.bench",
     },
     reproductions={
         "scan-snap/fig3": Reproduction("tdyn.papers.scan_snap.theory_figures",

@@ -1,6 +1,7 @@
 """``tdyn bench`` entries of Scan and Snap: one Syn-Small run, an ensemble of 32 against 32 single
 runs, the hand-written ensemble axis against :class:`PlainYZ` under vmap, the light commands' start-up,
-and the allocator's churn on a Fig 6-sized job. Timings and their history: benchmarks/README.md."""
+the allocator's churn on a Fig 6-sized job, and the Fig 6 sweep. Timings and their history:
+benchmarks/README.md."""
 
 from __future__ import annotations
 
@@ -12,11 +13,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tdyn.bench import compare, usage, usage_delta, wall_python, register_bench, timed_train
+from tdyn import runs
+from tdyn.bench import compare, on_device, usage, usage_delta, wall_python, register_bench, timed_train
+from tdyn.config import validate_config
 from tdyn.papers.scan_snap import data as scan_snap
 from tdyn.papers.scan_snap.data import SYN_SMALL
+from tdyn.papers.scan_snap.fig6 import FIG6, fig6_spec
 from tdyn.papers.scan_snap.task import yz_config
+from tdyn.sweep import run_sweep
+from tdyn.sweep.executors import start_method
+from tdyn.sweep.spec import load_spec, plan
 from tdyn.tasks import PlainTask
+from tdyn.train.trainer import expand_members, member_config
 
 
 @register_bench("scan_snap_single")
@@ -139,3 +147,40 @@ def _allocation(quick: bool) -> dict:
         out[label] = {"train_s": float(r.stdout.split()[-1]), **usage_delta(u0, usage())}
     out["fault_ratio"] = out["glibc_default"]["minor_faults"] / max(1, out["tuned"]["minor_faults"])
     return out
+
+
+@register_bench("fig6_sweep")
+def _fig6_sweep(quick: bool) -> dict:
+    """The Fig 6 sweep (640 runs) with ``tdyn sweep`` (batched into 8 ensemble jobs on the local pool; the median
+    of 3 sweeps, each into a fresh directory, 1 if ``quick``) vs the same runs trained one at a time in this
+    process (``quick`` and on CUDA: extrapolated from a few runs per job)."""
+    import statistics
+
+    spec = fig6_spec(FIG6)
+    spec["config"] = on_device(spec["config"])
+    method = start_method()   # how the sweep's pool starts its workers here (forked or spawned)
+    sweeps = []               # (wall seconds, workers' busy seconds) of each sweep
+    for _ in range(1 if quick else 3):
+        with tempfile.TemporaryDirectory() as d:
+            t0 = time.perf_counter()
+            run_sweep(spec, Path(d) / "sweep", progress=False, workers=1 if spec["config"]["device"] == "cuda" else None)
+            sweeps.append((time.perf_counter() - t0, sorted(
+                runs.read_json(Path(d) / "sweep" / runs.SWEEP)["worker_busy_seconds"].values(), reverse=True)))
+    batched = statistics.median(w for w, _ in sweeps)
+    busy = next(b for w, b in sweeps if w == batched)
+    seq, timed, total_runs = 0.0, 0, 0
+    # quick, or on a GPU (where one run is bound by kernel launches, alike across a job's members, and 640
+    # of them would take minutes of a lent device): a few runs per job, extrapolated
+    few = quick or spec["config"]["device"] == "cuda"
+    for job in plan(load_spec(spec)):
+        cfg = validate_config(job.config)
+        members = expand_members(cfg)
+        total_runs += len(members)
+        picked = members[:: max(1, len(members) // 3)] if few else members
+        t = sum(timed_train(member_config(cfg, m)) for m in picked)
+        timed += len(picked)
+        seq += t * len(members) / len(picked)
+    return {"runs": total_runs, "batched_s": batched, "batched_s_each": [w for w, _ in sweeps], "worker_busy_s": busy,
+            "start_method": method, "sequential_s": seq, "ratio": seq / batched,
+            "sequential_runs_timed": timed, "sequential_extrapolated": timed < total_runs,
+            "under_2_min": batched < 120}
