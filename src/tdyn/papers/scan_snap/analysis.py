@@ -10,11 +10,6 @@ from tdyn import runs
 from tdyn.papers.scan_snap import data
 
 
-def _facts(cfg) -> data.SequenceClasses:
-    """The distribution of a validated run config."""
-    return data.build(data.ScanSnapDataConfig.model_validate(cfg.data))
-
-
 def facts_of(run_config: dict) -> data.SequenceClasses:
     """The distribution of a run, from its config as written (``Run.config``): the run config is not validated again."""
     return data.build(data.ScanSnapDataConfig.model_validate(run_config["data"]))
@@ -34,12 +29,3 @@ def config_of(tables: dict, name: str) -> tuple[dict, int]:
     """(config, --seed) of ``name`` from the ``config`` table."""
     row = next(r for r in tables["config"] if r["run"] == name)
     return json.loads(row["config"]), row["seed"]
-
-
-def _final(run_dir: Path, name: str = "Z"):
-    return runs.Run(run_dir).params("final")[name].double()
-
-
-def _lrs(run_dir: Path) -> tuple[float, float]:
-    lrs = runs.Run(run_dir).lrs
-    return lrs["Y"], lrs["Z"]

@@ -1,43 +1,67 @@
 """Scan and Snap Thm 4's two times measured in training (docs/reproductions/scan-snap.md#seeds-and-time-units,
-docs/reproductions/scan-snap.md#theory-on-trained-models): the decoder switch vs t'₀ = K ln M/η_Y and the attention
-snap (B_n leaving its scan law) vs t₀ = 2K ln M/η_Y."""
+docs/reproductions/scan-snap.md#scan-snapsnap-time), as phases: the decoder switch vs t'₀ = K ln M/η_Y and the
+attention snap (B_n leaving its scan law) vs t₀ = 2K ln M/η_Y, each against its prediction, in Thm 4's setting
+(judged) and on the paper's Syn-Medium data (outside the theorem's hypotheses: reported, and the Remark-1 upper
+end judged). The markers and settings, and why, are on the docs page."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from tdyn import runs, stats
 from tdyn.papers.scan_snap import data
-from tdyn.reproduce.common import claim, configure, decide, every_cell, margin, reading, train_into, within
-from tdyn.reproduce.registry import ReproduceContext, register
-from tdyn.papers.scan_snap.analysis import _facts, _lrs
 from tdyn.papers.scan_snap import probes as pr
-from tdyn.runs import write_csv
-from tdyn.papers.scan_snap.task import yz_config
 from tdyn.papers.scan_snap import theory as th
+from tdyn.papers.scan_snap.analysis import facts_of
+from tdyn.papers.scan_snap.task import yz_config
+from tdyn.reproduce.common import claim, decide, every_cell, margin, reading, within
+from tdyn.reproduce.phases import Phases, read_table, register_phases
+from tdyn.reproduce.registry import ReproduceContext
 from tdyn.report import style
 
 
-# ---------------------------------------------------------------- snap time
+@dataclasses.dataclass(frozen=True)
+class PaperGrid:
+    """The paper's Syn-Medium data (10 common tokens shared by every class, ρ = f_1ᵀf_2 ≈ 0.72 at Z = 0: Assumption
+    2 is not met), under the theory's protocol (plain SGD, zero init, long sequences;
+    docs/reproductions/scan-snap.md#theory-on-trained-models); ``t0_factor`` t₀ of training."""
 
-#: The paper's Syn-Medium data (10 common tokens shared by every class, ρ = f_1ᵀf_2 ≈ 0.72 at Z = 0: Assumption 2
-#: is not met), under the theory's protocol (plain SGD, zero init, long sequences;
-#: docs/reproductions/scan-snap.md#theory-on-trained-models).
-SNAP = {"num_last": [1, 3, 5], "etas_y": [0.5, 1.0, 2.0, 4.0], "eta_z": 0.1, "batch_size": 64, "seq_len": 512,
-        "seeds": 3, "t0_factor": 4}
-SNAP_QUICK = {"num_last": [1, 3], "etas_y": [1.0, 4.0], "eta_z": 0.1, "batch_size": 64, "seq_len": 256, "seeds": 2,
-              "t0_factor": 4}
-#: Thm 4's setting: one common token, all K classes on one query
-#: (docs/reproductions/scan-snap.md#snap-phase-transition), common weight 0.2 so that the classes are
-#: nearly orthogonal (ρ ≈ 0.01; Assumption 2: |λ₁(E)| = (K−1)ρ < 1/K), η_Y ≫ η_Z, long sequences.
-#: Small η_Y so that the departure comes after ≳ 10 steps, where B_n is well above the SGD noise.
-SNAP_THM = {"K": [2, 4], "etas_y": [0.1, 0.2, 0.4], "eta_z": 0.02, "batch_size": 64, "seq_len": 512,
-            "num_common": 1, "common_weight": 0.2, "seeds": 3, "t0_factor": 3}
-SNAP_THM_QUICK = {"K": [2], "etas_y": [0.2, 0.4], "eta_z": 0.02, "batch_size": 64, "seq_len": 256,
-                  "num_common": 1, "common_weight": 0.2, "seeds": 2, "t0_factor": 3}
+    num_last: tuple[int, ...]
+    etas_y: tuple[float, ...]
+    eta_z: float = 0.1
+    batch_size: int = 64
+    seq_len: int = 512
+    seeds: int = 3
+    t0_factor: float = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class TheoremGrid:
+    """Thm 4's setting: one common token, all K classes on one query
+    (docs/reproductions/scan-snap.md#snap-phase-transition), common weight 0.2 so that the classes are nearly
+    orthogonal (ρ ≈ 0.01; Assumption 2: |λ₁(E)| = (K−1)ρ < 1/K), η_Y ≫ η_Z, long sequences; small η_Y so that
+    the departure comes after ≳ 10 steps, where B_n is well above the SGD noise."""
+
+    K: tuple[int, ...]
+    etas_y: tuple[float, ...]
+    eta_z: float = 0.02
+    batch_size: int = 64
+    seq_len: int = 512
+    num_common: int = 1
+    common_weight: float = 0.2
+    seeds: int = 3
+    t0_factor: float = 3
+
+
+SNAP = PaperGrid(num_last=(1, 3, 5), etas_y=(0.5, 1.0, 2.0, 4.0))
+SNAP_QUICK = PaperGrid(num_last=(1, 3), etas_y=(1.0, 4.0), seq_len=256, seeds=2)
+SNAP_THM = TheoremGrid(K=(2, 4), etas_y=(0.1, 0.2, 0.4))
+SNAP_THM_QUICK = TheoremGrid(K=(2,), etas_y=(0.2, 0.4), seq_len=256, seeds=2)
 #: Stated tolerance for "measured = predicted" (the batch-invariance tolerance;
 #: docs/reproductions/scan-snap.md#scan-snapsnap-time): ±25%.
 SNAP_TOL = 0.25
@@ -46,16 +70,16 @@ SNAP_TOL = 0.25
 DEPARTURE_LEVELS = {"slope<1.5": 1.5, "slope<1": 1.0}
 
 
-def _snap_cfg(dat: dict, K: int, M: int, seed: int, grid: dict) -> dict:
-    steps = max(60, math.ceil(grid.get("t0_factor", 3) * th.t0(K, M, min(grid["etas_y"]))))
-    cfg = yz_config(dat | {"batch_size": grid["batch_size"], "seq_len": grid["seq_len"]},
-                    steps=steps, momentum=0.0, seeds=tuple(range(seed, seed + grid.get("seeds", 2))))
-    cfg["ensemble"] = {"lrs": [{"Y": e, "Z": grid["eta_z"]} for e in grid["etas_y"]]}
+def _snap_cfg(dat: dict, K: int, M: int, seed: int, grid: PaperGrid | TheoremGrid) -> dict:
+    steps = max(60, math.ceil(grid.t0_factor * th.t0(K, M, min(grid.etas_y))))
+    cfg = yz_config(dat | {"batch_size": grid.batch_size, "seq_len": grid.seq_len},
+                    steps=steps, momentum=0.0, seeds=tuple(range(seed, seed + grid.seeds)))
+    cfg["ensemble"] = {"lrs": [{"Y": e, "Z": grid.eta_z} for e in grid.etas_y]}
     cfg["probes"] = {"names": ["scan_snap.attention", "scan_snap.decoder"], "every": 1}
     return cfg
 
 
-def snap_config(num_last: int, seed: int, grid: dict = SNAP) -> dict:
+def snap_config(num_last: int, seed: int, grid: PaperGrid = SNAP) -> dict:
     """The paper's data: Syn-Medium with K = 2·num_last, plain SGD
     (docs/reproductions/scan-snap.md#theory-on-trained-models), zero init, η_Y grid at fixed η_Z, probes every
     step, ``t0_factor``× the largest predicted t₀ (at least 60 steps)."""
@@ -64,12 +88,12 @@ def snap_config(num_last: int, seed: int, grid: dict = SNAP) -> dict:
     return _snap_cfg(dat, dist.K, dist.M, seed, grid)
 
 
-def snap_theorem_config(K: int, seed: int, grid: dict = SNAP_THM) -> dict:
+def snap_theorem_config(K: int, seed: int, grid: TheoremGrid = SNAP_THM) -> dict:
     """Thm 4's setting (docs/reproductions/scan-snap.md#snap-phase-transition): one query with K next tokens, one
     common token of weight ``common_weight`` (the distinct weights as in the paper), otherwise as
     :func:`snap_config`."""
-    dat = {"num_last": 1, "num_next_per_last": K, "num_common": grid["num_common"], "num_common_per_last": 0,
-           "common_unnormalized_prob": grid["common_weight"]}
+    dat = {"num_last": 1, "num_next_per_last": K, "num_common": grid.num_common, "num_common_per_last": 0,
+           "common_unnormalized_prob": grid.common_weight}
     dist = data.build(data.ScanSnapDataConfig(**dat))
     return _snap_cfg(dat, dist.K, dist.M, seed, grid)
 
@@ -78,7 +102,7 @@ def snap_time(top_logit: np.ndarray) -> int:
     """The peak-growth marker: the step at which the per-step growth of the leading distinct logit
     (3-step centred moving average of z(t+1) − z(t)) peaks. By Thm 2(a) ż_{l₀} ∝ ξ_n ∝ γ(t), and γ
     (Thm 1) peaks where e^{Mh}(Mh − 1) = M − 1, just before the decoder's p(correct) = ½ switch: this
-    marker measures the decoder's stage switch, not the attention snap. See ``snap_time_reproduction``."""
+    marker measures the decoder's stage switch, not the attention snap (docs/reproductions/scan-snap.md#scan-snapsnap-time)."""
     dz = np.convolve(np.diff(top_logit), np.ones(3) / 3, mode="same")
     return int(np.argmax(dz))
 
@@ -158,110 +182,75 @@ def _ratio(rows: list[dict], key: str, pred: str) -> tuple[float, float]:
     return float(np.mean(m)), stats.se(m)
 
 
+
+
 def snap_settings(ctx: ReproduceContext) -> dict:
-    """setting -> (grid, grid -> [(name, raw run config)])."""
-    quick = ctx.quick
-    return {
-        "theorem": (SNAP_THM_QUICK if quick else SNAP_THM,
-                    lambda g: [(f"thm_K{K}", snap_theorem_config(K, ctx.seed, g)) for K in g["K"]]),
-        "paper": (SNAP_QUICK if quick else SNAP,
-                  lambda g: [(f"last{nl}", snap_config(nl, ctx.seed, g)) for nl in g["num_last"]]),
-    }
+    """setting -> (grid, [(run name, raw run config)]): Thm 4's setting first, then the paper's data."""
+    thm, paper = (SNAP_THM_QUICK, SNAP_QUICK) if ctx.quick else (SNAP_THM, SNAP)
+    return {"theorem": (thm, [(f"thm_K{K}", snap_theorem_config(K, ctx.seed, thm)) for K in thm.K]),
+            "paper": (paper, [(f"last{nl}", snap_config(nl, ctx.seed, paper)) for nl in paper.num_last])}
 
 
-@register("scan-snap/snap-time", "Decoder switch vs t'₀ = K ln M/η_Y and attention snap (B_n leaving its scan law) "
-          "vs t₀ = 2K ln M/η_Y, in Thm 4's setting and on the paper's Syn-Medium data", configs=lambda ctx: {
-              f"{setting}_{name}": raw for setting, (grid, make) in snap_settings(ctx).items() for name, raw in make(grid)})
-def snap_time_reproduction(ctx: ReproduceContext) -> dict:
-    """The two times of Thm 4 measured separately in training (optimiser steps;
-    docs/reproductions/scan-snap.md#seeds-and-time-units: to first order batch-independent), each against its
-    prediction, with the constant tested and not only the 1/η_Y scaling.
+def snap_plan(ctx: ReproduceContext) -> dict[str, dict]:
+    return {f"{setting}_{name}": raw for setting, (_, made) in snap_settings(ctx).items() for name, raw in made}
 
-    **Markers.**
 
-    * *Decoder switch* — the first (interpolated) step at which p(correct) reaches ½, read on the probe
-      batch (finite L) and in the long-sequence limit (u = f_n): the two readings. Lemma 9: p(correct) ≤ ½
-      for t ≤ t'₀ = K ln M/η_Y; Lemmas 5–6 put p = ½ exactly at K((M−1)(1+ln(M−1)) − 1)/(Mη_Y)
-      (``th.switch_time``), which is t'₀ up to the O(1) term Lemma 9 drops. Why this marker: it is the
-      quantity Lemma 9 bounds, and it needs no model of the attention.
-    * *Attention snap* — the time B_n(t) leaves its scan-phase law (Thm 4, Eqn 14: B_n = ¼ ln(1 + at²)
-      before t'₀, ¼ ln(1 + b ln² t) after t₀). B_n is read as −(mean common logit) of the class's query
-      row, exact in the setting of docs/reproductions/scan-snap.md#snap-phase-transition (e^{−4z_common} = 1 +
-      4Γ/C0 and B_n = η_Z∫ξ_n = −z_common); G := e^{4B_n} − 1 ∝ Γ grows as t² in the scan law and as ln² t in the
-      snap law, so its local log-log slope falls from 2 towards 0. The departure is the first step at which that
-      slope is below a level; the paper leaves the level open, so two readings (1.5: first clear departure; 1:
-      half-way to the snap law) are measured side by side. The *prediction* is the same function applied to the
-      exact B_n(t) of docs/reproductions/scan-snap.md#snap-phase-transition (Lemma 6's h, Γ as the same left
-      Riemann sum over steps; C0 cancels). The ratio to the paper's t₀ is reported beside it: by these definitions
-      the exact theory itself leaves the scan law at about 0.35–0.8 t₀, i.e. around t'₀ — t₀ = 2(1+o(1))K ln M/η_Y
-      is where the snap law has taken over, not where the scan law ends.
-    * *Peak-growth marker* (the earlier definition, ``snap_time``): the step at which the leading distinct
-      logit grows fastest. By Thm 2(a) ż_{l₀} ∝ γ(t), which peaks just before the decoder switch, so it
-      measures the decoder switch, not the attention snap. Its earlier agreement with t₀ (≈ 0.87×) was a
-      cancellation: on the paper's data the decoder switch arrives ≈ 2× later than t'₀, because the
-      classes' next-token distributions are correlated (Remark 1: effective rate (1−ρ)η_Y; ρ ≈ 0.72 at Z = 0,
-      so Assumption 2 is not met), and γ peaks at about half of t₀'s 2 ln M·K/η_Y.
+#: snap_curves.csv: B_n(t) per optimiser step of the theorem-setting runs of the first seed, with the exact theory's
+CURVE_COLS = ["setting", "K", "M", "eta_y", "eta_z", "seed", "step", "B", "B_theory"]
 
-    **Settings.** (i) Thm 4's setting (``SNAP_THM``): one query with K ∈ {2, 4} next tokens, one common
-    token of weight 0.2 (ρ ≈ 0.01, Assumption 2 met), plain SGD, zero init, batch 64, length 512,
-    η_Z = 0.02, η_Y ∈ {0.1, 0.2, 0.4} (η_Y ≫ η_Z; small η_Y so the departures come after ≳ 10 steps,
-    where B_n is well above the SGD noise), 3 seeds, 3 t₀ of training. (ii) The paper's Syn-Medium data (``SNAP``): num_last ∈
-    {1, 3, 5} (K ∈ {2, 6, 10}, 10 common tokens), same protocol, η_Y ∈ {0.5, 1, 2, 4}, 3 seeds. The
-    theory's constants are judged only in (i); (ii) trains 4 t₀ so that the late departures fit in; in (ii) the theorem's hypotheses fail, so those numbers
-    are reported with an inconclusive verdict, and (ii) tests the
-    docs/reproductions/scan-snap.md#theory-on-trained-models Remark-1 interval instead.
-    """
 
-    quick = ctx.quick
-    settings = snap_settings(ctx)
-    rows, curves, rho = [], {}, {}
-    for setting, (grid, make) in settings.items():
-        for name, raw in make(grid):
-            cfg = configure(raw, ctx.overrides)
-            dist = _facts(cfg)
-            f0 = pr.f_n(torch.zeros(1, dist.M, dist.M, dtype=torch.float64), dist.table, dist.query)[0]
-            G0 = f0 @ f0.T
-            rho[setting, dist.K] = float(G0[~torch.eye(dist.K, dtype=torch.bool)].mean())
-            for d in train_into(ctx, f"{setting}_{name}", cfg):
-                eta_y, eta_z = _lrs(d)
-                rec = runs.Run(d).metrics
-                z = np.array([r["scan_snap.attention/top_logit"] for r in rec])
-                B = -np.array([r["scan_snap.attention/mean_common"] for r in rec])
-                Bth = theory_B(len(rec) - 1, dist.K, dist.M, eta_y, eta_z)
-                ztheory = np.concatenate([[0.0], np.cumsum(th.gamma(np.arange(len(rec) - 1.0), dist.K, dist.M, eta_y))])
-                seed = runs.Run(d).seed
-                lo, hi = th.stage_switch_bounds(dist.K, dist.M, eta_y, rho[setting, dist.K])
-                row = {"setting": setting, "K": dist.K, "M": dist.M, "eta_y": eta_y, "eta_z": eta_z, "seed": seed,
-                       "rho": rho[setting, dist.K],
-                       "t0prime": th.t0_prime(dist.K, dist.M, eta_y), "t0": th.t0(dist.K, dist.M, eta_y),
-                       "switch_pred": th.switch_time(dist.K, dist.M, eta_y),
-                       "switch_batch": crossing_time(np.array([r["scan_snap.decoder/p_correct"] for r in rec]), 0.5),
-                       "switch_limit": crossing_time(np.array([r["scan_snap.decoder/p_correct_limit"] for r in rec]), 0.5),
-                       "remark1_lo": lo, "remark1_hi": hi,
-                       "peak_growth": float(snap_time(z)), "peak_growth_pred": float(snap_time(ztheory))}
-                for lab, lev in DEPARTURE_LEVELS.items():
-                    row[f"snap_{lab}"] = scan_departure(B, lev)
-                    row[f"snap_{lab}_pred"] = scan_departure(Bth, lev)
-                rows.append(row)
-                if seed == ctx.seed:
-                    curves[setting, dist.K, eta_y] = (B, Bth, row)
-    cols = list(rows[0])
-    write_csv(ctx.out / "snap_time.csv", rows, cols)
+def snap_measure(ctx: ReproduceContext, trained: dict) -> dict:
+    """Each run read once: its markers and their predictions (snap_time.csv, one row per run), and for the
+    theorem-setting runs of --seed the measured and exact B_n(t) (snap_curves.csv, drawn)."""
+    rows, curves = [], []
+    for job, dirs in trained.items():
+        setting = job.split("_", 1)[0]
+        read = [runs.Run(d) for d in dirs]
+        dist = facts_of(read[0].config)
+        f0 = pr.f_n(torch.zeros(1, dist.M, dist.M, dtype=torch.float64), dist.table, dist.query)[0]
+        G0 = f0 @ f0.T
+        rho = float(G0[~torch.eye(dist.K, dtype=torch.bool)].mean())
+        for run in read:
+            row, B, Bth = _snap_row(setting, run, dist, rho)
+            rows.append(row)
+            if setting == "theorem" and row["seed"] == ctx.seed:
+                curves += [{"setting": setting, "K": dist.K, "M": dist.M, "eta_y": row["eta_y"], "eta_z": row["eta_z"],
+                            "seed": row["seed"], "step": t, "B": float(f"{B[t]:.6g}"), "B_theory": float(f"{Bth[t]:.6g}")}
+                           for t in range(len(B))]
+    curves.sort(key=lambda c: (c["K"], c["eta_y"]))        # stable: each curve's steps stay in order
+    return {"snap_time": rows, "snap_curves": curves}
 
-    # ---- per-setting summaries
-    def sel(setting):
-        return [r for r in rows if r["setting"] == setting]
 
-    def pts(setting):
-        out: dict[tuple, list] = {}
-        for r in sel(setting):
-            out.setdefault((r["K"], r["eta_y"]), []).append(r)
-        return out
+def _snap_row(setting: str, run: runs.Run, dist, rho: float) -> tuple[dict, np.ndarray, np.ndarray]:
+    """One run's markers (decoder switch read two ways, attention departure per level, peak growth), each beside
+    its prediction from the theory."""
+    eta_y, eta_z = run.lrs["Y"], run.lrs["Z"]
+    rec = run.metrics
+    z = np.array([r["scan_snap.attention/top_logit"] for r in rec])
+    B = -np.array([r["scan_snap.attention/mean_common"] for r in rec])
+    Bth = theory_B(len(rec) - 1, dist.K, dist.M, eta_y, eta_z)
+    ztheory = np.concatenate([[0.0], np.cumsum(th.gamma(np.arange(len(rec) - 1.0), dist.K, dist.M, eta_y))])
+    lo, hi = th.stage_switch_bounds(dist.K, dist.M, eta_y, rho)
+    row = {"setting": setting, "K": dist.K, "M": dist.M, "eta_y": eta_y, "eta_z": eta_z, "seed": run.seed, "rho": rho,
+           "t0prime": th.t0_prime(dist.K, dist.M, eta_y), "t0": th.t0(dist.K, dist.M, eta_y),
+           "switch_pred": th.switch_time(dist.K, dist.M, eta_y),
+           "switch_batch": crossing_time(np.array([r["scan_snap.decoder/p_correct"] for r in rec]), 0.5),
+           "switch_limit": crossing_time(np.array([r["scan_snap.decoder/p_correct_limit"] for r in rec]), 0.5),
+           "remark1_lo": lo, "remark1_hi": hi,
+           "peak_growth": float(snap_time(z)), "peak_growth_pred": float(snap_time(ztheory))}
+    for lab, lev in DEPARTURE_LEVELS.items():
+        row[f"snap_{lab}"] = scan_departure(B, lev)
+        row[f"snap_{lab}_pred"] = scan_departure(Bth, lev)
+    return row, B, Bth
 
-    summary = {}
-    for setting in settings:
-        s = sel(setting)
-        summary[setting] = {
+
+def _summary(rows: list[dict]) -> dict:
+    """Per setting: each marker over its prediction (and over t'₀, t₀), mean over seeds with its SE, and the
+    1/η_Y exponents per K."""
+    out = {}
+    for setting in dict.fromkeys(r["setting"] for r in rows):
+        s = [r for r in rows if r["setting"] == setting]
+        out[setting] = {
             "switch_over_t0prime": {k: _ratio(s, k, "t0prime") for k in ("switch_batch", "switch_limit")},
             "switch_over_lemma6": {k: _ratio(s, k, "switch_pred") for k in ("switch_batch", "switch_limit")},
             "snap_over_pred": {lab: _ratio(s, f"snap_{lab}", f"snap_{lab}_pred") for lab in DEPARTURE_LEVELS},
@@ -270,143 +259,186 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
             "peak_growth_over_pred": _ratio(s, "peak_growth", "peak_growth_pred"),
             "peak_growth_over_t0": _ratio(s, "peak_growth", "t0"),
             "peak_growth_over_switch": _ratio(s, "peak_growth", "switch_batch"),
-            "exponents": {f"K={K}": {k: _exponent(pts(setting), K, k) for k in
+            "exponents": {f"K={K}": {k: _exponent(_pts(s), K, k) for k in
                                      ["switch_batch", "switch_limit"] + [f"snap_{lab}" for lab in DEPARTURE_LEVELS]}
                           for K in sorted({r["K"] for r in s})},
         }
-    T, P = summary["theorem"], summary["paper"]
+    return out
 
-    # ---- the drawn curves (theorem setting, this seed): B_n(t) measured and exact, for draw_snap_time
-    write_csv(ctx.out / "snap_curves.csv",
-              [{"setting": st, "K": K, "M": row["M"], "eta_y": e, "eta_z": row["eta_z"], "seed": row["seed"],
-                "step": t, "B": float(f"{B[t]:.6g}"), "B_theory": float(f"{Bth[t]:.6g}")}
-               for (st, K, e), (B, Bth, row) in sorted(curves.items()) if st == "theorem" for t in range(len(B))],
-              CURVE_COLS)
-    draw_snap_time(ctx.out, quick=quick)
 
-    # ---- claims
+def _pts(rows: list[dict]) -> dict[tuple, list[dict]]:
+    out: dict[tuple, list] = {}
+    for r in rows:
+        out.setdefault((r["K"], r["eta_y"]), []).append(r)
+    return out
+
+
+def rho_of(rows: list[dict], setting: str) -> dict:
+    """ρ = mean f_nᵀf_n' at Z = 0 per K of a setting."""
+    return {f"K={r['K']}": r["rho"] for r in rows if r["setting"] == setting}
+
+
+BEYOND = ("the paper never compares t₀ or t'₀ with a training run (docs/reproductions/scan-snap.md#departures): tdyn "
+          "measures Thm 4's two times in training, with markers of its own")
+
+
+def snap_judge(ctx: ReproduceContext, tables: dict) -> dict:
+    """The theorem-setting claims (each marker against its prediction, the 1/η_Y scaling, the peak-growth
+    marker), the paper data's numbers (not judged) and its Remark-1 upper end; Lemma 9's "after t'₀" as a
+    consistency check."""
+    rows = tables["snap_time"]
+    summary = _summary(rows)
+    T = summary["theorem"]
+    claims = [_switch_claim(T, rows), _snap_claim(T), _exponent_claim(T), _peak_claim(T),
+              _paper_claim(summary["paper"], rows), _interval_claim(summary["paper"], rows)]
+    return {"experiment": "scan-snap/snap-time",
+            "grids": {k: dataclasses.asdict(v[0]) for k, v in snap_settings(ctx).items()},
+            "summary": summary, "claims": claims, "consistency_checks": _lemma9_check(T, rows)}
+
+
+def _switch_claim(T: dict, rows: list[dict]) -> dict:
     tol = SNAP_TOL
+    readings = []
+    for k in ("switch_batch", "switch_limit"):
+        v = within(*T["switch_over_lemma6"][k], tol)
+        readings.append(reading(
+            f"p(correct) on the {'probe batch (finite L)' if k == 'switch_batch' else 'long-sequence limit u = f_n'}", v,
+            reason=None if v is not None else "ratio within 2 SE of the tolerance",
+            ratio_to_lemma6=T["switch_over_lemma6"][k][0], se=T["switch_over_lemma6"][k][1],
+            ratio_to_t0prime=T["switch_over_t0prime"][k][0], tolerance=tol))
+    return claim(
+        "decoder-switch-constant", "Thm 4's setting: the decoder switch (p(correct) = ½) comes at Lemmas 5–6's "
+        "time K((M−1)(1+ln(M−1)) − 1)/(Mη_Y), i.e. at t'₀ = K ln M/η_Y up to its dropped O(1) term "
+        f"(measured/predicted within 1 ± {tol:g})", source="derived",
+        derived=BEYOND + "; here: the decoder's p(correct) = ½ time against Lemmas 5–6's exact time",
+        paper="Lemma 9 / Thm 4: scan phase ends at t'₀ = K ln M/η_Y; Lemmas 5–6 (exact p = ½ time)",
+        definition="first (interpolated) optimiser step at which mean p(correct) ≥ ½; ratio to the Lemma-6 time, "
+                   "mean over seeds of the per-seed mean over (K, η_Y); noise = SE over seeds",
+        measured="decoder switch / Lemma-6 p = ½ time (ratio to t'₀ beside it)",
+        expected=f"within 1 ± {tol:g} beyond 2 SE", readings=readings, rho=rho_of(rows, "theorem"))
 
-    sw_T = [reading(f"p(correct) on the {'probe batch (finite L)' if k == 'switch_batch' else 'long-sequence limit u = f_n'}",
-                    within(*T["switch_over_lemma6"][k], tol),
-                    reason=None if within(*T["switch_over_lemma6"][k], tol) is not None else "ratio within 2 SE of the tolerance",
-                    ratio_to_lemma6=T["switch_over_lemma6"][k][0], se=T["switch_over_lemma6"][k][1],
-                    ratio_to_t0prime=T["switch_over_t0prime"][k][0], tolerance=tol)
-            for k in ("switch_batch", "switch_limit")]
+
+def _snap_claim(T: dict) -> dict:
+    tol = SNAP_TOL
+    readings = []
+    for lab in DEPARTURE_LEVELS:
+        r, se = T["snap_over_pred"][lab]
+        v = within(r, se, tol)
+        readings.append(reading(f"departure = first step where the local log-log slope of e^{{4B_n}} − 1 is {lab[5:]}",
+                                v, reason=None if v is not None else "ratio within 2 SE of the tolerance",
+                                ratio_to_prediction=r, se=se, tolerance=tol,
+                                ratio_to_t0=T["snap_over_t0"][lab][0], prediction_over_t0=T["snap_pred_over_t0"][lab][0]))
+    return claim(
+        "attention-snap-constant", "Thm 4's setting: B_n(t) leaves its scan-phase law when the exact theory "
+        f"(docs/reproductions/scan-snap.md#snap-phase-transition) says it does (measured/predicted within 1 ± {tol:g}); ratios to t₀ = 2K ln M/η_Y reported",
+        source="derived",
+        derived=BEYOND + ". Thm 4 names no time at which B_n leaves its scan law; the departure (the local "
+                "log-log slope of e^{4B_n} − 1 falling below a level) is tdyn's definition, and where it falls "
+                "relative to t₀ is set by the level chosen: the exact theory departs at "
+                + ", ".join(f"{T['snap_pred_over_t0'][lab][0]:.2f}·t₀ ({lab})" for lab in DEPARTURE_LEVELS)
+                + ". So this claim tests training against the exact theory under one definition applied to "
+                  "both; it does not locate \"the snap\" at t₀",
+        paper="Thm 4, Eqn 14 (scan law before t'₀, snap law after t₀ = 2(1+o(1))K ln M/η_Y); docs/reproductions/scan-snap.md#snap-phase-transition",
+        definition="B_n := −(mean common logit of the query row) (exact in docs/reproductions/scan-snap.md#snap-phase-transition); departure = first step at which "
+                   "the centred log-log slope of e^{4B_n} − 1 falls below the level; prediction = the same "
+                   "function on the exact B_n(t) of docs/reproductions/scan-snap.md#snap-phase-transition; noise = SE over seeds",
+        measured="attention-snap time / predicted (ratio to t₀ beside it)", expected=f"within 1 ± {SNAP_TOL:g}",
+        readings=readings)
+
+
+def _exponent_claim(T: dict) -> dict:
+    tol = SNAP_TOL
+    expo = [(f"{K},{k}", within(-m, se, tol), m, se) for K, ex in T["exponents"].items() for k, (m, se) in ex.items()]
+    held, why = every_cell({k: v for k, v, _, _ in expo})
+    return claim(
+        "inverse-eta-y", "Thm 4's setting: both times scale as 1/η_Y at fixed K (log-log exponent −1 ± "
+        f"{tol:g}), for each marker and reading", held, reason=why, source="derived",
+        derived=BEYOND + "; the 1/η_Y scaling of t₀ and t'₀ (prediction (a)) measured on both markers",
+        paper="Thm 4 / Lemma 9: t₀, t'₀ ∝ 1/η_Y (prediction (a))",
+        definition="log-log slope of the marker vs η_Y per seed and K; mean and SE over seeds",
+        measured="exponent per (K, marker)", expected=f"−1 ± {tol:g} beyond 2 SE in every (K, marker)",
+        exponents={k: {"exponent": m, "se": se} for k, _, m, se in expo})
+
+
+def _peak_claim(T: dict) -> dict:
+    tol = SNAP_TOL
+    pk_r, pk_se = T["peak_growth_over_pred"]
+    return claim(
+        "peak-growth-tracks-decoder", "Thm 4's setting: the peak-growth marker (old definition) falls where "
+        "the theory's ż_{l₀} ∝ γ(t) peaks — a decoder time (γ peaks just before p(correct) = ½), not the snap",
+        within(pk_r, pk_se, tol), reason="ratio within 2 SE of the tolerance", source="derived",
+        derived=BEYOND + "; this checks tdyn's earlier marker against the theory's γ(t), to show what it measures",
+        paper="Thm 2(a) (ż_{l₀} = η_Z f²ξ_n, ξ_n ∝ γ) and Thm 1 (γ(t))",
+        definition="step of peak 3-step-averaged growth of the leading distinct logit; prediction = the same "
+                   "function on z(t) = Σ γ (theory); noise = SE over seeds",
+        measured="peak-growth step / its theory value", expected=f"within 1 ± {tol:g}",
+        ratio=pk_r, se=pk_se, ratio_to_t0=T["peak_growth_over_t0"][0],
+        ratio_to_switch=T["peak_growth_over_switch"][0])
+
+
+def _paper_claim(P: dict, rows: list[dict]) -> dict:
+    return claim(
+        "paper-data-constants", "The paper's Syn-Medium data: the decoder switch, attention snap and peak-growth "
+        "marker against their Thm 4 predictions", None, source="derived",
+        derived=BEYOND + "; on the paper's Syn-Medium data, outside the theorem's hypotheses",
+        reason=f"outside Thm 4's hypotheses: 10 common tokens shared by every class, ρ = f_nᵀf_n' ≈ "
+               f"{np.mean(list(rho_of(rows, 'paper').values())):.2f} at Z = 0, so Assumption 2 "
+               "(|λ₁(E)| < 1/K) fails; the numbers are reported, not judged",
+        paper="Thm 4 (needs Assumption 2 and the single common token of docs/reproductions/scan-snap.md#snap-phase-transition)",
+        definition="as in the theorem-setting claims", measured="ratios to t'₀, t₀ and to the predictions",
+        expected="n/a (hypotheses not met)",
+        switch_over_t0prime=P["switch_over_t0prime"], switch_over_lemma6=P["switch_over_lemma6"],
+        snap_over_prediction=P["snap_over_pred"], snap_over_t0=P["snap_over_t0"],
+        peak_growth_over_t0=P["peak_growth_over_t0"], peak_growth_over_switch=P["peak_growth_over_switch"],
+        exponents=P["exponents"])
+
+
+def _interval_claim(P: dict, rows: list[dict]) -> dict:
+    """Remark-1 interval per (K, η_Y) cell of the paper's data, judged on its upper side only: the lower end
+    K ln M/η_Y = t'₀ cannot be crossed here (correlated classes train at (1−ρ)η_Y < η_Y, so the switch comes
+    after the uncorrelated Lemma-6 time ≈ 1.23·t'₀): reported."""
+    inside, nums = {}, {}
+    for (K, e), rs in _pts([r for r in rows if r["setting"] == "paper"]).items():
+        v = [r["switch_batch"] for r in rs]
+        m, sd = float(np.mean(v)), stats.se(v)
+        lo_v, hi_v = decide(m - rs[0]["remark1_lo"], sd), decide(rs[0]["remark1_hi"] - m, sd)
+        key = f"K={K},eta_y={e:g}"
+        inside[key] = hi_v
+        nums[key] = {"switch": m, "se": sd, "lo": rs[0]["remark1_lo"], "hi": rs[0]["remark1_hi"],
+                     "above_lo_not_judged": stats.word(lo_v)}
+    held, why = every_cell(inside)
+    return claim(
+        "stage-switch-interval", "The paper's data: the decoder switch comes no later than K ln M/((1−ρ)η_Y) "
+        "(correlated classes train at the effective rate (1−ρ)η_Y); judged on that upper end only",
+        held, reason=why, source="derived",
+        derived="tdyn's hypothesis (docs/reproductions/scan-snap.md#theory-on-trained-models: the switch \"lies between K ln M/η_Y and K ln M/((1−ρ)η_Y)\"), built "
+                "on Remark 1's effective rate; the paper states no such interval. Only the upper end is judged: "
+                "the lower end cannot fail here (with ρ > 0 the classes train more slowly than uncorrelated "
+                "ones, whose switch is already Lemma 6's ≈ 1.23·t'₀), so its side is reported per cell "
+                "(above_lo_not_judged) and not counted",
+        paper="Remark 1 (effective rate (1−ρ)η_Y); docs/reproductions/scan-snap.md#theory-on-trained-models hypothesis",
+        definition="first (interpolated) step with p(correct) ≥ ½ on the probe batch, mean over seeds per "
+                   "(K, η_Y); below K ln M/((1−ρ)η_Y) by 2 SE over seeds (a run that never reaches ½ makes its "
+                   "cell inconclusive); ρ = mean f_nᵀf_n' at Z = 0",
+        measured="decoder switch per (K, η_Y)",
+        expected="below K ln M/((1−ρ)η_Y) beyond 2 SE in every cell",
+        cells=nums, rho=rho_of(rows, "paper"),
+        switch_over_t0prime=P["switch_over_t0prime"]["switch_batch"])
+
+
+def _lemma9_check(T: dict, rows: list[dict]) -> dict:
+    """Lemma 9's "p(correct) ≤ ½ until t'₀", measured: a consistency check, not a claim. It is nearly implied by
+    decoder-switch-constant: Lemmas 5–6 put p = ½ at ≈ 1.23·t'₀ for these M, so a switch within ±25% of that time
+    is after 0.92·t'₀ whatever the run does."""
     lemma9 = []
     for k in ("switch_batch", "switch_limit"):
         r, se = T["switch_over_t0prime"][k]
         lemma9.append(reading(f"p(correct) {'probe batch' if k == 'switch_batch' else 'long-sequence limit'}",
                               decide(r - 1.0, se), reason="switch/t'₀ − 1 inside 2 SE of 0", ratio=r, se=se,
                               **margin(r - 1.0, se, noise_source="SE over seeds of the per-seed mean ratio")))
-    snap_T = []
-    for lab in DEPARTURE_LEVELS:
-        r, se = T["snap_over_pred"][lab]
-        v = within(r, se, tol)
-        snap_T.append(reading(f"departure = first step where the local log-log slope of e^{{4B_n}} − 1 is {lab[5:]}",
-                              v, reason=None if v is not None else "ratio within 2 SE of the tolerance",
-                              ratio_to_prediction=r, se=se, tolerance=tol,
-                              ratio_to_t0=T["snap_over_t0"][lab][0], prediction_over_t0=T["snap_pred_over_t0"][lab][0]))
-    expo_T = []
-    for K, ex in T["exponents"].items():
-        for k, (m, se) in ex.items():
-            expo_T.append((f"{K},{k}", within(-m, se, tol), m, se))
-    held_expo, why_expo = every_cell({k: v for k, v, _, _ in expo_T})
-    pk_r, pk_se = T["peak_growth_over_pred"]
-    # Remark-1 interval per (K, η_Y) cell of the paper's data: the seed-mean switch above K ln M/η_Y and below
-    # K ln M/((1−ρ)η_Y), each by 2 SE over seeds
-    inside, inside_nums = {}, {}
-    for (K, e), rs in pts("paper").items():
-        v = [r["switch_batch"] for r in rs]
-        m, sd = float(np.mean(v)), stats.se(v)
-        # judged on the upper side only: the lower end K ln M/η_Y = t'₀ cannot be crossed here (correlated classes
-        # train at (1−ρ)η_Y < η_Y, so the switch comes after the uncorrelated Lemma-6 time ≈ 1.23·t'₀): reported
-        lo_v, hi_v = decide(m - rs[0]["remark1_lo"], sd), decide(rs[0]["remark1_hi"] - m, sd)
-        key = f"K={K},eta_y={e:g}"
-        inside[key] = hi_v
-        inside_nums[key] = {"switch": m, "se": sd, "lo": rs[0]["remark1_lo"], "hi": rs[0]["remark1_hi"],
-                            "above_lo_not_judged": stats.word(lo_v)}
-    in_held, in_why = every_cell(inside)
-    beyond = ("the paper never compares t₀ or t'₀ with a training run (docs/reproductions/scan-snap.md#departures): tdyn measures Thm 4's two times in training, with "
-              "markers of its own")
-    claims = [
-        claim("decoder-switch-constant", "Thm 4's setting: the decoder switch (p(correct) = ½) comes at Lemmas 5–6's "
-              "time K((M−1)(1+ln(M−1)) − 1)/(Mη_Y), i.e. at t'₀ = K ln M/η_Y up to its dropped O(1) term "
-              f"(measured/predicted within 1 ± {tol:g})", source="derived",
-              derived=beyond + "; here: the decoder's p(correct) = ½ time against Lemmas 5–6's exact time",
-              paper="Lemma 9 / Thm 4: scan phase ends at t'₀ = K ln M/η_Y; Lemmas 5–6 (exact p = ½ time)",
-              definition="first (interpolated) optimiser step at which mean p(correct) ≥ ½; ratio to the Lemma-6 time, "
-                         "mean over seeds of the per-seed mean over (K, η_Y); noise = SE over seeds",
-              measured="decoder switch / Lemma-6 p = ½ time (ratio to t'₀ beside it)",
-              expected=f"within 1 ± {tol:g} beyond 2 SE", readings=sw_T, rho=rho_of(rho, "theorem")),
-        claim("attention-snap-constant", "Thm 4's setting: B_n(t) leaves its scan-phase law when the exact theory "
-              f"(docs/reproductions/scan-snap.md#snap-phase-transition) says it does (measured/predicted within 1 ± {tol:g}); ratios to t₀ = 2K ln M/η_Y reported",
-              source="derived",
-              derived=beyond + ". Thm 4 names no time at which B_n leaves its scan law; the departure (the local "
-                      "log-log slope of e^{4B_n} − 1 falling below a level) is tdyn's definition, and where it falls "
-                      "relative to t₀ is set by the level chosen: the exact theory departs at "
-                      + ", ".join(f"{T['snap_pred_over_t0'][lab][0]:.2f}·t₀ ({lab})" for lab in DEPARTURE_LEVELS)
-                      + ". So this claim tests training against the exact theory under one definition applied to "
-                        "both; it does not locate \"the snap\" at t₀",
-              paper="Thm 4, Eqn 14 (scan law before t'₀, snap law after t₀ = 2(1+o(1))K ln M/η_Y); docs/reproductions/scan-snap.md#snap-phase-transition",
-              definition="B_n := −(mean common logit of the query row) (exact in docs/reproductions/scan-snap.md#snap-phase-transition); departure = first step at which "
-                         "the centred log-log slope of e^{4B_n} − 1 falls below the level; prediction = the same "
-                         "function on the exact B_n(t) of docs/reproductions/scan-snap.md#snap-phase-transition; noise = SE over seeds",
-              measured="attention-snap time / predicted (ratio to t₀ beside it)", expected=f"within 1 ± {tol:g}",
-              readings=snap_T),
-        claim("inverse-eta-y", "Thm 4's setting: both times scale as 1/η_Y at fixed K (log-log exponent −1 ± "
-              f"{tol:g}), for each marker and reading", held_expo, reason=why_expo, source="derived",
-              derived=beyond + "; the 1/η_Y scaling of t₀ and t'₀ (prediction (a)) measured on both markers",
-              paper="Thm 4 / Lemma 9: t₀, t'₀ ∝ 1/η_Y (prediction (a))",
-              definition="log-log slope of the marker vs η_Y per seed and K; mean and SE over seeds",
-              measured="exponent per (K, marker)", expected=f"−1 ± {tol:g} beyond 2 SE in every (K, marker)",
-              exponents={k: {"exponent": m, "se": se} for k, _, m, se in expo_T}),
-        claim("peak-growth-tracks-decoder", "Thm 4's setting: the peak-growth marker (old definition) falls where "
-              "the theory's ż_{l₀} ∝ γ(t) peaks — a decoder time (γ peaks just before p(correct) = ½), not the snap",
-              within(pk_r, pk_se, tol), reason="ratio within 2 SE of the tolerance", source="derived",
-              derived=beyond + "; this checks tdyn's earlier marker against the theory's γ(t), to show what it measures",
-              paper="Thm 2(a) (ż_{l₀} = η_Z f²ξ_n, ξ_n ∝ γ) and Thm 1 (γ(t))",
-              definition="step of peak 3-step-averaged growth of the leading distinct logit; prediction = the same "
-                         "function on z(t) = Σ γ (theory); noise = SE over seeds",
-              measured="peak-growth step / its theory value", expected=f"within 1 ± {tol:g}",
-              ratio=pk_r, se=pk_se, ratio_to_t0=T["peak_growth_over_t0"][0],
-              ratio_to_switch=T["peak_growth_over_switch"][0]),
-        claim("paper-data-constants", "The paper's Syn-Medium data: the decoder switch, attention snap and peak-growth "
-              "marker against their Thm 4 predictions", None, source="derived",
-              derived=beyond + "; on the paper's Syn-Medium data, outside the theorem's hypotheses",
-              reason=f"outside Thm 4's hypotheses: 10 common tokens shared by every class, ρ = f_nᵀf_n' ≈ "
-                     f"{np.mean([v for (s, _), v in rho.items() if s == 'paper']):.2f} at Z = 0, so Assumption 2 "
-                     "(|λ₁(E)| < 1/K) fails; the numbers are reported, not judged",
-              paper="Thm 4 (needs Assumption 2 and the single common token of docs/reproductions/scan-snap.md#snap-phase-transition)",
-              definition="as in the theorem-setting claims", measured="ratios to t'₀, t₀ and to the predictions",
-              expected="n/a (hypotheses not met)",
-              switch_over_t0prime=P["switch_over_t0prime"], switch_over_lemma6=P["switch_over_lemma6"],
-              snap_over_prediction=P["snap_over_pred"], snap_over_t0=P["snap_over_t0"],
-              peak_growth_over_t0=P["peak_growth_over_t0"], peak_growth_over_switch=P["peak_growth_over_switch"],
-              exponents=P["exponents"]),
-        claim("stage-switch-interval", "The paper's data: the decoder switch comes no later than K ln M/((1−ρ)η_Y) "
-              "(correlated classes train at the effective rate (1−ρ)η_Y); judged on that upper end only",
-              in_held, reason=in_why, source="derived",
-              derived="tdyn's hypothesis (docs/reproductions/scan-snap.md#theory-on-trained-models: the switch \"lies between K ln M/η_Y and K ln M/((1−ρ)η_Y)\"), built "
-                      "on Remark 1's effective rate; the paper states no such interval. Only the upper end is judged: "
-                      "the lower end cannot fail here (with ρ > 0 the classes train more slowly than uncorrelated "
-                      "ones, whose switch is already Lemma 6's ≈ 1.23·t'₀), so its side is reported per cell "
-                      "(above_lo_not_judged) and not counted",
-              paper="Remark 1 (effective rate (1−ρ)η_Y); docs/reproductions/scan-snap.md#theory-on-trained-models hypothesis",
-              definition="first (interpolated) step with p(correct) ≥ ½ on the probe batch, mean over seeds per "
-                         "(K, η_Y); below K ln M/((1−ρ)η_Y) by 2 SE over seeds (a run that never reaches ½ makes its "
-                         "cell inconclusive); ρ = mean f_nᵀf_n' at Z = 0",
-              measured="decoder switch per (K, η_Y)",
-              expected="below K ln M/((1−ρ)η_Y) beyond 2 SE in every cell",
-              cells=inside_nums, rho=rho_of(rho, "paper"),
-              switch_over_t0prime=P["switch_over_t0prime"]["switch_batch"]),
-    ]
-    # Lemma 9's "p(correct) ≤ ½ until t'₀", measured: reported as a consistency check, not a claim. It is nearly
-    # implied by decoder-switch-constant: Lemmas 5–6 put p = ½ at ≈ 1.23·t'₀ for these M, so a switch within
-    # ±25% of that time is after 0.92·t'₀ whatever the run does
     lemma6_over_t0prime = {f"K={K}": th.switch_time(K, M, 1.0) / th.t0_prime(K, M, 1.0)
-                           for K, M in sorted({(r["K"], r["M"]) for r in sel("theorem")})}
-    checks = {"decoder-switch-after-t0prime": {
+                           for K, M in sorted({(r["K"], r["M"]) for r in rows if r["setting"] == "theorem"})}
+    return {"decoder-switch-after-t0prime": {
         "what": "Thm 4's setting: the measured decoder switch comes after t'₀ = K ln M/η_Y (Lemma 9: p(correct) ≤ ½ "
                 "for t ≤ K ln M/η_Y)",
         "why_not_a_claim": "near-tautological beside decoder-switch-constant: Lemma 6's p = ½ time is "
@@ -414,48 +446,47 @@ def snap_time_reproduction(ctx: ReproduceContext) -> dict:
                            + ", so a switch within the ±25% of that claim already lies after ≈ 0.92·t'₀",
         "lemma6_time_over_t0prime": lemma6_over_t0prime,
         "readings": lemma9, "verdict": stats.word(stats.combine(lemma9)[0])}}
-    return {"experiment": "scan-snap/snap-time", "grids": {k: v[0] for k, v in settings.items()},
-            "summary": summary, "claims": claims, "consistency_checks": checks,
-            "files": ["snap_time.csv", "snap_curves.csv", "snap_time.png"]}
 
 
-#: snap_curves.csv: B_n(t) per optimiser step of the theorem-setting runs of the first seed, with the exact theory's
-CURVE_COLS = ["setting", "K", "M", "eta_y", "eta_z", "seed", "step", "B", "B_theory"]
+def snap_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
+    _draw(tables["snap_time"], tables["snap_curves"], ctx.quick, Path(ctx.out) / "snap_time.png")
+    return ["snap_time.png"]
 
 
-def _read_csv(path) -> list[dict]:
-    """A table as dicts, numbers as floats (the setting as text)."""
-    import csv
-
-    with open(path, newline="") as f:
-        return [{k: (v if k == "setting" else float(v)) for k, v in r.items()} for r in csv.DictReader(f)]
-
-
-def draw_snap_time(out_dir, quick: bool | None = None):
-    """snap_time.png from OUT's snap_time.csv and snap_curves.csv (written by :func:`snap_time_reproduction`):
-    (a) the decoder switch and (b) the attention snap, each measured against its prediction on log-log axes with
-    the identity and the claims' ±25% window (judged in Thm 4's setting; the paper's Syn-Medium data shown, not
-    judged, with (a) the Remark-1 upper end its switch is judged against); (c) G = e^{4B_n} − 1 of the largest
-    theorem-setting K with the exact theory, both departures and t₀. ``quick``: None reads results.json."""
-    from pathlib import Path
-
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-
-
+def draw_snap_time(out_dir, quick: bool | None = None) -> Path:
+    """snap_time.png from OUT's snap_time.csv and snap_curves.csv: (a) the decoder switch and (b) the attention
+    snap, each measured against its prediction on log-log axes with the identity and the claims' ±25% window
+    (judged in Thm 4's setting; the paper's Syn-Medium data shown, not judged, with (a) the Remark-1 upper end its
+    switch is judged against); (c) G = e^{4B_n} − 1 of the largest theorem-setting K with the exact theory, both
+    departures and t₀. ``quick``: None reads results.json."""
     out_dir = Path(out_dir)
-    rows = _read_csv(out_dir / "snap_time.csv")
-    curves = _read_csv(out_dir / "snap_curves.csv")
     if quick is None:
         res = out_dir / runs.RESULTS
         quick = bool(runs.read_json(res).get("quick")) if res.is_file() else False
+    return _draw(read_table(out_dir / "snap_time.csv"), read_table(out_dir / "snap_curves.csv"), quick,
+                 out_dir / "snap_time.png")
+
+
+def _draw(rows: list[dict], curves: list[dict], quick: bool, path: Path) -> Path:
+    plt = style.pyplot()
     style.apply()
     plt.rcParams.update({"font.size": 13, "axes.titlesize": 14, "axes.labelsize": 13, "xtick.labelsize": 12,
                          "ytick.labelsize": 12, "legend.fontsize": 12, "figure.titlesize": 15})
     fig = plt.figure(figsize=(12, 12.5), layout="constrained")
     top, bottom = fig.subfigures(2, 1, height_ratios=[1.5, 1])
+    _draw_times(plt, top, rows)
+    _draw_G(bottom, rows, curves)
+    fig.suptitle(("QUICK run (fewer K, η_Y, seeds; length 256): " if quick else "")
+                 + "Thm 4's two times in training vs their predictions (beyond the paper)")
+    style.save(fig, path)
+    return path
+
+
+def _draw_times(plt, top, rows: list[dict]) -> None:
+    """(a) and (b): measured against predicted per run, with the identity and the ±25% window."""
+    from matplotlib.lines import Line2D
+
     ax_sw, ax_sn = top.subplots(1, 2)
-    ax_g = bottom.subplots()
     mk = {"theorem": "o", "paper": "s"}
     keys = [(st, K) for st in ("theorem", "paper") for K in sorted({r["K"] for r in rows if r["setting"] == st})]
     col = dict(zip(keys, style.colors(len(keys))))
@@ -475,16 +506,7 @@ def draw_snap_time(out_dir, quick: bool | None = None):
         handles.append(Line2D([], [], ls="", marker=mk[st], color=col[st, K], markersize=8,
                               label=f"{'Thm 4 setting' if st == 'theorem' else 'paper data'}, K = {K:g}"))
     for ax in (ax_sw, ax_sn):
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        lo = min(ax.dataLim.x0, ax.dataLim.y0) / 1.3
-        hi = max(ax.dataLim.x1, ax.dataLim.y1) * 1.3
-        x = np.geomspace(lo, hi, 50)
-        ax.fill_between(x, (1 - SNAP_TOL) * x, (1 + SNAP_TOL) * x, color="0.85", lw=0, zorder=1)
-        ax.plot(x, x, color="k", lw=1, zorder=2)
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
-        ax.set_aspect("equal")
+        _identity(ax)
     handles += [Line2D([], [], color="k", lw=1, label="measured = predicted"),
                 plt.Rectangle((0, 0), 1, 1, color="0.85", label=f"claim window ±{SNAP_TOL:.0%} (Thm 4 setting)"),
                 Line2D([], [], ls="", marker="_", color="0.3", markersize=13, markeredgewidth=2,
@@ -500,6 +522,27 @@ def draw_snap_time(out_dir, quick: bool | None = None):
     ax_sn.set_ylabel("measured: $B_n$ leaves its scan law")
     top.legend(handles=handles, loc="outside lower center", ncols=3, frameon=False)
 
+
+def _identity(ax) -> None:
+    """Log-log axes, equal, with the identity and the ±SNAP_TOL window over the data's range."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    lo = min(ax.dataLim.x0, ax.dataLim.y0) / 1.3
+    hi = max(ax.dataLim.x1, ax.dataLim.y1) * 1.3
+    x = np.geomspace(lo, hi, 50)
+    ax.fill_between(x, (1 - SNAP_TOL) * x, (1 + SNAP_TOL) * x, color="0.85", lw=0, zorder=1)
+    ax.plot(x, x, color="k", lw=1, zorder=2)
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_aspect("equal")
+
+
+def _draw_G(bottom, rows: list[dict], curves: list[dict]) -> None:
+    """(c): G = e^{4B_n} − 1 of the largest theorem-setting K, measured and exact (scaled at the last step), with
+    both departures and t₀."""
+    from matplotlib.lines import Line2D
+
+    ax_g = bottom.subplots()
     th_rows = [c for c in curves if c["setting"] == "theorem"]
     Kc = max(c["K"] for c in th_rows)
     etas = sorted({c["eta_y"] for c in th_rows if c["K"] == Kc})
@@ -535,12 +578,7 @@ def draw_snap_time(out_dir, quick: bool | None = None):
               Line2D([], [], color="0.3", lw=1.2, ls="-.", label="t₀ = 2K ln M/η_Y")]
     h, _ = ax_g.get_legend_handles_labels()
     bottom.legend(handles=h + styles, loc="outside right center", frameon=False)
-    fig.suptitle(("QUICK run (fewer K, η_Y, seeds; length 256): " if quick else "")
-                 + "Thm 4's two times in training vs their predictions (beyond the paper)")
-    path = out_dir / "snap_time.png"
-    style.save(fig, path)
-    return path
 
 
-def rho_of(rho: dict, setting: str) -> dict:
-    return {f"K={K}": v for (s, K), v in rho.items() if s == setting}
+register_phases("scan-snap/snap-time", Phases(plan=snap_plan, measure=snap_measure, judge=snap_judge, draw=snap_draw,
+                                              tables=("snap_time", "snap_curves"), columns={"snap_curves": CURVE_COLS}))
