@@ -7,7 +7,6 @@ from them, draw draws the maps from them. The Y/Z task (data + model wiring, ``y
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import torch
