@@ -41,7 +41,7 @@ clean:
 
 # What `tdyn list` and `--help` read (no experiment module imported): from the registrations.
 catalog: $(STAMP)
-	$(BIN)/python -c 'from tdyn.experiments.runner import write_catalog; print("wrote", write_catalog())'
+	$(BIN)/python -c 'from tdyn.reproduce.runner import write_catalog; print("wrote", write_catalog())'
 
 # The README's verdict table, from the full-setting results.json files in docs/results/.
 verdicts: $(STAMP)

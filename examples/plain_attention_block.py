@@ -5,7 +5,7 @@ last position, a linear decoder) — nothing in it knows about ensembles. ``tdyn
 copy per seed (each initialised as PyTorch would, from the member's seed), stacks them and runs
 forward and loss under ``torch.func.vmap``; learning rates, init scales, freeze rules, checkpoints and
 resume work as for tdyn's own models. The data are Scan and Snap's Syn-Small sequences
-(``tdyn.data.scan_snap``); a probe records how much of the last position's attention goes to the
+(``tdyn.papers.scan_snap.data``); a probe records how much of the last position's attention goes to the
 class's distinct tokens; a sweep trains three learning rates × two seeds.
 
     python examples/plain_attention_block.py --out runs/plain          # a few minutes on 2 cores
@@ -24,7 +24,7 @@ from pydantic import Field
 from torch import nn
 
 import tdyn
-from tdyn.data import scan_snap
+from tdyn.papers.scan_snap import data as scan_snap
 from tdyn.schema import Strict
 
 

@@ -18,12 +18,12 @@ import torch
 from pydantic import Field, model_validator
 
 import tdyn
-from tdyn.data.scan_snap import SequenceClasses
+from tdyn.papers.scan_snap.data import SequenceClasses
 from tdyn.errors import ConfigError
-from tdyn.models.yz import YZConfig
-from tdyn.probes.scan_snap import c_n
+from tdyn.papers.scan_snap.model import YZConfig
+from tdyn.papers.scan_snap.probes import c_n
 from tdyn.schema import Strict
-from tdyn.tasks.scan_snap import ScanSnapTask, yz_config
+from tdyn.papers.scan_snap.task import ScanSnapTask, yz_config
 
 
 class SharedDistinctData(Strict):

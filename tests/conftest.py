@@ -11,7 +11,7 @@ from pydantic import Field
 
 from tdyn.schema import Strict
 from tdyn.tasks import Task, register_task
-from tdyn.train.seeding import generator
+from tdyn.seeding import generator
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,7 +97,7 @@ def _fake_reproduce(ctx):
     """A reproduction writing what real ones write: a PNG, a long CSV, claims of every verdict."""
     import matplotlib.pyplot as plt
 
-    from tdyn.experiments.common import claim
+    from tdyn.reproduce.common import claim
     from tdyn.report import style
     from tdyn.runs import write_csv
 
@@ -124,7 +124,7 @@ def _failing_reproduce(ctx):
 @pytest.fixture
 def fake_experiments(monkeypatch):
     """Register ``test/fake`` and ``test/fails`` for the duration of a test; returns their names."""
-    from tdyn.experiments import registry
+    from tdyn.reproduce import registry
 
     registry.all_experiments()
     for name, fn in (("test/fake", _fake_reproduce), ("test/fails", _failing_reproduce)):

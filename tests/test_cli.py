@@ -80,6 +80,12 @@ def test_force_deletes_only_what_tdyn_wrote(cli, tmp_path):
     r = cli("run", "syn_small", "--out", run, "--set", "optim.steps=3", "--quiet", "--force")
     assert r.returncode == 2 and "seed1/notes.txt" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert (run / "seed1" / "notes.txt").read_text() == "mine" and (run / "seed0" / "metrics.jsonl").exists()
+    # the report's page counts as tdyn's where tdyn recorded writing it (runs.record), not by its name
+    other = tmp_path / "other"
+    assert cli("run", "syn_small", "--out", other, "--set", "optim.steps=3", "--quiet").returncode == 0
+    (other / "index.html").write_text("<p>my own page</p>")
+    r = cli("run", "syn_small", "--out", other, "--set", "optim.steps=3", "--quiet", "--force")
+    assert r.returncode == 2 and "index.html" in r.stderr and (other / "index.html").read_text() == "<p>my own page</p>"
 
 
 def test_run_experiment_by_name(cli, tmp_path):
@@ -113,7 +119,7 @@ def test_reproduce_all_resumes_what_an_interrupt_left(tmp_path):
 
     from tdyn import runs
     from tdyn.errors import UserError
-    from tdyn.experiments.runner import reproduce_all
+    from tdyn.reproduce.runner import reproduce_all
 
     out = tmp_path / "all"
     names = ["scan-snap/fig4", "scan-snap/fig5"]

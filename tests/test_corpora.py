@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from tdyn.data import corpora as C
+from tdyn.papers.real_text import data as C
 from tdyn.errors import UserError
 
 

@@ -22,7 +22,7 @@ import torch
 from conftest import tdyn_cli
 from hostile import assert_rejected, tree_state
 from tdyn import runs
-from tdyn.train.threads import cli_threads
+from tdyn.threads import cli_threads
 from tdyn.train.trainer import train
 
 # scan_snap samples batches (a data RNG to restore), tiny: 20 steps, checkpoints at 0, 5, 10, 15

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from tdyn.data import decision_list as dl
-from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
-from tdyn.theory import decision_list as th
+from tdyn.papers.decision_list import data as dl
+from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModelConfig
+from tdyn.papers.decision_list import theory as th
 
 torch.set_num_threads(1)  # tiny tensors: threads only add contention on the shared machine
 
@@ -399,7 +399,7 @@ def test_T_sup_kappa_definition():
 def test_eta_hypothesis_is_judged_inside_the_hypotheses_only():
     """Exploratory runs above η·λ_max = 1 are reported, not a failure; an inside run above it fails;
     no inside run with a perfect iterate is inconclusive."""
-    from tdyn.experiments.decision_list_claim2 import _eta_claim
+    from tdyn.papers.decision_list.claim2 import _eta_claim
 
     def row(regime, v):
         return {"regime": regime, "L": 4, "n": 3, "M": 2, "eps": 1.0, "eta_factor": 1.0, "seed": 0, "k_star": 3,
@@ -472,7 +472,7 @@ def test_hessian_blocks_and_closed_form_hvp_vs_dense_hessian(L, n, M, sampler, c
 def test_probe_lambda_max_agrees_with_lanczos_and_decides_by_bracket_where_tight():
     """The probe's λ_max (block bracket when its width is ≤ 1e-10, else Lanczos) equals Lanczos to 1e-10; at a
     large c (result (2)'s regime) the bracket decides, at a small c Lanczos does."""
-    from tdyn.probes.decision_list import BRACKET_TOL, lambda_max
+    from tdyn.papers.decision_list.probes import BRACKET_TOL, lambda_max
 
     L, n, M = 8, 7, 2
     task = dl.make_task(L, M, seed=0)

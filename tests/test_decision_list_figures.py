@@ -15,9 +15,10 @@ import matplotlib.colors  # noqa: E402
 import matplotlib.patches  # noqa: E402
 import matplotlib.text  # noqa: E402
 
-from tdyn.experiments import decision_list_claim1 as c1  # noqa: E402
-from tdyn.experiments import decision_list_claim2 as c2  # noqa: E402
-from tdyn.experiments import decision_list_common as common  # noqa: E402
+from tdyn.papers.decision_list import claim1 as c1  # noqa: E402
+from tdyn.papers.decision_list import claim2 as c2  # noqa: E402
+from tdyn.papers.decision_list import analysis as common  # noqa: E402
+from tdyn.reproduce.phases import read_table  # noqa: E402
 from tdyn.runs import write_csv  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
@@ -92,7 +93,7 @@ def test_claim1_figures_from_the_committed_tables(tmp_path, drawn):
     assert sorted(p.name for p in paths) == sorted(c1.CLAIM1_FIGURES) and all(p.stat().st_size > 0 for p in paths)
     for f in out.glob("*.csv"):   # the tables are read, never written
         assert f.read_bytes() == (src / f.name).read_bytes()
-    rows = {(r["sampler"], r["L"], r["n"], r["M"]): r for r in common.read_table(src / "claim1.csv")}
+    rows = {(r["sampler"], r["L"], r["n"], r["M"]): r for r in read_table(src / "claim1.csv")}
     for name, fig in drawn.items():
         _readable(fig)
         _distinct_series(fig)
@@ -102,7 +103,7 @@ def test_claim1_figures_from_the_committed_tables(tmp_path, drawn):
     assert all(3 in _hlines_y(ax) for ax in drawn["claim1_tsup_logL.png"].axes)
     # every reading's bound drawn on the margin figure, inside the time axis
     fig = drawn["claim1_margin_vs_bounds.png"]
-    for ax, key in zip(fig.axes, c1._trajectories(out)):
+    for ax, key in zip(fig.axes, c1._trajectories(read_table(out / c1.TRAJ_CSV))):
         bounds = [rows[key][f"bound_gamma_{g}"] for g in c1.GAMMAS]
         assert sorted(_vlines_x(ax)) == sorted(bounds)
         assert ax.get_xlim()[1] > max(bounds)
@@ -126,7 +127,7 @@ def test_claim2_figures_from_the_committed_tables(tmp_path, drawn):
         _distinct_series(fig)
         assert "QUICK" not in fig._suptitle.get_text(), name
     # the window of result2_inside_hypotheses: both ends of every inside run drawn, above k*
-    inside = [r for r in common.read_table(src / "claim2.csv") if r["regime"] == "inside" and r["admissible"]]
+    inside = [r for r in read_table(src / "claim2.csv") if r["regime"] == "inside" and r["admissible"]]
     (ax,) = drawn["claim2.png"].axes
     ends = {m: sorted(ln.get_ydata()[0] for ln in ax.lines if ln.get_marker() == m) for m in ("v", "^")}
     assert ends["v"] == sorted(r["k_bound"] for r in inside)
@@ -165,7 +166,7 @@ def _tiny_claim1(out: Path):
 
 def test_claim1_trajectories_read_back(tmp_path):
     traj = _tiny_claim1(tmp_path)
-    back = c1._trajectories(tmp_path)
+    back = c1._trajectories(read_table(tmp_path / c1.TRAJ_CSV))
     assert list(back) == [("B", 100, 3, 2), ("A", 100, 3, 2)]
     for key, d in back.items():
         assert np.array_equal(d["t"], traj[key].t) and np.array_equal(d["w"], traj[key].w)

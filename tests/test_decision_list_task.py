@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from tdyn import runs
-from tdyn.data import decision_list as dl
-from tdyn.models.decision_list import DecisionListModel, DecisionListModelConfig
-from tdyn.theory import decision_list as th
-from tdyn.train.seeding import generator
+from tdyn.papers.decision_list import data as dl
+from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModelConfig
+from tdyn.papers.decision_list import theory as th
+from tdyn.seeding import generator
 from tdyn.train.trainer import train
 
 
@@ -44,7 +44,7 @@ def test_trainer_runs_exact_population_gd(tmp_path):
 
 
 def test_result2_admissibility_threshold():
-    from tdyn.experiments.decision_list_claim2 import admissibility
+    from tdyn.papers.decision_list.claim2 import admissibility
 
     rng = __import__("numpy").random.default_rng(0)
     checked = 0
@@ -61,7 +61,7 @@ def test_result2_admissibility_threshold():
 
 def test_bound_reading_definitions_hand_made():
     """γ readings of result (1): hand-made rows whose verdicts are known; T = 0 is the best case, not ∞."""
-    from tdyn.experiments.decision_list_claim1 import GAMMAS, _bound_reading, _gamma_max
+    from tdyn.papers.decision_list.claim1 import GAMMAS, _bound_reading, _gamma_max
 
     def row(T, b, t_max=100.0, M=2, L=10):
         return {"L": L, "n": 3, "M": M, "T_sup": T, "t_max": t_max} | {f"bound_gamma_{g}": b for g in GAMMAS}
@@ -78,11 +78,11 @@ def test_bound_reading_definitions_hand_made():
 def test_inside_claim_readings_hand_made():
     """Result (2): k* inside ε/(2η) but above 2mℒ₀/(A²η) → the two quantifier readings disagree; a run with
     η·λ_max(t) > 1 before k* is outside the hypotheses and left out."""
-    from tdyn.experiments.decision_list_claim2 import _inside_claim
+    from tdyn.papers.decision_list.claim2 import _inside_claim, claim2_settings
 
     base = {"steps": 100, "max_eta_lambda_to_kstar": 1.0, "L": 30, "n": 29, "M": 2, "eps": 5.0, "L0": 3.4,
             "A_lo": 2.2, "A_hi": 2.3, "v_drift_max": 0.0, "c": 1e5}
-    st = {"inside": [(30, 29, 2)]}
+    st = claim2_settings(True)      # inside: [(30, 29, 2)]
     c = _inside_claim([base | {"k_star": 5, "step_range_hi": 10.0, "k_bound": 8.0},
                        base | {"k_star": 7, "step_range_hi": 12.0, "k_bound": 9.0, "v_drift_max": 3e-9}], st)
     assert c["verdict"] == "holds" and c["source"] == "paper" and "encounters a t" in c["quote"]
@@ -99,8 +99,8 @@ def test_inside_claim_readings_hand_made():
 
 
 def _quick(name, tmp_path):
-    from tdyn.experiments.common import write_results
-    from tdyn.experiments.registry import ReproduceContext, get
+    from tdyn.reproduce.common import write_results
+    from tdyn.reproduce.registry import ReproduceContext, get
 
     torch.set_num_threads(1)
     ctx = ReproduceContext(out=tmp_path / "out", quick=True, progress=False)
@@ -135,8 +135,8 @@ def test_quick_claim1_verdicts(tmp_path):
 def test_claim1_rows_do_not_depend_on_the_worker_count(tmp_path):
     """claim1 solves its flows in a process pool: each flow is a pure function of its spec and the seed,
     so the CSVs are byte-equal with 1 and 2 workers (N > 0: the keyed sample streams included)."""
-    from tdyn.experiments.decision_list_claim1 import Claim1Options
-    from tdyn.experiments.registry import ReproduceContext, get
+    from tdyn.papers.decision_list.claim1 import Claim1Options
+    from tdyn.reproduce.registry import ReproduceContext, get
 
     outs = []
     for w in (1, 2):
@@ -173,8 +173,8 @@ def test_quick_claim2_and_uniform_attention_verdicts(tmp_path):
 def test_dl_task_init_options_and_probes(tmp_path):
     """W_init: zero keeps V₀'s draw; V_noise adds uniform_perturbation; the probes match direct computations;
     the Hessian probe measures at non-perfect steps and on its grid only."""
-    from tdyn.models.decision_list import uniform_perturbation
-    from tdyn.probes.decision_list import centred_cosine, member_model, perm_recovery
+    from tdyn.papers.decision_list.model import uniform_perturbation
+    from tdyn.papers.decision_list.probes import centred_cosine, member_model, perm_recovery
 
     L, M, n = 6, 2, 3
     base = {"task": "decision_list", "data": {"L": L, "M": M, "n": n}, "seeds": [3], "dtype": "float64",
@@ -260,7 +260,7 @@ def test_gamma_families_and_gamma_needed_hand_computed():
     B: p(k=1|q) = C(8,1)/C(9,2) = 2/9 = δ, δ/L = 1/45, rarest presence pattern (a_1 present, one other token)
     (1/10)·C(8,1)/C(9,2) = 1/45; A: δ = 1 − (9/10)² = 0.19, δ/L = 0.019, rarest multiplicity pattern
     (q three times, or a_1 twice and q once) 10⁻³. γ = 1 is no reading. γ_needed = 4M/(T log L)."""
-    from tdyn.experiments.decision_list_claim1 import GAMMA_FAMILY, GAMMAS, gamma_needed, gamma_readings
+    from tdyn.papers.decision_list.claim1 import GAMMA_FAMILY, GAMMAS, gamma_needed, gamma_readings
 
     assert set(GAMMAS) == {"delta", "joint", "pattern"} and "1" not in GAMMAS
     assert GAMMA_FAMILY == {"delta": "determining-event", "joint": "determining-event",
@@ -280,13 +280,11 @@ def test_gamma_families_and_gamma_needed_hand_computed():
 
 
 def test_claim2_rows_read_back_as_written(tmp_path):
-    """--rejudge reads claim2.csv back: None, bools, ints and floats as the analysis wrote them."""
-    from tdyn.experiments.decision_list_claim2 import CLAIM2_COLUMNS, _read_rows
-    from tdyn.experiments.decision_list_common import _fmt
-    from tdyn.runs import write_csv
+    """--judge-only reads claim2.csv back: None, bools, ints and floats as measure wrote them."""
+    from tdyn.papers.decision_list.claim2 import CLAIM2_COLUMNS
+    from tdyn.reproduce.phases import read_table, write_table
 
     row = {k: None for k in CLAIM2_COLUMNS} | {"regime": "inside", "L": 30, "k_star": 478, "stays_perfect": True,
                                                 "admissible": False, "v_drift_max": 2.7453519457765196e-09,
                                                 "k_bound": 3457028.6748607517}
-    write_csv(tmp_path / "claim2.csv", [{k: _fmt(row[k]) for k in CLAIM2_COLUMNS}], CLAIM2_COLUMNS)
-    assert _read_rows(tmp_path / "claim2.csv", CLAIM2_COLUMNS) == [row]
+    assert read_table(write_table(tmp_path / "claim2.csv", [row], CLAIM2_COLUMNS)) == [row]

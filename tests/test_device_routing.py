@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from tdyn import runs
-from tdyn.experiments.common import configure
-from tdyn.experiments.registry import ReproduceContext, all_experiments
+from tdyn.reproduce.common import configure
+from tdyn.reproduce.registry import ReproduceContext, all_experiments
 from tdyn.train.trainer import train
 
 #: reproductions whose configs are cheap to build (the decision-list ones compute their grids first)
@@ -33,7 +33,7 @@ def test_reproduce_device_reaches_every_run_config(name, tmp_path):
 def test_cpu_configs_are_unchanged_by_the_device_routing(tmp_path):
     """On the CPU the raw config is passed through as it is: the Fig 6 sweep's digest, which names its
     directory, does not change for runs made before ``--device`` reached it."""
-    from tdyn.experiments.common import on_reproduction_device
+    from tdyn.reproduce.common import on_reproduction_device
 
     raw = {"task": "x"}
     assert on_reproduction_device(raw, ReproduceContext(out=tmp_path).overrides) is raw
@@ -45,7 +45,7 @@ def test_a_gpu_trained_run_is_rebuilt_on_the_cpu(tmp_path):
     hold CPU tensors): here a corpus-LM run whose config says cuda, on a machine that may have no GPU.
     Built with the run's device, its dropout streams were CUDA generators and a training-mode forward
     on the CPU weights failed."""
-    from tdyn.experiments.real_text import lm_groups
+    from tdyn.papers.real_text.analysis import lm_groups
 
     cfg = {"task": "corpus_lm", "data": {"corpus": "fixture", "bptt": 8, "batch_size": 2},
            "model": {"d": 8, "d_hid": 8, "n_layers": 1, "dropout": 0.2}, "seeds": [0],
@@ -72,8 +72,9 @@ def test_the_paths_that_build_their_own_configs_get_the_device(device, tmp_path,
     """The Fig 6 sweep's spec and topic/stage1's two jobs (the second built from the first's raw config) are
     made outside ``configure``'s return value: what reaches ``run_sweep`` / ``train_into`` is checked. On
     the CPU the sweep's spec has no device key, so its digest, which names its directory, is as before."""
-    import tdyn.experiments.scan_snap_fig6 as fig6
-    import tdyn.experiments.topic_stage1 as stage1
+    import tdyn.papers.topic.stage1 as stage1
+    import tdyn.reproduce.phases as phases       # topic/stage1 is phases: the runner trains e2, its measure e2-l2;
+                                                 # scan-snap/fig6 plans its sweep, which the runner runs
 
     seen = []
 
@@ -87,11 +88,11 @@ def test_the_paths_that_build_their_own_configs_get_the_device(device, tmp_path,
             raise _Stop
         return []
 
-    monkeypatch.setattr(fig6, "run_sweep", sweep)
+    monkeypatch.setattr(phases, "run_sweep", sweep)
+    monkeypatch.setattr(phases, "train_into", train)
     monkeypatch.setattr(stage1, "train_into", train)
-    ctx = ReproduceContext(out=tmp_path, quick=True, device=device)
     with pytest.raises(_Stop):
-        fig6.fig6_sweep(ctx)
+        all_experiments()["scan-snap/fig6"].reproduce(ReproduceContext(out=tmp_path, quick=True, device=device))
     assert seen == [None if device == "cpu" else "cuda"]
     seen.clear()
     with pytest.raises(_Stop):

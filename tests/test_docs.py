@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tdyn import docs
-from tdyn.experiments.registry import MODULES
+from tdyn.reproduce.registry import EXPERIMENTS
 from tdyn.report import html
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def test_relative_links_of_the_pages_resolve(page):
 
 
 def test_every_reproduction_has_its_section():
-    for name in MODULES:
+    for name in EXPERIMENTS.table:
         ref = docs.ref(name)
         assert ref, f"{name}: no documentation page for its prefix"
         path, _, frag = ref.partition("#")

@@ -55,7 +55,7 @@ def _rounded(x):
 
 
 def test_catalog_matches_the_registrations():
-    from tdyn.experiments import registry, runner
+    from tdyn.reproduce import registry, runner
 
     fresh = json.loads(runner.catalog_text())
     # floats to 12 significant digits: claim2's learning rate is 1/lambda_max from an eigen-solve, whose
@@ -68,7 +68,7 @@ def test_config_from_the_catalog_equals_the_resolved_one(cli):
     """`tdyn config NAME` (from the catalog, no torch) prints the configs the reproduction resolves."""
     import yaml
 
-    from tdyn.experiments import registry, runner
+    from tdyn.reproduce import registry, runner
 
     for quick in (False, True):
         r = cli("config", "scan-snap/fig4", *(["--quick"] if quick else []))

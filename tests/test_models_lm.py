@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tdyn.models.lm import CausalLM, LMConfig, attention_entropy
+from tdyn.papers.real_text.model import CausalLM, LMConfig, attention_entropy
 
 
 def test_uniform_causal_attention_entropy_is_mean_log_i():
@@ -75,7 +75,7 @@ def test_linear_cross_entropy_equals_the_dense_path_in_float64(chunk, group):
     """Loss and the gradients of X, W, b (weighted per member, as the trainer's sum of member losses is
     not) equal the dense logits + F.cross_entropy to float64 rounding, for chunks that do and do not
     divide V, with targets in every chunk, and for member groups that do and do not divide S."""
-    from tdyn.models.lm import linear_cross_entropy
+    from tdyn.papers.real_text.model import linear_cross_entropy
 
     g = torch.Generator().manual_seed(0)
     S, N, d, V = 3, 70, 16, 1000
@@ -98,7 +98,7 @@ def test_bf16_autocast_loss_uses_the_fused_path_and_stays_close(monkeypatch):
     are as close to float32 as torch's own autocast of the dense path: each gradient's distance to the
     float32 one at most 1.1× the dense autocast's (+1e-4 relative), the loss within 1e-3 of float32 (bf16
     keeps 8 bits, so its gradients here differ from float32 by 0.01%–5% relative, either way)."""
-    from tdyn.models import lm
+    from tdyn.papers.real_text import model
 
     calls = []
     fused = lm.linear_cross_entropy
@@ -151,7 +151,7 @@ def test_autocast_config_trains_in_bf16_with_a_float32_master_copy(tmp_path):
 
 
 def test_linear_cross_entropy_refuses_bad_targets_and_sizes():
-    from tdyn.models.lm import linear_cross_entropy
+    from tdyn.papers.real_text.model import linear_cross_entropy
 
     X, W, b = torch.zeros(1, 4, 3), torch.zeros(1, 10, 3), torch.zeros(1, 10)
     for y in (torch.tensor([[0, 1, 10, 2]]), torch.tensor([[0, -100, 1, 2]])):

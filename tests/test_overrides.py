@@ -5,8 +5,8 @@ import pytest
 import yaml
 
 from tdyn.errors import UserError
-from tdyn.experiments import registry, runner
-from tdyn.experiments.registry import EXPERIMENTS, ReproduceContext
+from tdyn.reproduce import registry, runner
+from tdyn.reproduce.registry import EXPERIMENTS, ReproduceContext
 
 
 def test_every_reproduction_declares_what_it_takes():
@@ -47,18 +47,18 @@ def test_topic_and_decision_list_reject_bogus_set(cli, tmp_path):
 def test_tables_match_registrations():
     import importlib
 
+    from tdyn import papers
     from tdyn.bench import BENCHES
-    from tdyn.experiments.registry import BENCH_MODULES
     from tdyn.probes import PROBES
-    from tdyn.tasks import TABLE, TASKS
+    from tdyn.tasks import TASKS
 
-    for mod in BENCH_MODULES.values():  # bench entries registered next to their reproductions
-        importlib.import_module(mod)
-    for reg, extra in ((EXPERIMENTS, {}), (BENCHES, BENCH_MODULES), (PROBES, {}), (TASKS, {})):
-        reg.names()  # imports every module of the table
+    for reg in (EXPERIMENTS, BENCHES, PROBES, TASKS):
+        reg.names()  # imports every module of the table (the core's and the papers' manifests)
         names = {n for n in reg._items if not n.startswith("test")}
-        assert names == set(reg.table) | set(extra), reg.kind
-    assert set(TABLE) == set(TASKS.table)
+        assert names == set(reg.table), reg.kind
+    for p in papers.manifests():   # descriptions are the manifests' (the report reads them without importing)
+        for name, r in p.reproductions.items():
+            assert EXPERIMENTS.get(name).description == r.description, name
 
 
 def test_unused_and_shadowed_overrides_exit_2(cli, tmp_path):
@@ -95,7 +95,7 @@ def test_options_in_help_and_config_yaml(cli):
 
 def test_undeclared_reproduction_that_ignores_set_is_an_error(tmp_path, monkeypatch):
     """The mechanism the not-yet-declared modules get: configure() marks ctx.overrides consumed."""
-    from tdyn.experiments.common import configure
+    from tdyn.reproduce.common import configure
 
     from conftest import quad_config
 
@@ -129,9 +129,9 @@ def test_grids_are_typed_options(cli, tmp_path):
 
 
 def test_with_options_replaces_only_given_entries():
-    from tdyn.experiments.common import with_options
-    from tdyn.experiments.decision_list_claim1 import Claim1Options, claim1_grid
+    from tdyn.papers.decision_list.analysis import with_grid_options
+    from tdyn.papers.decision_list.claim1 import Claim1Options, claim1_grid
 
-    g = with_options(claim1_grid(True), Claim1Options(L=[10], N=7))
-    assert g["L"] == [10] and g["N"] == 7 and g["n"] == claim1_grid(True)["n"]
-    assert with_options(claim1_grid(True), None) == claim1_grid(True)
+    g = with_grid_options(claim1_grid(True), Claim1Options(L=[10], N=7, workers=2))
+    assert g.L == [10] and g.N == 7 and g.n == claim1_grid(True).n and g.fixed_c == claim1_grid(True).fixed_c
+    assert with_grid_options(claim1_grid(True), None) == claim1_grid(True)

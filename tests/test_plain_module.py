@@ -16,7 +16,7 @@ from tdyn.models.stacked import Stacked
 from tdyn.probes import probe
 from tdyn.schema import Strict
 from tdyn.tasks import PlainTask, Task, build_task, register_task
-from tdyn.train.seeding import derive_seed, generator
+from tdyn.seeding import derive_seed, generator
 from tdyn.train.trainer import expand_members, resume, train
 
 D_IN, D, N_OUT, BATCH = 5, 8, 3, 16
@@ -419,14 +419,15 @@ def test_undeclared_randomness_under_vmap_is_an_error():
 def test_bench_plain_models_compute_the_handwritten_losses():
     """``tdyn bench`` compares like with like: PlainYZ / PlainTopicAttention under vmap give the
     hand-written models' per-member losses and gradients, with the same parameters, on the same batch."""
-    from tdyn import bench
-    from tdyn.data.scan_snap import SYN_SMALL
-    from tdyn.tasks.lda_mlm import QUICK_DATA, lda_config
-    from tdyn.tasks.scan_snap import yz_config
+    from tdyn.papers.scan_snap.bench import PlainYZTask
+    from tdyn.papers.scan_snap.data import SYN_SMALL
+    from tdyn.papers.topic.bench import PlainTopicTask
+    from tdyn.papers.topic.task import QUICK_DATA, lda_config
+    from tdyn.papers.scan_snap.task import yz_config
 
-    cases = [(yz_config(SYN_SMALL, seeds=[0, 1, 2], init="torch_default"), bench.PlainYZTask, {"Y": "Y", "Z": "Z"}),
+    cases = [(yz_config(SYN_SMALL, seeds=[0, 1, 2], init="torch_default"), PlainYZTask, {"Y": "Y", "Z": "Z"}),
              (lda_config({"attention": "trained", "value": "trained", "decoder": "identity"},
-                         data=QUICK_DATA | {"batch_size": 6}, seeds=[0, 1, 2]), bench.PlainTopicTask,
+                         data=QUICK_DATA | {"batch_size": 6}, seeds=[0, 1, 2]), PlainTopicTask,
               {f"{w}__{k}": f"{'W' if k == 'weight' else 'b'}_{w[2]}" for w in ("W_Q", "W_K", "W_V")
                for k in ("weight", "bias")})]
     for cfg, plain_cls, names in cases:

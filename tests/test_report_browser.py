@@ -11,7 +11,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from tdyn import runs
-from tdyn.experiments.runner import reproduce_all
+from tdyn.reproduce.runner import reproduce_all
 from tdyn.report import html
 from tdyn.report.verdicts import source_of
 

@@ -12,7 +12,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from tdyn import runs
-from tdyn.experiments.runner import reproduce_all
+from tdyn.reproduce.runner import reproduce_all
 from tdyn.report.html import MANIFEST, slug
 from tdyn.report import html
 
@@ -121,8 +121,8 @@ def test_reproduce_all_goes_on_past_failures(tmp_path, fake_experiments, capsys)
 
 
 def _yz_config(steps=6):
-    from tdyn.data.scan_snap import SYN_SMALL
-    from tdyn.experiments.scan_snap import yz_config
+    from tdyn.papers.scan_snap.data import SYN_SMALL
+    from tdyn.papers.scan_snap.fig4_fig5 import yz_config
 
     cfg = yz_config(SYN_SMALL | {"seq_len": 16, "batch_size": 8}, steps=steps, seeds=(0, 1), init="torch_default")
     cfg["checkpoint"] = {"schedule": "none", "steps": [0, 2, 4]}
@@ -202,7 +202,7 @@ def test_cli_report_and_reproduce_all_args(tmp_path, capsys):
 
 
 def test_interrupted_reproduce_all_still_writes_the_page(tmp_path, fake_experiments, monkeypatch):
-    from tdyn.experiments import registry
+    from tdyn.reproduce import registry
 
     def interrupted(ctx):
         raise KeyboardInterrupt
@@ -428,7 +428,7 @@ def test_run_report_legend_names_every_run_in_columns(tmp_path, monkeypatch):
 
 
 def test_full_under_trusts_only_times_of_plain_full_runs():
-    from tdyn.experiments.runner import cost
+    from tdyn.reproduce.runner import cost
 
     assert cost("a/b", {"wall_seconds": 5.0}) == 5.0
     assert cost("a/b", {"wall_seconds": 0.7, "options": {"rejudge": "/tmp/x", "eta": None}}) is None   # re-judged

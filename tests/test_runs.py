@@ -254,6 +254,7 @@ def test_a_reproduction_under_way_is_tdyns_whatever_it_wrote_so_far(tmp_path):
     assert runs.is_tdyn_dir(out) and runs.foreign_entry(out) is None
     run_sweep({"base": "syn_small", "set": ["optim.steps=2"], "axes": {"grid": {"optim.groups.Y.lr": [1.0]}},
                "seeds": [0]}, out / "runs" / "sw", workers=1, progress=False)
+    runs.record(out / "runs", "index.html", "report_files")   # what the report does where it writes its page
     (out / "runs" / "index.html").write_text("<p>")
     (out / "runs" / "report_files").mkdir()
     assert runs.foreign_entry(out) is None

@@ -7,8 +7,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from tdyn.data import scan_snap as ss
-from tdyn.models.yz import YZConfig, YZModel
+from tdyn.papers.scan_snap import data as ss
+from tdyn.papers.scan_snap.model import YZConfig, YZModel
 
 
 def _dist(**kw):
@@ -126,7 +126,7 @@ def test_sampler_counts_pack_to_key_support(which):
     and its counts packed (pack_support, as the task does) are
     key_support(x) exactly (tokens, counts, order, padding), at the task's width; a narrower width is
     refused the same way."""
-    from tdyn.models.yz import key_support, pack_support
+    from tdyn.papers.scan_snap.kernels import key_support, pack_support
 
     d = {"syn_small": lambda: _dist(**ss.SYN_SMALL), "medium_3": lambda: _dist(**ss.syn_medium(3)),
          "medium_10": lambda: _dist(**ss.syn_medium(10)),

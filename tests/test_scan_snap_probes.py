@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tdyn.probes import scan_snap as pr
+from tdyn.papers.scan_snap import probes as pr
 
 
 def syn_small_facts():
@@ -161,7 +161,7 @@ def test_p_correct_by_hand():
 
 def test_facts_agree_with_data_module():
     """The hand-made Syn-Small facts equal the generator's (so the probes see the same layout)."""
-    from tdyn.data.scan_snap import SYN_SMALL, ScanSnapDataConfig, build
+    from tdyn.papers.scan_snap.data import SYN_SMALL, ScanSnapDataConfig, build
 
     d = build(ScanSnapDataConfig(**SYN_SMALL))
     f = syn_small_facts()
@@ -171,8 +171,8 @@ def test_facts_agree_with_data_module():
 
 def test_registered_probes_in_training(tmp_path):
     from tdyn import runs
-    from tdyn.data.scan_snap import SYN_SMALL
-    from tdyn.experiments.scan_snap import yz_config
+    from tdyn.papers.scan_snap.data import SYN_SMALL
+    from tdyn.papers.scan_snap.fig4_fig5 import yz_config
     from tdyn.train.trainer import train
 
     cfg = yz_config(SYN_SMALL | {"batch_size": 8, "seq_len": 16}, steps=3, seeds=[0, 1])

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy.integrate import quad, solve_ivp
 
-from tdyn.theory import scan_snap as th
+from tdyn.papers.scan_snap import theory as th
 
 FIG8 = [(50, e) for e in (0.1, 0.2, 0.5, 1, 2)] + [(1000, e) for e in (0.2, 0.5, 1, 2, 4)]
 
@@ -110,7 +110,7 @@ def test_p_correct_half_at_scan_end():
 
 @pytest.mark.parametrize("name", ["scan-snap/fig3", "scan-snap/fig8", "scan-snap/fig9"])
 def test_theory_reproductions(tmp_path, name):
-    from tdyn.experiments.registry import ReproduceContext, get
+    from tdyn.reproduce.registry import ReproduceContext, get
 
     res = get(name).reproduce(ReproduceContext(out=tmp_path, quick=True, progress=False))
     assert res["claims"] and all(c["held"] for c in res["claims"])

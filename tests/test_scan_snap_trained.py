@@ -5,12 +5,12 @@ import csv
 import numpy as np
 import pytest
 
-from tdyn.experiments import common as vt
-from tdyn.experiments import scan_snap_fig6 as sw
-from tdyn.experiments import scan_snap_snap_time as st
-from tdyn.experiments.registry import ReproduceContext
+from tdyn.reproduce import common as vt
+from tdyn.papers.scan_snap import fig6 as sw
+from tdyn.papers.scan_snap import snap_time as st
+from tdyn.reproduce.registry import ReproduceContext
 
-TINY = {"num_last": [1], "etas_z": [0.5, 3.0], "ratios": [1.0, 2.0, 10.0], "seeds": [1, 2], "steps": 8}
+TINY = sw.SweepGrid(num_last=(1,), etas_z=(0.5, 3.0), ratios=(1.0, 2.0, 10.0), seeds=(1, 2), steps=8)
 
 
 def test_fig6_spec_batches_each_panel():
@@ -29,12 +29,13 @@ def test_fig6_spec_batches_each_panel():
 
 
 def test_fig6_then_fig11_12_reuse_the_runs(tmp_path, monkeypatch):
-    from tdyn.experiments.common import write_results
+    from tdyn.reproduce.common import write_results
+    from tdyn.reproduce.registry import get
 
     monkeypatch.setattr(sw, "FIG6_QUICK", TINY)
     ctx = ReproduceContext(out=tmp_path / "f6", quick=True, progress=False)
     ctx.out.mkdir()
-    res = sw.fig6(ctx)
+    res = get("scan-snap/fig6").reproduce(ctx)
     write_results(ctx.out, res)
     with open(ctx.out / "table.csv") as f:
         rows = list(csv.DictReader(f))
@@ -49,7 +50,7 @@ def test_fig6_then_fig11_12_reuse_the_runs(tmp_path, monkeypatch):
     ctx2 = ReproduceContext(out=tmp_path / "f11", quick=True, progress=False,
                            options=sw.SweepOptions(sweep_dir=ctx.out))
     ctx2.out.mkdir()
-    res2 = sw.fig11_12(ctx2)
+    res2 = get("scan-snap/fig11-12").reproduce(ctx2)
     assert manifest.stat().st_mtime_ns == stamp            # not trained again
     assert res2["runs"] == 12 and not (ctx2.out / "runs").exists()
     assert (ctx2.out / "fig11.png").exists() and (ctx2.out / "fig12.png").exists()
@@ -64,7 +65,7 @@ def test_fig6_then_fig11_12_reuse_the_runs(tmp_path, monkeypatch):
     ctx3 = ReproduceContext(out=tmp_path / "f6b", quick=True, progress=False,
                             overrides=["optim.steps=4"], options=sw.SweepOptions(sweep_dir=ctx.out / "runs"))
     ctx3.out.mkdir()
-    sw.fig6(ctx3)
+    get("scan-snap/fig6").reproduce(ctx3)
     assert manifest.stat().st_mtime_ns == stamp
     assert len(list((ctx.out / "runs").glob("fig6-quick-*"))) == 2
 
@@ -78,7 +79,7 @@ def test_snap_time_is_peak_of_growth():
 def test_snap_time_on_theory_curve_tracks_t0():
     """Applied to a logit growing like the theory's ż ∝ γ(t) (batch-1 time t in samples), the
     definition gives a time proportional to K ln M/η_Y across η_Y."""
-    from tdyn.theory import scan_snap as th
+    from tdyn.papers.scan_snap import theory as th
 
     K, M = 2, 33
     out = []
@@ -102,7 +103,7 @@ QUICK_VERDICTS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(QUICK_VERDICTS))
 def test_trained_reproductions_quick(tmp_path, name):
-    from tdyn.experiments.registry import get
+    from tdyn.reproduce.registry import get
 
     res = get(name).reproduce(ReproduceContext(out=tmp_path, quick=True, progress=False))
     got = {c["id"]: c["verdict"] for c in res["claims"]}
@@ -151,7 +152,7 @@ def assert_provenance(res):
 def test_single_seed_decides_nothing(tmp_path):
     """Fig 4 with one seed: every comparison made against the seed-to-seed noise is inconclusive (tdyn.stats:
     no noise band), while the per-run checks (step-0 loss, the argmax token) are still decided."""
-    from tdyn.experiments.registry import get
+    from tdyn.reproduce.registry import get
 
     ctx = ReproduceContext(out=tmp_path, quick=True, progress=False, overrides=["seeds=[0]", "optim.steps=30"])
     res = get("scan-snap/fig4").reproduce(ctx)
@@ -201,7 +202,7 @@ def test_scan_departure_on_known_trajectory():
 def test_scan_departure_of_theory_follows_its_constant():
     """On §6.3's exact B_n the departure is a fixed multiple of K/η_Y at fixed M, independent of η_Z and C0
     (C0 cancels in G/G), and lies between t'₀/2 and t₀ for the Fig 3-like M."""
-    from tdyn.theory import scan_snap as th
+    from tdyn.papers.scan_snap import theory as th
 
     K, M = 2, 24
     out = []
@@ -214,7 +215,7 @@ def test_scan_departure_of_theory_follows_its_constant():
 
 
 def test_crossing_time_and_lemma6_switch():
-    from tdyn.theory import scan_snap as th
+    from tdyn.papers.scan_snap import theory as th
 
     assert st.crossing_time(np.array([0.1, 0.3, 0.7, 0.9]), 0.5) == pytest.approx(1.5)
     assert st.crossing_time(np.array([0.6, 0.9]), 0.5) == 0.0

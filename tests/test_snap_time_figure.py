@@ -8,9 +8,9 @@ import matplotlib.text
 import numpy as np
 import pytest
 
-from tdyn.experiments import scan_snap_snap_time as st
+from tdyn.papers.scan_snap import snap_time as st
 from tdyn.runs import write_csv
-from tdyn.theory import scan_snap as th
+from tdyn.papers.scan_snap import theory as th
 
 
 def _tables(out, etas=(0.1, 0.2, 0.4)):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tdyn import stats
-from tdyn.experiments.common import claim, reading, write_results
+from tdyn.reproduce.common import claim, reading, write_results
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tdyn"
 

@@ -7,7 +7,7 @@ import torch
 from scipy import stats
 from scipy.special import gammaln
 
-from tdyn.data.lda import (END, IGNORE, MASK, PAD, START, LdaDataConfig, LdaDataset, corrupt, generate_documents,
+from tdyn.papers.topic.data import (END, IGNORE, MASK, PAD, START, LdaDataConfig, LdaDataset, corrupt, generate_documents,
                            read_documents, to_sequences, write_documents)
 from tdyn.errors import ConfigError
 

@@ -11,12 +11,12 @@ import torch
 from scipy.optimize import minimize
 
 from tdyn import runs
-from tdyn.data.lda import LdaDataConfig, LdaDataset
+from tdyn.papers.topic.data import LdaDataConfig, LdaDataset
 from tdyn.errors import ConfigError
-from tdyn.experiments.topic_common import E2, E3, E4
-from tdyn.tasks.lda_mlm import lda_config
-from tdyn.models.topic import TopicModelConfig, TopicTransformer
-from tdyn.theory.topic import bag_of_words, fit_softmax_regression, softmax_regression_loss
+from tdyn.papers.topic.analysis import E2, E3, E4
+from tdyn.papers.topic.task import lda_config
+from tdyn.papers.topic.model import TopicModelConfig, TopicTransformer
+from tdyn.papers.topic.theory import bag_of_words, fit_softmax_regression, softmax_regression_loss
 
 SMALL = {"num_train": 60, "num_dev": 20, "num_test": 2, "min_len": 10, "max_len": 20, "batch_size": 8,
          "probe_docs": 8}
@@ -63,7 +63,7 @@ def test_forward_matches_explicit_formula_and_masks_selected_keys():
 
 def _dense_reference(m, tokens, keys):
     """The model's equations written out per member and document on all positions (module docstring of
-    ``tdyn.models.topic``): E = W_E X (LN'd with T₀); Q, K, V = E Wᵀ + b; A = softmax(Q Kᵀ/√d_h + M)
+    ``tdyn.papers.topic.model``): E = W_E X (LN'd with T₀); Q, K, V = E Wᵀ + b; A = softmax(Q Kᵀ/√d_h + M)
     per head; H = A V; the BERT tail; logits = H W_decᵀ + b_dec. Returns (logits, attention per layer)."""
     S, B, L = tokens.shape
     c, d = m.cfg, m.d

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from tdyn.probes.topic import attention_classes, block_contrast, embedding_gram, stage_norms
+from tdyn.papers.topic.probes import attention_classes, block_contrast, embedding_gram, stage_norms
 
 V_PER_TOPIC, NS = 3, 4
 
@@ -112,7 +112,7 @@ def test_block_contrast_equals_brute_force():
 
 
 def test_block_contrast_of_block_matrix():
-    from tdyn.models.topic import TopicTransformer
+    from tdyn.papers.topic.model import TopicTransformer
 
     B = TopicTransformer.block_matrix(NS + 4 * V_PER_TOPIC, V_PER_TOPIC, NS)[None].double()
     out = block_contrast(B, V_PER_TOPIC, NS)

@@ -1,4 +1,4 @@
-"""Stage measurements of issue 12 item 6 (tdyn.probes.topic_stages) on hand-made cases with known
+"""Stage measurements of issue 12 item 6 (tdyn.papers.topic.stages) on hand-made cases with known
 answers, and E1's setting (item 7)."""
 
 import math
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from tdyn.data.lda import NUM_SPECIAL
-from tdyn.probes import topic_stages as ts
-from tdyn.probes.topic import attention_classes
+from tdyn.papers.topic.data import NUM_SPECIAL
+from tdyn.papers.topic import stages as ts
+from tdyn.papers.topic.probes import attention_classes
 
 V, v, T = 104, 10, 10
 START, END = 2, 3
@@ -61,7 +61,7 @@ def test_topic_block_change_gives_its_size():
 
 
 def test_effective_scores_are_the_models_attention_logits():
-    from tdyn.models.topic import TopicModelConfig, TopicTransformer
+    from tdyn.papers.topic.model import TopicModelConfig, TopicTransformer
 
     m = TopicTransformer(TopicModelConfig(init="default"), V, v, NUM_SPECIAL, S=2)
     m.reset_parameters([torch.Generator().manual_seed(s) for s in (0, 1)], [1.0, 1.0])
@@ -129,7 +129,7 @@ def test_half_way_time_to_a_fixed_reference():
 
 
 def test_stage_times_from_metrics():
-    from tdyn.experiments.topic_common import stage_times
+    from tdyn.papers.topic.analysis import stage_times
 
     steps = np.arange(0, 5001, 50.0)
     cv = 2 * (1 - np.exp(-steps / 100))
@@ -152,7 +152,7 @@ def test_stage_times_from_metrics():
 
 
 def test_stage1_reference_least_squares_is_the_minimum():
-    from tdyn.experiments.topic_common import fit_least_squares, squared_regression_loss
+    from tdyn.papers.topic.analysis import fit_least_squares, squared_regression_loss
 
     g = torch.Generator().manual_seed(5)
     h = torch.rand(40, 6, generator=g, dtype=torch.float64)
@@ -166,10 +166,10 @@ def test_stage1_reference_least_squares_is_the_minimum():
 
 
 def test_e1_embeddings_are_not_the_logit_matrix():
-    from tdyn.data.lda import LdaDataConfig
-    from tdyn.experiments.topic_embeddings import e1_measures, embeddings_config
-    from tdyn.tasks.lda_mlm import build_model
-    from tdyn.models.topic import TopicModelConfig
+    from tdyn.papers.topic.data import LdaDataConfig
+    from tdyn.papers.topic.embeddings import e1_measures, embeddings_config
+    from tdyn.papers.topic.task import build_model
+    from tdyn.papers.topic.model import TopicModelConfig
 
     cfg = embeddings_config(0, quick=True)
     mc = TopicModelConfig.model_validate(cfg["model"])

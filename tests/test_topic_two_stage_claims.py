@@ -1,15 +1,15 @@
 """The two paper claims of topic/two-stage (issue 32): persistent onsets, the literal weight-change claim, the
 functional order with a not-applicable reading, and the probes' vocabulary form against the per-position
-statistic (tdyn.probes.topic, tdyn.probes.topic_stages, tdyn.experiments.topic_common)."""
+statistic (tdyn.papers.topic.probes, tdyn.papers.topic.stages, tdyn.papers.topic.analysis)."""
 
 import numpy as np
 import pytest
 import torch
 
-from tdyn.data.lda import NUM_SPECIAL
-from tdyn.experiments.topic_common import stage_times, two_stage_claims
-from tdyn.probes import topic as tp
-from tdyn.probes import topic_stages as ts
+from tdyn.papers.topic.data import NUM_SPECIAL
+from tdyn.papers.topic.analysis import stage_times, two_stage_claims
+from tdyn.papers.topic import probes as tp
+from tdyn.papers.topic import stages as ts
 
 V, v = 104, 10
 REF = {"contrast": 5.76, "probe_loss": 3.4}
@@ -112,7 +112,7 @@ def test_order_fails_when_attention_comes_first():
 
 
 def _model(**kw):
-    from tdyn.models.topic import TopicModelConfig, TopicTransformer
+    from tdyn.papers.topic.model import TopicModelConfig, TopicTransformer
 
     m = TopicTransformer(TopicModelConfig(init="default", **kw), V, v, NUM_SPECIAL, S=2)
     m.reset_parameters([torch.Generator().manual_seed(s) for s in (0, 1)], [3.0, 3.0])
@@ -141,7 +141,7 @@ def test_vocabulary_form_equals_per_position_statistics(kw):
 
 
 def test_effective_value_is_the_uniform_models_map():
-    from tdyn.probes.topic_value import effective_value_map
+    from tdyn.papers.topic.value import effective_value_map
 
     m = _model(attention="uniform", emb_layernorm=True)
     W, _ = effective_value_map(m)

@@ -5,12 +5,12 @@
 import pytest
 import torch
 
-from tdyn.data.lda import NUM_SPECIAL
-from tdyn.experiments.topic_stage1 import Stage1Options, best_dev_step, stage1_config
-from tdyn.models.topic import TopicModelConfig, TopicTransformer
-from tdyn.probes.topic_value import (contrast_noise, effective_value_map, fit_aIbBc11, gauge_fix, r2_aIbBc11,
+from tdyn.papers.topic.data import NUM_SPECIAL
+from tdyn.papers.topic.stage1 import Stage1Options, best_dev_step, stage1_config
+from tdyn.papers.topic.model import TopicModelConfig, TopicTransformer
+from tdyn.papers.topic.value import (contrast_noise, effective_value_map, fit_aIbBc11, gauge_fix, r2_aIbBc11,
                                      value_structure)
-from tdyn.theory.topic import (bag_of_words, doc_losses, fit_softmax_regression, l2_path, paired_gap,
+from tdyn.papers.topic.theory import (bag_of_words, doc_losses, fit_softmax_regression, l2_path, paired_gap,
                                softmax_regression_loss)
 
 T, v = 10, 10

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from tdyn import stats
-from tdyn.data.lda import NUM_SPECIAL
-from tdyn.experiments.topic_robustness import (DERIVED, _table_claims, end_of_stage1, persistent_onset,
+from tdyn.papers.topic.data import NUM_SPECIAL
+from tdyn.papers.topic.robustness import (DERIVED, _table_claims, end_of_stage1, persistent_onset,
                                                robustness_variants, squared_variants, variant_source)
-from tdyn.experiments.topic_stage1 import seed_se
-from tdyn.models.topic import TopicModelConfig, TopicTransformer
-from tdyn.probes.topic_value import effective_value_map, value_path, value_structure
-from tdyn.train.seeding import generator
+from tdyn.papers.topic.stage1 import seed_se
+from tdyn.papers.topic.model import TopicModelConfig, TopicTransformer
+from tdyn.papers.topic.value import effective_value_map, value_path, value_structure
+from tdyn.seeding import generator
 
 T, v = 10, 10
 V = T * v + NUM_SPECIAL

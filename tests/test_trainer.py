@@ -525,7 +525,7 @@ def test_tuned_allocator_serves_large_blocks_from_the_heap(flag):
     import subprocess
     import sys
 
-    code = ("import torch; from tdyn.train.threads import tune_allocator; t = tune_allocator(); "
+    code = ("import torch; from tdyn.threads import tune_allocator; t = tune_allocator(); "
             "blocks = [torch.empty(n, dtype=torch.uint8) for n in (64 << 20, 5 << 28)]; "
             "heap = [l.split()[0] for l in open('/proc/self/maps') if l.rstrip().endswith('[heap]')]; "
             "lo, hi = (int(x, 16) for x in heap[0].split('-')); "
@@ -545,7 +545,7 @@ def test_a_training_run_hands_its_freed_memory_back(tmp_path, monkeypatch):
 
     from tdyn.train import trainer
 
-    code = ("import torch; from tdyn.train.threads import tune_allocator, release_memory; tune_allocator(); "
+    code = ("import torch; from tdyn.threads import tune_allocator, release_memory; tune_allocator(); "
             "rss = lambda: int(open('/proc/self/statm').read().split()[1]) * 4096 >> 20; r0 = rss(); "
             "a = torch.ones(64 << 20); del a; r1 = rss(); release_memory(); print(r1 - r0, rss() - r0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tdyn.errors import UserError
-from tdyn.experiments.common import claim, decide, reading
+from tdyn.reproduce.common import claim, decide, reading
 from tdyn.report import verdicts
 
 # every claim names its provenance (a paper claim quotes the paper), its paper statement and definition
@@ -85,7 +85,7 @@ def test_permutation_null_separates_topic_structure_from_noise():
     cosine is far above the shuffled-topic null; embeddings with no topic structure stay inside it."""
     import torch
 
-    from tdyn.probes.topic_similarity import embedding_topic_stats, permutation_null
+    from tdyn.papers.topic.similarity import embedding_topic_stats, permutation_null
 
     g = torch.Generator().manual_seed(0)
     K, per, d = 4, 10, 32

@@ -5,8 +5,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tdyn.data.scan_snap import ScanSnapDataConfig, build, syn_medium
-from tdyn.models.yz import YZConfig, YZModel, key_support
+from tdyn.papers.scan_snap.data import ScanSnapDataConfig, build, syn_medium
+from tdyn.papers.scan_snap.kernels import key_support
+from tdyn.papers.scan_snap.model import YZConfig, YZModel
 
 
 def test_key_support_matches_brute_force():
@@ -64,7 +65,7 @@ def test_support_form_equals_key_positions(normalize, residual):
 def test_support_decoder_equals_dense(num_last, L):
     """The decoder on the support (embedding bags; u's gradient by the kernel :func:`support_dots` picks)
     equals the dense Yᵀ LN(Xᵀb): logits and the gradients of Y and Z (float64)."""
-    from tdyn.models.yz import key_bags, support_decoder_applies
+    from tdyn.papers.scan_snap.kernels import key_bags, support_decoder_applies
     d = build(ScanSnapDataConfig(**syn_medium(num_last)))
     S = 3
     m = YZModel(YZConfig(M=d.M, init="torch_default"), S=S).double()
@@ -90,7 +91,7 @@ def test_support_dots_kernels_agree():
     """u's gradient in the support decoder, ⟨G[s, b], Y[s, key]⟩ per support entry: the sampled dense-dense
     product, one dot product per entry and the dense G Yᵀ gathered give the same values (float64: to
     rounding; float32: to float tolerance), on supports padded with token 0 as the task packs them."""
-    from tdyn.models.yz import support_dots
+    from tdyn.papers.scan_snap.kernels import support_dots
     d = build(ScanSnapDataConfig(**syn_medium(5)))
     g = torch.Generator().manual_seed(4)
     S = 3
@@ -111,7 +112,7 @@ def test_unit_softmax_is_normalized_softmax_with_its_gradient():
     """LN(softmax(a)) on the support: the forward is F.normalize(softmax(a))'s arithmetic (the same bits),
     the closed-form gradient equals autograd's through F.normalize and softmax (float64, gradcheck too),
     padding at −inf gets value 0 and gradient 0, and a snapped row (logits 200 apart) stays finite."""
-    from tdyn.models.yz import unit_softmax
+    from tdyn.papers.scan_snap.kernels import unit_softmax
     g = torch.Generator().manual_seed(5)
     a = torch.randn(4, 6, 7, generator=g, dtype=torch.float64)
     a[..., 5:] = float("-inf")
@@ -130,7 +131,7 @@ def test_unit_softmax_is_normalized_softmax_with_its_gradient():
 
 
 def test_key_bags_transpose_the_support():
-    from tdyn.models.yz import key_bags
+    from tdyn.papers.scan_snap.kernels import key_bags
     g = torch.Generator().manual_seed(3)
     idx, _ = key_support(torch.randint(0, 11, (2, 6, 9), generator=g), M=11)
     order, counts, sample = key_bags(idx, 11)
@@ -143,7 +144,7 @@ def test_key_bags_transpose_the_support():
 
 
 def test_support_decoder_is_chosen_where_it_pays():
-    from tdyn.models.yz import support_decoder_applies
+    from tdyn.papers.scan_snap.kernels import support_decoder_applies
     cfg = YZConfig(M=240)
     assert support_decoder_applies(cfg, 240, 20) and support_decoder_applies(cfg, 79, 20)
     assert not support_decoder_applies(cfg, 34, 20)                    # Syn-Small: dense
@@ -159,8 +160,8 @@ def test_training_batch_gives_the_loss_of_the_full_batch(model):
     loss the full batch gives, for every model option, bit for bit: the same draws, nothing else read."""
     from tdyn.config import load_config
     from tdyn.tasks import build_task
-    from tdyn.tasks.scan_snap import yz_config
-    from tdyn.train.seeding import generator
+    from tdyn.papers.scan_snap.task import yz_config
+    from tdyn.seeding import generator
     from tdyn.train.trainer import expand_members
 
     cfg = load_config(yz_config(syn_medium(3), init="torch_default", seeds=[0, 1]) | {"model": {"init": "torch_default", **model}})
@@ -187,8 +188,8 @@ def test_streams_in_one_pass_and_the_rows_with_a_gradient(model, num_last):
     from tdyn.config import load_config
     from tdyn.tasks import build_task
     from tdyn.tasks.base import stack_batches
-    from tdyn.tasks.scan_snap import yz_config
-    from tdyn.train.seeding import generator
+    from tdyn.papers.scan_snap.task import yz_config
+    from tdyn.seeding import generator
     from tdyn.train.trainer import expand_members
 
     cfg = load_config(yz_config(syn_medium(num_last), init="torch_default", seeds=[0, 1, 2])
@@ -214,8 +215,8 @@ def test_a_subclass_with_its_own_sampler_trains_on_its_own_batches():
     falls back to them, stream by stream) and no ``grad_rows`` (its tokens need not be the table's)."""
     from tdyn.config import load_config
     from tdyn.tasks.base import stack_batches
-    from tdyn.tasks.scan_snap import ScanSnapTask, yz_config
-    from tdyn.train.seeding import generator
+    from tdyn.papers.scan_snap.task import ScanSnapTask, yz_config
+    from tdyn.seeding import generator
     from tdyn.train.trainer import expand_members
 
     class Shifted(ScanSnapTask):

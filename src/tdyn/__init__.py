@@ -16,6 +16,7 @@ The public API (imported lazily, so ``import tdyn`` and ``tdyn list`` stay light
 
 from __future__ import annotations
 
+from tdyn import papers as _papers  # noqa: F401  (the old module paths of moved modules still import)
 from tdyn.lazy import exports
 
 __version__ = "0.1.0"
@@ -23,6 +24,7 @@ __version__ = "0.1.0"
 __all__, __getattr__, __dir__ = exports(__name__, {
     "Task": ".tasks.base", "PlainTask": ".tasks.base", "Member": ".tasks.base", "register_task": ".tasks.base",
     "Stacked": ".models.stacked", "probe": ".probes", "ProbeContext": ".probes",
+    "Paper": ".manifest", "Reproduction": ".manifest",
     "RunConfig": ".config", "load_config": ".config",
     "Run": ".runs", "load_run": ".runs", "load_sweep": ".runs",
     # subpackages (``tdyn.train`` and ``tdyn.sweep`` are callable: train a config, run a sweep)

@@ -17,9 +17,9 @@ def _setup(args) -> None:
     """What every command that builds configs or trains needs (not ``list``, ``--help`` or an argument
     error: those import no torch): the thread count and the config name resolver. Then ``gc.freeze()``:
     the objects made by importing torch and tdyn (~170,000, there for the life of the process) move to
-    the collector's permanent generation, as in a sweep's workers: no collection traverses them again
-    (~70 ms each here), and the interpreter's teardown at exit, which collects repeatedly while it
-    clears the modules, leaves them alone (0.3–0.5 s of every `tdyn run` here)."""
+    the collector's permanent generation, as in a sweep's workers: no collection traverses them again,
+    and the interpreter's teardown at exit, which collects repeatedly while it clears the modules,
+    leaves them alone (the savings: benchmarks/README.md#measurements-behind-the-code)."""
     if args.threads < 1:
         raise UserError(f"--threads {args.threads}: must be at least 1")
     import gc
@@ -37,11 +37,15 @@ def _setup(args) -> None:
 def _cmd_list(args) -> int:
     """The built-in reproductions from the generated catalog (no experiment module is imported), then
     any registered by the user's plugins (``--import``, ``$TDYN_IMPORT``, entry points)."""
-    from tdyn import plugins
-    from tdyn.experiments.registry import EXPERIMENTS, catalog
+    from tdyn import papers, plugins
+    from tdyn.reproduce.registry import EXPERIMENTS, catalog
 
     rows = {n: (e["kinds"], e["description"]) for n, e in catalog().items()}
-    if plugins.load() or any(n not in rows for n in EXPERIMENTS._items):
+    plugins.load()
+    extra = [n for p in papers.manifests() for n in p.reproductions if n not in rows]   # an installed paper's
+    if extra or any(n not in rows for n in EXPERIMENTS._items):
+        for n in extra:
+            EXPERIMENTS.get(n)
         for n, e in EXPERIMENTS._items.items():
             if n not in rows:
                 rows[n] = ([k for k, ok in (("reproduce", e.reproduce), ("run", e.default_config)) if ok], e.description)
@@ -85,16 +89,20 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_reproduce(args) -> int:
-    from tdyn.experiments.registry import ReproduceContext, get
+    from tdyn.reproduce.registry import ReproduceContext, get
 
     if args.all == bool(args.name):
         raise UserError("tdyn reproduce takes an experiment name or --all (not both)")
     if not args.all and (args.evidence is not None or args.full_under is not None):
         raise UserError(f"{'--evidence' if args.evidence is not None else '--full-under'} goes with --all "
                         "(the page of every reproduction); for one reproduction see `tdyn report DIR --evidence DIR`")
+    if args.judge_only and (args.all or args.resume or args.quick or args.set):
+        bad = next(f for f, on in (("--all", args.all), ("--resume", args.resume), ("--quick", args.quick),
+                                   ("--set", args.set)) if on)
+        raise UserError(f"--judge-only judges the tables already in OUT as they were made: it takes no {bad}")
     if args.all:
         _setup(args)
-        from tdyn.experiments import runner
+        from tdyn.reproduce import runner
 
         page, failed = runner.reproduce_all(args.out, seed=args.seed, quick=args.quick, overrides=list(args.set or []),
                                             device=args.device, progress=not args.quiet, force=args.force,
@@ -107,17 +115,24 @@ def _cmd_reproduce(args) -> int:
     exp = get(args.name)             # an unknown name fails here, before torch is imported
     _setup(args)
     from tdyn import runs
-    from tdyn.experiments import runner
+    from tdyn.reproduce import runner
 
     out = Path(args.out)
     ctx = ReproduceContext(out=out, seed=args.seed, quick=args.quick, overrides=list(args.set or []),
                            device=args.device, progress=not args.quiet,
-                           options=exp.make_options(_option_values(args, exp)), resume=args.resume)
+                           options=exp.make_options(_option_values(args, exp)), resume=args.resume,
+                           judge_only=args.judge_only)
     runner.check_overrides(exp, ctx)  # before the directory is made
+    if args.judge_only:
+        if exp.phases is None:
+            raise UserError(f"--judge-only: {exp.name} does not keep the tables its claims are judged from")
+        if runs.reproduction_of(out) != exp.name:
+            raise UserError(f"--judge-only: {str(out)!r} holds no results of {exp.name} (judge-only reads the tables "
+                            "a run of it wrote there)")
     with runs.Locks() as locks:       # one writer: a second reproduce into DIR is refused naming this one
         other = args.force and runs.reproduction_of(out) not in (None, exp.name)   # another reproduction's: cleared
-        runner.prepare_dir(out, args.force or args.resume, clear=other, locks=locks,
-                           flag="--force" if args.force else "--resume")
+        runner.prepare_dir(out, args.force or args.resume or args.judge_only, clear=other, locks=locks,
+                           flag="--force" if args.force else "--resume" if args.resume else "--judge-only")
         results = runner.run_reproduction(exp, ctx)
     _print_claims(results)
     print(f"wrote {out / runs.RESULTS} ({results['wall_seconds']:.1f}s)")
@@ -133,7 +148,7 @@ def _option_values(args, exp) -> dict:
 def _cmd_config(args) -> int:
     import yaml
 
-    from tdyn.experiments.registry import ReproduceContext, catalog, get
+    from tdyn.reproduce.registry import ReproduceContext, catalog, get
 
     cat = catalog().get(args.name)
     plain = not args.set and args.seed == 0 and not any(getattr(args, k) is not None for k in vars(args)
@@ -144,7 +159,7 @@ def _cmd_config(args) -> int:
         return 0
     exp = get(args.name)
     _setup(args)
-    from tdyn.experiments import runner
+    from tdyn.reproduce import runner
 
     ctx = ReproduceContext(out=Path("."), seed=args.seed, quick=args.quick, overrides=list(args.set or []),
                            options=exp.make_options(_option_values(args, exp)))
@@ -164,7 +179,7 @@ def _add_options(p: argparse.ArgumentParser, argv: list[str], command: str) -> N
     name = next((a for a in rest if not a.startswith("-")), None)
     if name is None:
         return
-    from tdyn.experiments.registry import EXPERIMENTS, _option_entry, catalog
+    from tdyn.reproduce.registry import EXPERIMENTS, _option_entry, catalog
 
     cat = catalog()
     if (name in cat or name in EXPERIMENTS._items) and docs.ref(name):
@@ -260,7 +275,7 @@ def _cmd_report(args) -> int:
         if args.readme:
             raise UserError("--evidence is for the page; --readme writes the table of DIR's own results")
     if args.readme:
-        from tdyn.experiments.registry import all_experiments
+        from tdyn.reproduce.registry import all_experiments
         from tdyn.report import verdicts
 
         names = [n for n in all_experiments() if not n.startswith("test/")]
@@ -271,7 +286,7 @@ def _cmd_report(args) -> int:
         print(f"{results.get('experiment', rd.name)}:" + (f" FAILED: {results['error']}" if "error" in results else ""))
         _print_claims(results)
     if found:
-        from tdyn.experiments.runner import descriptions
+        from tdyn.reproduce.runner import descriptions
 
         page = html.build_index(d, descriptions=descriptions(), evidence=args.evidence)
         _print_answer(d, args.evidence)
@@ -333,9 +348,8 @@ def _cmd_sweep(args) -> int:
 def _cmd_bench(args) -> int:
     _setup(args)
     from tdyn import bench
-    from tdyn.experiments.registry import BENCH_MODULES
 
-    bench.run(args.out, quick=args.quick, only=args.only, modules=BENCH_MODULES, device=args.device)
+    bench.run(args.out, quick=args.quick, only=args.only, device=args.device)
     print(f"wrote {args.out}")
     return 0
 
@@ -351,10 +365,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = _Parser(prog="tdyn", description="Training dynamics of one-layer transformers: "
                 "the papers' data, models, theory checks and figures.")
-    from tdyn.train.threads import cli_threads
+    from tdyn.threads import cli_threads
 
     p.add_argument("--threads", type=int, default=cli_threads(),
-                   help="torch intra-op threads (default: $TDYN_THREADS or 1; see tdyn.train.threads)")
+                   help="torch intra-op threads (default: $TDYN_THREADS or 1; see tdyn.threads)")
     p.add_argument("-v", "--verbose", action="count", default=0,
                    help="log what tdyn does (-v: runs, jobs, resumes; -vv: also flushes and checkpoints)")
     p.add_argument("-q", "--quiet-all", dest="quiet_all", action="store_true",
@@ -397,6 +411,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                    help="continue an interrupted reproduction in OUT: runs already trained with the same config are "
                         "kept, interrupted ones resume from their last checkpoint, then the analysis runs again "
                         "(with --all: the reproductions finished before are kept, the others continue)")
+    s.add_argument("--judge-only", dest="judge_only", action="store_true",
+                   help="judge the claims and draw the figures again from the tables in OUT (a directory this "
+                        "reproduction wrote, e.g. its committed evidence), training nothing")
     s.add_argument("--evidence", metavar="DIR",
                    help="with --all: the full-setting results the page leads with (the shipped docs/results): per "
                         "paper, which claims hold at full settings, with their provenance")
@@ -494,7 +511,7 @@ def _experiment_config(name: str, what: str) -> dict:
     """Config sources given by a name that is no packaged config are experiments' default run configs
     (the CLI sits above both)."""
     from tdyn.config import packaged
-    from tdyn.experiments.registry import EXPERIMENTS, default_run_config
+    from tdyn.reproduce.registry import EXPERIMENTS, default_run_config
 
     if name not in EXPERIMENTS:
         raise UserError(f"{what}: {name!r} is neither a config file, a packaged config ({', '.join(packaged())}) "

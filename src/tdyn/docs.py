@@ -11,10 +11,9 @@ import os
 import re
 from pathlib import Path
 
+from tdyn import papers
+
 DOCS_DIR = "docs/reproductions"
-#: experiment-name prefix -> its paper's page in DOCS_DIR
-PAGES = {"scan-snap": "scan-snap.md", "topic": "topic.md", "decision-list": "decision-lists.md",
-         "real": "real-text.md"}
 #: Web address of the repository tree that report links point into, ending in "/" (for example
 #: "https://github.com/ORG/tdyn/blob/main/"). None: a report page inside the checkout links to the
 #: pages by relative path, and one elsewhere shows the references as text.
@@ -47,7 +46,8 @@ def anchors(markdown: str) -> list[str]:
 
 def ref(name: str) -> str | None:
     """``docs/reproductions/PAGE.md#ANCHOR`` of reproduction ``name`` (None for an unknown prefix)."""
-    page = PAGES.get(name.split("/", 1)[0])
+    paper = papers.of(name)   # its paper's page in DOCS_DIR, from the manifest
+    page = paper.docs if paper else None
     return f"{DOCS_DIR}/{page}#{anchor(name)}" if page else None
 
 

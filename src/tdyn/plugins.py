@@ -1,5 +1,7 @@
 """User extensions: modules that register tasks, probes or experiments with tdyn's decorators
-(``@tdyn.register_task``, ``@tdyn.probe``) and are imported before their names are looked up.
+(``@tdyn.register_task``, ``@tdyn.probe``), or a whole paper (a package whose ``__init__`` defines
+``MANIFEST = tdyn.Paper(...)``, registered exactly as a built-in paper is), imported before their names
+are looked up.
 
 A plugin is named by
 
@@ -8,7 +10,8 @@ A plugin is named by
   sweep workers — local processes, Ray tasks, Slurm jobs — import the same modules;
 * ``$TDYN_IMPORT`` itself (entries separated by ``os.pathsep``);
 * an installed package's entry point in the group ``tdyn.tasks`` (``[project.entry-points."tdyn.tasks"]
-  mytasks = "mypkg.tasks"`` in its pyproject.toml).
+  mytasks = "mypkg.tasks"`` in its pyproject.toml); a whole paper's package is an entry point of the
+  group ``tdyn.papers`` instead (``mypaper = "mypkg"``), read with the built-in papers by :mod:`tdyn.papers`.
 
 Every registry looks plugins up lazily: a name it does not know triggers :func:`load` once, then the
 lookup is retried, so any process that reads a config naming a user task imports what registers it.
@@ -22,6 +25,7 @@ import os
 import sys
 from pathlib import Path
 
+from tdyn import papers
 from tdyn.errors import UserError
 
 ENV = "TDYN_IMPORT"
@@ -52,6 +56,13 @@ def _import(spec: str) -> None:
         raise UserError(f"--import {spec}: {e.filename}, line {e.lineno}: {e.msg}") from None
 
 
+def _declare(obj) -> None:
+    """A plugin module (or entry-point object) that defines a paper's manifest registers that paper."""
+    manifest = obj if isinstance(obj, papers.Paper) else getattr(obj, "MANIFEST", None)
+    if isinstance(manifest, papers.Paper):
+        papers.register(manifest)
+
+
 def _import_one(spec: str) -> None:
     if spec.endswith(".py"):
         path = Path(spec)
@@ -65,11 +76,12 @@ def _import_one(spec: str) -> None:
         module = importlib.util.module_from_spec(mod_spec)
         sys.modules[name] = module
         mod_spec.loader.exec_module(module)
+        _declare(module)
         return
     if os.getcwd() not in sys.path and "" not in sys.path:   # `tdyn` as a console script: make ./mypkg importable
         sys.path.append(os.getcwd())
     try:
-        importlib.import_module(spec)
+        _declare(importlib.import_module(spec))
     except ModuleNotFoundError as e:
         if e.name and spec.startswith(e.name):
             raise UserError(f"--import {spec}: no module named {e.name!r} (not installed, not under "
@@ -92,6 +104,6 @@ def load() -> list[str]:
         key = f"entry point {ep.name} = {ep.value}"
         if key not in _done:
             _done.add(key)
-            ep.load()
+            _declare(ep.load())
             new.append(key)
     return new

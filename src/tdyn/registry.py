@@ -2,8 +2,9 @@
 
 A :class:`Registry` maps names to items: ``register`` refuses a duplicate name, ``get`` raises a
 one-line :class:`~tdyn.errors.UserError` (or the subclass given) listing the allowed names, and
-``items`` lists them sorted. ``table`` (optional) is an explicit map name → module path: looking a
-name up imports only its module; listing imports every module of the table (never a package walk,
+``items`` lists them sorted. ``table`` (optional) is an explicit map name → module path, and ``papers`` names
+the section of the papers' manifests (:mod:`tdyn.papers`) that adds to it: looking a name up imports
+only its module; listing imports every module of the table (never a package walk,
 no import side effects beyond the registrations of the modules named).
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import Callable, Generic, Iterator, TypeVar
 
-from tdyn import plugins
+from tdyn import papers, plugins
 from tdyn.errors import UserError
 
 T = TypeVar("T")
@@ -20,13 +21,20 @@ T = TypeVar("T")
 
 class Registry(Generic[T]):
     def __init__(self, kind: str, *, table: dict[str, str] | None = None,
-                 error: type[UserError] = UserError, label: str | None = None, hint: str = ""):
+                 error: type[UserError] = UserError, label: str | None = None, hint: str = "",
+                 papers: str | None = None):
         self.kind = kind                  # "task", "probe", "bench", "experiment"
         self.label = label or kind        # how the key is named in errors, e.g. "probes.names"
         self.error = error
-        self.table = dict(table or {})    # name -> module that registers it
+        self._table = dict(table or {})   # name -> module that registers it (besides the papers')
+        self.papers = papers              # the manifests' section ("tasks", "probes", …) that adds to it
         self.hint = hint                  # appended to the unknown-name error
         self._items: dict[str, T] = {}
+
+    @property
+    def table(self) -> dict[str, str]:
+        """Name -> module of every entry known without importing it: the explicit table and the papers'."""
+        return {**self._table, **(papers.table(self.papers) if self.papers else {})}
 
     def _load(self, name: str | None = None) -> None:
         """Import the module of ``name`` (or, for None, every module of the table); a name that is
@@ -34,8 +42,8 @@ class Registry(Generic[T]):
         if name is not None:
             if name not in self._items and name in self.table:
                 importlib.import_module(self.table[name])
-            if name not in self._items:
-                plugins.load()
+            if name not in self._items and plugins.load() and name in self.table:
+                importlib.import_module(self.table[name])   # a plugin's paper declared it
             return
         for mod in dict.fromkeys(self.table.values()):
             importlib.import_module(mod)

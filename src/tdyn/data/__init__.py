@@ -1,12 +1,8 @@
-"""The papers' distributions, one module per distribution (``scan_snap``, ``lda``, ``decision_list``,
-``corpora``, ``real_topics``); the main types by name, lazily:
-``from tdyn.data import SequenceClasses, LdaDataset, DecisionListTask``."""
+"""The papers' distributions, by name, lazily: ``from tdyn.data import SequenceClasses, LdaDataset,
+DecisionListTask``; each paper's manifest (:mod:`tdyn.papers`) names its distribution's module
+(``tdyn/papers/<paper>/data.py``)."""
 
+from tdyn import papers
 from tdyn.lazy import exports
 
-__all__, __getattr__, __dir__ = exports(__name__, {
-    "ScanSnapDataConfig": ".scan_snap", "SequenceClasses": ".scan_snap",
-    "LdaDataConfig": ".lda", "LdaDataset": ".lda", "MlmBatch": ".lda",
-    "DecisionListTask": ".decision_list",
-    "VocabSettings": ".corpora", "TokenData": ".corpora", "load_tokens": ".corpora",
-})
+__all__, __getattr__, __dir__ = exports(__name__, papers.exports("data"))

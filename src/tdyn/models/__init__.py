@@ -1,13 +1,9 @@
 """The papers' models, plain ``nn.Module``s with a leading ensemble axis (nanoGPT style), and
 ``Stacked`` (any ``nn.Module`` as an ensemble). Imported by name, lazily:
-``from tdyn.models import YZModel, TopicTransformer, DecisionListModel``."""
+``from tdyn.models import YZModel, TopicTransformer, DecisionListModel``; each paper's manifest
+(:mod:`tdyn.papers`) names its models' module (``tdyn/papers/<paper>/model.py``)."""
 
+from tdyn import papers
 from tdyn.lazy import exports
 
-__all__, __getattr__, __dir__ = exports(__name__, {
-    "YZModel": ".yz", "YZConfig": ".yz",
-    "TopicTransformer": ".topic", "TopicModelConfig": ".topic",
-    "DecisionListModel": ".decision_list", "DecisionListModelConfig": ".decision_list",
-    "CausalLM": ".lm", "LMConfig": ".lm",
-    "Stacked": ".stacked",
-})
+__all__, __getattr__, __dir__ = exports(__name__, {**papers.exports("models"), "Stacked": ".stacked"})

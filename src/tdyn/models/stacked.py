@@ -16,7 +16,7 @@ numbers to float tolerance:
 
 * ``vmap``: ``torch.func.vmap`` of ``torch.func.functional_call`` over the members, one tensor program;
 * ``loop``: member by member (``functional_call`` on slice i), member i inside
-  :func:`tdyn.train.seeding.global_rng` with its own generator ``gens[i]``.
+  :func:`tdyn.seeding.global_rng` with its own generator ``gens[i]``.
 
 **Randomness** (why two ways). Under vmap a random op (dropout) either draws the same numbers for
 every member or one batched draw from the global RNG (``randomness="different"``), where member i's
@@ -46,7 +46,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from tdyn.errors import UserError
-from tdyn.train.seeding import global_rng
+from tdyn.seeding import global_rng
 
 Randomness = Literal["auto", "vmap", "loop"]
 

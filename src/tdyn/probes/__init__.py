@@ -26,25 +26,13 @@ class ProbeContext:
     options: dict[str, Any] = dataclasses.field(default_factory=dict)   # the run's probes.options[name]
 
 
-#: Every probe, by name; the table names the module of each built-in probe, imported on lookup.
+#: Every probe, by name; the papers' manifests name the module of each built-in probe, imported on lookup.
 PROBES: Registry[Callable[[ProbeContext], dict[str, torch.Tensor]]] = Registry(
-    "probe", error=ConfigError, label="probes.names", hint=plugins.HINT, table={
-        "scan_snap.attention": "tdyn.probes.scan_snap",
-        "scan_snap.decoder": "tdyn.probes.scan_snap",
-        "topic.norms": "tdyn.probes.topic",
-        "topic.attention": "tdyn.probes.topic",
-        "topic.blocks": "tdyn.probes.topic",
-        "topic.dev_loss": "tdyn.probes.topic",
-        "topic.stages": "tdyn.probes.topic_stages",
-        "corpus_lm.attention": "tdyn.probes.corpus_lm",
-        "decision_list.classify": "tdyn.probes.decision_list",
-        "decision_list.V": "tdyn.probes.decision_list",
-        "decision_list.hessian": "tdyn.probes.decision_list",
-    })
+    "probe", error=ConfigError, label="probes.names", hint=plugins.HINT, papers="probes")
 
 
 def probe(name: str):
-    """Decorator registering a probe under ``name`` (a built-in one also goes into the table above)."""
+    """Decorator registering a probe under ``name`` (a paper's probe is also named in its manifest)."""
     return PROBES.decorator(name)
 
 

@@ -29,12 +29,13 @@ import platform
 from urllib.parse import quote
 
 import tdyn
-from tdyn import docs, runs, sweep
+from tdyn import docs, papers, runs, sweep
 from tdyn.errors import UserError
 from tdyn.report import style
 from tdyn.report.verdicts import (ORDER, SOURCE_LABEL, by_source, count_line, counts, full_evidence, setting_of,
                                   source_of)
 
+PAGE = "index.html"
 ASSETS = "report_files"
 RESULTS = runs.RESULTS
 MANIFEST = runs.REPRODUCE  # a reproduce-all directory's options, metadata and each reproduction's status
@@ -44,37 +45,6 @@ MAX_LEGEND = MAX_RUN_CURVES   # a legend for every run drawn (one colour each: s
 MAX_STRIP = 8
 MAX_HEATMAPS = 12
 
-PAPERS = {  # experiment-name prefix -> (short name for the claims table, full reference)
-    "scan-snap": ("Tian et al. 2023", "Tian, Wang, Chen, Du 2023 — Scan and Snap (NeurIPS 2023)"),
-    "topic": ("Li, Li, Risteski 2023", "Li, Li, Risteski 2023 — transformers learn topic structure (ICML 2023)"),
-    "decision-list": ("Decision lists", "Decision lists — gradient descent on a one-layer transformer (extended abstract)"),
-    "real": ("Real text (both)", "Real-text checks of Tian et al. 2023 and Li, Li, Risteski 2023"),
-}
-#: What each reproduction reproduces (a figure by its number, or the statement), shown beside its main figure.
-REPRODUCES = {
-    "scan-snap/fig3": "reproduces Fig 3 of Tian et al. 2023",
-    "scan-snap/fig4": "reproduces Fig 4 of Tian et al. 2023",
-    "scan-snap/fig5": "reproduces Fig 5 of Tian et al. 2023",
-    "scan-snap/fig6": "reproduces Fig 6 of Tian et al. 2023",
-    "scan-snap/fig8": "reproduces Fig 8 of Tian et al. 2023",
-    "scan-snap/fig9": "reproduces Fig 9 of Tian et al. 2023",
-    "scan-snap/fig11-12": "reproduces Figs 11 and 12 of Tian et al. 2023",
-    "scan-snap/thm3": "tests Theorem 3 of Tian et al. 2023 (no figure in the paper)",
-    "scan-snap/snap-time": "beyond the paper: Theorem 4's times t₀ and t′₀ of Tian et al. 2023 measured in training (no paper figure)",
-    "real/attention-maps": "an analogue of Fig 7 of Tian et al. 2023 on offline text",
-    "real/entropy-vs-lr": "an analogue of Fig 10 of Tian et al. 2023 on offline text",
-    "real/topic-embeddings": "Li et al. 2023's real-data figure (data.png of their project page) on two MiniLMs",
-    "topic/embeddings": "Li et al. 2023's embedding result (theory.png of their project page)",
-    "topic/stage1": "Li et al. 2023's stage-1 value-matrix result (theory.png of their project page)",
-    "topic/stage2": "Li et al. 2023's stage-2 attention result (theory.png of their project page)",
-    "topic/no-unchanged-mask": "an ablation of Li et al. 2023's stage-2 attention result (no paper figure)",
-    "topic/two-stage": "Li et al. 2023's two-stage figure (two_stage.png of their project page)",
-    "topic/robustness": "tdyn's robustness grid around Li et al. 2023's two stages (no paper figure)",
-    "topic/squared-loss": "Li et al. 2023's stage-1 and two-stage results under the squared loss (no paper figure)",
-    "decision-list/claim1": "tests Result (1) of the decision-list abstract (no figure in the paper)",
-    "decision-list/claim2": "tests Result (2) of the decision-list abstract (no figure in the paper)",
-    "decision-list/uniform-attention": "tests claim (c) of the decision-list abstract (no figure in the paper)",
-}
 MAX_NUMBERS_CHARS = 240
 #: options with which a reproduction judges runs or tables made earlier instead of training (shown with the
 #: command that makes them anew)
@@ -96,9 +66,18 @@ def anchor(name: str) -> str:
 
 
 def paper_of(name: str, full: bool = False) -> str:
-    """The paper an experiment belongs to, from its name's prefix."""
-    prefix = name.split("/", 1)[0]
-    return PAPERS.get(prefix, (prefix, prefix))[int(full)]
+    """The paper a reproduction belongs to (its manifest's label, or with ``full`` its title), from its
+    name's prefix; the prefix itself for a name no paper declares."""
+    p = papers.of(name)
+    return (p.title if full else p.label) if p else name.split("/", 1)[0]
+
+
+def reproduces(name: str) -> str:
+    """What a reproduction reproduces (its manifest's ``reproduces``: a paper figure by number, or the
+    statement), else its paper's title."""
+    p = papers.of(name)
+    r = p.reproductions.get(name) if p else None
+    return r.reproduces if r and r.reproduces else paper_of(name, full=True)
 
 
 def metadata() -> dict[str, Any]:
@@ -460,7 +439,8 @@ def _by_paper(names) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
     for n in names:
         groups.setdefault(n.split("/", 1)[0], []).append(n)
-    order = [*PAPERS, *sorted(p for p in groups if p not in PAPERS)]
+    known = [p.prefix for p in papers.manifests()]
+    order = [*known, *sorted(p for p in groups if p not in known)]
     return {p: sorted(groups[p]) for p in order if p in groups}
 
 
@@ -664,7 +644,7 @@ def _card(name: str, a: dict | None, here: tuple[Path, dict] | None, page: Path,
                 + (f"; beyond the paper: {_counts_html(split['derived'])}" if split["derived"] else "")
                 + (f"; unlabelled: {_counts_html(split[None])}" if split.get(None) else ""))
     text = [f'<h3><a class="self" href="#{anchor(name)}">{_e(name)}</a></h3>',
-            f'<p class="repro">{_e(REPRODUCES.get(name, paper_of(name, full=True)))}</p>',
+            f'<p class="repro">{_e(reproduces(name))}</p>',
             f"<p>{_linked(desc, page)}</p>" if desc else "",
             f"<p>{verdicts if a else 'no full-setting verdicts; ' + verdicts + ' (quick)'}</p>",
             _provenance(name, res, rdir, shown["origin"], page, evidence_label),
@@ -751,7 +731,8 @@ def build_index(out_dir: str | Path, title: str | None = None, descriptions: dic
                       _meta_block(meta, "Run metadata" if manifest else "Metadata (of the process that built this page)")])
     title = title or ("tdyn: which claims of each paper hold" if len(results) > 1 or ev else
                       f"tdyn: {results[0][1].get('experiment', out.name)}")
-    path = out / "index.html"
+    path = out / PAGE
+    runs.record(out, PAGE, ASSETS)   # --force then counts them as tdyn's
     runs.atomic_write_text(path, _page(title, toc + body))
     return path
 
@@ -931,6 +912,7 @@ def build_run_report(run_dir: str | Path) -> Path:
     meta0 = runs.read_meta(run_dirs[0])
     meta = {f"run {k}": meta0.get(k) for k in ("tdyn_version", "torch_version", "git_commit", "started", "ended")}
     parts.append(_meta_block(meta | {f"report {k}": v for k, v in metadata().items()}))
-    path = d / "index.html"
+    path = d / PAGE
+    runs.record(d, PAGE, ASSETS)
     runs.atomic_write_text(path, _page(f"tdyn {kind}: {d.resolve().name}", "\n".join(parts)))
     return path

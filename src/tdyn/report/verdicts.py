@@ -17,10 +17,11 @@ from typing import Any
 
 from tdyn import docs, runs
 from tdyn.errors import UserError
+from tdyn.results import SOURCES  # paper | derived: the provenance every claim carries
 
 BEGIN, END = "<!-- verdicts:begin -->", "<!-- verdicts:end -->"
 ORDER = ("holds", "fails", "inconclusive")
-SOURCES = ("paper", "derived")
+
 #: How a source is shown: the papers' claims, and tdyn's own ones "beyond the paper".
 SOURCE_LABEL = {"paper": "paper claims", "derived": "beyond the paper (derived)", None: "unlabelled (older results)"}
 

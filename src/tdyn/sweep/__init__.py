@@ -30,9 +30,10 @@ from tdyn.runs import write_csv
 from tdyn.sweep.executors import make_executor
 from tdyn.sweep.spec import JobPlan, SlurmOptions, SweepSpec, load_spec, plan
 from tdyn.train import trainer
-from tdyn.train.threads import cli_threads
+from tdyn.threads import cli_threads
 
 log = logging.getLogger(__name__)
+SUBMITIT = ".submitit"   # the slurm executor's folder in a sweep directory (submitit's own files)
 
 
 # ``tdyn.sweep(spec, out, **kw)`` is :func:`run_sweep` (spec: a dict, a SweepSpec or a YAML/JSON path)
@@ -145,11 +146,13 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
             raise UserError(f"{str(out)!r} holds a different sweep; choose another --out")
     jobs = plan(spec)
 
-    ex = executor_obj or make_executor(executor, workers=workers, address=address, folder=str(out / ".submitit"),
+    ex = executor_obj or make_executor(executor, workers=workers, address=address, folder=str(out / SUBMITIT),
                                        slurm=spec.slurm.submitit_parameters())
     try:
         with runs.Locks() as locks:
             locks.acquire(out)   # one sweep per directory; made only once spec, plan and executor are valid
+            if executor == "slurm":
+                runs.record(out, SUBMITIT)   # submitit's folder there is tdyn's (for --force)
             return _run(spec, jobs, out, ex, progress)
     finally:
         if executor_obj is None:

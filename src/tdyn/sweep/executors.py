@@ -22,7 +22,7 @@ from tqdm.std import TqdmDefaultWriteLock
 
 from tdyn import plugins
 from tdyn.errors import UserError
-from tdyn.train.threads import cli_threads
+from tdyn.threads import cli_threads
 from tdyn.train.trainer import progress_bar, stop_all
 
 
@@ -65,7 +65,7 @@ def start_method() -> str:
     """How the local pool starts its workers: ``fork`` where that is safe, else ``spawn``.
 
     A forked worker starts in milliseconds with torch and tdyn already imported; a spawned one imports
-    them again (1.5–2.3 s on this project's 2-core machine, paid by every sweep and pool). Forking is
+    them again (seconds, paid by every sweep and pool: benchmarks/README.md#measurements-behind-the-code). Forking is
     allowed under the conditions PyTorch's own DataLoader workers rely on: Linux, no CUDA device here (a
     child forked after the CUDA driver started, which asking for the device count already does, cannot
     use it; on a CPU-only build this costs nothing), one intra-op torch thread here and in the workers (the child

@@ -1,8 +1,8 @@
 """Tasks: each wires one distribution (``tdyn.data``) to one model (``tdyn.models``) for the trainer.
 
-One module per task holds its ``data``/``model`` config sections and its builder. ``TABLE`` is the
-explicit list of built-in tasks (name -> module); a task's module is imported only when the task is
-looked up (``get_task``), so validating a config imports that task's module and nothing else.
+One module per task holds its ``data``/``model`` config sections and its builder; the papers' manifests
+(:mod:`tdyn.papers`) name the module of each task, imported only when the task is looked up
+(``get_task``), so validating a config imports that task's module and nothing else.
 """
 
 from __future__ import annotations
@@ -11,13 +11,6 @@ import torch
 
 from tdyn.tasks.base import TASKS, Member, PlainTask, Task, TaskSpec, register_task
 
-TABLE = {
-    "scan_snap": "tdyn.tasks.scan_snap",
-    "corpus_lm": "tdyn.tasks.corpus_lm",
-    "lda_mlm": "tdyn.tasks.lda_mlm",
-    "decision_list": "tdyn.tasks.decision_list",
-}
-TASKS.table.update(TABLE)
 
 
 def get_task(name: str) -> TaskSpec:
@@ -43,4 +36,4 @@ def all_tasks() -> dict[str, TaskSpec]:
     return TASKS.items()
 
 
-__all__ = ["DTYPES", "TABLE", "TASKS", "build_task", "Member", "PlainTask", "Task", "TaskSpec", "all_tasks", "get_task", "register_task"]
+__all__ = ["DTYPES", "TASKS", "build_task", "Member", "PlainTask", "Task", "TaskSpec", "all_tasks", "get_task", "register_task"]

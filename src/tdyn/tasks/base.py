@@ -51,7 +51,7 @@ from torch import nn
 from tdyn import plugins
 from tdyn.models.stacked import Randomness, Stacked
 from tdyn.registry import Registry
-from tdyn.train.seeding import generator, global_rng
+from tdyn.seeding import generator, global_rng
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,12 +164,12 @@ class TaskSpec:
 
 
 #: Every task, by name; the table of built-in task modules is filled in by ``tdyn.tasks``.
-TASKS: Registry[TaskSpec] = Registry("task", label="task", hint=plugins.HINT)
+TASKS: Registry[TaskSpec] = Registry("task", label="task", hint=plugins.HINT, papers="tasks")
 
 
 def register_task(name: str, data_config: type[BaseModel], model_config: type[BaseModel],
                   description: str = "", size: Callable[..., int] | None = None):
-    """Decorator: ``@register_task("scan_snap", DataCfg, ModelCfg)`` on ``build(cfg, members)``; ``size``:
+    """Decorator: ``@register_task("my_task", DataCfg, ModelCfg)`` on ``build(cfg, members)``; ``size``:
     see :attr:`TaskSpec.size` (without it, no memory check before building)."""
 
     def deco(build):

@@ -1,4 +1,4 @@
-"""Training: the trainer (``tdyn.train.trainer``), ensemble optimizers, seeding and threads.
+"""Training: the trainer (``tdyn.train.trainer``), ensemble optimizers, metric sinks.
 
 This package is callable: ``tdyn.train(config, out)`` trains a run config (a dict, a
 :class:`~tdyn.config.RunConfig`, or a YAML/JSON path) into ``out`` and returns the member run

@@ -15,7 +15,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tdyn import runs
 from tdyn.errors import UserError
+
+runs.own(trees=("tensorboard", "wandb"))   # what the sinks write into a run directory: --force may clear them
 
 
 class TensorBoardSink:

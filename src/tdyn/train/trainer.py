@@ -37,9 +37,9 @@ from tdyn.probes import ProbeContext, get_probes
 from tdyn.tasks import DTYPES, Member, build_task, get_task
 from tdyn.tasks.base import stack_batches
 from tdyn.train.optim import EnsembleOptimizer
-from tdyn.train.seeding import generator
+from tdyn.seeding import generator
 from tdyn.train.sinks import make_sinks
-from tdyn.train.threads import release_memory, tune_allocator
+from tdyn.threads import release_memory, tune_allocator
 
 _FLUSH_SECONDS = 10.0
 #: The measured scalars whose overflow (inf/NaN) is a divergence: parameter norms and update norms.
@@ -91,8 +91,8 @@ def expand_members(cfg: RunConfig) -> list[Member]:
 
 
 def member_configs(cfg: RunConfig, members: list[Member]) -> list[dict]:
-    """The configs that train each of ``members`` alone (the config is dumped once: pydantic's dump
-    costs ~0.7 ms, a JSON copy of it ~0.02 ms)."""
+    """The configs that train each of ``members`` alone (the config is dumped once and copied as JSON:
+    a pydantic dump per member would cost more than the copy)."""
     text = json.dumps(cfg.model_dump(mode="json"))
     out = []
     for m in members:
@@ -456,7 +456,7 @@ class Job:
                     for n, p in self.params.items():
                         scalars[f"update_norm/{n}"] = (p.detach() - before[n]).reshape(S, -1).norm(dim=1)
                 raw = {k: v.cpu().tolist() for k, v in scalars.items()}
-                active = self.active.tolist()     # Python lists: S tensor indexings per step cost ~0.5 ms
+                active = self.active.tolist()     # Python lists: cheaper than S tensor indexings per step
                 # member -> (what diverged, whether the state at this step is still good: an update's overflow)
                 why = {i: (f"loss = {loss_vals[i]}", False) for i, n in enumerate(newly.tolist()) if n}
                 for k, v in raw.items():   # parameters or updates overflowing: diverged, even at a finite loss

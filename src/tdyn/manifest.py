@@ -1,0 +1,55 @@
+"""A paper's manifest: what one paper package declares, read by every registry and index of the core.
+
+A paper is one package (``tdyn/papers/<paper>/`` for the built-in ones, any importable package for a
+user's) whose ``__init__`` defines ``MANIFEST = Paper(...)``: its name, the labels the report and docs
+use, and, by name, the modules that register its tasks, probes, reproductions and bench entries. The
+manifest imports nothing heavy (no torch), so listing the papers, their reproductions and their docs
+pages costs no import of the paper's code; a registry imports a module only when one of its names is
+looked up. Registering a manifest (:func:`tdyn.papers.register`) is the one way a paper enters tdyn,
+built-in or plugin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Reproduction:
+    """One reproduction: the module that registers it and its one-line description (what ``tdyn list``
+    and the report show without importing the module)."""
+
+    module: str
+    description: str
+    reproduces: str = ""   # what it reproduces: a paper figure by number, or the statement (shown beside its main figure)
+    reuses: str = ""       # the reproduction whose runs it reads (option ``sweep_dir``); in ``reproduce --all`` it runs after it
+
+
+@dataclasses.dataclass(frozen=True)
+class Paper:
+    """What a paper package declares (see the module docstring).
+
+    ``prefix`` begins every reproduction name (``<prefix>/fig4``); ``docs`` is its page under
+    ``docs/reproductions/`` (the page's headings are its reproductions' names); ``requires`` names the
+    papers whose modules this one may import (the layering test checks it); ``exports`` are the public
+    names re-exported by ``tdyn.models``, ``tdyn.data`` and ``tdyn.theory`` (section -> name -> module);
+    ``aliases`` keep the module paths of earlier tdyn versions importable (old path -> module).
+    """
+
+    name: str
+    prefix: str
+    label: str
+    title: str
+    docs: str
+    tasks: dict[str, str] = dataclasses.field(default_factory=dict)
+    probes: dict[str, str] = dataclasses.field(default_factory=dict)
+    reproductions: dict[str, Reproduction] = dataclasses.field(default_factory=dict)
+    benches: dict[str, str] = dataclasses.field(default_factory=dict)
+    requires: tuple[str, ...] = ()
+    exports: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    aliases: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        bad = [n for n in self.reproductions if not n.startswith(self.prefix + "/")]
+        if bad:
+            raise ValueError(f"paper {self.name!r}: reproduction names must begin with {self.prefix + '/'!r}: {bad}")

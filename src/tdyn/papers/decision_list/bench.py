@@ -1,0 +1,76 @@
+"""Decision lists: the benchmark entries (``tdyn bench``; results and history in benchmarks/README.md): the
+exact population gradient, the reduced W-only flow, claim1's data at its largest L, and
+``decision-list/claim1`` end to end."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from tdyn.bench import register_bench
+from tdyn.papers.decision_list import data as dl
+from tdyn.papers.decision_list import theory as th
+from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModelConfig
+from tdyn.reproduce.registry import ReproduceContext, get
+from tdyn.sweep.executors import default_workers, start_method
+
+
+def _pop_grad_bench(L: int, n: int, sampler: str) -> dict:
+    task = dl.make_task(L, 3, seed=0)
+    types = th.enumerate_types(task, n, sampler)
+    model = DecisionListModel(DecisionListModelConfig(L))
+    with torch.no_grad():
+        model.W.normal_(generator=torch.Generator().manual_seed(0))
+        model.V.copy_(10 * task.P)
+    th.population_loss(model, task, types, backward=True)  # warm-up
+    t0 = time.perf_counter()
+    th.population_loss(model, task, types, backward=True)
+    return {"types": len(types), "seconds": time.perf_counter() - t0}
+
+
+@register_bench("decision_list_popgrad_L32_n4")
+def _b1(quick: bool) -> dict:
+    """One exact population loss + gradient, sampler B, (L, n) = (32, 4): 35,960 sets."""
+    return _pop_grad_bench(32, 4, "B")
+
+
+@register_bench("decision_list_popgrad_L16_n5")
+def _b2(quick: bool) -> dict:
+    """One exact population loss + gradient, sampler A, (L, n) = (16, 5): 15,504 multisets."""
+    return _pop_grad_bench(16, 5, "A")
+
+
+@register_bench("decision_list_reduced_ode_L10000")
+def _b3(quick: bool) -> dict:
+    """Reduced W-only flow to perfect classification, sampler B, L = 10⁴, n = 8, M = 4, c = 4n log L/δ."""
+    L, n, M = 10000, 8, 4
+    dg = dl.delta_gamma(L, n, M, "B")
+    t0 = time.perf_counter()
+    res = th.solve_reduced_flow(L, n, M, "B", 4 * n * math.log(L) / dg["delta"], t_max=1e9)
+    return {"seconds": time.perf_counter() - t0, "T_sup": res.T_sup}
+
+
+@register_bench("decision_list_task_and_samples_L10000")
+def _b4(quick: bool) -> dict:
+    """claim1's data at its largest L: make_task(L = 10⁴, M = 4), then N = 10⁴ sequences of n = 8 tokens
+    by sampler B (Gumbel top-k over 10⁸ uniforms)."""
+    t0 = time.perf_counter()
+    task = dl.make_task(10000, 4, seed=0)
+    t1 = time.perf_counter()
+    dl.sample(task, 10000, 8, "B", torch.Generator().manual_seed(0))
+    return {"make_task_seconds": t1 - t0, "sample_seconds": time.perf_counter() - t1}
+
+
+@register_bench("decision_list_claim1")
+def _bench_claim1(quick: bool) -> dict:
+    """``tdyn reproduce decision-list/claim1`` at full settings (with ``quick`` too: it runs once), wall
+    seconds, its flows on the local pool (one worker per core)."""
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        get("decision-list/claim1").reproduce(ReproduceContext(out=Path(d), progress=False))
+        wall = time.perf_counter() - t0
+    return {"seconds": wall, "workers": default_workers(), "start_method": start_method(), "under_2_min": wall <= 120}

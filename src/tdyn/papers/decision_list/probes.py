@@ -1,0 +1,92 @@
+"""Probes of the decision-list task (``tdyn.papers.decision_list.task``): exact classification on the task's
+enumerated (or Monte Carlo) sequence types, V against the permutation matrix P, and the top Hessian
+eigenvalue of the population loss (docs/reproductions/decision-lists.md#perfect-classification,
+docs/reproductions/decision-lists.md#reproductions).
+
+Pure functions first (``centred_cosine``, ``perm_recovery``), then the ``@probe`` adapters. Every value
+is per member ([S]); the Hessian probe reports NaN (logged as null) at steps where it does not run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tdyn.papers.decision_list.model import DecisionListModel
+from tdyn.probes import ProbeContext, probe
+from tdyn.papers.decision_list import theory as th
+
+
+def centred_cosine(V: torch.Tensor, P: torch.Tensor) -> torch.Tensor:
+    """cos between column-centred V and column-centred P (docs/reproductions/decision-lists.md#gauge-invariance); V
+    (..., L, L) → (...)."""
+    Vc = V - V.mean(-2, keepdim=True)
+    Pc = P - P.mean(-2, keepdim=True)
+    return (Vc * Pc).sum((-1, -2)) / (Vc.norm(dim=(-1, -2)) * Pc.norm())
+
+
+def perm_recovery(V: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
+    """mean_t 1[argmax_r V[r,t] = π(t)]; V (..., L, L) → (...)."""
+    return (V.argmax(-2) == perm).double().mean(-1)
+
+
+def member_model(model: DecisionListModel, i: int) -> DecisionListModel:
+    """Member ``i`` of an ensemble as a model of its own (S = 1, same weights)."""
+    one = DecisionListModel(model.cfg, S=1)
+    with torch.no_grad():
+        one.W[0], one.V[0] = model.W[i], model.V[i]
+    return one
+
+
+@probe("decision_list.classify")
+def _classify(ctx: ProbeContext) -> dict[str, torch.Tensor]:
+    """Err_sup (misclassified (set, query) pairs, strict argmax), Acc_pop and the minimum logit margin
+    over the task's types (docs/reproductions/decision-lists.md#perfect-classification): ``perfect`` = 1 where
+    Err_sup = 0."""
+    cl = th.classify(ctx.model, ctx.task.dist, ctx.task.types)
+    return {"err_sup": cl.err_sup, "acc_pop": cl.acc_pop, "min_margin": cl.min_margin,
+            "perfect": cl.perfect.double()}
+
+
+@probe("decision_list.V")
+def _v(ctx: ProbeContext) -> dict[str, torch.Tensor]:
+    """V against P: centred cosine ``cos_c``, argmax recovery of π, ‖V‖_F, and the drift max|V − V₀|."""
+    V = ctx.model.V.detach()
+    return {"cos_c": centred_cosine(V, ctx.task.facts["P"].to(V)), "perm_recovery": perm_recovery(V, ctx.task.facts["perm"]),
+            "norm": V.flatten(1).norm(dim=1), "drift": (V - ctx.task.V0.to(V)).abs().flatten(1).amax(1)}
+
+
+#: a block bracket no wider than this (relative) is taken as λ_max; wider: Lanczos. 10× inside the 1e-9 margin
+#: of result (2)'s check η·λ_max ≤ 1 (docs/reproductions/decision-lists.md#hessian-blocks)
+BRACKET_TOL = 1e-10
+
+
+def lambda_max(model: DecisionListModel, task, types) -> tuple[float, float, str]:
+    """λ_max of one member's population Hessian over (W, V) as (value, certified upper end, method): the per-query
+    block bracket (``th.hessian_blocks``: the largest W–W block eigenvalue, a lower bound, and a closed-form upper
+    bound) when its relative width is ≤ ``BRACKET_TOL``; otherwise Lanczos to 1e-12, started from the block's top
+    eigenvector (value = upper end). Depends on the iterate only (no warm start carried between steps), so a
+    resumed run measures the same λ as the uninterrupted one."""
+    bb = th.hessian_blocks(model, task, types)
+    if bb.rel_width <= BRACKET_TOL:
+        return bb.lower, bb.upper, "blocks"
+    lam = th.top_hessian_eigenvalue(model, task, types, v0=bb.vector, closed_form=True)
+    return lam, lam, "lanczos"
+
+
+@probe("decision_list.hessian")
+def _hessian(ctx: ProbeContext) -> dict[str, torch.Tensor]:
+    """λ_max of the member's population Hessian over (W, V) (:func:`lambda_max`): ``lambda_max`` and the upper end
+    of its certified bracket ``lambda_max_upper`` (equal when Lanczos decided it), at every step where the member's
+    iterate is not perfect (so at every step before its first perfect iterate k*), and every
+    ``options.every`` steps (0: never on a grid); NaN elsewhere."""
+    every = int(ctx.options.get("every", 0))
+    perfect = th.classify(ctx.model, ctx.task.dist, ctx.task.types).perfect
+    lam = torch.full((len(perfect),), math.nan, dtype=torch.float64)
+    up = lam.clone()
+    with torch.enable_grad():   # the trainer measures under no_grad; the Lanczos fallback's HVPs need autograd
+        for i in range(len(perfect)):
+            if not perfect[i] or (every and ctx.step % every == 0):
+                lam[i], up[i], _ = lambda_max(member_model(ctx.model, i), ctx.task.dist, ctx.task.types)
+    return {"lambda_max": lam, "lambda_max_upper": up}

@@ -1,0 +1,273 @@
+"""The PyTorch-tutorial causal LM used by Scan and Snap on WikiText
+(docs/reproductions/real-text.md#tutorial-language-model), as an ensemble.
+
+Every parameter has a leading ensemble axis S. Per member (the tutorial's ``TransformerModel``):
+
+    X   = Emb[x]·√d + PE + dropout                      (sinusoidal PE, Vaswani et al. 2017)
+    per layer (post-LN, ``nn.TransformerEncoderLayer``):
+      A   = softmax(Q Kᵀ/√d_h + causal mask)            (Q, K, V = X W_inᵀ + b_in, split; heads of d/H)
+      X   = LN1(X + dropout((A V) W_outᵀ + b_out))
+      X   = LN2(X + dropout(W_2 dropout(ReLU(W_1 X + b_1)) + b_2))
+    logits = X Decᵀ + b_dec                              (untied decoder)
+
+``forward`` returns the logits and the head-averaged attention of every layer, [S, B, T, T] each
+(``need_weights=True``, before attention dropout). Member i's dropout masks come from
+``self.dropout_gens[i]`` alone, so a member trains as it would on its own.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from pydantic import Field
+
+from tdyn.schema import Strict
+
+
+class LMConfig(Strict):
+    """The ``model`` section of a ``corpus_lm`` run config, and the model's own config. ``V`` and
+    ``max_len`` come from the data (the task sets them); they are excluded from dumps."""
+
+    V: int | None = Field(None, ge=2, exclude=True)         # vocabulary size
+    d: int = Field(200, ge=1)                               # emsize
+    d_hid: int = Field(200, ge=1)                           # FFN width
+    n_layers: int = Field(1, ge=1)
+    n_heads: int = Field(1, ge=1)
+    dropout: float = Field(0.2, ge=0, lt=1)
+    max_len: int = Field(512, ge=1, exclude=True)
+
+
+def positional_encoding(T: int, d: int) -> torch.Tensor:
+    pos = torch.arange(T, dtype=torch.float64)[:, None]
+    div = torch.exp(torch.arange(0, d, 2, dtype=torch.float64) * (-math.log(10000.0) / d))
+    pe = torch.zeros(T, d, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * div)
+    pe[:, 1::2] = torch.cos(pos * div)
+    return pe
+
+
+def _bmm_linear(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per-member linear map: x [S, ..., in], W [S, out, in], b [S, out]."""
+    S = x.shape[0]
+    y = torch.bmm(x.reshape(S, -1, x.shape[-1]), W.transpose(1, 2)) + b[:, None]
+    return y.reshape(*x.shape[:-1], W.shape[1])
+
+
+def _layer_norm(x, g, b):
+    return F.layer_norm(x, x.shape[-1:]) * g[:, None, None] + b[:, None, None]
+
+
+def member_size(cfg: LMConfig, V: int) -> int:
+    """Values in one member's parameters for vocabulary size ``V``, from the config alone."""
+    d, h = cfg.d, cfg.d_hid
+    return 2 * V * d + V + cfg.n_layers * (4 * d * d + 8 * d + 2 * h * d + h + d)
+
+
+class CausalLM(nn.Module):
+    def __init__(self, cfg: LMConfig, S: int):
+        super().__init__()
+        self.cfg, self.S = cfg, S
+        d, h, V, L = cfg.d, cfg.d_hid, cfg.V, cfg.n_layers
+        P = lambda *shape: nn.Parameter(torch.zeros(S, *shape))  # noqa: E731
+        self.emb = P(V, d)
+        self.dec_W, self.dec_b = P(V, d), P(V)
+        self.layers = nn.ModuleList()
+        for _ in range(L):
+            m = nn.Module()
+            m.in_W, m.in_b, m.out_W, m.out_b = P(3 * d, d), P(3 * d), P(d, d), P(d)
+            m.ln1_g, m.ln1_b, m.ln2_g, m.ln2_b = P(d), P(d), P(d), P(d)
+            m.W1, m.b1, m.W2, m.b2 = P(h, d), P(h), P(d, h), P(d)
+            self.layers.append(m)
+        self.register_buffer("pe", positional_encoding(cfg.max_len, d).float(), persistent=False)
+        # one dropout stream per member; a task replaces these with seeded (and checkpointed) ones
+        self.dropout_gens = [torch.Generator().manual_seed(i) for i in range(S)]
+
+    @torch.no_grad()
+    def reset_parameters(self, gens: list[torch.Generator], scales: list[float] | None = None) -> None:
+        """The tutorial's init per member: Emb, Dec ~ U(±0.1), b_dec = 0; xavier W_in; torch-default Linear."""
+        scales = scales or [1.0] * self.S
+        d = self.cfg.d
+
+        def U(t, i, a, g):
+            t[i].copy_((torch.rand(t.shape[1:], generator=g) * 2 - 1) * a)
+
+        for i, g in enumerate(gens):
+            U(self.emb, i, 0.1, g)
+            U(self.dec_W, i, 0.1, g)
+            self.dec_b[i].zero_()
+            for m in self.layers:
+                U(m.in_W, i, math.sqrt(6 / (d + 3 * d)), g)  # xavier_uniform on [3d, d]
+                m.in_b[i].zero_(), m.out_b[i].zero_()
+                U(m.out_W, i, 1 / math.sqrt(d), g)
+                m.ln1_g[i].fill_(1), m.ln1_b[i].zero_(), m.ln2_g[i].fill_(1), m.ln2_b[i].zero_()
+                for W, b in ((m.W1, m.b1), (m.W2, m.b2)):
+                    U(W, i, 1 / math.sqrt(W.shape[-1]), g)
+                    U(b, i, 1 / math.sqrt(W.shape[-1]), g)
+            for p in self.parameters():
+                p[i].mul_(scales[i])
+
+    def _drop(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.cfg.dropout
+        if not self.training or p == 0:
+            return x
+        keep = torch.stack([torch.rand(x.shape[1:], generator=g, device=x.device) for g in self.dropout_gens]) >= p
+        return x * keep / (1 - p)
+
+    def hidden(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """x [S, B, T] token ids -> (last layer's output X [S, B, T, d], attention per layer [S, B, T, T])."""
+        S, B, T = x.shape
+        c = self.cfg
+        H, dh = c.n_heads, c.d // c.n_heads
+        X = torch.gather(self.emb, 1, x.reshape(S, -1, 1).expand(-1, -1, c.d)).reshape(S, B, T, c.d)
+        X = self._drop(X * math.sqrt(c.d) + self.pe[:T])
+        mask = torch.full((T, T), float("-inf"), device=x.device).triu(1)
+        attns = []
+        for m in self.layers:
+            Q, K, Vv = _bmm_linear(X, m.in_W, m.in_b).view(S, B, T, 3, H, dh).permute(3, 0, 1, 4, 2, 5)
+            A = torch.softmax(Q @ K.transpose(-1, -2) / math.sqrt(dh) + mask, dim=-1)  # [S, B, H, T, T]
+            attns.append(A.mean(2))
+            O = (self._drop(A) @ Vv).transpose(2, 3).reshape(S, B, T, c.d)
+            X = _layer_norm(X + self._drop(_bmm_linear(O, m.out_W, m.out_b)), m.ln1_g, m.ln1_b)
+            F_ = _bmm_linear(self._drop(torch.relu(_bmm_linear(X, m.W1, m.b1))), m.W2, m.b2)
+            X = _layer_norm(X + self._drop(F_), m.ln2_g, m.ln2_b)
+        return X, attns
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """x [S, B, T] token ids -> (logits [S, B, T, V], attention per layer [S, B, T, T])."""
+        X, attns = self.hidden(x)
+        return _bmm_linear(X, self.dec_W, self.dec_b), attns
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Per-member token-mean cross-entropy, shape [S]. Under bf16 (or fp16) autocast the decoder and the
+        cross-entropy are fused (:func:`linear_cross_entropy`, equal to the dense path within rounding,
+        tested). In full precision the dense logits stay, so float32 runs keep every bit of the results
+        committed before the fused path existed (docs/results); the fused path would be about as fast at
+        S = 1 and faster for large ensembles (benchmarks/README.md#measurements-behind-the-code)."""
+        X, _ = self.hidden(x)
+        S = x.shape[0]
+        if _compute_dtype(X) in (torch.bfloat16, torch.float16):
+            return linear_cross_entropy(X.reshape(S, -1, self.cfg.d), self.dec_W, self.dec_b, y.reshape(S, -1))
+        logits = _bmm_linear(X, self.dec_W, self.dec_b)
+        ce = F.cross_entropy(logits.flatten(0, 2), y.flatten(), reduction="none")
+        return ce.view(S, -1).mean(1)
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The matmuls' dtype: autocast's lower precision where autocast is on for x's device and x is float32
+    (autocast leaves float64 alone), else x's own."""
+    dev = x.device.type
+    return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) and x.dtype == torch.float32 else x.dtype
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """Per member s: mean over tokens n of CE(X[s, n] W[s]ᵀ + b[s], y[s, n]), without materialising the
+    [S, N, V] logits: vocabulary chunks of C columns, two passes. Pass 1 accumulates each token's
+    log-partition (online logsumexp) and its target logit; where a gradient is wanted, pass 2 takes each
+    chunk's logits again (in bf16 the matmul's bf16 output kept from pass 1, half the float32 bytes; in full
+    precision recomputed by the same kernel, so the same values) and turns them into the logit gradient
+    G = (softmax − onehot)/N, which gives dX += G W_c, dW_c = Gᵀ X, db_c = Σ_n G at once; backward scales
+    these by the incoming per-member gradient. Against the dense path this saves its [S, N, V] float32
+    logits, log-softmax and their backward, ~5 × 56 MB per member-step streamed through memory at
+    V = 20k, N = 700 (benchmarks/README.md). Matmuls run in the compute dtype (bf16 under CPU/CUDA
+    autocast; inputs, accumulators and the softmax in float32). Hand-written because torch has no fused
+    linear + cross-entropy with an ensemble axis on CPU."""
+
+    @staticmethod
+    def forward(ctx, X, W, b, y, chunk, group, want):
+        S = X.shape[0]
+        cd = _compute_dtype(X)
+        with torch.autocast(X.device.type, enabled=False):
+            X, W, b = X.detach(), W.detach(), b.detach()
+            loss = torch.empty(S, dtype=X.dtype, device=X.device)
+            grads = (torch.empty_like(X), torch.empty_like(W), torch.empty_like(b)) if want else None
+            for s in range(0, S, group):    # members in groups: each block stays a few MB (cache, no mmap)
+                m = slice(s, s + group)
+                _LinearCrossEntropy._block(X[m], W[m], b[m], y[m], chunk, cd, loss[m],
+                                           grads and tuple(t[m] for t in grads))
+            if want:
+                ctx.save_for_backward(*grads)
+        return loss
+
+    @staticmethod
+    def _block(X, W, b, y, chunk, cd, loss, grads):
+        """For a group of members: writes their losses into ``loss`` and, where ``grads`` (views of dX, dW,
+        db) is given, their gradients into it."""
+        S, N, d = X.shape
+        V = W.shape[1]
+        acc = torch.float32 if X.dtype in (torch.bfloat16, torch.float16) else X.dtype   # accumulators, softmax
+        Xc, Wc, b_acc = X.to(cd), W.to(cd), b.to(acc)     # one conversion each per step
+        lse = torch.full((S, N), float("-inf"), dtype=acc, device=X.device)
+        tgt = torch.zeros(S, N, dtype=acc, device=X.device)
+        raw = []      # each chunk's X Wᵀ in the compute dtype, kept for pass 2 when it is reduced precision
+        targets = []  # each chunk's (whether y falls in it, y's column in it)
+
+        def logits(j, k):
+            P = raw[k] if k < len(raw) else torch.bmm(Xc, Wc[:, j:j + chunk].transpose(1, 2))
+            if grads and cd != acc and k == len(raw):
+                raw.append(P)    # half the bytes of the float32 logits, and one decoder matmul fewer
+            return b_acc[:, None, j:j + chunk] + P    # one kernel: P is promoted to the accumulator dtype exactly
+
+        for k, j in enumerate(range(0, V, chunk)):
+            L = logits(j, k)
+            lse = torch.logaddexp(lse, torch.logsumexp(L, -1))
+            targets.append(((y >= j) & (y < j + L.shape[-1]), (y - j).clamp(0, L.shape[-1] - 1)[..., None]))
+            inside, col = targets[k]
+            tgt = torch.where(inside, L.gather(-1, col)[..., 0], tgt)
+        loss.copy_((lse - tgt).mean(1))
+        if not grads:
+            return
+        dX, dW, db = grads
+        dX_acc = torch.zeros(S, N, d, dtype=acc, device=X.device)
+        for k, j in enumerate(range(0, V, chunk)):
+            inside, col = targets[k]
+            G = (logits(j, k) - lse[..., None]).exp_()
+            G.scatter_add_(-1, col, -inside[..., None].to(G.dtype))
+            G.mul_(1.0 / N)
+            db[:, j:j + chunk] = G.sum(1)
+            Gc = G.to(cd)
+            dW[:, j:j + chunk] = torch.bmm(Gc.transpose(1, 2), Xc)
+            dX_acc += torch.bmm(Gc, Wc[:, j:j + chunk])
+        dX.copy_(dX_acc)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        dX, dW, db = ctx.saved_tensors
+        g = g.to(dX.dtype)
+        return dX * g[:, None, None], dW * g[:, None, None], db * g[:, None], None, None, None, None
+
+
+def linear_cross_entropy(X: torch.Tensor, W: torch.Tensor, b: torch.Tensor, y: torch.Tensor,
+                         chunk: int | None = None, group: int | None = None) -> torch.Tensor:
+    """Per-member mean cross-entropy of the logits X Wᵀ + b against y: X [S, N, d], W [S, V, d], b [S, V],
+    y [S, N] -> [S] (:class:`_LinearCrossEntropy`). ``chunk``: vocabulary columns per pass (default 2048);
+    ``group``: members per block (default: as many as keep the [group, N, chunk] float32 block within 8 MB,
+    at least one: larger blocks leave the cache, and above 32 MB glibc maps and unmaps them every step; in
+    bf16 a block also keeps its [group, N, V] matmul output between the passes, 28 MB per member at
+    V = 20k, N = 700). Chunk and group do not depend on S, so a member computes the same bits in any
+    ensemble of the same group size. On a CUDA device, where each kernel launch costs more than the bytes
+    of a larger block, the defaults are 8192 columns and every member in one group (3 chunks per pass at
+    V = 20k instead of 10 per member): there a member's bits depend on the ensemble's size (equal within
+    rounding, as across devices)."""
+    S, N, _ = X.shape
+    V = W.shape[1]
+    if (chunk is not None and chunk < 1) or (group is not None and group < 1):
+        raise ValueError(f"linear_cross_entropy: chunk = {chunk}, group = {group}: each must be at least 1")
+    if y.numel():
+        lo, hi = torch.stack(torch.aminmax(y)).tolist()    # one device sync, not two
+        if lo < 0 or hi >= V:
+            raise ValueError(f"linear_cross_entropy: targets must lie in [0, {V}); got [{lo}, {hi}]")
+    cuda = X.device.type == "cuda"
+    chunk = min(chunk or (8192 if cuda else 2048), V)
+    group = group or (S if cuda else max(1, (8 << 20) // (4 * N * chunk)))
+    want = torch.is_grad_enabled() and (X.requires_grad or W.requires_grad or b.requires_grad)
+    return _LinearCrossEntropy.apply(X, W, b, y, chunk, group, want)
+
+
+def attention_entropy(A: torch.Tensor) -> torch.Tensor:
+    """Mean over (batch, query) of −Σ_k a_qk ln(a_qk + 1e−8)
+    (docs/reproductions/real-text.md#causal-attention-entropy); A [..., B, T, T] -> [...]."""
+    return -(A * torch.log(A + 1e-8)).sum(-1).mean((-1, -2))

@@ -1,0 +1,186 @@
+"""``tdyn bench`` entries of Scan and Snap: one Syn-Small run, an ensemble of 32 against 32 single
+runs, the hand-written ensemble axis against :class:`PlainYZ` under vmap, the light commands' start-up,
+the allocator's churn on a Fig 6-sized job, and the Fig 6 sweep. Timings and their history:
+benchmarks/README.md."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tdyn import runs
+from tdyn.bench import compare, on_device, usage, usage_delta, wall_python, register_bench, timed_train
+from tdyn.config import validate_config
+from tdyn.papers.scan_snap import data as scan_snap
+from tdyn.papers.scan_snap.data import SYN_SMALL
+from tdyn.papers.scan_snap.fig6 import FIG6, fig6_spec
+from tdyn.papers.scan_snap.task import yz_config
+from tdyn.sweep import run_sweep
+from tdyn.sweep.executors import start_method
+from tdyn.sweep.spec import load_spec, plan
+from tdyn.tasks import PlainTask
+from tdyn.train.trainer import expand_members, member_config
+
+
+@register_bench("scan_snap_single")
+def _single(quick: bool) -> dict:
+    """One Syn-Small run (Fig 4 left: batch 128, length 128)."""
+    steps = 100 if quick else 500
+    cfg = yz_config(SYN_SMALL, steps=steps)
+    timed_train(yz_config(SYN_SMALL, steps=5))  # warm-up
+    s = timed_train(cfg)
+    return {"steps": steps, "seconds": s, "steps_per_s": steps / s}
+
+
+@register_bench("scan_snap_ensemble32")
+def _ensemble(quick: bool) -> dict:
+    """S = 32 seeds as one ensemble vs the same 32 runs one at a time (Syn-Small, 100 steps)."""
+    S, steps = 32, 100
+    cfg = yz_config(SYN_SMALL, steps=steps, init="torch_default", seeds=range(S))
+    ens = timed_train(cfg)
+    one = [timed_train(yz_config(SYN_SMALL, steps=steps, init="torch_default", seeds=[s]))
+           for s in range(4 if quick else S)]
+    seq = sum(one) * S / len(one)
+    return {"members": S, "steps": steps, "ensemble_s": ens, "one_member_s": sum(one) / len(one),
+            "sequential_s": seq, "sequential_extrapolated": len(one) < S,
+            "ensemble_over_one_member": ens / (sum(one) / len(one)), "speedup": seq / ens}
+
+
+class PlainYZ(nn.Module):
+    """The Y/Z model of ``tdyn.papers.scan_snap.model`` (parameterisation ``yz``, LN(x) = x/‖x‖, the query not a key)
+    for one member: x [B, L] token ids -> logits [B, M] = LN(Xᵀ softmax(Z[x_T, x_t]))ᵀ Y."""
+
+    def __init__(self, M: int):
+        super().__init__()
+        self.Y = nn.Parameter(torch.zeros(M, M))
+        self.Z = nn.Parameter(torch.zeros(M, M))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        keys = x[:, :-1]
+        b = torch.softmax(torch.gather(self.Z[x[:, -1]], 1, keys), dim=-1)        # [B, L-1]
+        Xb = torch.zeros(x.shape[0], self.Y.shape[0], dtype=b.dtype, device=b.device).scatter_add(1, keys, b)
+        return F.normalize(Xb, dim=-1) @ self.Y
+
+
+class PlainYZTask(PlainTask):
+    """Scan and Snap with :class:`PlainYZ` (zero init, as Syn-Small)."""
+
+    def __init__(self, cfg, members):
+        self.data_cfg = scan_snap.ScanSnapDataConfig.model_validate(cfg.data)
+        self.dist = scan_snap.build(self.data_cfg)
+        super().__init__(cfg, members)
+
+    def make_model(self) -> nn.Module:
+        return PlainYZ(self.dist.M)
+
+    def sample(self, gen):
+        return self.dist.sample(self.data_cfg.batch_size, self.data_cfg.seq_len, gen)
+
+    def member_loss(self, model, batch):
+        x, y = batch[:2]      # the hand-written task's batches also carry each sequence's key support
+        return F.cross_entropy(model(x), y)
+
+
+@register_bench("plain_vs_handwritten_yz")
+def _plain_yz(quick: bool) -> dict:
+    """Y/Z model, Syn-Small (batch 128, length 128), S = 1 and 20 members: the hand-written ensemble
+    axis (``models.yz.YZModel``) vs :class:`PlainYZ` under vmap (``PlainTask``), steps/s of one
+    training step (SGD, momentum)."""
+    return compare(lambda S: yz_config(SYN_SMALL, seeds=range(S)), PlainYZTask, (1, 20), 20 if quick else 100)
+
+
+@register_bench("startup")
+def _startup(quick: bool) -> dict:
+    """Whole-process wall seconds (median of 3, 1 if quick) of the light commands (`tdyn list`,
+    `tdyn --help`, `tdyn config scan-snap/fig4`, which import no torch) and of one Syn-Small run as a
+    process (`tdyn run syn_small`, the packaged config: 100 steps, one member); for reference, a process
+    that only imports torch, as it is and with ``gc.freeze()`` after the import (what tdyn's commands do:
+    the interpreter's final collection then skips torch's objects)."""
+    import statistics
+    import subprocess
+    import sys
+
+    def wall(*args: str) -> float:
+        ts = []
+        for _ in range(1 if quick else 3):
+            with tempfile.TemporaryDirectory() as d:
+                argv = [a.replace("{OUT}", str(Path(d) / "r")) for a in args]
+                t0 = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "tdyn", *argv], check=True, capture_output=True)
+                ts.append(time.perf_counter() - t0)
+        return statistics.median(ts)
+
+    out = {"list_s": wall("list"), "help_s": wall("--help"), "config_s": wall("config", "scan-snap/fig4")}
+    out["syn_small_run_process_s"] = wall("run", "syn_small", "--out", "{OUT}", "--quiet")
+    out["python_import_torch_s"] = wall_python("import torch", 1 if quick else 3)
+    out["python_import_torch_gc_frozen_s"] = wall_python("import gc, torch; gc.freeze()", 1 if quick else 3)
+    return out
+
+
+@register_bench("allocation")
+def _allocation(quick: bool) -> dict:
+    """Allocation churn: a Fig 6-sized job (Syn-Medium with 10 last tokens, M = 240, 16 members, 50
+    steps, 20 if quick; one thread) trained in a child
+    process with glibc's default allocator settings (``TDYN_MALLOPT=0``: every freed block above
+    the mmap threshold goes back to the OS and is page-faulted in again the next step) and with
+    :func:`tdyn.threads.tune_allocator` (the default): wall seconds, minor page faults and
+    system CPU seconds of each child. (The optimizer's own temporaries live in preallocated buffers
+    either way; see :class:`tdyn.train.optim.EnsembleOptimizer`.)"""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from tdyn.bench import timed_train; from tdyn.papers.scan_snap.task import yz_config; "
+            "from tdyn.papers.scan_snap.data import syn_medium; "
+            f"print(timed_train(yz_config(syn_medium(10), steps={20 if quick else 50}, init='torch_default', "
+            "seeds=range(16))))")
+    out = {}
+    for label, flag in (("glibc_default", "0"), ("tuned", "1")):
+        u0 = usage()
+        r = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                           env=dict(os.environ, TDYN_MALLOPT=flag, TDYN_THREADS="1"))
+        out[label] = {"train_s": float(r.stdout.split()[-1]), **usage_delta(u0, usage())}
+    out["fault_ratio"] = out["glibc_default"]["minor_faults"] / max(1, out["tuned"]["minor_faults"])
+    return out
+
+
+@register_bench("fig6_sweep")
+def _fig6_sweep(quick: bool) -> dict:
+    """The Fig 6 sweep (640 runs) with ``tdyn sweep`` (batched into 8 ensemble jobs on the local pool; the median
+    of 3 sweeps, each into a fresh directory, 1 if ``quick``) vs the same runs trained one at a time in this
+    process (``quick`` and on CUDA: extrapolated from a few runs per job)."""
+    import statistics
+
+    spec = fig6_spec(FIG6)
+    spec["config"] = on_device(spec["config"])
+    method = start_method()   # how the sweep's pool starts its workers here (forked or spawned)
+    sweeps = []               # (wall seconds, workers' busy seconds) of each sweep
+    for _ in range(1 if quick else 3):
+        with tempfile.TemporaryDirectory() as d:
+            t0 = time.perf_counter()
+            run_sweep(spec, Path(d) / "sweep", progress=False, workers=1 if spec["config"]["device"] == "cuda" else None)
+            sweeps.append((time.perf_counter() - t0, sorted(
+                runs.read_json(Path(d) / "sweep" / runs.SWEEP)["worker_busy_seconds"].values(), reverse=True)))
+    batched = statistics.median(w for w, _ in sweeps)
+    busy = next(b for w, b in sweeps if w == batched)
+    seq, timed, total_runs = 0.0, 0, 0
+    # quick, or on a GPU (where one run is bound by kernel launches, alike across a job's members, and 640
+    # of them would take minutes of a lent device): a few runs per job, extrapolated
+    few = quick or spec["config"]["device"] == "cuda"
+    for job in plan(load_spec(spec)):
+        cfg = validate_config(job.config)
+        members = expand_members(cfg)
+        total_runs += len(members)
+        picked = members[:: max(1, len(members) // 3)] if few else members
+        t = sum(timed_train(member_config(cfg, m)) for m in picked)
+        timed += len(picked)
+        seq += t * len(members) / len(picked)
+    return {"runs": total_runs, "batched_s": batched, "batched_s_each": [w for w, _ in sweeps], "worker_busy_s": busy,
+            "start_method": method, "sequential_s": seq, "ratio": seq / batched,
+            "sequential_runs_timed": timed, "sequential_extrapolated": timed < total_runs,
+            "under_2_min": batched < 120}

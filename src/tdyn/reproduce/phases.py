@@ -1,0 +1,159 @@
+"""A reproduction as four phases: plan → measure → judge → draw.
+
+* ``plan(ctx) -> {name: raw run config}``: what it trains, before ``--set`` (``tdyn config NAME``
+  prints them; the runner validates each once and trains it into ``OUT/runs/<name>``);
+* ``measure(ctx, trained) -> {table: rows}``: the trained run directories (name -> member directories,
+  each read once) to tables, one row a dict;
+* ``judge(ctx, tables) -> results``: the claims (:func:`tdyn.reproduce.common.claim`) and numbers,
+  from the tables alone;
+* ``draw(ctx, tables, results) -> [file]``: the figures, written into ``ctx.out``, from the tables alone;
+* ``sweeps(ctx) -> {name: tdyn sweep spec}`` (optional, beside or instead of ``plan``): sweeps it trains. The
+  runner puts ``--set`` and ``--device`` in (the spec's ``set``, its config's device) and runs each into
+  ``DIR/<name>-<digest of the spec>``, DIR being the option ``sweep_dir`` where the reproduction has one (an
+  earlier reproduction's ``--out`` means its ``runs/``) or ``OUT/runs``: one directory per distinct sweep, so
+  reproductions that plan the same sweep into the same DIR train it once; ``measure`` gets ``trained[name]``,
+  that directory (its ``sweep.json`` lists the runs).
+
+The runner owns the rest: training, writing each table as ``OUT/<table>.csv`` and reading it back (so
+a judgement made now and one made later from the committed tables see the same values), and
+``results.json``. ``tdyn reproduce NAME --judge-only --out DIR`` judges and draws again from DIR's
+tables, training nothing (docs/architecture.md#a-reproduction).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from tdyn import runs
+from tdyn.errors import UserError
+from tdyn.reproduce.common import configure, on_reproduction_device, train_into
+from tdyn.reproduce.registry import get as registered, register
+from tdyn.sweep import run_sweep
+
+Tables = dict[str, list[dict[str, Any]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Phases:
+    """The four phases of a reproduction (see the module docstring). ``tables`` names the tables
+    ``judge`` and ``draw`` read, in the order they are written; ``columns`` fixes a table's columns
+    where its rows do not (e.g. an empty table); ``sweeps`` the sweeps it trains besides ``plan``'s runs."""
+
+    measure: Callable[[Any, dict[str, list[Path]]], Tables]
+    judge: Callable[[Any, Tables], dict[str, Any]]
+    tables: tuple[str, ...]
+    plan: Callable[[Any], dict[str, dict]] | None = None
+    draw: Callable[[Any, Tables, dict[str, Any]], list[str]] | None = None
+    columns: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    sweeps: Callable[[Any], dict[str, dict]] | None = None
+
+
+_INT = re.compile(r"[+-]?\d+\Z")
+
+
+def _cell(s: str) -> Any:
+    """A CSV cell as the value it was written from: '' → None, True/False, int, float (nan, inf), or str."""
+    if s == "":
+        return None
+    if s in ("True", "False"):
+        return s == "True"
+    if _INT.match(s):
+        return int(s)
+    try:
+        return float(s)
+    except ValueError:
+        return s
+
+
+def read_table(path: Path) -> list[dict[str, Any]]:
+    """The rows of a table written by :func:`write_table`, each cell typed back (:func:`_cell`)."""
+    text = Path(path).read_text(encoding="utf-8")
+    return [{k: _cell(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
+
+
+def write_table(path: Path, rows: list[dict[str, Any]], columns: list[str] | None = None) -> Path:
+    """``rows`` as CSV (atomically), with ``columns`` or the first row's keys; floats as Python writes
+    them (shortest exact form), so :func:`read_table` gives back the same numbers."""
+    cols = columns or (list(rows[0]) if rows else [])
+    return runs.write_csv(path, [{c: _plain(r.get(c)) for c in cols} for r in rows], cols)
+
+
+def _plain(v: Any) -> Any:
+    if hasattr(v, "item") and getattr(v, "ndim", 0) == 0:
+        v = v.item()
+    return v
+
+
+def tables_of(ctx, phases: Phases) -> Tables:
+    """The tables of ``ctx.out`` that ``phases`` reads (``--judge-only``); a missing one is a one-line error."""
+    out = {}
+    for t in phases.tables:
+        path = Path(ctx.out) / f"{t}.csv"
+        if not path.is_file():
+            raise UserError(f"--judge-only: {str(path)!r} is missing (judge-only reads the tables a run of this "
+                            f"reproduction wrote into --out)")
+        out[t] = read_table(path)
+    return out
+
+
+def run(phases: Phases, ctx) -> dict[str, Any]:
+    """Plan, train, measure, write and re-read the tables, judge, draw: the results (the runner adds
+    provenance and writes results.json). With ``ctx.judge_only``: judge and draw from OUT's tables."""
+    if getattr(ctx, "judge_only", False):
+        tables = tables_of(ctx, phases)
+    else:
+        trained = {name: train_into(ctx, name, configure(raw, ctx.overrides))
+                   for name, raw in (phases.plan(ctx) if phases.plan else {}).items()}
+        trained |= {name: sweep_into(ctx, name, spec) for name, spec in (phases.sweeps(ctx) if phases.sweeps else {}).items()}
+        measured = phases.measure(ctx, trained)
+        unknown = set(measured) - set(phases.tables)
+        if unknown:
+            raise ValueError(f"measure returned tables not declared in Phases.tables: {sorted(unknown)}")
+        tables = {}
+        for t in phases.tables:
+            path = write_table(Path(ctx.out) / f"{t}.csv", measured[t], phases.columns.get(t))
+            tables[t] = read_table(path)
+    results = phases.judge(ctx, tables)
+    figures = phases.draw(ctx, tables, results) if phases.draw else []
+    results.setdefault("files", [f"{t}.csv" for t in phases.tables] + list(figures))
+    return results
+
+
+def sweep_into(ctx, name: str, spec: dict) -> Path:
+    """Run (or continue) sweep ``spec`` of a reproduction, with its ``--set`` and ``--device``, into its directory
+    (module docstring); finished runs are never trained again. Returns the directory."""
+    spec = dict(spec, config=on_reproduction_device(spec["config"], ctx.overrides), set=list(ctx.overrides))
+    base = Path(getattr(ctx.options, "sweep_dir", None) or Path(ctx.out) / runs.RUNS)
+    if (base / runs.RESULTS).exists() and (base / runs.RUNS).is_dir():     # an earlier reproduction's --out
+        base = base / runs.RUNS
+    root = base / f"{name}-{hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]}"
+    run_sweep(spec, root, progress=ctx.progress)
+    if hasattr(ctx.overrides, "consumed"):
+        ctx.overrides.consumed = True
+    return root
+
+
+def register_phases(name: str, phases: Phases, *, default_config: Callable[[], dict] | None = None,
+                    options: type | None = None, takes_set: bool | None = None, description: str | None = None,
+                    configs: Callable[[Any], dict[str, dict]] | None = None):
+    """Register reproduction ``name`` as its :class:`Phases` (its description from its paper's manifest);
+    ``tdyn config NAME`` prints its plan (or ``configs``: e.g. a sweep's base config, which ``--set`` is checked
+    against before anything runs), ``--judge-only`` judges its tables again."""
+    configs = configs or phases.plan
+    exp = register(name, description, default_config, configs=configs, options=options,
+                   takes_set=False if configs is None and phases.sweeps is None and takes_set is None else takes_set)(lambda ctx: run(phases, ctx))
+    registered(name).phases = phases
+    return exp
+
+
+def finite(x: Any) -> bool:
+    """A table cell that holds a finite number."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

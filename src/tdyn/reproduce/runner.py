@@ -1,0 +1,353 @@
+"""Running reproductions: one (``tdyn reproduce NAME``) or every registered one
+(``tdyn reproduce --all``) into ``DIR/<slug(name)>/`` followed by the report page ``DIR/index.html``."""
+
+from __future__ import annotations
+
+import json
+import platform
+import shlex
+import subprocess
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import tdyn
+from tdyn import docs, papers, runs
+from tdyn.errors import UserError
+from tdyn.config import override_key
+from tdyn.errors import ConfigError
+from tdyn.reproduce.common import configure, write_results
+from tdyn.reproduce.registry import CATALOG, EXPERIMENTS, Experiment, Overrides, ReproduceContext, _option_entry, all_experiments, get
+from tdyn.report.html import build_index, metadata, slug
+from tdyn.report import verdicts
+from tdyn.report.verdicts import count_line
+from tdyn.runs import REPRODUCE as MANIFEST, prepare_dir  # noqa: F401  (prepare_dir: used by the CLI)
+
+
+def descriptions() -> dict[str, str]:
+    """Every reproduction's one-line description (for the report pages), from the papers' manifests and
+    the registrations made so far: no reproduction module is imported to say what it is."""
+    out = {n: r.description for p in papers.manifests() for n, r in p.reproductions.items()}
+    return out | {n: e.description for n, e in EXPERIMENTS._items.items() if n not in out}
+
+
+def accepts(exp: Experiment) -> str:
+    """What ``exp`` accepts, for error messages."""
+    opts = ", ".join(f"--{f.replace('_', '-')}" for f in exp.options.model_fields) if exp.options else ""
+    if exp.takes_set is False:
+        what = "no --set (it trains no run config)"
+    elif exp.configs is not None:
+        what = f"--set on the keys of its run configs (`tdyn config {exp.name}` prints them)"
+    else:
+        what = "--set on its run configs"
+    return f"{exp.name} accepts {what}" + (f"; options: {opts}" if opts else "; no options")
+
+
+def resolved_configs(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
+    """Every run config ``exp`` trains, after ``ctx.overrides``, validated (RunConfig by name); a bad or
+    shadowed override is a ConfigError naming the config."""
+    if exp.configs is None:
+        if exp.default_config is None:
+            raise UserError(f"{exp.name} declares no run config; {accepts(exp)}")
+        raws = {exp.name: exp.default_config()}
+    else:
+        raws = exp.configs(ctx)
+    out = {}
+    for name, raw in raws.items():
+        overrides = Overrides(ctx.overrides)     # a copy (not marked consumed) that keeps --device
+        overrides.device = ctx.device
+        try:
+            out[name] = configure(raw, overrides)
+        except ConfigError as e:
+            raise ConfigError(f"{exp.name} [{name}]: {e}; {accepts(exp)}") from None
+    return out
+
+
+def check_overrides(exp: Experiment, ctx: ReproduceContext) -> None:
+    """Before anything runs: an override ``exp`` cannot use exits 2 with what it accepts."""
+    if not ctx.overrides:
+        return
+    fields = exp.options.model_fields if exp.options else {}
+    for o in ctx.overrides:
+        k = override_key(o)
+        if k in fields:
+            raise UserError(f"--set {o}: {k!r} is an option of {exp.name}, not a config key; "
+                            f"use --{k.replace('_', '-')} {o.split('=', 1)[-1]}")
+    if exp.takes_set is False:
+        raise UserError(f"--set {ctx.overrides[0]}: {accepts(exp)}")
+    if exp.configs is not None:
+        resolved_configs(exp, ctx)
+
+
+def command(exp: Experiment, ctx: ReproduceContext) -> str:
+    """The one command that makes ``ctx.out``'s results again: ``tdyn reproduce NAME --out OUT --force`` with the
+    setting, seed, device, overrides and options (those not at their defaults) of ``ctx``."""
+    parts = ["tdyn", "reproduce", exp.name, "--out", str(ctx.out), "--judge-only" if ctx.judge_only else "--force"]
+    if ctx.quick and not ctx.judge_only:
+        parts.append("--quick")
+    if ctx.seed:
+        parts += ["--seed", str(ctx.seed)]
+    if ctx.device != "cpu":
+        parts += ["--device", ctx.device]
+    for o in ctx.overrides:
+        parts += ["--set", o]
+    if ctx.options is not None and exp.options is not None:
+        default = exp.make_options().model_dump(mode="json")
+        for k, v in ctx.options.model_dump(mode="json").items():
+            if v != default.get(k) and v is not None:
+                parts += [f"--{k.replace('_', '-')}", ",".join(map(str, v)) if isinstance(v, list) else str(v)]
+    return shlex.join(parts)
+
+
+def _dirty() -> bool | None:
+    """Whether the checkout's tracked source differs from its commit (None outside a checkout)."""
+    try:
+        r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/src"],
+                           cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10)
+        return bool(r.stdout.strip()) if r.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def made(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
+    """Where a results.json comes from (its ``made`` block): tdyn version, git commit (and whether the
+    source had uncommitted changes), date, machine, the setting and the one command that regenerates it."""
+    import torch
+
+    info = runs.machine_info()
+    machine = (f"{platform.node()}: {info['processor']}, {info['cpu_count']} CPU cores, torch {info['torch']} "
+               f"({info['torch_threads']} threads)")
+    if ctx.device == "cuda" and torch.cuda.is_available():
+        machine += f", {torch.cuda.get_device_name(0)}"
+    commit = runs.git_commit()
+    return {"tdyn": tdyn.__version__, "git_commit": commit, "uncommitted_changes": _dirty() if commit else None,
+            "date": runs.now(), "machine": machine, "device": ctx.device, "resumed": bool(ctx.resume),
+            "setting": "quick" if ctx.quick else "full", "command": command(exp, ctx)}
+
+
+def run_reproduction(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
+    """Run one reproduction into ``ctx.out`` and write its ``results.json`` (with run time and options).
+
+    ``--set`` overrides are checked first (:func:`check_overrides`); overrides that no run config
+    consumed (a reproduction that does not declare its configs) are an error after the run."""
+    if ctx.options is None and exp.options is not None:
+        ctx.options = exp.make_options()
+    check_overrides(exp, ctx)
+    previous = _tables_made(exp, ctx) if ctx.judge_only else None
+    t0 = time.time()
+    # until its results.json: what makes OUT a reproduction's (tdyn's) for --resume and --force, whatever
+    # the reproduction has written so far
+    runs.write_json(ctx.out / runs.REPRODUCING, {"experiment": exp.name, "started": runs.now()})
+    results = exp.reproduce(ctx)
+    if ctx.overrides and not ctx.overrides.consumed:
+        raise UserError(f"{exp.name} used none of --set {' '.join(ctx.overrides)}; {accepts(exp)}")
+    if ctx.overrides:
+        results.setdefault("overrides", list(ctx.overrides))
+    if ctx.options is not None and ctx.options != exp.make_options():  # recorded when not the defaults
+        results.setdefault("options", ctx.options.model_dump(mode="json"))
+    results.setdefault("experiment", exp.name)
+    if docs.ref(exp.name):
+        results.setdefault("docs", docs.ref(exp.name))   # the reproduction's section in docs/reproductions/
+    results["quick"] = ctx.quick
+    results["made"] = made(exp, ctx)   # provenance: commit, date, machine, the command that regenerates it
+    for c in results.get("claims", []):  # every verdict carries its setting: quick ones are labelled as such
+        c["quick"] = ctx.quick
+    results["wall_seconds"] = round(time.time() - t0, 2)
+    if previous is not None:   # judged again: the tables' provenance and cost stay; the judgement says when and how
+        results["judged"] = {"date": runs.now(), "git_commit": runs.git_commit(), "command": command(exp, ctx),
+                             "seconds": results["wall_seconds"]}
+        for k in ("made", "wall_seconds", "overrides", "options"):
+            if k in previous:
+                results[k] = previous[k]
+    write_results(ctx.out, results)
+    return results
+
+
+def _tables_made(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
+    """``--judge-only``: the results.json whose tables are judged again; the context takes its setting
+    (quick or full) and options, so that the judgement is made as it was."""
+    previous = runs.read_json(ctx.out / runs.RESULTS)
+    ctx.quick = bool(previous.get("quick"))
+    if exp.options is not None and previous.get("options"):   # options given now win over the recorded ones
+        default = exp.make_options().model_dump(mode="json")
+        given = {k: v for k, v in ctx.options.model_dump(mode="json").items() if v != default.get(k)}
+        recorded = {k: v for k, v in previous["options"].items() if k in default}
+        ctx.options = exp.make_options(recorded | given)
+    return previous
+
+
+def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overrides: list[str] | None = None,
+                  device: str = "cpu", progress: bool = True, force: bool = False, resume: bool = False,
+                  names: list[str] | None = None, evidence: str | Path | None = None,
+                  full_under: float | None = None) -> tuple[Path, list[str]]:
+    """Run every registered reproduction (or ``names``) into ``out/<slug>/``, going on past failures
+    (a failed one gets a ``results.json`` with its error and traceback), then write ``out/index.html``.
+    ``evidence``: a directory of full-setting results (the shipped ``docs/results``) that the page leads
+    with. ``full_under`` (with ``quick`` and ``evidence``): a reproduction whose full-setting evidence took
+    at most that many seconds runs at full settings here (its verdicts are re-derived, not shipped); the
+    others run quick, as a check that the pipeline runs here.
+    ``resume``: continue an interrupted ``out`` made with the same options: reproductions it finished are
+    kept, the others continue (their finished runs kept, interrupted ones resumed, as ``reproduce NAME
+    --resume``).
+
+    Returns the page's path and the names of the reproductions that failed.
+    """
+    out = Path(out)
+    exps = [e for e in all_experiments().values() if names is None or e.name in names]
+    for user, source in shares_runs().items():     # a reproduction that reads another's runs comes after it
+        if user in [e.name for e in exps] and source in [e.name for e in exps]:
+            u = next(e for e in exps if e.name == user)
+            exps.remove(u)
+            exps.insert(next(i for i, e in enumerate(exps) if e.name == source) + 1, u)
+    full_here = plan_full(evidence, full_under, quick, [e.name for e in exps])
+    with runs.Locks() as locks:   # one writer per directory: a second reproduce --all into out is refused
+        prepare_dir(out, force or resume, locks=locks, flag="--force" if force else "--resume")
+        previous: list[dict] = []
+        if resume and (out / MANIFEST).exists():
+            old = runs.read_manifest(out / MANIFEST)
+            mine = {"seed": seed, "quick": quick, "overrides": list(overrides or []), "device": device,
+                    "full_under": full_under}
+            if {k: old.get(k) for k in mine} != mine:
+                raise UserError(f"--resume: {str(out)!r} was made with other options than these "
+                                f"({', '.join(f'{k} {v!r}' for k, v in mine.items())}); run it with its own, or "
+                                f"choose another --out")
+            previous = old["reproductions"]
+        return _reproduce_all(out, exps, seed=seed, quick=quick, overrides=overrides, device=device,
+                              progress=progress, locks=locks, resume=resume, previous=previous,
+                              evidence=evidence, full_under=full_under, full_here=full_here)
+
+
+def plan_full(evidence: str | Path | None, full_under: float | None, quick: bool, names: list[str]) -> set[str]:
+    """The reproductions of a ``--quick`` run that run at full settings here: those whose full-setting
+    evidence took at most ``full_under`` seconds (its ``wall_seconds``). Bad combinations exit 2."""
+    if evidence is not None:
+        evidence = verdicts.evidence_dir(evidence)
+    if full_under is None:
+        return set()
+    if not (full_under >= 0 and full_under < float("inf")):
+        raise UserError(f"--full-under {full_under}: must be a finite number of seconds >= 0")
+    if evidence is None:
+        raise UserError("--full-under needs --evidence DIR (it reads the full-setting run times recorded there)")
+    if not quick:
+        raise UserError("--full-under picks which reproductions of a --quick run go full; without --quick all run full")
+    ev = verdicts.full_evidence(evidence)
+    cheap = {n for n in names if n in ev and (t := cost(n, ev[n][1])) is not None and t <= full_under}
+    # one that reads another's runs goes full only with it (in --all it reuses them)
+    shared = shares_runs()
+    return {n for n in cheap if shared.get(n) is None or shared[n] in cheap}
+
+
+def cost(name: str, res: dict[str, Any]) -> float | None:
+    """The wall time of a full-setting result as a measure of what its full run costs, or None where the
+    time does not measure the default full setting: a result judged on runs trained elsewhere (``at_step``),
+    resumed, or made with options (another setting, or earlier runs or tables reused: ``--rejudge``,
+    ``--from-tables``); ``--sweep-dir`` only places a sweep."""
+    t = res.get("wall_seconds")
+    made_ = res.get("made") if isinstance(res.get("made"), dict) else {}
+    if not isinstance(t, (int, float)) or res.get("at_step") is not None or made_.get("resumed"):
+        return None
+    options = {k: v for k, v in (res.get("options") or {}).items() if v is not None}
+    options.pop("sweep_dir", None)   # where the sweep lives, not what it is
+    return None if options else float(t)
+
+
+def shares_runs() -> dict[str, str]:
+    """Reproductions that read another's runs (their manifest's ``reuses``): in a ``--all`` directory they reuse them."""
+    return {n: r.reuses for p in papers.manifests() for n, r in p.reproductions.items() if r.reuses}
+
+
+def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides, device, progress, locks, resume,
+                   previous: list[dict], evidence=None, full_under=None, full_here: set[str] = frozenset()):
+    """``previous``: the manifest entries of the run ``--resume`` continues (a finished one is kept; every
+    one not reached yet stays listed, so an interrupt loses none of them)."""
+    done = {e.get("name"): e for e in previous
+            if e.get("status") == "finished" and (out / e["dir"] / runs.RESULTS).is_file()}
+    manifest = {"seed": seed, "quick": quick, "overrides": list(overrides or []), "device": device,
+                "full_under": full_under, "evidence": str(Path(evidence).resolve()) if evidence is not None else None,
+                "started": runs.now(), "ended": None, "metadata": metadata(), "reproductions": []}
+    quick_of = {e.name: quick and e.name not in full_here for e in exps}
+
+    def save() -> None:
+        reached = {e["name"] for e in manifest["reproductions"]}
+        runs.write_json(out / MANIFEST, manifest | {"reproductions": manifest["reproductions"] +
+                                                    [e for e in previous if e.get("name") not in reached]})
+
+    for i, exp in enumerate(exps):
+        sub = out / slug(exp.name)
+        if exp.name in done:     # --resume: finished before
+            manifest["reproductions"].append(done[exp.name])
+            print(f"[{i + 1}/{len(exps)}] {exp.name}: kept (finished before)", flush=True)
+            continue
+        sub.mkdir(exist_ok=True)
+        locks.acquire(sub)    # one writer: a `reproduce NAME --out` into it while this runs is refused
+        if not resume:        # (only with force) no stale figures or tables of an earlier run
+            runs.clear_own(sub, reproduction=True)
+        q = quick_of[exp.name]
+        entry = {"name": exp.name, "dir": sub.name, "status": "running", "quick": q}
+        manifest["reproductions"].append(entry)
+        save()
+        print(f"[{i + 1}/{len(exps)}] {exp.name}" + (" (full settings: its full run took "
+              f"<= {full_under:g} s)" if exp.name in full_here else ""), flush=True)
+        # --set applies to the reproductions that train; those that train nothing run without it
+        ctx = ReproduceContext(out=sub, seed=seed, quick=q, device=device, progress=progress, resume=resume,
+                               overrides=[] if exp.takes_set is False else list(overrides or []))
+        source = shares_runs().get(exp.name)
+        if (source and exp.options is not None and "sweep_dir" in exp.options.model_fields
+                and any(e.name == source for e in exps) and quick_of.get(source) == q):
+            ctx.options = exp.make_options({"sweep_dir": out / slug(source) / runs.RUNS})  # trained once
+        t0 = time.time()
+        try:
+            results = run_reproduction(exp, ctx)
+            entry["status"] = "finished"
+            print(f"    {count_line(results.get('claims', []))} — "
+                  + ("quick settings (a pipeline check)" if q else "full settings") + ", made here"
+                  + f" ({results['wall_seconds']:.1f}s)", flush=True)
+        except KeyboardInterrupt:  # the page still shows what finished
+            entry["status"] = "interrupted"
+            save()
+            print(f"report so far: {build_index(out, descriptions=descriptions(), evidence=evidence)}", flush=True)
+            raise
+        except Exception as e:  # recorded in the page; the other reproductions still run
+            entry["status"] = "failed"
+            write_results(sub, {"experiment": exp.name, "claims": [], "quick": q, "seed": seed,
+                                "wall_seconds": round(time.time() - t0, 2), "error": f"{type(e).__name__}: {e}",
+                                "traceback": traceback.format_exc()})
+            print(f"    FAILED: {type(e).__name__}: {e}", flush=True)
+        entry["wall_seconds"] = round(time.time() - t0, 2)
+    manifest["ended"] = runs.now()
+    save()
+    return (build_index(out, descriptions=descriptions(), evidence=evidence),
+            [e["name"] for e in manifest["reproductions"] if e["status"] == "failed"])
+
+
+# The catalog (what `tdyn list`, `--help` and `tdyn config NAME` read without importing experiments).
+
+def build_catalog() -> dict[str, dict]:
+    """What ``tdyn list``, ``tdyn reproduce NAME --help`` and a plain ``tdyn config NAME [--quick]`` show
+    of every built-in reproduction (name, description, kinds, typed options, the resolved run configs at
+    the default seed 0 without overrides), from the registrations themselves (imports every module)."""
+    out = {}
+    for name in EXPERIMENTS.table:
+        e = get(name)
+        configs = {}
+        if e.configs is not None or e.default_config is not None:
+            for mode in ("full", "quick"):
+                ctx = ReproduceContext(out=Path("."), seed=0, quick=mode == "quick", overrides=[],
+                                       options=e.make_options({}))
+                configs[mode] = {n: c.model_dump(mode="json") for n, c in resolved_configs(e, ctx).items()}
+        out[name] = {"description": e.description,
+                     "kinds": [k for k, ok in (("reproduce", e.reproduce), ("run", e.default_config)) if ok],
+                     "options": {f: _option_entry(i) for f, i in (e.options.model_fields.items() if e.options else ())},
+                     "configs": configs}
+    return out
+
+
+def catalog_text() -> str:
+    return json.dumps(build_catalog(), indent=1, ensure_ascii=False) + "\n"
+
+
+def write_catalog() -> Path:
+    """Regenerate ``catalog.json`` from the registrations (``make catalog``)."""
+    CATALOG.write_text(catalog_text(), encoding="utf-8")
+    return CATALOG

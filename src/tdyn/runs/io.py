@@ -1,0 +1,140 @@
+"""JSON and CSV as tdyn writes and reads them, and :class:`CorruptFile`.
+
+Writing: :func:`dumps_json` (``json.dumps(indent=2)``'s text, faster), :func:`write_json`,
+:func:`write_csv`, all atomic. Reading: whatever reads a file checks it, and a missing, truncated,
+garbled or ill-typed file is a :class:`CorruptFile` (a UserError: exit 2) naming the file and what is
+wrong; the small checks here (:func:`_object`, :func:`_field`) are what the readers of each file use.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from tdyn.errors import UserError
+from tdyn.runs.atomic import atomic_write_bytes, atomic_write_text
+
+
+class CorruptFile(UserError):
+    """A file of a tdyn directory is missing, truncated, garbled or inconsistent; names it and what is wrong."""
+
+    def __init__(self, path: Path, problem: str):
+        self.path, self.problem = Path(path), problem
+        super().__init__(f"{str(path)!r} {problem}")
+
+
+_leaf = json.JSONEncoder(allow_nan=False).encode    # one value: C-encoded (a container is never passed)
+
+
+class _NotPlain(Exception):
+    """A dict key that is not a str: left to json.dumps, which converts it."""
+
+
+def _indented(obj: Any, pad: str) -> str:
+    """``obj`` as json.dumps(indent=2) writes it at indentation ``pad``: containers here, values by json's C encoder."""
+    inner = pad + "  "
+    if isinstance(obj, dict):
+        if not obj:
+            return "{}"
+        if not all(type(k) is str for k in obj):
+            raise _NotPlain
+        return "{\n" + ",\n".join(f"{inner}{_leaf(k)}: {_indented(v, inner)}" for k, v in obj.items()) + f"\n{pad}}}"
+    if isinstance(obj, (list, tuple)):
+        if not obj:
+            return "[]"
+        return "[\n" + ",\n".join(inner + _indented(v, inner) for v in obj) + f"\n{pad}]"
+    return _leaf(obj)
+
+
+def dumps_json(obj: Any) -> str:
+    """``json.dumps(obj, indent=2, allow_nan=False)``, the same text (tested), faster on tdyn's files: with
+    ``indent`` the json module encodes in pure Python, here only the nesting is Python and every value goes
+    through json's C encoder (a job of 80 runs writes 240 such files; benchmarks/README.md#measurements-behind-the-code)."""
+    try:
+        return _indented(obj, "")
+    except (_NotPlain, ValueError, RecursionError):   # json.dumps says what is wrong, in its own words
+        return json.dumps(obj, indent=2, allow_nan=False)
+
+
+def json_file(path: Path, obj: Any) -> tuple[Path, bytes]:
+    """``(path, contents)`` of ``obj`` as tdyn writes JSON (for :func:`atomic_write_many`)."""
+    return Path(path), (dumps_json(obj) + "\n").encode()
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(*json_file(path, obj))
+
+
+def write_csv(path: str | Path, rows: list[dict[str, Any]], columns: list[str]) -> Path:
+    """Write ``rows`` with exactly ``columns`` (atomically)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="raise", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: r[c] for c in columns})
+    atomic_write_text(Path(path), buf.getvalue())
+    return Path(path)
+
+
+def _os_error(path: Path, e: OSError) -> CorruptFile:
+    """The one-line error for a file tdyn cannot read."""
+    if isinstance(e, FileNotFoundError):
+        return CorruptFile(path, "is missing")
+    if isinstance(e, IsADirectoryError):
+        return CorruptFile(path, "is a directory, not a file")
+    return CorruptFile(path, f"cannot be read ({e.strerror})")
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise _os_error(path, e) from None
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")   # NaN / Infinity: tdyn never writes them
+
+
+def _parse_json(data: bytes) -> Any:
+    return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file tdyn wrote; missing, truncated, garbled (not UTF-8, not JSON) is a :class:`CorruptFile`."""
+    data = _read_bytes(path)
+    try:
+        return _parse_json(data)
+    except UnicodeDecodeError as e:
+        raise CorruptFile(path, f"is not UTF-8 text (byte {e.start}): garbled") from None
+    except json.JSONDecodeError as e:
+        raise CorruptFile(path, f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}): "
+                                f"truncated or garbled") from None
+    except ValueError as e:
+        raise CorruptFile(path, f"is not valid JSON ({e}): garbled") from None
+
+
+def _json_type(v: Any) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(type(v), "number")
+
+
+def _object(path: Path, what: str) -> dict:
+    obj = read_json(path)
+    if not isinstance(obj, dict):
+        raise CorruptFile(path, f"holds a JSON {_json_type(obj)}, not {what} (a JSON object)")
+    return obj
+
+
+def _field(path: Path, obj: dict, key: str, typ: type, what: str) -> Any:
+    v = obj.get(key)
+    if not isinstance(v, typ) or (isinstance(v, bool) and typ is not bool):
+        raise CorruptFile(path, f"has {key!r} = {_short(v)}, not {what}")
+    return v
+
+
+def _short(v: Any) -> str:
+    text = json.dumps(v) if not isinstance(v, str) else repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,198 @@
+"""The records of tdyn's directories, each read and checked: a run's ``config.json``, ``meta.json`` and
+``metrics.jsonl``, a job's ``ensemble.json``, a sweep's ``sweep.json``, a reproduction's
+``results.json`` and a ``reproduce --all`` directory's ``reproduce.json``; and which run directories a
+job or sweep holds (:func:`job_dirs`). A bad file is a :class:`~tdyn.runs.io.CorruptFile` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tdyn.config import RunConfig, validate_config
+from tdyn.errors import UserError
+from tdyn.runs.atomic import atomic_write_bytes
+from tdyn.runs.checkpoints import checkpoint_steps
+from tdyn.runs.io import CorruptFile, _field, _json_type, _object, _parse_json, _read_bytes, _short
+from tdyn.runs.names import CONFIG, DONE, ENSEMBLE, META, METRICS, STATUSES, SWEEP
+
+
+def is_run_dir(path: Path) -> bool:
+    return (Path(path) / CONFIG).exists() and (Path(path) / META).exists()
+
+
+def read_results(path: Path) -> dict:
+    """A reproduction's ``results.json``, checked: a JSON object whose ``claims`` (if present) is a list of
+    objects (what the report and the verdict table read)."""
+    path = Path(path)
+    res = _object(path, "a reproduction's results")
+    claims = res.get("claims", [])
+    if not isinstance(claims, list) or not all(isinstance(c, dict) for c in claims):
+        raise CorruptFile(path, f"has 'claims' = {_short(claims)}, not a list of claims (JSON objects)")
+    return res
+
+
+def read_manifest(path: Path) -> dict:
+    """A ``reproduce --all`` directory's ``reproduce.json``, checked: a JSON object whose ``reproductions``
+    is a list of objects each naming its ``dir`` (a subdirectory's name)."""
+    path = Path(path)
+    man = _object(path, "a reproduce --all manifest")
+    entries = _field(path, man, "reproductions", list, "a list of reproductions")
+    for e in entries:
+        if not isinstance(e, dict) or not isinstance(e.get("dir"), str) or not e["dir"] \
+                or Path(e["dir"]).name != e["dir"] or e["dir"] in (".", ".."):
+            raise CorruptFile(path, f"has a reproduction {_short(e)} without a subdirectory name 'dir'")
+    return man
+
+
+def metrics_file(run_dir: Path, records: list[dict]) -> tuple[Path, bytes]:
+    """``metrics.jsonl``'s path and contents for ``records`` (for :func:`atomic_write_many`)."""
+    return Path(run_dir) / METRICS, "".join(json.dumps(r, allow_nan=False) + "\n" for r in records).encode()
+
+
+def write_metrics(run_dir: Path, records: list[dict]) -> None:
+    atomic_write_bytes(*metrics_file(run_dir, records))
+
+
+def _record_problem(rec: Any, prev: int | None) -> str | None:
+    if not isinstance(rec, dict):
+        return f"is a JSON {_json_type(rec)}, not a record"
+    step = rec.get("step")
+    if type(step) is not int or step < 0:
+        return f"has step {_short(step)}, not a whole number"
+    if prev is not None and step <= prev:
+        return f"has step {step} after step {prev} (steps must increase)"
+    for k, v in rec.items():
+        if v is not None and not isinstance(v, (int, float)):
+            return f"has {k!r} = {_short(v)}, not a number"
+    return None
+
+
+def scan_metrics(run_dir: Path) -> tuple[list[dict], CorruptFile | None]:
+    """``metrics.jsonl``'s records up to its first bad line, and what is wrong with that line (None
+    when all are good; a missing file gives no records and its problem). Resume keeps such a prefix;
+    every other reader uses :func:`read_metrics`."""
+    p = Path(run_dir) / METRICS
+    try:
+        data = _read_bytes(p)
+    except CorruptFile as e:
+        return [], e
+    recs: list[dict] = []
+    lines = data.split(b"\n")
+    for n, line in enumerate(lines, 1):
+        if n == len(lines) and not line:   # after the last newline
+            break
+        try:
+            rec = _parse_json(line)
+        except ValueError:                  # not UTF-8, not JSON (UnicodeDecodeError is a ValueError)
+            return recs, CorruptFile(p, f"line {n} is not valid JSON: truncated or garbled")
+        problem = _record_problem(rec, recs[-1]["step"] if recs else None)
+        if problem:
+            return recs, CorruptFile(p, f"line {n} {problem}")
+        recs.append(rec)
+    return recs, None
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """Every record of ``metrics.jsonl``; a bad line is a :class:`CorruptFile` naming it. No file yet is
+    no records only for a run without a checkpoint or a result (running, or failed or interrupted before
+    its first checkpoint when ``checkpoint.initial`` is false)."""
+    recs, problem = scan_metrics(run_dir)
+    if problem is None:
+        return recs
+    if not (Path(run_dir) / METRICS).exists() and not checkpoint_steps(run_dir) \
+            and read_meta(run_dir)["status"] not in DONE:
+        return []
+    if not (Path(run_dir) / METRICS).exists():
+        raise CorruptFile(problem.path, "is missing, but the run has checkpoints or has ended")
+    raise problem
+
+
+def read_config(run_dir: Path) -> dict:
+    """``config.json`` as written (a JSON object; :func:`load_run_config` validates it)."""
+    return _object(Path(run_dir) / CONFIG, "a run config")
+
+
+def config_from(raw: Any, path: Path) -> RunConfig:
+    """``raw``, read from ``path``, validated as a run config; a bad key is a CorruptFile naming the file."""
+    if not isinstance(raw, dict):
+        raise CorruptFile(path, f"holds {_short(raw)} where a run config (a JSON object) belongs")
+    try:
+        return validate_config(raw)
+    except UserError as e:
+        raise CorruptFile(path, f"is not a valid run config: {e}") from None
+
+
+def load_run_config(run_dir: Path) -> RunConfig:
+    """A run's ``config.json``, validated."""
+    return config_from(read_config(run_dir), Path(run_dir) / CONFIG)
+
+
+def read_meta(run_dir: Path) -> dict:
+    """``meta.json``, checked: a JSON object with a known ``status`` and a whole-number ``seed``."""
+    path = Path(run_dir) / META
+    meta = _object(path, "run metadata")
+    _field(path, meta, "status", str, f"one of {', '.join(STATUSES)}")
+    if meta["status"] not in STATUSES:
+        raise CorruptFile(path, f"has status {meta['status']!r}, not one of {', '.join(STATUSES)}")
+    _field(path, meta, "seed", int, "a whole number")
+    return meta
+
+
+
+def read_ensemble(out: str | Path) -> dict:
+    """A job's ``ensemble.json``, checked: ``config`` (an object), ``members`` and ``dirs`` (lists of names,
+    as many of each). :func:`ensemble_dirs` checks where the directories lie."""
+    path = Path(out) / ENSEMBLE
+    ens = _object(path, "an ensemble manifest")
+    _field(path, ens, "config", dict, "a run config (a JSON object)")
+    for key in ("members", "dirs"):
+        v = _field(path, ens, key, list, "a list of names")
+        if not all(isinstance(x, str) and x for x in v):
+            raise CorruptFile(path, f"has {key!r} = {_short(v)}, not a list of names")
+    if len(ens["members"]) != len(ens["dirs"]):
+        raise CorruptFile(path, f"lists {len(ens['members'])} members but {len(ens['dirs'])} directories")
+    return ens
+
+
+def ensemble_dirs(out: str | Path) -> list[Path]:
+    """The member directories ``ensemble.json`` in ``out`` lists, each checked to lie inside ``out`` (or,
+    for a sweep's job manifest ``SWEEP_DIR/.jobs/<job>``, inside the sweep directory): a manifest
+    naming ``../elsewhere`` is refused, so resume never writes outside the job."""
+    out = Path(out)
+    root = out.parent.parent if out.parent.name == ".jobs" else out
+    dirs = []
+    for p in read_ensemble(out)["dirs"]:
+        d = out / p
+        if not d.resolve().is_relative_to(root.resolve()) or d.resolve() == root.resolve():
+            raise UserError(f"{str(out / ENSEMBLE)!r}: member directory {p!r} lies outside {str(root)!r}")
+        dirs.append(d)
+    return dirs
+
+
+def read_sweep(out: str | Path) -> dict:
+    """A sweep's ``sweep.json``, checked: ``spec`` (an object) and ``runs``, each with a ``name`` (one
+    path component: a directory of the sweep), a ``status`` and its ``axes``."""
+    path = Path(out) / SWEEP
+    sw = _object(path, "a sweep record")
+    _field(path, sw, "spec", dict, "a sweep spec (a JSON object)")
+    for i, r in enumerate(_field(path, sw, "runs", list, "a list of runs")):
+        if not isinstance(r, dict):
+            raise CorruptFile(path, f"has runs[{i}] = {_short(r)}, not a run record")
+        name = _field(path, r, "name", str, "a run name")
+        if name in ("", ".", "..") or Path(name).name != name or "\\" in name or "\0" in name:
+            raise CorruptFile(path, f"has run name {name!r}, not a directory name inside the sweep")
+        _field(path, r, "status", str, "a status")
+        _field(path, r, "axes", dict, "the run's axes (a JSON object)")
+    return sw
+
+
+def job_dirs(out: str | Path) -> list[Path]:
+    """The run directories of a job (``ensemble.json``), a sweep (``sweep.json``), or ``out`` itself."""
+    out = Path(out)
+    if (out / SWEEP).exists():
+        return [out / r["name"] for r in read_sweep(out)["runs"] if is_run_dir(out / r["name"])]
+    if (out / ENSEMBLE).exists():
+        return [d for d in ensemble_dirs(out) if is_run_dir(d)]
+    return [out] if is_run_dir(out) else []
