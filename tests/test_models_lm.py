@@ -98,7 +98,7 @@ def test_bf16_autocast_loss_uses_the_fused_path_and_stays_close(monkeypatch):
     are as close to float32 as torch's own autocast of the dense path: each gradient's distance to the
     float32 one at most 1.1× the dense autocast's (+1e-4 relative), the loss within 1e-3 of float32 (bf16
     keeps 8 bits, so its gradients here differ from float32 by 0.01%–5% relative, either way)."""
-    from tdyn.papers.real_text import model
+    from tdyn.papers.real_text import model as lm
 
     calls = []
     fused = lm.linear_cross_entropy

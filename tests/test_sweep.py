@@ -112,7 +112,7 @@ def test_forked_and_spawned_workers_train_the_same_bits(tmp_path, monkeypatch):
 def test_large_jobs_are_split_by_seed_bit_for_bit(tmp_path):
     """A job above ``job_members`` is cut into seed chunks (Fig 6: 4 jobs of 160 → 8 of 80 by default);
     the split changes which process trains a run, never its result: final tensors equal bit for bit."""
-    from tdyn.papers.scan_snap.fig6 import FIG6, fig6_spec
+    from tdyn.papers.scan_snap.analysis import FIG6, fig6_spec
 
     fig6 = plan(load_spec(fig6_spec(FIG6)))
     assert [len(j.runs) for j in fig6] == [80] * 8 and {tuple(j.config["seeds"]) for j in fig6} == {(1, 2, 3, 4, 5), (6, 7, 8, 9, 10)}

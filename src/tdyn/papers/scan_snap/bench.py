@@ -18,7 +18,7 @@ from tdyn.bench import compare, on_device, usage, usage_delta, wall_python, regi
 from tdyn.config import validate_config
 from tdyn.papers.scan_snap import data as scan_snap
 from tdyn.papers.scan_snap.data import SYN_SMALL
-from tdyn.papers.scan_snap.fig6 import FIG6, fig6_spec
+from tdyn.papers.scan_snap.analysis import FIG6, fig6_spec
 from tdyn.papers.scan_snap.task import yz_config
 from tdyn.sweep import run_sweep
 from tdyn.sweep.executors import start_method
