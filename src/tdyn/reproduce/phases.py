@@ -27,7 +27,6 @@ import dataclasses
 import hashlib
 import io
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -152,8 +151,3 @@ def register_phases(name: str, phases: Phases, *, default_config: Callable[[], d
                    takes_set=False if configs is None and phases.sweeps is None and takes_set is None else takes_set)(lambda ctx: run(phases, ctx))
     registered(name).phases = phases
     return exp
-
-
-def finite(x: Any) -> bool:
-    """A table cell that holds a finite number."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
