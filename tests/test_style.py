@@ -13,7 +13,7 @@ def test_series_are_distinct_beyond_the_palette():
 
 
 def test_sweep_plot_with_twelve_curves_identifies_each(tmp_path):
-    from tdyn.sweep import plot_metric
+    from tdyn.report.plots import plot_metric
 
     rows = [{"lr": lr, "x": x, "loss_mean": lr * x, "loss_std": 0.1} for lr in range(12) for x in (1, 2, 3)]
     path = tmp_path / "s.csv"

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from tdyn import runs
-from tdyn.sweep import plot_metric, run_sweep, summarize
+from tdyn.report.plots import plot_metric
+from tdyn.sweep import run_sweep, summarize
 from tdyn.sweep.executors import LocalExecutor, pool_map
 from tdyn.sweep.spec import cells, load_spec, plan
 
@@ -159,6 +160,8 @@ def test_local_sweep_skip_summary_and_failure(tmp_path):
     png = plot_metric(out / "summary.csv", "loss", x="optim.groups.Y.lr", curve="data.seq_len",
                       path=out / "loss.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import tdyn.sweep
+    assert tdyn.sweep.plot_metric is plot_metric        # its old home still imports it
     before = {n: (out / n / "metrics.jsonl").stat().st_mtime_ns for n in st}
     run_sweep(SPEC, out, workers=2, progress=False)         # finished runs are skipped
     assert {n: (out / n / "metrics.jsonl").stat().st_mtime_ns for n in st} == before
