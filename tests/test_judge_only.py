@@ -87,3 +87,25 @@ def test_planned_sweeps_are_run_by_the_runner(tmp_path):
     assert seen[-1] == root and metrics.stat().st_mtime_ns == stamp and not (b.out / "runs").exists()
     run(phases, ReproduceContext(out=b.out, progress=False, options=SimpleNamespace(sweep_dir=a.out / "runs")))
     assert seen[-1] != root and seen[-1].parent == root.parent and (b.out / "t.csv").is_file()
+
+
+def test_optional_tables_may_be_missing_only_when_judging_again(tmp_path):
+    """Phases.optional: --judge-only on a directory made before a table was kept judges without it (judge sees
+    it absent, results.json lists only the tables there); a missing required table is the one-line error."""
+    import pytest
+
+    from tdyn.errors import UserError
+    from tdyn.reproduce.phases import Phases, run
+    from tdyn.reproduce.registry import ReproduceContext
+
+    phases = Phases(measure=lambda ctx, trained: {"a": [{"x": 1}], "b": [{"y": 2}]}, tables=("a", "b"),
+                    optional=("b",), judge=lambda ctx, t: {"claims": [], "seen": sorted(t)})
+    ctx = ReproduceContext(out=tmp_path, progress=False)
+    assert run(phases, ctx)["seen"] == ["a", "b"]
+    (tmp_path / "b.csv").unlink()
+    ctx.judge_only = True
+    res = run(phases, ctx)
+    assert res["seen"] == ["a"] and res["files"] == ["a.csv"]
+    (tmp_path / "a.csv").unlink()
+    with pytest.raises(UserError, match="a.csv' is missing"):
+        run(phases, ctx)

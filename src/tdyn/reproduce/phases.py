@@ -44,7 +44,9 @@ Tables = dict[str, list[dict[str, Any]]]
 class Phases:
     """The four phases of a reproduction (see the module docstring). ``tables`` names the tables
     ``judge`` and ``draw`` read, in the order they are written; ``columns`` fixes a table's columns
-    where its rows do not (e.g. an empty table); ``sweeps`` the sweeps it trains besides ``plan``'s runs."""
+    where its rows do not (e.g. an empty table); ``sweeps`` the sweeps it trains besides ``plan``'s runs;
+    ``optional`` the tables a directory made before they were kept may lack (``--judge-only`` then judges
+    without them: ``judge`` and ``draw`` see them absent from the tables)."""
 
     measure: Callable[[Any, dict[str, list[Path]]], Tables]
     judge: Callable[[Any, Tables], dict[str, Any]]
@@ -53,6 +55,7 @@ class Phases:
     draw: Callable[[Any, Tables, dict[str, Any]], list[str]] | None = None
     columns: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     sweeps: Callable[[Any], dict[str, dict]] | None = None
+    optional: tuple[str, ...] = ()
 
 
 _INT = re.compile(r"[+-]?\d+\Z")
@@ -96,6 +99,8 @@ def tables_of(ctx, phases: Phases) -> Tables:
     out = {}
     for t in phases.tables:
         path = Path(ctx.out) / f"{t}.csv"
+        if not path.is_file() and t in phases.optional:
+            continue
         if not path.is_file():
             raise UserError(f"--judge-only: {str(path)!r} is missing (judge-only reads the tables a run of this "
                             f"reproduction wrote into --out)")
@@ -122,7 +127,7 @@ def run(phases: Phases, ctx) -> dict[str, Any]:
             tables[t] = read_table(path)
     results = phases.judge(ctx, tables)
     figures = phases.draw(ctx, tables, results) if phases.draw else []
-    results.setdefault("files", [f"{t}.csv" for t in phases.tables] + list(figures))
+    results.setdefault("files", [f"{t}.csv" for t in phases.tables if t in tables] + list(figures))
     return results
 
 

@@ -18,10 +18,9 @@ from tdyn.errors import UserError
 from tdyn.papers.real_text.analysis import CORPORA, LM_DEPARTURES, font_sizes, is_quick, lm_config, lm_groups
 from tdyn.papers.real_text.model import LMConfig
 from tdyn.report import style
-from tdyn.reproduce import phases
 from tdyn.reproduce.common import claim, decide, every_cell, reading
-from tdyn.reproduce.phases import Phases, read_table
-from tdyn.reproduce.registry import ReproduceContext, get as registered, register
+from tdyn.reproduce.phases import Phases, read_table, register_phases
+from tdyn.reproduce.registry import ReproduceContext
 from tdyn.schema import Strict
 
 
@@ -393,17 +392,8 @@ def draw_entropy_vs_lr(out_dir: Path, quick: bool | None = None, note: str | Non
                       is_quick(out_dir, quick), note, out_dir / "entropy_vs_lr.png")
 
 
-PHASES = Phases(plan=fig10_all, measure=measure, judge=judge, draw=draw, tables=tuple(COLUMNS), columns=COLUMNS)
-#: the tables of a directory made before ratio_curves.csv was kept (docs/results/real__entropy-vs-lr*): judged
-#: at each run's last probe, as they were
-BEFORE_RATIO_CURVES = dataclasses.replace(PHASES, tables=("final_entropy", "entropy_curves", "ratio"))
-
-
-def reproduce(ctx: ReproduceContext) -> dict[str, Any]:
-    """:data:`PHASES`; ``--judge-only`` on a directory without ratio_curves.csv judges :data:`BEFORE_RATIO_CURVES`."""
-    before = ctx.judge_only and not (Path(ctx.out) / "ratio_curves.csv").is_file()
-    return phases.run(BEFORE_RATIO_CURVES if before else PHASES, ctx)
-
-
-register("real/entropy-vs-lr", configs=fig10_all, options=EntropyVsLrOptions)(reproduce)
-registered("real/entropy-vs-lr").phases = PHASES
+#: ratio_curves.csv is optional: the committed evidence (docs/results/real__entropy-vs-lr*) was made before it
+#: was kept, and is judged at each run's last probe, as it was
+PHASES = Phases(plan=fig10_all, measure=measure, judge=judge, draw=draw, tables=tuple(COLUMNS), columns=COLUMNS,
+                optional=("ratio_curves",))
+register_phases("real/entropy-vs-lr", PHASES, configs=fig10_all, options=EntropyVsLrOptions)
