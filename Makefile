@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-core
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test install browser clean verdicts catalog
+.PHONY: evidence demo test install browser clean verdicts catalog
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,14 @@ clean:
 # What `tdyn list` and `--help` read (no experiment module imported): from the registrations.
 catalog: $(STAMP)
 	$(BIN)/python -c 'from tdyn.reproduce.runner import write_catalog; print("wrote", write_catalog())'
+
+# Every reproduction at full settings, WORKERS at once, the longest first (GPU-scale ones quick: their full
+# evidence is made on a GPU); then the full results copied into docs/results/ and the README's table regenerated.
+WORKERS ?= 2
+evidence: $(STAMP)
+	$(BIN)/tdyn reproduce --all --workers $(WORKERS) --evidence docs/results --out out/evidence --force
+	$(BIN)/python -c 'from tdyn.reproduce.runner import export_evidence; print("copied:", *export_evidence("out/evidence", "docs/results"))'
+	$(MAKE) verdicts
 
 # The README's verdict table, from the full-setting results.json files in docs/results/.
 verdicts: $(STAMP)

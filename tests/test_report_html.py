@@ -342,6 +342,8 @@ def test_full_under_runs_the_cheap_ones_at_full_settings(tmp_path, fake_experime
     (["reproduce", "--all", "--full-under", "60", "--evidence", "{ev}"], "without --quick"),
     (["reproduce", "scan-snap/fig3", "--evidence", "{ev}"], "goes with --all"),
     (["reproduce", "scan-snap/fig3", "--full-under", "5"], "goes with --all"),
+    (["reproduce", "scan-snap/fig3", "--workers", "2"], "--workers goes with --all"),
+    (["reproduce", "--all", "--quick", "--workers", "0"], "--workers 0: must be a whole number >= 1"),
     (["report", "{ev}", "--evidence", "{tmp}/missing"], "no such directory"),
     (["report", "{ev}", "--evidence", "{ev}", "--readme", "{tmp}/README.md"], "--readme writes"),
     (["report", "{tmp}/empty", "--evidence", "{ev}"], "holds no results.json"),
@@ -449,3 +451,70 @@ def test_a_page_s_copies_of_its_evidence_are_not_results(tmp_path, fake_experime
     assert (out / "report_files" / "evidence" / "test__fake" / "results.json").exists()
     assert [d.name for d, _ in collect(out)] == ["test__fake"]
     reproduce_all(out, quick=True, names=["test/fake"], evidence=ev, progress=False, force=True)   # --force clears them
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread, as the CLI sets it: the workers fork, so they see the tests' registrations."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_reproduce_all_on_two_workers(tmp_path, fake_experiments, monkeypatch, one_thread):
+    """--workers 2: the same directories, results and page as one after another (the manifest in the
+    registry's order, with the whole run's wall time); the longest first by the evidence's run times, and a
+    reproduction that reuses another's runs starts only after that one finished."""
+    from tdyn.reproduce import registry, runner
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    reproduce_all(one, quick=True, seed=4, names=fake_experiments, progress=False)
+    page, failed = reproduce_all(two, quick=True, seed=4, names=fake_experiments, progress=False, workers=2)
+    assert failed == ["test/fails"] and page == two / "index.html"
+    m1, m2 = runs.read_json(one / MANIFEST), runs.read_json(two / MANIFEST)
+    assert [(r["name"], r["status"]) for r in m2["reproductions"]] == [(r["name"], r["status"]) for r in m1["reproductions"]]
+    assert m2["workers"] == 2 and m2["wall_seconds"] > 0 and m1["workers"] == 1
+    for name in fake_experiments:
+        a, b = (runs.read_json(d / slug(name) / "results.json") for d in (one, two))
+        assert a.get("claims") == b.get("claims") and a.get("error") == b.get("error")
+    assert len(check_links(page).claim_rows) == 1 + 3
+    # the schedule: c reuses a's runs; costs b > a
+    for n in ("test/a", "test/b", "test/c"):
+        monkeypatch.setitem(registry._REGISTRY, n, registry.Experiment(n, "", registry.get("test/fake").reproduce))
+    monkeypatch.setattr(runner, "shares_runs", lambda: {"test/c": "test/a"})
+    exps = [registry.get(n) for n in ("test/c", "test/a", "test/b")]
+    events = []
+
+    def start(i, exp):
+        events.append(("start", exp.name))
+        (tmp_path / "s" / slug(exp.name)).mkdir(parents=True)
+        return {"name": exp.name}, {"out": tmp_path / "s" / slug(exp.name), "quick": True, "progress": False}
+
+    runner._in_parallel(exps, 2, start, lambda entry, outcome: events.append(("end", entry["name"], outcome["status"])),
+                        {"test/c": 100.0, "test/b": 10.0, "test/a": 1.0})
+    starts = [e[1] for e in events if e[0] == "start"]
+    assert starts[:2] == ["test/b", "test/a"] and starts[2] == "test/c"
+    assert events.index(("end", "test/a", "finished")) < events.index(("start", "test/c"))
+
+
+def test_full_evidence_exported_and_gpu_scale_quick_on_a_cpu(tmp_path, fake_experiments, monkeypatch, one_thread):
+    """`make evidence`: reproduce --all at full settings, then export_evidence copies each full result (its
+    results.json and listed files, dropping files the earlier evidence listed and this one does not) into
+    the evidence directory; a GPU-scale reproduction ran quick on the CPU and is not exported."""
+    from tdyn.reproduce import runner
+
+    monkeypatch.setattr(runner, "gpu_scale", lambda: {"test/fails": "needs a GPU (tests)"})
+    out, dest = tmp_path / "all", tmp_path / "results"
+    reproduce_all(out, names=fake_experiments, progress=False, workers=2)
+    man = runs.read_json(out / MANIFEST)
+    assert {r["name"]: r["quick"] for r in man["reproductions"]} == {"test/fails": True, "test/fake": False}
+    _write_results(dest / slug("test/fake"), {"experiment": "test/fake", "files": ["old.png", "table.csv"]},
+                   {"old.png": "x", "table.csv": "y", "notes.txt": "mine"})
+    assert runner.export_evidence(out, dest) == ["test/fake"]
+    got = sorted(p.name for p in (dest / slug("test/fake")).iterdir())
+    assert got == ["curve.png", "notes.txt", "results.json", "table.csv"]      # old.png went; notes.txt is not tdyn's
+    assert (dest / slug("test/fake") / "table.csv").read_bytes() == (out / slug("test/fake") / "table.csv").read_bytes()
+    assert not (dest / slug("test/fails")).exists()

@@ -23,6 +23,9 @@ class Reproduction:
     description: str
     reproduces: str = ""   # what it reproduces: a paper figure by number, or the statement (shown beside its main figure)
     reuses: str = ""       # the reproduction whose runs it reads (option ``sweep_dir``); in ``reproduce --all`` it runs after it
+    #: why its full setting needs a GPU (the measurement: its arithmetic on a CPU against its time on one GPU);
+    #: ``reproduce --all`` on a CPU then runs it at quick settings, labelled so, and its full evidence is made on a GPU
+    gpu_scale: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

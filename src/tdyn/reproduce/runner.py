@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+from concurrent.futures.process import BrokenProcessPool
 import json
 import platform
 import shlex
@@ -22,6 +24,7 @@ from tdyn.reproduce.registry import CATALOG, EXPERIMENTS, Experiment, Overrides,
 from tdyn.report.html import build_index, metadata, slug
 from tdyn.report import verdicts
 from tdyn.report.verdicts import count_line
+from tdyn.sweep.executors import process_pool, terminate
 from tdyn.runs import REPRODUCE as MANIFEST, prepare_dir  # noqa: F401  (prepare_dir: used by the CLI)
 
 
@@ -180,7 +183,7 @@ def _tables_made(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
 def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overrides: list[str] | None = None,
                   device: str = "cpu", progress: bool = True, force: bool = False, resume: bool = False,
                   names: list[str] | None = None, evidence: str | Path | None = None,
-                  full_under: float | None = None) -> tuple[Path, list[str]]:
+                  full_under: float | None = None, workers: int = 1) -> tuple[Path, list[str]]:
     """Run every registered reproduction (or ``names``) into ``out/<slug>/``, going on past failures
     (a failed one gets a ``results.json`` with its error and traceback), then write ``out/index.html``.
     ``evidence``: a directory of full-setting results (the shipped ``docs/results``) that the page leads
@@ -189,11 +192,14 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
     others run quick, as a check that the pipeline runs here.
     ``resume``: continue an interrupted ``out`` made with the same options: reproductions it finished are
     kept, the others continue (their finished runs kept, interrupted ones resumed, as ``reproduce NAME
-    --resume``).
+    --resume``). ``workers``: how many reproductions run at once, each in a worker process, the longest
+    first by ``evidence``'s run times (``tdyn reproduce --all --workers 2``: both cores busy).
 
     Returns the page's path and the names of the reproductions that failed.
     """
     out = Path(out)
+    if not (isinstance(workers, int) and workers >= 1):
+        raise UserError(f"--workers {workers!r}: must be a whole number >= 1")
     exps = [e for e in all_experiments().values() if names is None or e.name in names]
     for user, source in shares_runs().items():     # a reproduction that reads another's runs comes after it
         if user in [e.name for e in exps] and source in [e.name for e in exps]:
@@ -215,7 +221,8 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
             previous = old["reproductions"]
         return _reproduce_all(out, exps, seed=seed, quick=quick, overrides=overrides, device=device,
                               progress=progress, locks=locks, resume=resume, previous=previous,
-                              evidence=evidence, full_under=full_under, full_here=full_here)
+                              evidence=evidence, full_under=full_under, full_here=full_here,
+                              workers=workers)
 
 
 def plan_full(evidence: str | Path | None, full_under: float | None, quick: bool, names: list[str]) -> set[str]:
@@ -258,27 +265,33 @@ def shares_runs() -> dict[str, str]:
 
 
 def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides, device, progress, locks, resume,
-                   previous: list[dict], evidence=None, full_under=None, full_here: set[str] = frozenset()):
+                   previous: list[dict], evidence=None, full_under=None, full_here: set[str] = frozenset(),
+                   workers: int = 1):
     """``previous``: the manifest entries of the run ``--resume`` continues (a finished one is kept; every
-    one not reached yet stays listed, so an interrupt loses none of them)."""
+    one not reached yet stays listed, so an interrupt loses none of them). ``workers`` > 1: that many
+    reproductions at once, each in a worker process (:func:`_in_parallel`)."""
     done = {e.get("name"): e for e in previous
             if e.get("status") == "finished" and (out / e["dir"] / runs.RESULTS).is_file()}
     manifest = {"seed": seed, "quick": quick, "overrides": list(overrides or []), "device": device,
                 "full_under": full_under, "evidence": str(Path(evidence).resolve()) if evidence is not None else None,
-                "started": runs.now(), "ended": None, "metadata": metadata(), "reproductions": []}
-    quick_of = {e.name: quick and e.name not in full_here for e in exps}
+                "workers": workers, "started": runs.now(), "ended": None, "wall_seconds": None,
+                "metadata": metadata(), "reproductions": []}
+    gpu = gpu_scale() if device == "cpu" else {}    # their full settings need a GPU: quick here, labelled so
+    quick_of = {e.name: (quick and e.name not in full_here) or e.name in gpu for e in exps}
+    t_all = time.time()
 
     def save() -> None:
         reached = {e["name"] for e in manifest["reproductions"]}
         runs.write_json(out / MANIFEST, manifest | {"reproductions": manifest["reproductions"] +
                                                     [e for e in previous if e.get("name") not in reached]})
 
-    for i, exp in enumerate(exps):
+    def start(i: int, exp: Experiment) -> tuple[dict, dict] | None:
+        """Lock and clear ``exp``'s directory, list it in the manifest: (its entry, its context's arguments)."""
         sub = out / slug(exp.name)
         if exp.name in done:     # --resume: finished before
             manifest["reproductions"].append(done[exp.name])
             print(f"[{i + 1}/{len(exps)}] {exp.name}: kept (finished before)", flush=True)
-            continue
+            return None
         sub.mkdir(exist_ok=True)
         locks.acquire(sub)    # one writer: a `reproduce NAME --out` into it while this runs is refused
         if not resume:        # (only with force) no stale figures or tables of an earlier run
@@ -288,37 +301,145 @@ def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides,
         manifest["reproductions"].append(entry)
         save()
         print(f"[{i + 1}/{len(exps)}] {exp.name}" + (" (full settings: its full run took "
-              f"<= {full_under:g} s)" if exp.name in full_here else ""), flush=True)
+              f"<= {full_under:g} s)" if exp.name in full_here else "") + (
+              f" (quick settings: GPU-scale, {gpu[exp.name]})" if exp.name in gpu and not quick else ""), flush=True)
         # --set applies to the reproductions that train; those that train nothing run without it
-        ctx = ReproduceContext(out=sub, seed=seed, quick=q, device=device, progress=progress, resume=resume,
-                               overrides=[] if exp.takes_set is False else list(overrides or []))
+        args = {"out": sub, "seed": seed, "quick": q, "device": device, "progress": progress and workers == 1,
+                "resume": resume, "overrides": [] if exp.takes_set is False else list(overrides or [])}
         source = shares_runs().get(exp.name)
         if (source and exp.options is not None and "sweep_dir" in exp.options.model_fields
                 and any(e.name == source for e in exps) and quick_of.get(source) == q):
-            ctx.options = exp.make_options({"sweep_dir": out / slug(source) / runs.RUNS})  # trained once
-        t0 = time.time()
-        try:
-            results = run_reproduction(exp, ctx)
-            entry["status"] = "finished"
-            print(f"    {count_line(results.get('claims', []))} — "
-                  + ("quick settings (a pipeline check)" if q else "full settings") + ", made here"
-                  + f" ({results['wall_seconds']:.1f}s)", flush=True)
-        except KeyboardInterrupt:  # the page still shows what finished
-            entry["status"] = "interrupted"
-            save()
-            print(f"report so far: {build_index(out, descriptions=descriptions(), evidence=evidence)}", flush=True)
-            raise
-        except Exception as e:  # recorded in the page; the other reproductions still run
-            entry["status"] = "failed"
-            write_results(sub, {"experiment": exp.name, "claims": [], "quick": q, "seed": seed,
-                                "wall_seconds": round(time.time() - t0, 2), "error": f"{type(e).__name__}: {e}",
-                                "traceback": traceback.format_exc()})
-            print(f"    FAILED: {type(e).__name__}: {e}", flush=True)
-        entry["wall_seconds"] = round(time.time() - t0, 2)
-    manifest["ended"] = runs.now()
+            args["options"] = {"sweep_dir": str(out / slug(source) / runs.RUNS)}  # trained once
+        return entry, args
+
+    def finish(entry: dict, outcome: dict) -> None:
+        entry["status"], entry["wall_seconds"] = outcome["status"], outcome["wall_seconds"]
+        print(f"    {entry['name']}: " + (f"FAILED: {outcome['error']}" if outcome["status"] == "failed" else
+              f"{outcome['line']} — " + ("quick settings (a pipeline check)" if entry["quick"] else "full settings")
+              + f", made here ({outcome['wall_seconds']:.1f}s)"), flush=True)
+        save()
+
+    try:
+        if workers > 1:
+            _in_parallel(exps, workers, start, finish, _costs(evidence))
+        else:
+            for i, exp in enumerate(exps):
+                if (started := start(i, exp)) is not None:
+                    finish(started[0], attempt(exp.name, started[1]))
+    except KeyboardInterrupt:  # the page still shows what finished
+        for e in manifest["reproductions"]:
+            if e.get("status") == "running":
+                e["status"] = "interrupted"
+        save()
+        print(f"report so far: {build_index(out, descriptions=descriptions(), evidence=evidence)}", flush=True)
+        raise
+    order = {e.name: i for i, e in enumerate(exps)}      # the page lists them in the registry's order
+    manifest["reproductions"].sort(key=lambda e: order.get(e.get("name"), len(order)))
+    manifest["ended"], manifest["wall_seconds"] = runs.now(), round(time.time() - t_all, 2)
     save()
     return (build_index(out, descriptions=descriptions(), evidence=evidence),
             [e["name"] for e in manifest["reproductions"] if e["status"] == "failed"])
+
+
+def attempt(name: str, args: dict) -> dict[str, Any]:
+    """Run reproduction ``name`` with context ``args`` (in this process or a worker's): its outcome. A failure
+    is recorded in its ``results.json`` (error and traceback), so that the other reproductions still run."""
+    args = dict(args)
+    options = args.pop("options", None)
+    ctx = ReproduceContext(**args)
+    t0 = time.time()
+    try:
+        exp = get(name)
+        if options is not None:
+            ctx.options = exp.make_options({k: Path(v) for k, v in options.items()})
+        results = run_reproduction(exp, ctx)
+        return {"status": "finished", "line": count_line(results.get("claims", [])),
+                "wall_seconds": results["wall_seconds"]}
+    except Exception as e:
+        wall = round(time.time() - t0, 2)
+        write_results(ctx.out, {"experiment": name, "claims": [], "quick": ctx.quick, "seed": ctx.seed,
+                                "wall_seconds": wall, "error": f"{type(e).__name__}: {e}",
+                                "traceback": traceback.format_exc()})
+        return {"status": "failed", "error": f"{type(e).__name__}: {e}", "wall_seconds": wall}
+
+
+def gpu_scale() -> dict[str, str]:
+    """The reproductions whose full setting needs a GPU (their manifest's ``gpu_scale``: why)."""
+    return {n: r.gpu_scale for p in papers.manifests() for n, r in p.reproductions.items() if r.gpu_scale}
+
+
+def export_evidence(src: str | Path, dest: str | Path) -> list[str]:
+    """Copy the full-setting results of a ``reproduce --all`` directory ``src`` into the evidence directory
+    ``dest`` (the shipped docs/results): for each reproduction it finished at full settings, its
+    ``results.json`` and the tables and figures it lists, into ``dest/<slug>/`` (the files tdyn wrote there
+    before and no longer writes go). Quick and failed ones are left out. Returns the names copied."""
+    import shutil
+
+    src, dest = Path(src), Path(dest)
+    copied = []
+    for e in runs.read_manifest(src / MANIFEST)["reproductions"]:
+        res_path = src / e["dir"] / runs.RESULTS
+        if e.get("status") != "finished" or e.get("quick") or not res_path.is_file():
+            continue
+        res = runs.read_json(res_path)
+        files = [runs.RESULTS] + [f for f in res.get("files", []) if (src / e["dir"] / f).is_file()]
+        if any(Path(f).is_absolute() or ".." in Path(f).parts for f in files):
+            raise UserError(f"{str(res_path)!r} lists a file outside its directory: {files}")
+        to = dest / e["dir"]
+        old = runs.read_json(to / runs.RESULTS) if (to / runs.RESULTS).is_file() else {}
+        for f in set(old.get("files", [])) - set(files):    # what the earlier evidence listed and this does not
+            if "/" not in f and (to / f).is_file():
+                (to / f).unlink()
+        to.mkdir(parents=True, exist_ok=True)
+        runs.atomic_write_many([(to / f, (src / e["dir"] / f).read_bytes()) for f in files])
+        copied.append(e["name"])
+    return copied
+
+
+def _costs(evidence: str | Path | None) -> dict[str, float]:
+    """What each reproduction's full run took in ``evidence`` (its ``wall_seconds``): the scheduler's estimate."""
+    if evidence is None:
+        return {}
+    ev = verdicts.full_evidence(verdicts.evidence_dir(evidence))
+    return {n: t for n, (_, res) in ev.items() if (t := cost(n, res)) is not None}
+
+
+def _in_parallel(exps: list[Experiment], workers: int, start, finish, costs: dict[str, float]) -> None:
+    """Run ``exps`` on ``workers`` worker processes, largest first (``costs``; unknown ones after the known,
+    in the registry's order), so that the long ones do not end alone; one that reuses another's runs
+    (its manifest's ``reuses``) starts only after that one has finished."""
+    index = {e.name: i for i, e in enumerate(exps)}
+    waiting = sorted(exps, key=lambda e: (-costs.get(e.name, -1.0), index[e.name]))
+    after = {n: s for n, s in shares_runs().items() if n in index and s in index}
+    running: dict[Any, dict] = {}
+    pool = process_pool(workers)
+    try:
+        while waiting or running:
+            ready = [e for e in waiting if after.get(e.name) not in {x.name for x in waiting} | set(
+                r["name"] for r in running.values())]
+            while ready and len(running) < workers:
+                exp = ready.pop(0)
+                waiting.remove(exp)
+                if (started := start(index[exp.name], exp)) is not None:
+                    running[pool.submit(attempt, exp.name, started[1])] = started[0]
+            if not running:
+                if waiting and not ready:
+                    raise ValueError(f"reproductions waiting on each other's runs: {[e.name for e in waiting]}")
+                continue
+            finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+            for f in finished:
+                entry = running.pop(f)
+                try:
+                    outcome = f.result()
+                except BrokenProcessPool as e:   # the worker died (killed, out of memory): that one failed
+                    outcome = {"status": "failed", "error": f"its worker process died ({e})", "wall_seconds": None}
+                    terminate(pool)
+                    pool = process_pool(workers)
+                finish(entry, outcome)
+    except KeyboardInterrupt:
+        terminate(pool, grace=10.0)
+        raise
+    pool.shutdown()
 
 
 # The catalog (what `tdyn list`, `--help` and `tdyn config NAME` read without importing experiments).

@@ -89,12 +89,12 @@ def default_workers() -> int:
     return max(1, (os.cpu_count() or 1) // cli_threads())
 
 
-def _process_pool(workers: int) -> cf.ProcessPoolExecutor:
+def process_pool(workers: int) -> cf.ProcessPoolExecutor:
     return cf.ProcessPoolExecutor(workers, mp_context=mp.get_context(start_method()),
                                   initializer=_init_worker, initargs=(os.getpid(),))
 
 
-def _terminate(pool: cf.ProcessPoolExecutor, grace: float = 0.0) -> None:
+def terminate(pool: cf.ProcessPoolExecutor, grace: float = 0.0) -> None:
     """Stop a pool: cancel what has not started, then end the workers computing (their calls are lost).
     With ``grace``, first ask their jobs to stop (SIGINT, on POSIX only: elsewhere ``os.kill`` terminates,
     and the console's Ctrl-C reached them): a training saves an interrupt checkpoint and ends at its next
@@ -127,7 +127,7 @@ class LocalExecutor:
     def _ensure(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
             # threads: run_job sets the driver's --threads in every executor's worker
-            self._pool = _process_pool(self.workers)
+            self._pool = process_pool(self.workers)
         return self._pool
 
     def submit(self, fn: Callable, *args: Any):
@@ -148,10 +148,10 @@ class LocalExecutor:
 
     def stop(self, grace: float = 60.0) -> None:
         """After an interrupt: the queued jobs cancelled, the running ones asked to stop and given ``grace``
-        seconds (:func:`_terminate`; a re-run of the sweep resumes from their checkpoints either way)."""
+        seconds (:func:`terminate`; a re-run of the sweep resumes from their checkpoints either way)."""
         if self._pool is not None:
             pool, self._pool = self._pool, None
-            _terminate(pool, grace)
+            terminate(pool, grace)
 
 
 def _call_with_threads(fn: Callable, args: tuple) -> Any:
@@ -177,7 +177,7 @@ def pool_map(fn: Callable, calls: list[tuple], *, workers: int | None = None,
     if workers < 2:
         return [_call_with_threads(fn, args) for args in calls]
     order = sorted(range(len(calls)), key=lambda i: -(cost[i] if cost is not None else 0.0))
-    pool = _process_pool(workers)
+    pool = process_pool(workers)
     try:
         futures = {i: pool.submit(_call_with_threads, fn, calls[i]) for i in order}
         cf.wait(futures.values(), return_when=cf.FIRST_EXCEPTION)
@@ -186,7 +186,7 @@ def pool_map(fn: Callable, calls: list[tuple], *, workers: int | None = None,
                 raise futures[i].exception()
         out = [futures[i].result() for i in range(len(calls))]
     except BaseException:
-        _terminate(pool)
+        terminate(pool)
         raise
     pool.shutdown(wait=True)
     return out
