@@ -8,6 +8,7 @@ run at the held-out-tuned λ gives the unique optimum the symmetry argument need
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from pathlib import Path
 from typing import Any, Literal
@@ -26,7 +27,7 @@ from tdyn.papers.topic.theory import (bag_of_words, doc_losses, fit_softmax_regr
 from tdyn.papers.topic.value import effective_value_map, gauge_fix, r2_aIbBc11, value_structure
 from tdyn.report import style
 from tdyn.config import validate_config
-from tdyn.reproduce.common import claim, configure, decide, margin, reading, train_into
+from tdyn.reproduce.common import claim, configure, decide, margin, reading
 from tdyn.reproduce.phases import Phases, register_phases
 from tdyn.reproduce.registry import ReproduceContext
 from tdyn.runs import Run
@@ -203,20 +204,32 @@ def _preset(ctx: ReproduceContext) -> str:
 
 
 def references(dc: LdaDataConfig) -> dict[str, Any]:
-    """``stage1_references`` of the data ``dc``."""
-    return stage1_references(dataset(dc))
+    """``stage1_references`` of the data ``dc`` (the fit made once per data config: ``plan`` and ``measure`` read it)."""
+    return _references(dc.model_dump_json())
 
 
-def plan(ctx: ReproduceContext) -> dict[str, dict]:
-    """``e2``, the preset's config. Its ℓ2 companion ``e2-l2`` is the same job at the held-out-tuned λ of the
-    convex fit on its data, a fit of tens of seconds at quick settings and longer at full ones: ``measure`` makes it
-    and trains that run, so that ``tdyn config`` and the catalog need no fit."""
+@functools.lru_cache(maxsize=2)
+def _references(dc_json: str) -> dict[str, Any]:
+    return stage1_references(dataset(LdaDataConfig.model_validate_json(dc_json)))
+
+
+def configs(ctx: ReproduceContext) -> dict[str, dict]:
+    """What ``tdyn config`` prints: ``e2``, the preset's config (its ℓ2 companion's λ needs the convex fit,
+    which printing a config should not make)."""
     return {"e2": stage1_config(ctx.seed, ctx.quick, _preset(ctx))}
 
 
+def plan(ctx: ReproduceContext) -> dict[str, dict]:
+    """``e2`` and its ℓ2 companion ``e2-l2``: the same job at the held-out-tuned λ of the convex fit on its data
+    (:func:`references`, made once here and read again by ``measure``)."""
+    e2 = configs(ctx)["e2"]
+    lam = references(configure(e2, ctx.overrides).typed_data())["tuned"]["l2"]
+    return {"e2": e2, "e2-l2": e2 | {"model": e2["model"] | {"l2": lam}}}
+
+
 def _configs(ctx: ReproduceContext, lam: float):
-    """The validated configs of ``e2`` and of its ℓ2 companion at ``lam`` (the same job, ℓ2 set)."""
-    cfg = configure(plan(ctx)["e2"], ctx.overrides)
+    """The validated configs of ``e2`` and of its ℓ2 companion at ``lam`` (what results.json records)."""
+    cfg = configure(configs(ctx)["e2"], ctx.overrides)
     return cfg, validate_config(cfg.model_dump(mode="json") | {"model": cfg.model | {"l2": lam}})
 
 
@@ -224,14 +237,12 @@ def _configs(ctx: ReproduceContext, lam: float):
 
 
 def measure(ctx: ReproduceContext, trained: dict) -> dict[str, list[dict]]:
-    """Fits the references of the convex class and trains the ℓ2 companion run at their tuned λ (``plan``); then,
-    per member (unregularised and ℓ2): losses against the references, value structure, R² over training; the ℓ2
+    """Per member (unregularised and ℓ2): losses against the references, value structure, R² over training; the ℓ2
     path, the references and the ℓ2 optimum's structure; the per-topic contrasts; the matrices drawn."""
     preset = _preset(ctx)
-    cfg = configure(plan(ctx)["e2"], ctx.overrides)
+    cfg = configure(configs(ctx)["e2"], ctx.overrides)
     dc = cfg.typed_data()
     v, ds, refs = dc.words_per_topic, dataset(dc), references(dc)
-    trained = trained | {"e2-l2": train_into(ctx, "e2-l2", _configs(ctx, refs["tuned"]["l2"])[1])}
     eval_steps = cfg.checkpoint.steps if preset == "authors" else []
     rows, r2_rows, per_topic, W = [], [], [], {}
     for kind, name in (("unregularised", "e2"), ("l2", "e2-l2")):
@@ -510,4 +521,4 @@ register_phases("topic/stage1", Phases(plan=plan, measure=measure, judge=judge, 
                                                "stage1_per_topic", "stage1_matrices"),
                                        columns={"stage1_r2": ["run", "step", "r2", "r2_gauge_fixed", "r2_raw_wv"],
                                                 "stage1_matrices": MATRIX_COLS}),
-                default_config=stage1_config, options=Stage1Options)
+                default_config=stage1_config, options=Stage1Options, configs=configs)
