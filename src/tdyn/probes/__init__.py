@@ -24,6 +24,16 @@ class ProbeContext:
     batch: Any
     step: int
     options: dict[str, Any] = dataclasses.field(default_factory=dict)   # the run's probes.options[name]
+    #: one evaluation's scratch, the same dict for all its probes (the trainer makes one per evaluation): a
+    #: statistic that several probes need is computed once (:meth:`once`); nothing in it outlives the evaluation
+    shared: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def once(self, key: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``, computed by the first probe of this evaluation that asks under ``key`` and handed to the
+        others (the probes of one evaluation see the same model and batch)."""
+        if key not in self.shared:
+            self.shared[key] = fn()
+        return self.shared[key]
 
 
 #: Every probe, by name; the papers' manifests name the module of each built-in probe, imported on lookup.

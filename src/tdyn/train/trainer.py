@@ -363,11 +363,13 @@ class Job:
         BatchNorm's not updated) and back in its mode after: a probe that runs the forward pass leaves
         the training, its random streams and its checkpoints as they would be without it (docs/library.md)."""
         scalars, arrays = {}, {}
+        shared: dict[str, Any] = {}     # one evaluation's statistics shared by its probes (ProbeContext.once)
         was = self.model.training
         self.model.eval()
         try:
             for name, fn in self.probes.items():
-                ctx = ProbeContext(self.model, self.task, batch_probe, step, self.cfg.probes.options.get(name, {}))
+                ctx = ProbeContext(self.model, self.task, batch_probe, step, self.cfg.probes.options.get(name, {}),
+                                   shared)
                 for k, v in fn(ctx).items():
                     key = f"{name}/{k}"
                     (scalars if v.dim() == 1 else arrays)[key] = v.detach()

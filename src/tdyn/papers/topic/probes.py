@@ -62,12 +62,28 @@ def attention_classes(A: torch.Tensor, tokens: torch.Tensor, keys: torch.Tensor,
     of the per-document average, ``gap`` = same_topic − diff_topic (pooled), ``gap_doc``, and ``start_mass`` = mean
     attention of word queries on START keys (unscaled).
     """
+    return classes_of_positions(A, tokens, *position_class_sums(A, tokens, keys, v, num_special), v, num_special)
+
+
+def position_class_sums(A: torch.Tensor, tokens: torch.Tensor, keys: torch.Tensor, v: int,
+                        num_special: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Per-document class sums of the attention relative to uniform and pair counts, each [S, B] per class,
+    from the per-position attention A [S, B, L, L] (``attention_classes``' statistic, which the gap probe
+    ``tdyn.papers.topic.stages.attention_gap_docs`` reads too)."""
     n = keys.sum(-1).to(A.dtype)                                    # visible keys per document
     R = A * n[..., None, None]
     masks = pair_classes(tokens, v, num_special)
+    sums = {c: (R * m).sum((-1, -2)) for c, m in masks.items()}     # per document [S, B]
+    return sums, {c: m.sum((-1, -2)).to(A.dtype) for c, m in masks.items()}
+
+
+def classes_of_positions(A: torch.Tensor, tokens: torch.Tensor, sums: dict[str, torch.Tensor],
+                         counts: dict[str, torch.Tensor], v: int, num_special: int) -> dict[str, torch.Tensor]:
+    """``attention_classes``' output from ``position_class_sums``' sums and counts (and A, tokens for the
+    START mass)."""
     out = {}
-    for c, m in masks.items():
-        s, k = (R * m).sum((-1, -2)), m.sum((-1, -2)).to(A.dtype)   # per document [S, B]
+    for c in CLASSES:
+        s, k = sums[c], counts[c]
         out[c] = s.sum(1) / k.sum(1)
         out[f"{c}_doc"] = torch.nanmean(s / k, dim=1)
     out["gap"] = out["same_topic"] - out["diff_topic"]
@@ -116,8 +132,9 @@ def class_sums_by_ids(P: torch.Tensor, n: torch.Tensor, c: torch.Tensor, v: int,
     diag = torch.diagonal(P, dim1=-2, dim2=-1)                      # [S, B, V]
     out = {"self": (diag * ((c > 0) & word).to(P.dtype)).sum(-1)}
     out["same_token"] = (nP * diag).sum(-1) - out["self"]
+    nP_P = nP[..., None] * P                                        # n_u P[b, u, v], once for both masks
     for k, m in M.items():
-        out[k] = torch.einsum("sbu,sbuv,uv->sb", nP, P, m)
+        out[k] = torch.einsum("sbuv,uv->sb", nP_P, m)               # the sums of einsum("sbu,sbuv,uv->sb", nP, P, m)
     out = {k: x * vis for k, x in out.items()}
     out["start"] = (nP * P[..., 2]).sum(-1)                        # START = id 2
     return out
@@ -160,7 +177,7 @@ def attention_by_ids(model, tokens: torch.Tensor, keys: torch.Tensor) -> torch.T
     scores = torch.einsum("suhc,svhc->shuv", Q.view(S, V, h, d_h), K.view(S, V, h, d_h)) / math.sqrt(d_h)
     M = torch.where(c > 0, c.log(), torch.finfo(scores.dtype).min)
     P = torch.softmax(scores[:, None] + M[:, :, None, None, :], dim=-1)   # [S, B, h, V, V]
-    return P.mean(2)
+    return P[:, :, 0] if h == 1 else P.mean(2)                      # one head: its mean is itself (x / 1)
 
 
 def block_contrast(M: torch.Tensor, v: int, num_special: int) -> dict[str, torch.Tensor]:
@@ -243,17 +260,35 @@ def clean_class_sums(model, batch, v: int, num_special: int):
     return class_sums_by_ids(P, n, c, v, num_special), counts, n.sum(-1)
 
 
+@torch.no_grad()
+def clean_statistics(ctx: ProbeContext) -> dict:
+    """The clean probe documents' attention statistics, computed once per evaluation for ``topic.attention``
+    and ``topic.stages`` (``ProbeContext.once``): ``sums`` and ``counts`` per document and class, and either
+    ``words`` (the vocabulary form, ``clean_class_sums``) or the per-position attention ``A`` [S, B, L, L] of
+    layer 0, heads averaged (deeper models, ``position_class_sums``)."""
+    def compute():
+        b, f = ctx.batch, ctx.task.facts
+        v, ns = f["words_per_topic"], f["num_special"]
+        by_ids = clean_class_sums(ctx.model, b, v, ns)
+        if by_ids is not None:
+            sums, counts, words = by_ids
+            return {"sums": sums, "counts": counts, "words": words}
+        tokens, keys = b["clean_tokens"], b["clean_keys"]
+        A = ctx.model.attention(tokens, keys).mean(2)                               # heads averaged
+        sums, counts = position_class_sums(A, tokens, keys, v, ns)
+        return {"sums": sums, "counts": counts, "A": A}
+    return ctx.once("topic.clean_statistics", compute)
+
+
 @probe("topic.attention")
 @torch.no_grad()
 def _attention(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     b, f = ctx.batch, ctx.task.facts
-    v, ns = f["words_per_topic"], f["num_special"]
-    by_ids = clean_class_sums(ctx.model, b, v, ns)
-    if by_ids is not None:
-        sums, counts, words = by_ids
-        return {k: x.float() for k, x in classes_from_sums(sums, counts, words).items()}
-    A = ctx.model.attention(b["clean_tokens"], b["clean_keys"]).mean(2)       # heads averaged
-    return attention_classes(A, b["clean_tokens"], b["clean_keys"], v, ns)
+    st = clean_statistics(ctx)
+    if "words" in st:
+        return {k: x.float() for k, x in classes_from_sums(st["sums"], st["counts"], st["words"]).items()}
+    return classes_of_positions(st["A"], b["clean_tokens"], st["sums"], st["counts"], f["words_per_topic"],
+                                f["num_special"])
 
 
 @probe("topic.blocks")

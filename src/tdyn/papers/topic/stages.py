@@ -57,7 +57,7 @@ import torch
 
 from tdyn import stats
 from tdyn.probes import ProbeContext, probe
-from tdyn.papers.topic.probes import block_contrast, clean_class_sums, pair_classes
+from tdyn.papers.topic.probes import block_contrast, clean_statistics, pair_classes
 
 KAPPA_ONSET = math.log(1.05)      # logits: a same-topic key gets 5% more attention than a different-topic key
 GAP_ONSET = 0.05                  # attention relative to uniform: 5% more on same-topic keys
@@ -246,7 +246,7 @@ def effective_value(model) -> torch.Tensor | None:
 @probe("topic.stages")
 @torch.no_grad()
 def _stages(ctx: ProbeContext) -> dict[str, torch.Tensor]:
-    m, b, f = ctx.model, ctx.batch, ctx.task.facts
+    m, f = ctx.model, ctx.task.facts
     v, ns = f["words_per_topic"], f["num_special"]
     out = {}
     S = model_scores(m)
@@ -257,9 +257,5 @@ def _stages(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     if W is not None and W.shape[-1] == W.shape[-2]:
         bc = block_contrast(W, v, ns)
         out |= {"value_contrast": bc["contrast"], "value_min_topic": bc["per_topic"].min(-1).values}
-    by_ids = clean_class_sums(m, b, v, ns)
-    if by_ids is not None:
-        sums, counts, _ = by_ids
-        return out | {k: x.float() for k, x in gap_per_document(sums, counts).items()}
-    A = m.attention(b["clean_tokens"], b["clean_keys"]).mean(2)
-    return out | attention_gap_docs(A, b["clean_tokens"], b["clean_keys"], v, ns)
+    st = clean_statistics(ctx)             # shared with topic.attention (per-position: attention_gap_docs' sums)
+    return out | {k: x.float() for k, x in gap_per_document(st["sums"], st["counts"]).items()}

@@ -1,0 +1,160 @@
+"""The topic speed paths (issue 35) against the code they replace, bit for bit: the probes' statistics
+computed once per evaluation (``ProbeContext.once``) and shared by ``topic.attention`` and ``topic.stages``,
+the class sums and the attention per id without repeated passes (``tdyn.papers.topic.probes``)."""
+
+import math
+
+import pytest
+import torch
+
+from tdyn.papers.topic import probes as tp
+from tdyn.papers.topic import stages as ts
+from tdyn.papers.topic.data import NUM_SPECIAL
+from tdyn.papers.topic.model import Input, TopicModelConfig, TopicTransformer
+from tdyn.probes import ProbeContext
+
+V, v = 104, 10
+
+
+def _model(S=2, **kw):
+    m = TopicTransformer(TopicModelConfig(init="default", **kw), V, v, NUM_SPECIAL, S=S)
+    m.reset_parameters([torch.Generator().manual_seed(s) for s in range(S)], [3.0] * S)
+    return m
+
+
+def _clean_batch(S=2, B=5, L=40, seed=7):
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, V, (1, B, L), generator=g).expand(S, B, L).clone()
+    tokens[:, :, 0] = 2                                                        # START
+    tokens[:, 1, 30:] = 0                                                      # PAD tail
+    return {"clean_tokens": tokens, "clean_keys": tokens != 0}
+
+
+class _Task:
+    facts = {"words_per_topic": v, "num_special": NUM_SPECIAL}
+
+
+# ---------------------------------------------------------------- the code these paths replace
+
+
+def _old_attention_by_ids(model, tokens, keys):
+    """attention_by_ids as it was: the heads' mean taken also of one head."""
+    table = model.embed_table()
+    E = Input(table, tokens, identity="W_E" in model.identities)
+    c = E.multiplicity(keys, table.dtype)
+    S, V_, h = table.shape[0], table.shape[1], model.cfg.n_heads
+    w = model.layer_weights(0)
+    Q, K = E.table(w.W_Q, w.b_Q), E.table(w.W_K, w.b_K)
+    d_h = Q.shape[-1] // h
+    scores = torch.einsum("suhc,svhc->shuv", Q.view(S, V_, h, d_h), K.view(S, V_, h, d_h)) / math.sqrt(d_h)
+    M = torch.where(c > 0, c.log(), torch.finfo(scores.dtype).min)
+    return torch.softmax(scores[:, None] + M[:, :, None, None, :], dim=-1).mean(2)
+
+
+def _old_class_sums_by_ids(P, n, c):
+    """class_sums_by_ids as it was: one three-operand einsum per class mask."""
+    ids = torch.arange(P.shape[-1])
+    t = tp.topic_of(ids, v, NUM_SPECIAL)
+    word = t >= 0
+    same_t = (t[:, None] == t[None, :]) & word[:, None] & word[None, :]
+    M = {"same_topic": (same_t & (ids[:, None] != ids[None, :])).to(P.dtype),
+         "diff_topic": (~same_t & word[:, None] & word[None, :]).to(P.dtype)}
+    nP = n.to(P.dtype)
+    vis = c.sum(-1).to(P.dtype)
+    diag = torch.diagonal(P, dim1=-2, dim2=-1)
+    out = {"self": (diag * ((c > 0) & word).to(P.dtype)).sum(-1)}
+    out["same_token"] = (nP * diag).sum(-1) - out["self"]
+    for k, m in M.items():
+        out[k] = torch.einsum("sbu,sbuv,uv->sb", nP, P, m)
+    out = {k: x * vis for k, x in out.items()}
+    out["start"] = (nP * P[..., 2]).sum(-1)
+    return out
+
+
+def _old_attention_classes(A, tokens, keys):
+    """attention_classes as it was: the class sums inside the loop over the masks."""
+    n = keys.sum(-1).to(A.dtype)
+    R = A * n[..., None, None]
+    out = {}
+    for c, m in tp.pair_classes(tokens, v, NUM_SPECIAL).items():
+        s, k = (R * m).sum((-1, -2)), m.sum((-1, -2)).to(A.dtype)
+        out[c] = s.sum(1) / k.sum(1)
+        out[f"{c}_doc"] = torch.nanmean(s / k, dim=1)
+    out["gap"] = out["same_topic"] - out["diff_topic"]
+    out["gap_doc"] = out["same_topic_doc"] - out["diff_topic_doc"]
+    word_q = tp.topic_of(tokens, v, NUM_SPECIAL) >= 0
+    mass = (A * (tokens == 2)[..., None, :]).sum(-1)
+    out["start_mass"] = (mass * word_q).sum((1, 2)) / word_q.sum((1, 2))
+    return out
+
+
+def _old_probes(model, b):
+    """topic.attention's and topic.stages' attention outputs as each probe computed them on its own."""
+    tokens, keys = b["clean_tokens"], b["clean_keys"]
+    if model.cfg.n_layers == 1 and model.cfg.block == "attention":
+        P = _old_attention_by_ids(model, tokens, keys)
+        counts, n, c = tp.pair_counts(tokens, keys, V, v, NUM_SPECIAL)
+        sums = _old_class_sums_by_ids(P, n, c)
+        att = {k: x.float() for k, x in tp.classes_from_sums(sums, counts, n.sum(-1)).items()}
+        return att, {k: x.float() for k, x in ts.gap_per_document(sums, counts).items()}
+    A = model.attention(tokens, keys).mean(2)
+    return _old_attention_classes(A, tokens, keys), ts.attention_gap_docs(A, tokens, keys, v, NUM_SPECIAL)
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_once_computes_once_per_shared_dict():
+    calls = []
+    shared = {}
+    a = ProbeContext(None, None, None, 0, shared=shared)
+    b = ProbeContext(None, None, None, 0, shared=shared)
+    assert a.once("k", lambda: calls.append(1) or 5) == 5
+    assert b.once("k", lambda: calls.append(1) or 6) == 5               # the first probe's value
+    assert ProbeContext(None, None, None, 0).once("k", lambda: calls.append(1) or 7) == 7   # a new evaluation
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("kw", [{}, {"n_heads": 2}, {"emb_layernorm": True}, {"n_layers": 2},
+                                {"block": "bert", "decoder": "trained"}])
+def test_shared_attention_probes_equal_each_computed_alone(kw, monkeypatch):
+    model, b = _model(**kw), _clean_batch()
+    with torch.no_grad():
+        ref_att, ref_gap = _old_probes(model, b)
+        calls = []
+        for name in ("clean_class_sums", "position_class_sums"):
+            fn = getattr(tp, name)
+            monkeypatch.setattr(tp, name, lambda *a, _fn=fn, _n=name: calls.append(_n) or _fn(*a))
+        shared = {}
+        att = tp._attention(ProbeContext(model, _Task(), b, 0, shared=shared))
+        st = ts._stages(ProbeContext(model, _Task(), b, 0, shared=shared))
+    assert calls.count("clean_class_sums") == 1                              # computed once, for both
+    assert calls.count("position_class_sums") == (model.cfg.n_layers > 1 or model.cfg.block == "bert")
+    assert att.keys() == ref_att.keys()
+    for k in ref_att:
+        assert torch.equal(att[k], ref_att[k]), k
+    for k in ref_gap:
+        assert torch.equal(st[k], ref_gap[k]), k
+
+
+@pytest.mark.parametrize("h", [1, 2])
+def test_attention_by_ids_and_class_sums_equal_the_old_passes(h):
+    model, b = _model(S=3, n_heads=h), _clean_batch(S=3, B=6, L=60, seed=3)
+    tokens, keys = b["clean_tokens"], b["clean_keys"]
+    with torch.no_grad():
+        P = tp.attention_by_ids(model, tokens, keys)
+        assert torch.equal(P, _old_attention_by_ids(model, tokens, keys))
+    _, n, c = tp.pair_counts(tokens, keys, V, v, NUM_SPECIAL)
+    new, old = tp.class_sums_by_ids(P, n, c, v, NUM_SPECIAL), _old_class_sums_by_ids(P, n, c)
+    assert new.keys() == old.keys()
+    for k in old:
+        assert torch.equal(new[k], old[k]), k
+
+
+def test_position_class_sums_are_attention_classes_sums():
+    model, b = _model(n_layers=2), _clean_batch()
+    tokens, keys = b["clean_tokens"], b["clean_keys"]
+    A = model.attention(tokens, keys).mean(2)
+    new, old = tp.attention_classes(A, tokens, keys, v, NUM_SPECIAL), _old_attention_classes(A, tokens, keys)
+    for k in old:
+        assert torch.equal(new[k], old[k]), k
