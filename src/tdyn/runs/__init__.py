@@ -4,7 +4,8 @@ directories of jobs, sweeps and reproductions around them. One owner of the form
 
 * :mod:`~tdyn.runs.names` — every file name (``runs.CONFIG``, ``runs.META``, …) and the run statuses;
 * :mod:`~tdyn.runs.machine` — this process and machine: ``pid@host``, time stamps, git commit;
-* :mod:`~tdyn.runs.atomic` — atomic, durable writes (temp file, fsync or one syncfs, rename), stale temps;
+* :mod:`~tdyn.runs.atomic` — atomic, durable writes (temp file, fsync or one syncfs, rename; now or in a
+  :class:`GroupCommit`), stale temps;
 * :mod:`~tdyn.runs.io` — JSON and CSV written and read, :class:`CorruptFile` for a bad file;
 * :mod:`~tdyn.runs.checkpoints` — safetensors checkpoints with the SHA-256 of their tensors;
 * :mod:`~tdyn.runs.records` — each directory's records (config, meta, metrics, ensemble, sweep, results), checked;
@@ -26,7 +27,7 @@ import types
 from tdyn.errors import UserError  # noqa: F401  (runs.UserError, as before)
 from tdyn.runs import atomic, checkpoints, io, locks, machine, names, ownership, reader, records
 from tdyn.runs.atomic import (SYNCFS_FILESYSTEMS, _BATCH_SYNC, _MODE, _SYNCFS, _TMP_RE, _syncfs_covers,  # noqa: F401
-                              atomic_write_bytes, atomic_write_many, atomic_write_text, mount_types,
+                              GroupCommit, atomic_write_bytes, atomic_write_many, atomic_write_text, mount_types,
                               remove_stale_temps)
 from tdyn.runs.checkpoints import (checkpoint_file, checkpoint_path, checkpoint_steps, load_checkpoint,  # noqa: F401
                                    params_of, read_checkpoint, read_checkpoint_metadata, save_checkpoint,
@@ -40,8 +41,8 @@ from tdyn.runs.names import (CHECKSUM, CKPT_DIR, CONFIG, DONE, ENSEMBLE, FINAL, 
 from tdyn.runs.ownership import (OS_LITTER, OWN_FILES, OWN_TREES, check_own, clear_own, foreign_entry,  # noqa: F401
                                  is_tdyn_dir, own, prepare_dir, record, reproduction_of, written)
 from tdyn.runs.reader import Run, load_run, load_sweep  # noqa: F401
-from tdyn.runs.records import (config_from, ensemble_dirs, is_run_dir, job_dirs, load_run_config,  # noqa: F401
-                               metrics_file, read_config, read_ensemble, read_manifest, read_meta, read_metrics,
+from tdyn.runs.records import (MetricsLines, config_from, ensemble_dirs, is_run_dir, job_dirs,  # noqa: F401
+                               load_run_config, metrics_file, read_config, read_ensemble, read_manifest, read_meta, read_metrics,
                                read_results, read_sweep, scan_metrics, write_metrics)
 
 _SUBMODULES = (names, machine, atomic, io, checkpoints, records, locks, ownership, reader)

@@ -1,16 +1,19 @@
 """Atomic, durable writes: a file is written whole or not at all (a temporary file
 ``.<name>.tdyn-<pid>@<host>.<random>.tmp`` in the same directory, fsync, rename), so a kill never leaves
 a half-written file; many files at once with one flush (:func:`atomic_write_many`, ``syncfs`` where it
-is safe); and the clean-up of the temp files a killed writer left (:func:`remove_stale_temps`).
+is safe), or written now and committed later in a group (:class:`GroupCommit`, the trainer's
+write-behind); and the clean-up of the temp files a killed writer left (:func:`remove_stale_temps`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterable
 
@@ -81,70 +84,159 @@ def _syncfs_covers(dev: int) -> bool:
         return False
 
 
+class GroupCommit:
+    """Files written now and put in place together later, with one flush to disk for them all.
+
+    :meth:`write` puts each ``(path, data)`` in a temp file beside ``path``; :meth:`commit` makes every
+    pending temp durable (from ``_BATCH_SYNC`` files on a filesystem that allows it, one ``syncfs`` per
+    filesystem, opened before the first write so that a write-back error of any file is reported; else
+    one ``fsync`` per file), renames them into place in the order they were first written, and then
+    deletes the files :meth:`remove` named. Durability: a file appears under its name only once its
+    contents are on disk, so a kill or a power loss at any moment leaves each file either as it was or
+    wholly new; a kill before a commit loses only the pending writes, temp files that nothing reads
+    (:func:`remove_stale_temps` deletes them). A path written again while pending gets the newer
+    contents and keeps its place in the rename order: the caller's newer contents must promise all the
+    older did (``metrics.jsonl`` renamed before the checkpoints written after it). A failed commit
+    renames nothing more and removes the temps left; leaving a ``with`` block by an exception discards
+    what is pending, leaving it normally commits it. ``window``: :meth:`due` once something is pending
+    and the last commit is that many seconds old (the trainer's write-behind: one flush per window)."""
+
+    def __init__(self, window: float = 0.0):
+        self.window = window
+        self._pending: dict[Path, str] = {}      # target → its newest temp file, in first-write order
+        self._held: dict[Path, int] = {}         # fds of the first files to fsync one by one if no syncfs
+        self._synced: dict[Path, bool] = {}      # parent → whether one syncfs of its filesystem covers it
+        self._fs: dict[int, tuple[int, Path]] = {}   # device → (fd, path) of a directory on it, for syncfs
+        self._remove: list[Path] = []
+        self._batched = 0                        # files written that one syncfs covers
+        self._last = -math.inf                   # monotonic time of the last commit
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def __enter__(self) -> "GroupCommit":
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        if kind is None:
+            self.commit()
+        else:
+            self.discard()
+
+    def due(self) -> bool:
+        """Whether something is pending and the last commit is ``window`` seconds old."""
+        return bool(self._pending or self._remove) and time.monotonic() - self._last >= self.window
+
+    def write(self, path: Path, data: bytes) -> None:
+        """``data`` into a temp file beside ``path``, renamed into place by the next :meth:`commit`."""
+        path = Path(path)
+        parent = path.parent
+        if parent not in self._synced:
+            if not parent.is_dir():
+                parent.mkdir(parents=True, exist_ok=True)
+            dev = os.stat(parent).st_dev
+            self._synced[parent] = _syncfs_covers(dev)
+            if self._synced[parent] and dev not in self._fs:
+                self._fs[dev] = (os.open(parent, os.O_RDONLY), parent)
+        self._drop(path)
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.tdyn-{writer_tag()}.", suffix=".tmp")
+        try:
+            self._pending[path] = tmp
+            os.fchmod(fd, _MODE)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if not self._synced[parent]:
+                os.fsync(fd)
+            else:
+                self._batched += 1
+                if self._batched < _BATCH_SYNC:
+                    self._held[path], fd = fd, -1
+                elif self._held:           # from here on one syncfs covers them all
+                    for held in self._held.values():
+                        os.close(held)
+                    self._held.clear()
+        except BaseException:
+            self._drop(path)
+            self._pending.pop(path, None)
+            raise
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
+    def _drop(self, path: Path) -> None:
+        """Forget ``path``'s pending temp file (deleted), keeping its place in the rename order."""
+        fd = self._held.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+        tmp = self._pending.get(path)
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+
+    def remove(self, path: Path) -> None:
+        """Delete ``path`` after the next commit's renames (a file that the files committed replace)."""
+        if Path(path) in self._pending:
+            self._drop(Path(path))
+            del self._pending[Path(path)]
+        self._remove.append(Path(path))
+
+    def commit(self) -> None:
+        """Make every pending file durable, rename each into place, delete the files to remove."""
+        renamed = 0
+        temps = list(self._pending.items())
+        try:
+            if self._batched >= _BATCH_SYNC:
+                for dfd, d in self._fs.values():
+                    if _SYNCFS(dfd) != 0:
+                        e = ctypes.get_errno()
+                        raise OSError(e, f"syncfs of the filesystem of {str(d)!r}: {os.strerror(e)}")
+            for fd in self._held.values():
+                os.fsync(fd)
+            for path, tmp in temps:
+                os.replace(tmp, path)
+                renamed += 1
+        except BaseException:
+            for _, tmp in temps[renamed:]:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            self._remove.clear()
+            raise
+        finally:
+            self._reset()
+            self._last = time.monotonic()
+        for path in self._remove:
+            path.unlink(missing_ok=True)
+        self._remove.clear()
+
+    def discard(self) -> None:
+        """Delete every pending temp file: nothing is renamed or removed."""
+        try:
+            for path in list(self._pending):
+                self._drop(path)
+        finally:
+            self._remove.clear()
+            self._reset()
+
+    def _reset(self) -> None:
+        for fd in [*self._held.values(), *(dfd for dfd, _ in self._fs.values())]:
+            os.close(fd)
+        self._pending.clear()
+        self._held.clear()
+        self._fs.clear()
+        self._synced.clear()
+        self._batched = 0
+
+
 def atomic_write_many(files: Iterable[tuple[Path, bytes]]) -> None:
     """Write each ``(path, data)`` whole or not at all, as :func:`atomic_write_bytes` does, with one
-    flush to disk for them all: every temp file is written, then made durable, then renamed into place.
-    From ``_BATCH_SYNC`` files on a filesystem that allows it (:data:`SYNCFS_FILESYSTEMS`, Linux ≥ 5.8),
-    one ``syncfs`` per filesystem replaces the ``fsync`` of each file (a job of 80 runs writes 80 files at
-    a time, and each fsync is a journal commit: benchmarks/README.md#measurements-behind-the-code); the filesystem is opened before the first
-    write, so a write-back error of any of these files is reported. ``files`` may be a generator: each
+    flush to disk for them all (:class:`GroupCommit`): every temp file is written, then made durable,
+    then renamed into place (a job of 80 runs writes 80 files at a time, and each fsync is a journal
+    commit: benchmarks/README.md#measurements-behind-the-code). ``files`` may be a generator: each
     ``data`` is written as it comes, never all held. A failure leaves each file either as before or
     wholly new (its temp file removed)."""
-    synced: dict[Path, bool] = {}   # parent → whether one syncfs of its filesystem covers it (else fsync per file)
-    fs: dict[int, tuple[int, Path]] = {}    # device → (fd, path) of a directory on it, for syncfs
-    temps: list[tuple[str, Path]] = []
-    held: list[int] = []             # fds of the first batched files, fsynced one by one if the batch stays small
-    batched = renamed = 0
-    try:
+    with GroupCommit() as batch:
         for path, data in files:
-            path = Path(path)
-            parent = path.parent
-            if parent not in synced:
-                if not parent.is_dir():
-                    parent.mkdir(parents=True, exist_ok=True)
-                dev = os.stat(parent).st_dev
-                synced[parent] = _syncfs_covers(dev)
-                if synced[parent] and dev not in fs:
-                    fs[dev] = (os.open(parent, os.O_RDONLY), parent)
-            fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.tdyn-{writer_tag()}.", suffix=".tmp")
-            temps.append((tmp, path))
-            try:
-                os.fchmod(fd, _MODE)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                if not synced[parent]:
-                    os.fsync(fd)
-                else:
-                    batched += 1
-                    if batched < _BATCH_SYNC:
-                        keep, fd = fd, -1
-                        held.append(keep)
-            finally:
-                if fd >= 0:
-                    os.close(fd)
-            if batched == _BATCH_SYNC:
-                while held:
-                    os.close(held.pop())
-        if batched >= _BATCH_SYNC:
-            for dfd, d in fs.values():
-                if _SYNCFS(dfd) != 0:
-                    e = ctypes.get_errno()
-                    raise OSError(e, f"syncfs of the filesystem of {str(d)!r}: {os.strerror(e)}")
-        while held:
-            os.fsync(held[0])
-            os.close(held.pop(0))
-        for n, (tmp, path) in enumerate(temps):
-            os.replace(tmp, path)
-            renamed = n + 1
-    except BaseException:
-        for tmp, _ in temps[renamed:]:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        raise
-    finally:
-        for fd in held + [dfd for dfd, _ in fs.values()]:
-            os.close(fd)
+            batch.write(path, data)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

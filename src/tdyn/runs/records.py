@@ -51,6 +51,24 @@ def metrics_file(run_dir: Path, records: list[dict]) -> tuple[Path, bytes]:
     return Path(run_dir) / METRICS, "".join(json.dumps(r, allow_nan=False) + "\n" for r in records).encode()
 
 
+class MetricsLines:
+    """``metrics.jsonl``'s contents for one growing list of records, each record encoded once: the trainer
+    writes the whole file at every checkpoint, and encoding every record again each time would make a
+    dense schedule's checkpoints dearer as the run goes on. The same bytes as :func:`metrics_file`."""
+
+    def __init__(self) -> None:
+        self._records: list[dict] | None = None
+        self._lines: list[bytes] = []
+
+    def file(self, run_dir: Path, records: list[dict]) -> tuple[Path, bytes]:
+        """``(path, contents)`` for ``records``: those encoded before (the same list, records only appended
+        since) are reused; another list, or a shorter one, is encoded afresh."""
+        if records is not self._records or len(records) < len(self._lines):
+            self._records, self._lines = records, []
+        self._lines.extend((json.dumps(r, allow_nan=False) + "\n").encode() for r in records[len(self._lines):])
+        return Path(run_dir) / METRICS, b"".join(self._lines)
+
+
 def write_metrics(run_dir: Path, records: list[dict]) -> None:
     atomic_write_bytes(*metrics_file(run_dir, records))
 
