@@ -177,18 +177,19 @@ def test_divergence_stops_member_keeps_checkpoint(tmp_path):
 def test_a_divergence_is_on_disk_before_meta_json_says_so(tmp_path, monkeypatch):
     """When meta.json is written "diverged", metrics.jsonl already ends with the divergence record: a kill
     between the two writes leaves a job that resumes (meta.json's status without its record is refused)."""
-    from tdyn.train.trainer import Job
+    from tdyn.train import trainer
 
     seen = []
-    real = Job._set_status
+    real = runs.atomic_write_many
 
-    def checked(self, members, status, message=None):
-        if status == "diverged":
-            for i in members:
-                seen.append(_metrics(self.dirs[i])[-1])
-        return real(self, members, status, message)
+    def checked(files):   # meta.json's writes: what metrics.jsonl holds on disk as one says "diverged"
+        files = list(files)
+        for path, data in files:
+            if path.name == runs.META and json.loads(data)["status"] == "diverged":
+                seen.append(_metrics(path.parent)[-1])
+        return real(files)
 
-    monkeypatch.setattr(Job, "_set_status", checked)
+    monkeypatch.setattr(trainer.runs, "atomic_write_many", checked)
     cfg = quad_config(seeds=[0], ensemble={"lrs": [{"w": 0.1}, {"w": 25.0}]}, data={"dim": 3, "curvature": 2.0},
                       checkpoint={"schedule": "none"})
     cfg["optim"]["steps"] = 60

@@ -42,6 +42,8 @@ from tdyn.train.sinks import make_sinks
 from tdyn.threads import release_memory, tune_allocator
 
 _FLUSH_SECONDS = 10.0
+#: Checkpoints and metrics are written behind, committed at most once per this many seconds (Job._save).
+_COMMIT_SECONDS = 1.0
 #: The measured scalars whose overflow (inf/NaN) is a divergence: parameter norms and update norms.
 _NORMS = ("norm/", "update_norm/")
 log = logging.getLogger(__name__)
@@ -286,6 +288,10 @@ class Job:
         self.ckpt_steps = checkpoint_schedule(cfg)
         self.eval_steps = eval_steps(cfg)
         self._stop = False
+        self.writes = runs.GroupCommit(_COMMIT_SECONDS)       # checkpoints and metrics, written behind
+        self._metrics = [runs.MetricsLines() for _ in members]
+        self._off_schedule: list[tuple[Path, int]] | None = None   # an interrupted run's checkpoints, to remove
+        self._last_flush = time.monotonic()
 
     # ---- state
 
@@ -330,29 +336,49 @@ class Job:
     def _save(self, step: int | str, probes: dict[str, torch.Tensor], interrupt: bool = False) -> None:
         """Every active member's checkpoint at ``step``. ``interrupt``: one off the schedule, for resuming;
         the first scheduled (or final) checkpoint after it removes it, so a resumed run's directory holds
-        the checkpoints of the uninterrupted run (analyses list a run's checkpoint steps)."""
+        the checkpoints of the uninterrupted run (analyses list a run's checkpoint steps).
+
+        Written behind (``self.writes``, a :class:`tdyn.runs.GroupCommit`): each checkpoint goes to a temp
+        file now, and at most once per ``_COMMIT_SECONDS`` one flush makes every pending checkpoint and
+        metrics file durable and then renames them into place, metrics first. A file thus appears under
+        its name only once it is whole on disk: a kill never leaves a half-written file trusted, it loses
+        at most the last window's checkpoints (temp files, removed on resume), and resume is exact from the
+        newest committed one. A status change commits everything first (:meth:`_set_status`)."""
         meta = {"step": str(self.cfg.optim.steps if step == "final" else step)}
-        runs.atomic_write_many(runs.checkpoint_file(d, step, self._member_state(i, probes), meta)
-                               for i, d in enumerate(self.dirs) if self.active[i])
-        if interrupt:
-            return
-        for d in self.dirs:
-            for s in runs.checkpoint_steps(d):
-                if s not in self.ckpt_steps and (step == "final" or s < step):
-                    runs.checkpoint_path(d, s).unlink(missing_ok=True)
+        for i, d in enumerate(self.dirs):
+            if self.active[i]:
+                self.writes.write(*runs.checkpoint_file(d, step, self._member_state(i, probes), meta))
+        if not interrupt:
+            if self._off_schedule is None:   # listed once: an interrupted save ends its run, so no more appear
+                self._off_schedule = [(d, s) for d in self.dirs for s in runs.checkpoint_steps(d)
+                                      if s not in self.ckpt_steps]
+            for d, s in self._off_schedule:
+                if step == "final" or s < step:
+                    self.writes.remove(runs.checkpoint_path(d, s))   # once the checkpoints after it are in place
+            self._off_schedule = [(d, s) for d, s in self._off_schedule if step != "final" and s >= step]
+        if self.writes.due():
+            self.writes.commit()
 
     def _flush(self) -> None:
-        runs.atomic_write_many(runs.metrics_file(d, rec) for d, rec in zip(self.dirs, self.records))
+        """Every member's metrics.jsonl, written behind with the checkpoints (:meth:`_save`); committed at
+        once when the last flush is ``_FLUSH_SECONDS`` old (the periodic flush of a run between checkpoints)."""
+        periodic = time.monotonic() - self._last_flush > _FLUSH_SECONDS
+        for d, rec, lines in zip(self.dirs, self.records, self._metrics):
+            self.writes.write(*lines.file(d, rec))
         log.debug("metrics flushed (%d member(s))", len(self.dirs))
         self._last_flush = time.monotonic()
+        if periodic or self.writes.due():
+            self.writes.commit()
 
     def _set_status(self, members: list[int], status: str, message: str | None = None) -> None:
-        """Members' meta.json: ``status`` (and ``message``), written together."""
+        """Members' meta.json: ``status`` (and ``message``), written together, after every pending
+        checkpoint and metrics file is committed (a status never runs ahead of the files it speaks for)."""
         def meta(i: int) -> tuple[Path, bytes]:
             m = runs.read_meta(self.dirs[i]) | {"status": status, "message": message}
             if status != "running":
                 m["ended"] = runs.now()
             return runs.json_file(self.dirs[i] / runs.META, m)
+        self.writes.commit()
         runs.atomic_write_many(meta(i) for i in members)
 
     # ---- measurements
