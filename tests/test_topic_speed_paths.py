@@ -158,3 +158,13 @@ def test_position_class_sums_are_attention_classes_sums():
     new, old = tp.attention_classes(A, tokens, keys, v, NUM_SPECIAL), _old_attention_classes(A, tokens, keys)
     for k in old:
         assert torch.equal(new[k], old[k]), k
+
+
+def test_log_multiplicity_is_the_old_mask_term():
+    from tdyn.papers.topic.model import log_multiplicity
+
+    g = torch.Generator().manual_seed(0)
+    c = torch.randint(0, 160, (3, 7, V), generator=g).float() * (torch.rand(3, 7, V, generator=g) < 0.4)
+    for dtype in (torch.float32, torch.float64):
+        x = c.to(dtype)
+        assert torch.equal(log_multiplicity(x, dtype), torch.where(x > 0, x.log(), torch.finfo(dtype).min))

@@ -103,6 +103,14 @@ def layer_norm(x: torch.Tensor, g: torch.Tensor, b: torch.Tensor) -> torch.Tenso
     return F.layer_norm(x, x.shape[-1:], eps=1e-12) * g[:, None, None] + b[:, None, None]
 
 
+def log_multiplicity(c: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The attention's mask term: log c for keys of multiplicity c ≥ 1 (c counts keys: a whole number), the
+    most negative ``dtype`` value for invisible keys (c = 0). The log is taken of max(c, 1), which is c
+    wherever it is kept: the same numbers as ``where(c > 0, c.log(), min)`` without computing log 0 = −∞
+    (a slow path of the vectorised log)."""
+    return torch.where(c > 0, c.clamp(min=1).log(), torch.finfo(dtype).min)
+
+
 @dataclasses.dataclass
 class Input:
     """A layer's input E [S, B, L, d] and the keys the attention sums over.
@@ -224,7 +232,7 @@ class SelfAttention(nn.Module):
             H = E.mix(A, w.W_V, w.b_V).expand(S, B, n_q, self.d)                     # H = A V        (2), (4)
             return H, (E.per_position(A.expand(S, B, h, n_q, -1), c, keys) if need_attention else None)
         scores = E.scores(w, q_pos, h) / math.sqrt(self.d_h)                         # Q Kᵀ/√d_h  (2), (3)
-        M = torch.where(c > 0, c.log(), torch.finfo(scores.dtype).min)               # log c; −∞: invisible
+        M = log_multiplicity(c, scores.dtype)                                        # log c; −∞: invisible
         A = torch.softmax(scores + M[:, :, None, None], dim=-1)                      # A [S, B, h, n_q, N]  (3)
         H = E.mix(A, w.W_V, w.b_V)                                                   # H = A V        (2), (4)
         return H, (E.per_position(A, c, keys) if need_attention else None)

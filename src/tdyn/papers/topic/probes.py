@@ -24,7 +24,7 @@ import math
 
 import torch
 
-from tdyn.papers.topic.model import Input
+from tdyn.papers.topic.model import Input, log_multiplicity
 from tdyn.probes import ProbeContext, probe
 
 CLASSES = ("self", "same_token", "same_topic", "diff_topic")
@@ -175,7 +175,7 @@ def attention_by_ids(model, tokens: torch.Tensor, keys: torch.Tensor) -> torch.T
     Q, K = E.table(w.W_Q, w.b_Q), E.table(w.W_K, w.b_K)            # [S, V, d]
     d_h = Q.shape[-1] // h
     scores = torch.einsum("suhc,svhc->shuv", Q.view(S, V, h, d_h), K.view(S, V, h, d_h)) / math.sqrt(d_h)
-    M = torch.where(c > 0, c.log(), torch.finfo(scores.dtype).min)
+    M = log_multiplicity(c, scores.dtype)
     P = torch.softmax(scores[:, None] + M[:, :, None, None, :], dim=-1)   # [S, B, h, V, V]
     return P[:, :, 0] if h == 1 else P.mean(2)                      # one head: its mean is itself (x / 1)
 
