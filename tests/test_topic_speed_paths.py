@@ -39,6 +39,8 @@ class _Task:
 
 def _old_attention_by_ids(model, tokens, keys):
     """attention_by_ids as it was: the heads' mean taken also of one head."""
+    if model.cfg.n_layers != 1 or model.cfg.block != "attention":
+        return None
     table = model.embed_table()
     E = Input(table, tokens, identity="W_E" in model.identities)
     c = E.multiplicity(keys, table.dtype)
@@ -168,3 +170,18 @@ def test_log_multiplicity_is_the_old_mask_term():
     for dtype in (torch.float32, torch.float64):
         x = c.to(dtype)
         assert torch.equal(log_multiplicity(x, dtype), torch.where(x > 0, x.log(), torch.finfo(dtype).min))
+
+
+@pytest.mark.parametrize("kw", [{}, {"n_heads": 2}, {"emb_layernorm": True}, {"n_layers": 2}, {"n_layers": 3},
+                                {"block": "bert", "decoder": "trained"},
+                                {"block": "bert", "decoder": "trained", "n_layers": 2}, {"attention": "uniform"}])
+def test_attention_of_a_layer_is_the_forwards(kw):
+    model, b = _model(**kw), _clean_batch()
+    tokens, keys = b["clean_tokens"], b["clean_keys"]
+    keys = keys & (torch.rand(keys.shape, generator=torch.Generator().manual_seed(1)) > 0.2)   # some keys hidden
+    with torch.no_grad():
+        ref = model(tokens, keys, return_attention=True)[1]
+    for layer in range(-len(ref), len(ref)):
+        assert torch.equal(model.attention(tokens, keys, layer), ref[layer]), layer
+    with pytest.raises(IndexError):
+        model.attention(tokens, keys, len(ref))

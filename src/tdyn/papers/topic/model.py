@@ -433,10 +433,18 @@ class TopicTransformer(nn.Module):
         logits = affine(H, W_dec, getattr(self, "b_dec", None))                      # H W_decᵀ + b_dec  (5)
         return (logits, attns) if return_attention else logits
 
+    @torch.no_grad()
     def attention(self, tokens: torch.Tensor, keys: torch.Tensor, layer: int = 0) -> torch.Tensor:
-        """Attention of ``layer`` over all positions, [S, B, heads, L, L]."""
-        with torch.no_grad():
-            return self(tokens, keys, return_attention=True)[1][layer]
+        """Attention of ``layer`` over all positions, [S, B, heads, L, L]: the forward's layers up to that
+        layer's attention (the same numbers as ``self(tokens, keys, return_attention=True)[1][layer]``,
+        without the later layers, the BERT tail after it or the per-position attention of the layers before)."""
+        layer = range(len(self.blocks))[layer]
+        S, B, L = tokens.shape
+        all_pos = torch.arange(L, device=tokens.device).expand(S, B, L)
+        E = Input(self.embed_table(), tokens, identity="W_E" in self.identities)
+        for i, block in enumerate(self.blocks[:layer]):
+            E = Input(block(E, keys, all_pos, self.layer_weights(i))[0])
+        return self.blocks[layer].attn(E, keys, all_pos, self.layer_weights(layer), need_attention=True)[1]
 
     def data_loss(self, tokens: torch.Tensor, labels: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """Per-member loss [S] over the selected positions (labels ≠ −100) (docs/reproductions/topic.md#loss): cross-entropy
