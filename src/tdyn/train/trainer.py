@@ -360,15 +360,12 @@ class Job:
             self.writes.commit()
 
     def _flush(self) -> None:
-        """Every member's metrics.jsonl, written behind with the checkpoints (:meth:`_save`); committed at
-        once when the last flush is ``_FLUSH_SECONDS`` old (the periodic flush of a run between checkpoints)."""
-        periodic = time.monotonic() - self._last_flush > _FLUSH_SECONDS
+        """Every member's metrics.jsonl, written behind: committed with the checkpoints (:meth:`_save`),
+        with a status (:meth:`_set_status`), or at once by the periodic flush between checkpoints."""
         for d, rec, lines in zip(self.dirs, self.records, self._metrics):
             self.writes.write(*lines.file(d, rec))
         log.debug("metrics flushed (%d member(s))", len(self.dirs))
         self._last_flush = time.monotonic()
-        if periodic or self.writes.due():
-            self.writes.commit()
 
     def _set_status(self, members: list[int], status: str, message: str | None = None) -> None:
         """Members' meta.json: ``status`` (and ``message``), written together, after every pending
@@ -516,6 +513,7 @@ class Job:
                     self._save("final", arrays)
                 elif time.monotonic() - self._last_flush > _FLUSH_SECONDS:
                     self._flush()
+                    self.writes.commit()
                 bar.update(1)
             self._flush()
             self._set_status([i for i in range(S) if self.active[i]], "finished")
