@@ -59,3 +59,17 @@ def test_bench_lm_entry_records_both_precisions_and_the_matmul_ceiling(cli, tmp_
             assert b[f"S{S}_{p}"]["tokens_per_s"] > 0
             floor = b[f"S{S}_decoder_matmul_floor"][p]
             assert floor["s_per_step"] > 0 and floor["tokens_per_s_max"] == pytest.approx(S * 700 / floor["s_per_step"])
+
+
+def test_checkpoint_entry_replays_both_protocols(tmp_path, monkeypatch):
+    """The checkpoint entry is listed with the papers' entries and writes the same checkpoint steps either
+    way: two durable writes per step, or written behind in group commits (counted, never timed)."""
+    import tempfile
+
+    from tdyn import bench
+
+    assert "checkpoint_write" in bench.BENCHES.table and bench.BENCHES.get("checkpoint_write")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert bench._checkpoint_steps(2, 5, behind=False)[1] == 10
+    assert 1 <= bench._checkpoint_steps(2, 5, behind=True)[1] <= 5
+    assert list(tmp_path.iterdir()) == []

@@ -27,10 +27,12 @@ from tdyn.registry import Registry
 from tdyn.tasks import PlainTask, Task, build_task
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.seeding import generator
-from tdyn.train.trainer import expand_members, to_device, train
+from tdyn.train.trainer import _COMMIT_SECONDS, expand_members, to_device, train
 
-#: Every bench entry, by name: each paper's ``bench`` module registers its own (named in its manifest).
-BENCHES: Registry[Callable[[bool], dict]] = Registry("bench", papers="benches")
+#: Every bench entry, by name: the core's (here) and each paper's, registered by its ``bench`` module
+#: (named in its manifest).
+BENCHES: Registry[Callable[[bool], dict]] = Registry("bench", table={"checkpoint_write": __name__},
+                                                     papers="benches")
 
 
 def register_bench(name: str):
@@ -171,6 +173,66 @@ def usage_delta(before: tuple, after: tuple) -> dict:
     and its (waited-for) children together: allocation churn shows up as minor faults and system time."""
     f = lambda k: sum(getattr(a, k) - getattr(b, k) for a, b in zip(after, before))  # noqa: E731
     return {"minor_faults": int(f("ru_minflt")), "user_s": f("ru_utime"), "sys_s": f("ru_stime")}
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def _checkpoint_steps(S: int, n: int, behind: bool) -> tuple[float, int]:
+    """Seconds of ``n`` checkpoint steps of ``S`` members at a cadence of two steps, written as the
+    trainer writes them (each member's metrics.jsonl, two records longer, then its checkpoint) and the
+    number of commits: ``behind``, through one :class:`tdyn.runs.GroupCommit` committed at most once
+    per the trainer's window; else each step's files made durable before training goes on (every
+    metrics.jsonl encoded whole, then one ``atomic_write_many`` each for the metrics and the checkpoints:
+    the trainer before its write-behind)."""
+    gen = torch.Generator().manual_seed(0)
+    state = {f"{kind}/{p}": torch.randn(34, 34, generator=gen) for kind in ("param", "optim/momentum") for p in "YZ"}
+    state["rng/data"] = gen.get_state()
+    record = {"loss": 0.5, "norm/Y": 1.0, "norm/Z": 2.0, "update_norm/Y": 0.01, "update_norm/Z": 0.02}
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = [Path(tmp) / f"m{i}" for i in range(S)]
+        records: list[list[dict]] = [[] for _ in dirs]
+        lines = [runs.MetricsLines() for _ in dirs]
+        writes, commits = runs.GroupCommit(_COMMIT_SECONDS), 0
+        t0 = time.perf_counter()
+        for k in range(n):
+            for rec in records:
+                rec += [{"step": 2 * k - 1} | record, {"step": 2 * k} | record] if k else [{"step": 0} | record]
+            ckpts = [runs.checkpoint_file(d, 2 * k, state, {"step": str(2 * k)}) for d in dirs]
+            if behind:
+                for d, rec, ls in zip(dirs, records, lines):
+                    writes.write(*ls.file(d, rec))
+                for f in ckpts:
+                    writes.write(*f)
+                if writes.due():
+                    writes.commit()
+                    commits += 1
+            else:
+                runs.atomic_write_many(runs.metrics_file(d, rec) for d, rec in zip(dirs, records))
+                runs.atomic_write_many(ckpts)
+                commits += 2
+        if len(writes):
+            writes.commit()
+            commits += 1
+        return time.perf_counter() - t0, commits
+
+
+@register_bench("checkpoint_write")
+def _checkpoint_write(quick: bool) -> dict:
+    """Amortised cost of one member's checkpoint (atomic, checksummed) on a dense schedule (every two
+    steps), for a member of Syn-Small's size (Y, Z and their momenta 34 × 34 float32, the data RNG's
+    5056 bytes) and 1 or 32 members: written behind in group commits (the trainer) against made
+    durable at every checkpoint step (the trainer before its write-behind). Only the writing is timed
+    (serialising, checksums, metrics.jsonl, files, syncs), never the training."""
+    n = 100 if quick else 500
+    out: dict[str, Any] = {"checkpoint_steps": n}
+    for S in (1, 32):
+        m = n if S == 1 else max(n // 5, 20)
+        for name, behind in (("synced", False), ("behind", True)):
+            s, commits = _checkpoint_steps(S, m, behind)
+            out |= {f"S{S}_{name}_ms_per_member": 1e3 * s / (m * S), f"S{S}_{name}_commits": commits}
+        out[f"S{S}_speedup"] = out[f"S{S}_synced_ms_per_member"] / out[f"S{S}_behind_ms_per_member"]
+    return out
 
 
 def run(out: str | Path, quick: bool = False, only: list[str] | None = None, device: str = "cpu") -> dict:
