@@ -143,6 +143,11 @@ CASES = [
     ("workers zero", ["sweep", "{d}/spec.json", "--out", "{out}", "--workers", "0"], GOOD_SPEC, "--workers"),
     ("workers negative", ["sweep", "{d}/spec.json", "--out", "{out}", "--workers", "-1"], GOOD_SPEC, "--workers"),
     ("workers a fraction", ["sweep", "{d}/spec.json", "--out", "{out}", "--workers", "1.5"], GOOD_SPEC, "--workers"),
+    # ---- a sweep writes only into a new, empty or its own directory (issue 36)
+    ("sweep into a user's directory", SWEEP, GOOD_SPEC | {"out/summary.csv": "mine"}, "holds no sweep"),
+    ("sweep into a run directory", SWEEP, GOOD_SPEC | {"out/config.json": "{}", "out/meta.json": "{}"}, "holds no sweep"),
+    ("sweep into a reproduction", SWEEP, GOOD_SPEC | {"out/results.json": '{"experiment": "scan-snap/fig4"}'}, "holds no sweep"),
+    ("sweep --out a file", SWEEP, GOOD_SPEC | {"out": "a file"}, "is a file"),
     # ---- sweep specs: empty axes and other shapes
     ("sweep grid axis empty", SWEEP, {"spec.json": spec({"grid": {"optim.groups.Y.lr": []}})}, "optim.groups.Y.lr"),
     ("sweep zip axis empty", SWEEP, {"spec.json": spec({"zip": {"optim.groups.Y.lr": []}})}, "optim.groups.Y.lr"),

@@ -143,6 +143,8 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
                                    f"tdyn version's; choose another --out") from None
         if runs_of(old) != runs_of(spec.model_dump(mode="json")):
             raise UserError(f"{str(out)!r} holds a different sweep; choose another --out")
+    else:
+        _refuse_foreign(out)
     jobs = plan(spec)
 
     ex = executor_obj or make_executor(executor, workers=workers, address=address, folder=str(out / SUBMITIT),
@@ -150,12 +152,25 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
     try:
         with runs.Locks() as locks:
             locks.acquire(out)   # one sweep per directory; made only once spec, plan and executor are valid
+            if not (out / runs.SWEEP).exists():
+                _refuse_foreign(out)     # again, now that no other tdyn writes it
             if executor == "slurm":
                 runs.record(out, SUBMITIT)   # submitit's folder there is tdyn's (for --force)
             return _run(spec, jobs, out, ex, progress)
     finally:
         if executor_obj is None:
             ex.shutdown()
+
+
+def _refuse_foreign(out: Path) -> None:
+    """A sweep writes into a new or empty directory, or continues its own (``sweep.json``): never into a user's
+    directory, a run's or a reproduction's, which it would mix its runs and summary into."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {str(out)!r} is a file, not a directory")
+    entries = sorted(p.name for p in out.iterdir() if p.name not in (runs.LOCK, runs.JOBS, SUBMITIT)) if out.is_dir() else []
+    if entries:
+        raise UserError(f"--out {str(out)!r} is not empty and holds no sweep (it holds {entries[0]!r}): a sweep "
+                        f"writes into a new directory or continues its own; choose another --out")
 
 
 def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: bool) -> dict[str, str]:
