@@ -17,7 +17,7 @@ V, v = 104, 10
 
 
 def _model(S=2, **kw):
-    m = TopicTransformer(TopicModelConfig(init="default", **kw), V, v, NUM_SPECIAL, S=S)
+    m = TopicTransformer(TopicModelConfig(**({"init": "default"} | kw)), V, v, NUM_SPECIAL, S=S)
     m.reset_parameters([torch.Generator().manual_seed(s) for s in range(S)], [3.0] * S)
     return m
 
@@ -185,3 +185,41 @@ def test_attention_of_a_layer_is_the_forwards(kw):
         assert torch.equal(model.attention(tokens, keys, layer), ref[layer]), layer
     with pytest.raises(IndexError):
         model.attention(tokens, keys, len(ref))
+
+
+def _mlm_batch(S=3, B=40, L=152, seed=5):
+    """Per-member documents (members differ in their selected counts), PAD tails, a document with no selected
+    position, selected keys hidden; the two-stage batch's size (V's gradient sums over ~1000 rows: dropping
+    the unselected rows there changes its last bits)."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(NUM_SPECIAL, V, (S, B, L), generator=g)
+    tokens[:, :, 0] = 2
+    tokens[:, 1, 100:] = 0
+    sel = (torch.rand(S, B, L, generator=g) < torch.tensor([0.15, 0.1, 0.2])[:S, None, None]) & (tokens > 3)
+    sel[:, 2] = False
+    labels = torch.where(sel, tokens, -100)
+    tokens = torch.where(sel & (torch.rand(S, B, L, generator=g) < 0.8), 1, tokens)   # MASK
+    return tokens, labels, (tokens != 0) & ~sel
+
+
+@pytest.mark.parametrize("kw", [{}, {"emb_layernorm": True}, {"bias": False}, {"embedding": "trained", "d": V},
+                                {"init": "small_uniform", "init_eps": 1e-3}])
+def test_selected_rows_loss_and_gradients_equal_the_padded_rows(kw):
+    model = _model(S=3, **kw)
+    assert model.selected_rows
+    tokens, labels, keys = _mlm_batch()
+    out = {}
+    for fast in (False, True):
+        model.selected_rows = fast
+        model.zero_grad()
+        loss = model.data_loss(tokens, labels, keys)
+        loss.sum().backward()
+        out[fast] = [loss.detach()] + [p.grad.clone() for p in model.parameters()]
+    for a, b in zip(out[False], out[True]):
+        assert torch.equal(a, b)
+
+
+def test_selected_rows_only_where_the_model_allows():
+    assert not any(_model(**kw).selected_rows for kw in ({"n_heads": 2}, {"n_layers": 2}, {"attention": "uniform"},
+                                                          {"decoder": "trained"}, {"loss": "squared"},
+                                                          {"block": "bert", "decoder": "trained"}))

@@ -41,6 +41,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from tdyn.errors import ConfigError
+from tdyn.papers.topic import kernels
 from tdyn.schema import Strict
 
 
@@ -111,6 +112,12 @@ def log_multiplicity(c: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.where(c > 0, c.clamp(min=1).log(), torch.finfo(dtype).min)
 
 
+def score_table(Q: torch.Tensor, K: torch.Tensor, h: int) -> torch.Tensor:
+    """Q Kᵀ per head for every pair of ids, Q and K [S, V, d]: [S, V (query id), h·V (head, key id)]."""
+    S, n_ids = Q.shape[:2]
+    return torch.einsum("suhc,svhc->suhv", Q.view(S, n_ids, h, -1), K.view(S, n_ids, h, -1)).reshape(S, n_ids, -1)
+
+
 @dataclasses.dataclass
 class Input:
     """A layer's input E [S, B, L, d] and the keys the attention sums over.
@@ -153,9 +160,8 @@ class Input:
             Q = at_positions(Q, q_pos)
             return torch.einsum("sbihc,sbjhc->sbhij", Q.view(S, B, n_q, h, -1), K.view(*K.shape[:3], h, -1))
         n_ids = Q.shape[1]
-        score_table = torch.einsum("suhc,svhc->suhv", Q.view(S, n_ids, h, -1), K.view(S, n_ids, h, -1))
         q_ids = torch.gather(self.ids, 2, q_pos)                                    # the queries' ids
-        return rows(score_table.reshape(S, n_ids, h * n_ids), q_ids).view(S, B, n_q, h, n_ids).transpose(2, 3)
+        return rows(score_table(Q, K, h), q_ids).view(S, B, n_q, h, n_ids).transpose(2, 3)
 
     def mix(self, A: torch.Tensor, W: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor:
         """A V per head, V = E W_Vᵀ + b_V per key, for the attention per key A [S, B, h, n_q, N]:
@@ -325,6 +331,10 @@ class TopicTransformer(nn.Module):
                            if is_eye}
         self.blocks = nn.ModuleList(Block(d, cfg.n_heads, cfg.attention == "uniform", cfg.block == "bert")
                                     for _ in range(nl))
+        #: the loss computed on the selected query rows only (``kernels.selected_query_loss``): one layer of
+        #: trained one-head attention, the identity decoder, cross-entropy
+        self.selected_rows = (nl == 1 and cfg.block == "attention" and cfg.attention == "trained" and cfg.n_heads == 1
+                              and cfg.decoder == "identity" and cfg.loss == "ce")
 
     @staticmethod
     def block_matrix(V: int, v: int, num_special: int) -> torch.Tensor:
@@ -450,6 +460,13 @@ class TopicTransformer(nn.Module):
         """Per-member loss [S] over the selected positions (labels ≠ −100) (docs/reproductions/topic.md#loss): cross-entropy
         over all |V| ids, or the squared error to one-hot targets averaged over n_sel·|V| entries.
         Only the selected query rows are computed."""
+        if self.selected_rows:                       # the same numbers on the selected rows only (kernels)
+            w = self.layer_weights(0)
+            E = Input(self.embed_table(), tokens, identity="W_E" in self.identities)
+            c = E.multiplicity(keys, E.source.dtype)
+            S_ = score_table(E.table(w.W_Q, w.b_Q), E.table(w.W_K, w.b_K), 1)       # Q Kᵀ      (2)
+            return kernels.selected_query_loss(S_, log_multiplicity(c, S_.dtype), lambda: E.table(w.W_V, w.b_V),
+                                               tokens, labels, math.sqrt(self.d))
         sel = labels >= 0
         n_q = max(int(sel.sum(-1).max()), 1)
         q_pos = torch.argsort((~sel).to(torch.uint8), dim=-1, stable=True)[..., :n_q]   # selected first
