@@ -203,6 +203,7 @@ def _mlm_batch(S=3, B=40, L=152, seed=5):
 
 
 @pytest.mark.parametrize("kw", [{}, {"emb_layernorm": True}, {"bias": False}, {"embedding": "trained", "d": V},
+                                {"value": "block"}, {"value": "identity"}, {"value": "identity", "bias": False},
                                 {"init": "small_uniform", "init_eps": 1e-3}])
 def test_selected_rows_loss_and_gradients_equal_the_padded_rows(kw):
     model = _model(S=3, **kw)
