@@ -51,7 +51,7 @@ if [ "$mode" = smoke ]; then
   tar czf "$OUT/quick.tar.gz" -C $W --exclude=runs q_fp32 q_bf16 2>/dev/null
   stamp "tdyn bench --device $DEV"
   only=(); for e in $BENCH_ONLY; do only+=(--only "$e"); done
-  timeout 240 python3 -m tdyn bench --device $DEV "${only[@]}" --out "$OUT/bench-cuda.json" 2>&1 | tail -n 40
+  timeout 240 python3 -m tdyn bench --device $DEV "${only[@]}" --out "$OUT/bench-cuda.json" --force 2>&1 | tail -n 40
   stamp "full-size Fig 10 steps: the trainer (clipping, metrics, probes every 250 steps) for $NSTEP steps"
   for p in fp32 bf16; do
     tdyn config real/entropy-vs-lr --set device=$DEV $(prec_args $p) > $W/cfg_$p.yaml || continue

@@ -39,3 +39,19 @@ def test_train_load_run_and_load_sweep(tmp_path):
         tdyn.load_run(tmp_path / "e")
     model = run.model(2)
     assert model.W.shape == (1, 5, 5) and model.W.dtype.is_floating_point
+
+
+def test_one_member_per_run_directory(tmp_path):
+    """dirs= naming one directory twice (or through a symlink) is refused before anything is written."""
+    from tdyn.errors import UserError
+
+    cfg = {"task": "decision_list", "data": {"L": 5, "M": 2, "n": 3}, "seeds": [0, 1], "dtype": "float64",
+           "optim": {"steps": 2, "groups": {"all": {"params": ["W", "V"], "lr": 1.0}}}}
+    a = tmp_path / "a"
+    with pytest.raises(UserError, match="given to two members"):
+        tdyn.train(cfg, tmp_path / "e", dirs=[a, a], progress=False)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "b")
+    with pytest.raises(UserError, match="given to two members"):
+        tdyn.train(cfg, tmp_path / "e", dirs=[tmp_path / "b", tmp_path / "link"], progress=False)
+    assert not a.exists() and not (tmp_path / "e").exists() and not any((tmp_path / "b").iterdir())

@@ -12,8 +12,11 @@ def test_bench_only_one_entry(cli, tmp_path):
     b = json.loads(out.read_text())
     assert {"cpu_count", "torch_threads", "torch"} <= b["machine"].keys()
     assert b["scan_snap_single"]["steps_per_s"] > 0
-    r = cli("bench", "--only", "nope", "--out", out)
+    r = cli("bench", "--only", "nope", "--out", out, "--force")
     assert r.returncode == 2 and "allowed" in r.stderr
+    before = out.read_bytes()
+    r = cli("bench", "--quick", "--only", "scan_snap_single", "--out", out)   # no --force: the file is kept
+    assert r.returncode == 2 and "exists" in r.stderr and "--force" in r.stderr and out.read_bytes() == before
     assert b["reference_matmul"]["gflops_1_thread"] > 0 and b["device"] == "cpu"
     u = b["scan_snap_single"]["usage"]
     assert u["minor_faults"] >= 0 and u["user_s"] > 0 and u["sys_s"] >= 0

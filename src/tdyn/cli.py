@@ -132,6 +132,9 @@ def _cmd_reproduce(args) -> int:
         if runs.reproduction_of(out) != exp.name:
             raise UserError(f"--judge-only: {str(out)!r} holds no results of {exp.name} (judge-only reads the tables "
                             "a run of it wrote there)")
+    if args.resume and runs.reproduction_of(out) not in (None, exp.name):
+        raise UserError(f"--resume: {str(out)!r} holds {runs.reproduction_of(out)}'s reproduction, not {exp.name}'s "
+                        f"(a directory belongs to one reproduction); choose another --out")
     with runs.Locks() as locks:       # one writer: a second reproduce into DIR is refused naming this one
         other = args.force and runs.reproduction_of(out) not in (None, exp.name)   # another reproduction's: cleared
         runner.prepare_dir(out, args.force or args.resume or args.judge_only, clear=other, locks=locks,
@@ -349,6 +352,10 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_bench(args) -> int:
+    out = Path(args.out)
+    if out.is_dir() or (out.exists() and not args.force):
+        raise UserError(f"--out {args.out!r} " + ("is a directory" if out.is_dir() else "exists") +
+                        "; the bench writes a new JSON file" + ("" if out.is_dir() else " (--force replaces it)"))
     _setup(args)
     from tdyn import bench
 
@@ -466,6 +473,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                        description="Measure steps/s, ensemble vs one-at-a-time, sweep wall time and the other "
                        "registered speed figures in one process; write bench.json and print a table.")
     s.add_argument("--out", default="bench.json", help="output JSON (default: bench.json)")
+    s.add_argument("--force", action="store_true", help="replace an existing --out")
     s.add_argument("--quick", action="store_true", help="fewer repetitions (extrapolated where marked)")
     s.add_argument("--only", action="append", metavar="NAME", help="run only this entry (repeatable)")
     s.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
