@@ -224,3 +224,18 @@ def test_selected_rows_only_where_the_model_allows():
     assert not any(_model(**kw).selected_rows for kw in ({"n_heads": 2}, {"n_layers": 2}, {"attention": "uniform"},
                                                           {"decoder": "trained"}, {"loss": "squared"},
                                                           {"block": "bert", "decoder": "trained"}))
+
+
+def test_selected_rows_loss_under_autocast_is_the_padded_paths():
+    model = _model(S=3)
+    tokens, labels, keys = _mlm_batch(B=8)
+    out = {}
+    for fast in (False, True):
+        model.selected_rows = fast
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model.data_loss(tokens, labels, keys)
+        loss.sum().backward()
+        out[fast] = [loss.detach()] + [p.grad.clone() for p in model.parameters()]
+    for a, b in zip(out[False], out[True]):
+        assert torch.equal(a, b)

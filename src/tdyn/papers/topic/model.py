@@ -460,7 +460,7 @@ class TopicTransformer(nn.Module):
         """Per-member loss [S] over the selected positions (labels ≠ −100) (docs/reproductions/topic.md#loss): cross-entropy
         over all |V| ids, or the squared error to one-hot targets averaged over n_sel·|V| entries.
         Only the selected query rows are computed."""
-        if self.selected_rows:                       # the same numbers on the selected rows only (kernels)
+        if self.selected_rows and not torch.is_autocast_enabled(tokens.device.type):   # selected rows only (kernels)
             w = self.layer_weights(0)
             E = Input(self.embed_table(), tokens, identity="W_E" in self.identities)
             c = E.multiplicity(keys, E.source.dtype)
