@@ -600,6 +600,10 @@ def _run_guarded(job: Job, start: int) -> None:
     try:
         job.run(start)
     except KeyboardInterrupt:
+        try:                   # what is written behind is whole: kept (a kill, unlike this, loses it)
+            job.writes.commit()
+        except OSError as e:
+            log.warning("could not commit the checkpoints of the interrupted job %s: %s", job.resume_dir, e)
         raise
     except Exception as e:
         try:                   # the records up to the failure are kept (best effort: the error is what matters)
