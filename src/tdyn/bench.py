@@ -180,7 +180,7 @@ def usage_delta(before: tuple, after: tuple) -> dict:
 
 def _checkpoint_steps(S: int, n: int, behind: bool) -> tuple[float, int]:
     """Seconds of ``n`` checkpoint steps of ``S`` members at a cadence of two steps, written as the
-    trainer writes them (each member's metrics.jsonl, two records longer, then its checkpoint) and the
+    trainer writes them (each member's metrics.jsonl, two records longer, then its checkpoint), and the
     number of commits: ``behind``, through one :class:`tdyn.runs.GroupCommit` committed at most once
     per the trainer's window; else each step's files made durable before training goes on (every
     metrics.jsonl encoded whole, then one ``atomic_write_many`` each for the metrics and the checkpoints:
@@ -200,8 +200,8 @@ def _checkpoint_steps(S: int, n: int, behind: bool) -> tuple[float, int]:
                 rec += [{"step": 2 * k - 1} | record, {"step": 2 * k} | record] if k else [{"step": 0} | record]
             ckpts = [runs.checkpoint_file(d, 2 * k, state, {"step": str(2 * k)}) for d in dirs]
             if behind:
-                for d, rec, ls in zip(dirs, records, lines):
-                    writes.write(*ls.file(d, rec))
+                for d, rec, ls in zip(dirs, records, lines):   # as Job._flush: encoded by the commit
+                    writes.write(d / runs.METRICS, lambda d=d, rec=rec, ls=ls: ls.file(d, rec)[1])
                 for f in ckpts:
                     writes.write(*f)
                 if writes.due():

@@ -15,7 +15,7 @@ import re
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from tdyn.runs.machine import host, pid_alive, writer_tag
 
@@ -127,8 +127,10 @@ class GroupCommit:
         """Whether something is pending and the last commit is ``window`` seconds old."""
         return bool(self._pending or self._remove) and time.monotonic() - self._last >= self.window
 
-    def write(self, path: Path, data: bytes) -> None:
-        """``data`` into a temp file beside ``path``, renamed into place by the next :meth:`commit`."""
+    def write(self, path: Path, data: bytes | Callable[[], bytes]) -> None:
+        """``data`` into a temp file beside ``path``, renamed into place by the next :meth:`commit`.
+        ``data`` may be a function giving the contents, called by the commit (in this place of the
+        rename order): a file rewritten at every step, such as ``metrics.jsonl``, is written once a commit."""
         path = Path(path)
         parent = path.parent
         if parent not in self._synced:
@@ -139,6 +141,13 @@ class GroupCommit:
             if self._synced[parent] and dev not in self._fs:
                 self._fs[dev] = (os.open(parent, os.O_RDONLY), parent)
         self._drop(path)
+        if callable(data):
+            self._pending[path] = data
+        else:
+            self._write_temp(path, data)
+
+    def _write_temp(self, path: Path, data: bytes) -> None:
+        parent = path.parent
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.tdyn-{writer_tag()}.", suffix=".tmp")
         try:
             self._pending[path] = tmp
@@ -170,7 +179,7 @@ class GroupCommit:
         if fd is not None:
             os.close(fd)
         tmp = self._pending.get(path)
-        if tmp is not None and os.path.exists(tmp):
+        if isinstance(tmp, str) and os.path.exists(tmp):
             os.unlink(tmp)
 
     def remove(self, path: Path) -> None:
@@ -183,8 +192,11 @@ class GroupCommit:
     def commit(self) -> None:
         """Make every pending file durable, rename each into place, delete the files to remove."""
         renamed = 0
-        temps = list(self._pending.items())
         try:
+            for path, later in list(self._pending.items()):
+                if callable(later):
+                    self._write_temp(path, later())
+            temps = list(self._pending.items())
             if self._batched >= _BATCH_SYNC:
                 for dfd, d in self._fs.values():
                     if _SYNCFS(dfd) != 0:
@@ -196,8 +208,8 @@ class GroupCommit:
                 os.replace(tmp, path)
                 renamed += 1
         except BaseException:
-            for _, tmp in temps[renamed:]:
-                if os.path.exists(tmp):
+            for _, tmp in list(self._pending.items())[renamed:]:
+                if isinstance(tmp, str) and os.path.exists(tmp):
                     os.unlink(tmp)
             self._remove.clear()
             raise

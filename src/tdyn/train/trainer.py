@@ -362,8 +362,8 @@ class Job:
     def _flush(self) -> None:
         """Every member's metrics.jsonl, written behind: committed with the checkpoints (:meth:`_save`),
         with a status (:meth:`_set_status`), or at once by the periodic flush between checkpoints."""
-        for d, rec, lines in zip(self.dirs, self.records, self._metrics):
-            self.writes.write(*lines.file(d, rec))
+        for d, rec, lines in zip(self.dirs, self.records, self._metrics):   # encoded by the commit, once
+            self.writes.write(d / runs.METRICS, lambda d=d, rec=rec, lines=lines: lines.file(d, rec)[1])
         log.debug("metrics flushed (%d member(s))", len(self.dirs))
         self._last_flush = time.monotonic()
 
