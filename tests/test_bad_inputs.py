@@ -143,6 +143,12 @@ CASES = [
     ("workers zero", ["sweep", "{d}/spec.json", "--out", "{out}", "--workers", "0"], GOOD_SPEC, "--workers"),
     ("workers negative", ["sweep", "{d}/spec.json", "--out", "{out}", "--workers", "-1"], GOOD_SPEC, "--workers"),
     ("workers a fraction", ["sweep", "{d}/spec.json", "--out", "{out}", "--workers", "1.5"], GOOD_SPEC, "--workers"),
+    # ---- sizes a config or spec implies are limited before anything is allocated (issue 36)
+    ("checkpoint.num a billion", ss("checkpoint.schedule=log", "checkpoint.num=1000000000"), {}, "checkpoint.num"),
+    ("optim.steps beyond int64", ss("optim.steps=100000000000000000000"), {}, "optim.steps"),
+    ("sweep of a million runs", SWEEP, {"spec.json": spec({"grid": {"optim.groups.Y.lr": [float(i + 1) for i in range(1000)]}},
+                                                          seeds=list(range(1000)))}, "1,000,000 runs"),
+    ("sweep random n 1e8", SWEEP, {"spec.json": spec({"random": {"n": 10**8, "params": {"optim.groups.Y.lr": {"kind": "uniform", "low": 0.1, "high": 1}}}})}, "axes.random.n"),
     # ---- a sweep writes only into a new, empty or its own directory (issue 36)
     ("sweep into a user's directory", SWEEP, GOOD_SPEC | {"out/summary.csv": "mine"}, "holds no sweep"),
     ("sweep into a run directory", SWEEP, GOOD_SPEC | {"out/config.json": "{}", "out/meta.json": "{}"}, "holds no sweep"),

@@ -43,8 +43,12 @@ class FreezeRule(Strict):
                 or (self.after is not None and step >= self.after))
 
 
+#: The most training steps a config may ask for (a step counter and its schedules stay exact integers).
+MAX_STEPS = 10**15
+
+
 class OptimConfig(Strict):
-    steps: int = Field(100, ge=0)
+    steps: int = Field(100, ge=0, le=MAX_STEPS)
     groups: dict[str, GroupConfig] = Field(min_length=1)
     freeze: dict[str, FreezeRule] = {}
     grad_clip: float | None = Field(None, gt=0)
@@ -83,7 +87,7 @@ class CheckpointConfig(Strict):
     the final state is always saved, and step 0 (the initial state) unless ``initial`` is false."""
 
     schedule: Literal["log", "linear", "none"] = "log"
-    num: int = Field(10, ge=1)
+    num: int = Field(10, ge=1, le=100_000)   # the log/linear schedule's points are computed one by one
     every: int | None = Field(None, ge=1)
     steps: list[NonNegativeInt] = []
     initial: bool = Field(True, description="save step 0, the initial state; false for runs whose only use is "

@@ -54,8 +54,12 @@ class RandomAxis(Strict):
         return self
 
 
+#: The most runs a sweep may plan (cells × seeds): each is a run directory, and planning holds them all in memory.
+MAX_RUNS = 100_000
+
+
 class RandomAxes(Strict):
-    n: int = Field(ge=1)
+    n: int = Field(ge=1, le=MAX_RUNS)
     seed: int = 0
     params: dict[str, RandomAxis] = Field(min_length=1)
 
@@ -117,6 +121,17 @@ class SweepSpec(Strict):
     def _one_base(self):
         if (self.base is None) == (self.config is None):
             raise ValueError("give exactly one of base (experiment name or config file) and config (inline)")
+        return self
+
+    @model_validator(mode="after")
+    def _size(self):
+        """The number of runs, from the axes' lengths (nothing expanded), against :data:`MAX_RUNS`."""
+        n = len(self.seeds) * (self.axes.random.n if self.axes.random else 1)
+        n *= len(next(iter(self.axes.zip.values()))) if self.axes.zip else 1
+        for values in self.axes.grid.values():
+            n *= len(values)
+        if n > MAX_RUNS:
+            raise ValueError(f"the sweep has {n:,} runs (grid × zip × random × seeds); at most {MAX_RUNS:,}")
         return self
 
 
