@@ -58,6 +58,8 @@ GOOD_SPEC = {"spec.json": spec({"grid": {"optim.groups.Y.lr": [1.0, 2.0]}})}
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
 LONG = "n" * 300
+#: a 1 MB string aliased 10⁴ times: 10⁴ values (under the value limit), 10 GB of text once copied
+STRING_BOMB = "s: &s " + "x" * 1_000_000 + "\nt: [" + ", ".join(["*s"] * 10_000) + "]\n"
 DIR = object()    # a file entry: make this a directory
 
 # (case, argv, files {name below {d}: text, bytes or DIR}, what the stderr line names — one string or a tuple of alternatives)
@@ -217,6 +219,7 @@ CASES = [
     ("config a list", ["run", "{d}/c.yaml", "--out", "{out}"], {"c.yaml": "- 1\n- 2\n"}, "c.yaml"),
     ("config empty", ["run", "{d}/c.yaml", "--out", "{out}"], {"c.yaml": ""}, "c.yaml"),
     ("config YAML alias bomb", ["run", "{d}/c.yaml", "--out", "{out}"], {"c.yaml": BOMB}, "c.yaml"),
+    ("config YAML one long string aliased", ["run", "{d}/c.yaml", "--out", "{out}"], {"c.yaml": STRING_BOMB}, "characters of text"),
     ("config YAML recursive alias", ["run", "{d}/c.yaml", "--out", "{out}"], {"c.yaml": "a: &a [*a]\n"}, "c.yaml"),
     ("config JSON nested too deep", ["run", "{d}/c.json", "--out", "{out}"], {"c.json": "[" * 100000 + "]" * 100000}, "c.json"),
     ("config without task", ["run", "{d}/c.yaml", "--out", "{out}"], {"c.yaml": "seeds: [0]\n"}, "task"),

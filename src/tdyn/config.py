@@ -158,21 +158,26 @@ def _sub(cls: type[BaseModel], value: dict, prefix: str) -> BaseModel:
 #: file may hold once loaded: YAML aliases can make a file of a few hundred bytes stand for 10⁹ values
 #: ("billion laughs"), which copying or validating the document would then expand.
 MAX_CONFIG_VALUES = 1_000_000
+#: The most characters of text (strings and keys, each alias counted every time it is used) a config file may
+#: hold once loaded: a few aliases of one long string stand for gigabytes under the value limit.
+MAX_CONFIG_CHARS = 10_000_000
 
 
-def document_size(data: Any, limit: int = MAX_CONFIG_VALUES) -> int:
-    """How many values ``data`` holds when its shared (aliased) parts are counted each time they are
-    reached; stops counting past ``limit`` (so a recursive alias ends too)."""
-    n, stack = 0, [data]
-    while stack and n <= limit:
+def document_size(data: Any, limit: int = MAX_CONFIG_VALUES, char_limit: int = MAX_CONFIG_CHARS) -> tuple[int, int]:
+    """(values, characters of text) ``data`` holds when its shared (aliased) parts are counted each time they
+    are reached; stops counting past either limit (so a recursive alias ends too)."""
+    n, chars, stack = 0, 0, [data]
+    while stack and n <= limit and chars <= char_limit:
         x = stack.pop()
         n += 1
-        if isinstance(x, dict):
+        if isinstance(x, str):
+            chars += len(x)
+        elif isinstance(x, dict):
             stack.extend(x.keys())
             stack.extend(x.values())
         elif isinstance(x, (list, tuple)):
             stack.extend(x)
-    return n
+    return n, chars
 
 
 def read_config_file(path: str | Path) -> dict:
@@ -192,8 +197,10 @@ def read_config_file(path: str | Path) -> dict:
         raise ConfigError(f"config file {str(p)!r} is not valid {kind}: {str(e).splitlines()[0] if str(e) else 'nested too deeply'}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(p)!r} must hold a mapping at top level")
-    if document_size(data) > MAX_CONFIG_VALUES:
-        raise ConfigError(f"config file {str(p)!r} expands to more than {MAX_CONFIG_VALUES:,} values "
+    values, chars = document_size(data)
+    if values > MAX_CONFIG_VALUES or chars > MAX_CONFIG_CHARS:
+        what = f"{MAX_CONFIG_VALUES:,} values" if values > MAX_CONFIG_VALUES else f"{MAX_CONFIG_CHARS:,} characters of text"
+        raise ConfigError(f"config file {str(p)!r} expands to more than {what} "
                           f"(YAML aliases used over and over?); a config is far smaller")
     return data
 
