@@ -567,9 +567,11 @@ def train(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] | None = N
     dirs = [Path(d) for d in dirs] if explicit else member_dirs(out, members)
     if len(dirs) != len(members):
         raise UserError(f"{len(members)} members but {len(dirs)} run directories")
-    same = next((d for i, d in enumerate(dirs) if any(os.path.realpath(d) == os.path.realpath(e) for e in dirs[:i])), None)
-    if same is not None:
-        raise UserError(f"dirs: {str(same)!r} is given to two members (one member per run directory)")
+    if explicit:
+        real = [os.path.realpath(d) for d in dirs]
+        if len(set(real)) < len(real):
+            same = next(d for d, r in zip(dirs, real) if real.count(r) > 1)
+            raise UserError(f"dirs: {str(same)!r} is given to two members (one member per run directory)")
     job = Job(cfg, members, dirs, progress, out)  # builds (and validates) before anything is written
     with runs.Locks() as locks:
         if explicit:
