@@ -180,6 +180,37 @@ def document_size(data: Any, limit: int = MAX_CONFIG_VALUES, char_limit: int = M
     return n, chars
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as a config reads it: a key twice in one mapping is an error (YAML itself keeps the last), and so
+    is a value JSON cannot hold (a date, binary, a set), which no config field takes."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: list = []
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key != "<<" and key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"found the key {key!r} twice", key_node.start_mark)
+            seen.append(key)
+        return super().construct_mapping(node, deep)
+
+
+def _not_json(loader: yaml.SafeLoader, node: yaml.Node):
+    raise yaml.constructor.ConstructorError(None, None, f"a {node.tag.rsplit(':', 1)[-1]} value is not a config value "
+                                            f"(quote it for a string)", node.start_mark)
+
+
+for _tag in ("timestamp", "binary", "set", "omap", "pairs"):
+    _Loader.add_constructor(f"tag:yaml.org,2002:{_tag}", _not_json)
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict:
+    keys = [k for k, _ in pairs]
+    dup = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+    if dup is not None:
+        raise ValueError(f"the key {dup!r} twice in one object")
+    return dict(pairs)
+
+
 def read_config_file(path: str | Path) -> dict:
     p = Path(path)
     if not p.exists():
@@ -192,8 +223,8 @@ def read_config_file(path: str | Path) -> dict:
     except UnicodeDecodeError as e:
         raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte {e.start})") from None
     try:
-        data = json.loads(text) if kind == "JSON" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError, RecursionError) as e:
+        data = json.loads(text, object_pairs_hook=_json_object) if kind == "JSON" else yaml.load(text, Loader=_Loader)
+    except (ValueError, yaml.YAMLError, RecursionError) as e:
         raise ConfigError(f"config file {str(p)!r} is not valid {kind}: {str(e).splitlines()[0] if str(e) else 'nested too deeply'}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {str(p)!r} must hold a mapping at top level")

@@ -13,14 +13,52 @@ import types
 import typing
 from typing import Any, Union
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 
 class Strict(BaseModel):
     """Base for every config section: unknown keys are errors, and so are non-finite floats (inf, NaN:
-    ``.inf`` in YAML, ``Infinity`` in JSON, ``inf`` on the command line) in any float field."""
+    ``.inf`` in YAML, ``Infinity`` in JSON, ``inf`` on the command line) in any float field, and booleans
+    where a number belongs (``steps: true``, ``seeds: [true]``: pydantic would read them as 1)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, field in cls.model_fields.items():
+                if name in data and _bool_where_number(data[name], field.annotation):
+                    raise ValueError(f"@{name} = {json.dumps(data[name])}: a boolean where a number belongs")
+        return data
+
+
+def _bool_where_number(value: Any, annotation: Any) -> bool:
+    """Whether ``value`` holds a boolean where ``annotation`` admits numbers but no boolean (lists and
+    tuples element-wise)."""
+    ann = _strip_optional(annotation)
+    origin = typing.get_origin(ann)
+    if isinstance(value, bool):
+        return _admits(ann, (int, float)) and not _admits(ann, (bool,))
+    if isinstance(value, (list, tuple)) and origin in (list, tuple):
+        args = [a for a in typing.get_args(ann) if a is not Ellipsis]
+        return any(_bool_where_number(v, args[min(i, len(args) - 1)] if origin is tuple and len(args) > 1 else args[0])
+                   for i, v in enumerate(value)) if args else False
+    return False
+
+
+def _admits(ann: Any, types_: tuple) -> bool:
+    """Whether annotation ``ann`` (a type, a Union, an Annotated or constrained type) admits one of ``types_``."""
+    if ann is Any:
+        return bool in types_
+    origin = typing.get_origin(ann)
+    if origin is typing.Annotated:
+        return _admits(typing.get_args(ann)[0], types_)
+    if origin is typing.Literal:
+        return any(isinstance(a, types_) and (bool in types_ or not isinstance(a, bool)) for a in typing.get_args(ann))
+    if origin in (Union, types.UnionType):
+        return any(_admits(a, types_) for a in typing.get_args(ann))
+    return isinstance(ann, type) and issubclass(ann, types_) and (bool in types_ or ann is not bool)
 
 
 def check_finite(value: Any, key: str) -> None:
@@ -60,7 +98,10 @@ def format_validation_error(e: ValidationError, cls: type[BaseModel] | None = No
         return f"config error: missing required key {key!r}"
     msg = err["msg"]
     if err["type"] == "value_error":   # a validator's own message says what is wrong with the value
-        return f"config error: {key}: {msg.removeprefix('Value error, ')}"
+        msg = msg.removeprefix("Value error, ")
+        if msg.startswith("@"):        # "@field = value: why", a field of the model at ``key``
+            return f"config error: {key.removesuffix('<root>') + '.' if key != '<root>' else ''}{msg[1:]}"
+        return f"config error: {key}: {msg}"
     shown = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
     return f"config error: {key} = {shown}: {msg}"
 
