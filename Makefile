@@ -43,11 +43,11 @@ clean:
 catalog: $(STAMP)
 	$(BIN)/python -c 'from tdyn.reproduce.runner import write_catalog; print("wrote", write_catalog())'
 
-# Every reproduction at full settings, WORKERS at once, the longest first (GPU-scale ones quick: their full
+# Every reproduction at full settings, JOBS at once, the longest first (GPU-scale ones quick: their full
 # evidence is made on a GPU); then the full results copied into docs/results/ and the README's table regenerated.
-WORKERS ?= 2
+JOBS ?= 2
 evidence: $(STAMP)
-	$(BIN)/tdyn reproduce --all --workers $(WORKERS) --evidence docs/results --out out/evidence --force
+	$(BIN)/tdyn reproduce --all --jobs $(JOBS) --evidence docs/results --out out/evidence --force
 	$(BIN)/python -c 'from tdyn.reproduce.runner import export_evidence; print("copied:", *export_evidence("out/evidence", "docs/results"))'
 	$(MAKE) verdicts
 

@@ -342,8 +342,9 @@ def test_full_under_runs_the_cheap_ones_at_full_settings(tmp_path, fake_experime
     (["reproduce", "--all", "--full-under", "60", "--evidence", "{ev}"], "without --quick"),
     (["reproduce", "scan-snap/fig3", "--evidence", "{ev}"], "goes with --all"),
     (["reproduce", "scan-snap/fig3", "--full-under", "5"], "goes with --all"),
-    (["reproduce", "scan-snap/fig3", "--workers", "2"], "--workers goes with --all"),
-    (["reproduce", "--all", "--quick", "--workers", "0"], "--workers 0: must be a whole number >= 1"),
+    (["reproduce", "scan-snap/fig3", "--jobs", "2"], "--jobs goes with --all"),
+    (["reproduce", "--all", "--quick", "--jobs", "0"], "--jobs 0: must be a whole number >= 1"),
+    (["reproduce", "decision-list/claim1", "--jobs", "2"], "--jobs goes with --all"),
     (["report", "{ev}", "--evidence", "{tmp}/missing"], "no such directory"),
     (["report", "{ev}", "--evidence", "{ev}", "--readme", "{tmp}/README.md"], "--readme writes"),
     (["report", "{tmp}/empty", "--evidence", "{ev}"], "holds no results.json"),
@@ -465,18 +466,18 @@ def one_thread():
 
 
 def test_reproduce_all_on_two_workers(tmp_path, fake_experiments, monkeypatch, one_thread):
-    """--workers 2: the same directories, results and page as one after another (the manifest in the
+    """--jobs 2: the same directories, results and page as one after another (the manifest in the
     registry's order, with the whole run's wall time); the longest first by the evidence's run times, and a
     reproduction that reuses another's runs starts only after that one finished."""
     from tdyn.reproduce import registry, runner
 
     one, two = tmp_path / "one", tmp_path / "two"
     reproduce_all(one, quick=True, seed=4, names=fake_experiments, progress=False)
-    page, failed = reproduce_all(two, quick=True, seed=4, names=fake_experiments, progress=False, workers=2)
+    page, failed = reproduce_all(two, quick=True, seed=4, names=fake_experiments, progress=False, jobs=2)
     assert failed == ["test/fails"] and page == two / "index.html"
     m1, m2 = runs.read_json(one / MANIFEST), runs.read_json(two / MANIFEST)
     assert [(r["name"], r["status"]) for r in m2["reproductions"]] == [(r["name"], r["status"]) for r in m1["reproductions"]]
-    assert m2["workers"] == 2 and m2["wall_seconds"] > 0 and m1["workers"] == 1
+    assert m2["jobs"] == 2 and m2["wall_seconds"] > 0 and m1["jobs"] == 1
     for name in fake_experiments:
         a, b = (runs.read_json(d / slug(name) / "results.json") for d in (one, two))
         assert a.get("claims") == b.get("claims") and a.get("error") == b.get("error")
@@ -508,7 +509,7 @@ def test_full_evidence_exported_and_gpu_scale_quick_on_a_cpu(tmp_path, fake_expe
 
     monkeypatch.setattr(runner, "gpu_scale", lambda: {"test/fails": "needs a GPU (tests)"})
     out, dest = tmp_path / "all", tmp_path / "results"
-    reproduce_all(out, names=fake_experiments, progress=False, workers=2)
+    reproduce_all(out, names=fake_experiments, progress=False, jobs=2)
     man = runs.read_json(out / MANIFEST)
     assert {r["name"]: r["quick"] for r in man["reproductions"]} == {"test/fails": True, "test/fake": False}
     _write_results(dest / slug("test/fake"), {"experiment": "test/fake", "files": ["old.png", "table.csv"]},

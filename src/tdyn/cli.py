@@ -93,8 +93,8 @@ def _cmd_reproduce(args) -> int:
 
     if args.all == bool(args.name):
         raise UserError("tdyn reproduce takes an experiment name or --all (not both)")
-    if not args.all and args.workers != 1:
-        raise UserError("--workers goes with --all (one reproduction runs its own sweeps' workers)")
+    if not args.all and args.jobs != 1:
+        raise UserError("--jobs goes with --all (how many reproductions run at once)")
     if not args.all and (args.evidence is not None or args.full_under is not None):
         raise UserError(f"{'--evidence' if args.evidence is not None else '--full-under'} goes with --all "
                         "(the page of every reproduction); for one reproduction see `tdyn report DIR --evidence DIR`")
@@ -109,7 +109,7 @@ def _cmd_reproduce(args) -> int:
         page, failed = runner.reproduce_all(args.out, seed=args.seed, quick=args.quick, overrides=list(args.set or []),
                                             device=args.device, progress=not args.quiet, force=args.force,
                                             resume=args.resume, evidence=args.evidence, full_under=args.full_under,
-                                            workers=args.workers)
+                                            jobs=args.jobs)
         _print_answer(Path(args.out), args.evidence)
         if failed:
             print(f"{len(failed)} reproduction(s) failed: {', '.join(failed)}", file=sys.stderr)
@@ -430,9 +430,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("--full-under", dest="full_under", type=float, metavar="SECONDS",
                    help="with --all --quick --evidence DIR: run at full settings every reproduction whose full run "
                         "in DIR took at most SECONDS (its verdicts re-derived here); the rest quick")
-    s.add_argument("--workers", type=int, default=1, metavar="N",
+    s.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="with --all: run N reproductions at once, one per worker process (each with --threads "
-                        "torch threads), the longest first by --evidence's run times; default 1")
+                        "torch threads), the longest first by --evidence's run times; default 1 (a reproduction's "
+                        "own --workers, where it has one, sizes its sweeps' pools)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=_cmd_reproduce)
     _add_options(s, argv, "reproduce")

@@ -183,7 +183,7 @@ def _tables_made(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
 def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overrides: list[str] | None = None,
                   device: str = "cpu", progress: bool = True, force: bool = False, resume: bool = False,
                   names: list[str] | None = None, evidence: str | Path | None = None,
-                  full_under: float | None = None, workers: int = 1) -> tuple[Path, list[str]]:
+                  full_under: float | None = None, jobs: int = 1) -> tuple[Path, list[str]]:
     """Run every registered reproduction (or ``names``) into ``out/<slug>/``, going on past failures
     (a failed one gets a ``results.json`` with its error and traceback), then write ``out/index.html``.
     ``evidence``: a directory of full-setting results (the shipped ``docs/results``) that the page leads
@@ -192,14 +192,14 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
     others run quick, as a check that the pipeline runs here.
     ``resume``: continue an interrupted ``out`` made with the same options: reproductions it finished are
     kept, the others continue (their finished runs kept, interrupted ones resumed, as ``reproduce NAME
-    --resume``). ``workers``: how many reproductions run at once, each in a worker process, the longest
-    first by ``evidence``'s run times (``tdyn reproduce --all --workers 2``: both cores busy).
+    --resume``). ``jobs``: how many reproductions run at once, each in a worker process, the longest
+    first by ``evidence``'s run times (``tdyn reproduce --all --jobs 2``: both cores busy).
 
     Returns the page's path and the names of the reproductions that failed.
     """
     out = Path(out)
-    if not (isinstance(workers, int) and workers >= 1):
-        raise UserError(f"--workers {workers!r}: must be a whole number >= 1")
+    if not (isinstance(jobs, int) and jobs >= 1):
+        raise UserError(f"--jobs {jobs!r}: must be a whole number >= 1")
     exps = [e for e in all_experiments().values() if names is None or e.name in names]
     for user, source in shares_runs().items():     # a reproduction that reads another's runs comes after it
         if user in [e.name for e in exps] and source in [e.name for e in exps]:
@@ -222,7 +222,7 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
         return _reproduce_all(out, exps, seed=seed, quick=quick, overrides=overrides, device=device,
                               progress=progress, locks=locks, resume=resume, previous=previous,
                               evidence=evidence, full_under=full_under, full_here=full_here,
-                              workers=workers)
+                              workers=jobs)
 
 
 def plan_full(evidence: str | Path | None, full_under: float | None, quick: bool, names: list[str]) -> set[str]:
@@ -274,7 +274,7 @@ def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides,
             if e.get("status") == "finished" and (out / e["dir"] / runs.RESULTS).is_file()}
     manifest = {"seed": seed, "quick": quick, "overrides": list(overrides or []), "device": device,
                 "full_under": full_under, "evidence": str(Path(evidence).resolve()) if evidence is not None else None,
-                "workers": workers, "started": runs.now(), "ended": None, "wall_seconds": None,
+                "jobs": workers, "started": runs.now(), "ended": None, "wall_seconds": None,
                 "metadata": metadata(), "reproductions": []}
     gpu = gpu_scale() if device == "cpu" else {}    # their full settings need a GPU: quick here, labelled so
     quick_of = {e.name: (quick and e.name not in full_here) or e.name in gpu for e in exps}
