@@ -130,3 +130,15 @@ def fake_experiments(monkeypatch):
     for name, fn in (("test/fake", _fake_reproduce), ("test/fails", _failing_reproduce)):
         monkeypatch.setitem(registry._REGISTRY, name, registry.Experiment(name, f"{name} (tests only)", fn))
     return ["test/fake", "test/fails"]
+
+
+@pytest.fixture
+def one_thread():
+    """One torch intra-op thread for the test, as the CLI sets it: process pools then fork (their workers see
+    the test's registrations), and small matrices do not spin several threads against each other."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -173,13 +173,6 @@ def _compare(model, reference_model, ids: torch.Tensor) -> tuple[float, float]:
     return (hidden - H).abs().max().item(), (att - A).abs().max().item()
 
 
-@pytest.fixture
-def one_thread():
-    """Small matrices: one intra-op thread is faster, several spin against each other on a shared machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_hidden_states_and_attention_equal_the_reference(model, reference_model, one_thread):

@@ -454,17 +454,6 @@ def test_a_page_s_copies_of_its_evidence_are_not_results(tmp_path, fake_experime
     reproduce_all(out, quick=True, names=["test/fake"], evidence=ev, progress=False, force=True)   # --force clears them
 
 
-@pytest.fixture
-def one_thread():
-    """One torch thread, as the CLI sets it: the workers fork, so they see the tests' registrations."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_reproduce_all_on_two_workers(tmp_path, fake_experiments, monkeypatch, one_thread):
     """--jobs 2: the same directories, results and page as one after another (the manifest in the
     registry's order, with the whole run's wall time); the longest first by the evidence's run times, and a
