@@ -72,8 +72,7 @@ def test_the_paths_that_build_their_own_configs_get_the_device(device, tmp_path,
     """The Fig 6 sweep's spec and topic/stage1's two jobs (the second built from the first's raw config) are
     made outside ``configure``'s return value: what reaches ``run_sweep`` / ``train_into`` is checked. On
     the CPU the sweep's spec has no device key, so its digest, which names its directory, is as before."""
-    import tdyn.papers.topic.stage1 as stage1
-    import tdyn.reproduce.phases as phases       # topic/stage1 is phases: the runner trains e2, its measure e2-l2;
+    import tdyn.reproduce.phases as phases       # topic/stage1 is phases: the runner trains e2 and e2-l2;
                                                  # scan-snap/fig6 plans its sweep, which the runner runs
 
     seen = []
@@ -90,7 +89,6 @@ def test_the_paths_that_build_their_own_configs_get_the_device(device, tmp_path,
 
     monkeypatch.setattr(phases, "run_sweep", sweep)
     monkeypatch.setattr(phases, "train_into", train)
-    monkeypatch.setattr(stage1, "train_into", train)
     with pytest.raises(_Stop):
         all_experiments()["scan-snap/fig6"].reproduce(ReproduceContext(out=tmp_path, quick=True, device=device))
     assert seen == [None if device == "cpu" else "cuda"]

@@ -237,9 +237,11 @@ def test_fig10_judged_from_tables_and_the_single_seed_rule(tmp_path):
     from tdyn.errors import UserError
     from tdyn.papers.real_text import entropy_vs_lr as ev
 
+    from tdyn.reproduce import phases
+
     def judge(out, quick=False):
-        return ev.reproduce(ReproduceContext(out=out, quick=quick, progress=False, judge_only=True,
-                                             options=ev.EntropyVsLrOptions()))
+        return phases.run(ev.PHASES, ReproduceContext(out=out, quick=quick, progress=False, judge_only=True,
+                                                      options=ev.EntropyVsLrOptions()))
 
     _fig10_tables(tmp_path / "three", seeds=[1, 2, 3])
     res = judge(tmp_path / "three")
