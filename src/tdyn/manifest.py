@@ -36,7 +36,8 @@ class Paper:
     ``docs/reproductions/`` (the page's headings are its reproductions' names); ``requires`` names the
     papers whose modules this one may import (the layering test checks it); ``exports`` are the public
     names re-exported by ``tdyn.models``, ``tdyn.data`` and ``tdyn.theory`` (section -> name -> module);
-    ``aliases`` keep the module paths of earlier tdyn versions importable (old path -> module).
+    ``aliases`` keep the module paths of earlier tdyn versions importable (old path -> module; read from the
+    built-in papers, the only ones whose modules ever had a ``tdyn.*`` path).
     """
 
     name: str

@@ -12,8 +12,7 @@ defines ``MANIFEST`` is registered by that import). The core reads the papers on
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
+import importlib.machinery
 import sys
 
 from tdyn.manifest import Paper, Reproduction
@@ -92,7 +91,19 @@ CORE_ALIASES = {"tdyn.experiments": "tdyn.reproduce", "tdyn.experiments.registry
                 "tdyn.train.seeding": "tdyn.seeding", "tdyn.train.threads": "tdyn.threads"}
 
 
-class _Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+_ALIASES: dict[str, str] = {}
+
+
+def _builtin_aliases() -> dict[str, str]:
+    """Old path -> module of the built-in papers' manifests (only tdyn's own modules ever moved, so an installed
+    paper's entry point, whose scan costs tens of milliseconds, is never read for an import of ``tdyn.*``)."""
+    if not _ALIASES:
+        for pkg in BUILTIN:
+            _ALIASES.update(importlib.import_module(pkg).MANIFEST.aliases)
+    return _ALIASES
+
+
+class _Aliases:
     """Old module paths (:data:`CORE_ALIASES`, a manifest's ``aliases``) import the module that now holds
     the code: the same module object under both names (first on ``sys.meta_path``, so that a submodule
     of an aliased package is never loaded a second time under the old name)."""
@@ -104,10 +115,10 @@ class _Aliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return None
         _Aliases._busy = True
         try:
-            real = CORE_ALIASES.get(name) or next((p.aliases[name] for p in manifests() if name in p.aliases), None)
+            real = CORE_ALIASES.get(name) or _builtin_aliases().get(name)
         finally:
             _Aliases._busy = False
-        return None if real is None else importlib.util.spec_from_loader(name, self, origin=real)
+        return None if real is None else importlib.machinery.ModuleSpec(name, self, origin=real)
 
     def create_module(self, spec):
         return importlib.import_module(spec.origin)
