@@ -242,31 +242,3 @@ def support_decode(u_p: torch.Tensor, keys: torch.Tensor, Y: torch.Tensor,
     (values ``u_p``; padding entries have value 0) with ``bags`` = :func:`key_bags` of ``keys``; Y's
     gradient row-sparse (the batch's keys), or ``dense``."""
     return _SupportDecoder.apply(u_p, Y, keys, *bags, dense)
-
-
-# ---------------------------------------------------------------- the loss
-
-
-class _CrossEntropy(torch.autograd.Function):
-    """Per-row cross-entropy log Σ_n exp(z_n) − z_y of logits z [N, M], with the gradient (softmax − e_y)·g
-    from the forward's one exponential pass: ``F.cross_entropy`` takes two (log_softmax, and its backward's
-    exp of the output) and zero-fills an [N, M] gradient for the NLL. Equal to it to rounding
-    (tests/test_yz_support.py)."""
-
-    @staticmethod
-    def forward(ctx, logits, y):
-        top = logits.amax(1, keepdim=True)
-        e = torch.sub(logits, top).exp_()
-        total = e.sum(1, keepdim=True)
-        ctx.save_for_backward(e, total, y)
-        return (total.log() + top).squeeze(1) - logits.gather(1, y[:, None]).squeeze(1)
-
-    @staticmethod
-    def backward(ctx, g):
-        e, total, y = ctx.saved_tensors
-        return (e * (g[:, None] / total)).scatter_add_(1, y[:, None], -g[:, None]), None
-
-
-def cross_entropy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``F.cross_entropy(logits, y, reduction="none")`` for logits [N, M] and targets y [N]: [N]."""
-    return _CrossEntropy.apply(logits, y)
