@@ -10,11 +10,6 @@ from tdyn.papers.scan_snap.kernels import key_support
 from tdyn.papers.scan_snap.model import YZConfig, YZModel
 
 
-def dense(t: torch.Tensor) -> torch.Tensor:
-    """A gradient as a dense tensor (the support path hands Y's and Z's as row-sparse ones)."""
-    return t.to_dense() if t.is_sparse else t
-
-
 def test_key_support_matches_brute_force():
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 9, (3, 5, 12), generator=g)
@@ -48,7 +43,7 @@ def test_support_form_equals_key_positions(normalize, residual):
     for sup in (support, None):
         out = m(x, sup)
         loss = F.cross_entropy(out.reshape(-1, d.M), y.reshape(-1))
-        grads.append((out.detach(), *map(dense, torch.autograd.grad(loss, [m.Y, m.Z]))))
+        grads.append((out.detach(), *torch.autograd.grad(loss, [m.Y, m.Z])))
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
     with pytest.raises(TypeError, match="logs of the key counts"):    # the counts themselves: refused
@@ -85,7 +80,7 @@ def test_support_decoder_equals_dense(num_last, L):
     for full in (sup + key_bags(sup[0], d.M), sup):
         out = m(x, full)
         loss = F.cross_entropy(out.reshape(-1, d.M), y.reshape(-1))
-        res.append((out.detach(), *map(dense, torch.autograd.grad(loss, [m.Y, m.Z]))))
+        res.append((out.detach(), *torch.autograd.grad(loss, [m.Y, m.Z])))
     for a, b in zip(*res):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
     # the same with only the query column of x (what the task's training batch holds)
@@ -209,7 +204,7 @@ def test_streams_in_one_pass_and_the_rows_with_a_gradient(model, num_last):
         return
     task.loss(task.full_sample([generator(s, "data") for s in (0, 1, 2)])).sum().backward()
     for name in ("Y", "Z"):
-        grad = dense(getattr(task.model, name).grad)
+        grad = getattr(task.model, name).grad
         moved = (grad != 0).any(2).any(0).nonzero().flatten()
         assert set(moved.tolist()) <= set(task.grad_rows[name].tolist()), name
         assert len(moved) > 0 and len(task.grad_rows[name]) < grad.shape[1], name

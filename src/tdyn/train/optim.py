@@ -14,7 +14,6 @@ import torch
 
 from tdyn.config import GroupConfig
 from tdyn.errors import ConfigError
-from tdyn.models.row_sparse import row_block
 
 
 class EnsembleOptimizer:
@@ -26,11 +25,7 @@ class EnsembleOptimizer:
         updated (a row with zero gradient and zero state would not move; the arithmetic per element
         is the same, so the result is bit-identical to updating every row). Rows that form one
         contiguous range are updated in place through a view; other row sets are gathered and written
-        back, where they are at most half the rows (else updating every row is cheaper).
-
-        A gradient may be row-sparse (:mod:`tdyn.models.row_sparse`, a model's custom backward): SGD
-        without weight decay then updates only the rows that can move, fused (:meth:`_row_sgd`); any
-        other update densifies it first."""
+        back, where they are at most half the rows (else updating every row is cheaper)."""
         self.params = params
         self.groups = groups
         self.group_of: dict[str, str] = {}
@@ -118,45 +113,6 @@ class EnsembleOptimizer:
         denom = torch.sqrt(v, out=tmp).div_(bc2_sqrt).add_(gc.eps)     # (sqrt(v) / bc2_sqrt) + eps
         p.sub_(torch.div(m, denom, out=tmp).mul_(lr / bc1))           # (m / denom) * (lr / bc1)
 
-    @staticmethod
-    def _row_sgd(gc: GroupConfig, p: torch.Tensor, grad_rows: torch.Tensor, values: torch.Tensor,
-                 rows: torch.Tensor | slice | None, state: dict[str, torch.Tensor], lr: torch.Tensor) -> bool:
-        """SGD (no weight decay) from a row-sparse gradient (:func:`~tdyn.models.row_sparse.row_block`:
-        ``values`` [S, R, ...] on ``grad_rows``), fused: ``m = g + μ·m`` and ``p -= lr·m`` in one pass each
-        (the dense path takes four), over the rows that can move: with momentum, every row that can hold
-        momentum (``rows``, the task's ``grad_rows``, or all), the gradient zero outside ``grad_rows``;
-        without, ``grad_rows`` alone. Equal to the dense update to rounding (one FMA where it rounds twice).
-        False (nothing done) where ``grad_rows`` are not all among ``rows``."""
-        if gc.momentum == 0:
-            rows, g = grad_rows, values
-        else:
-            n = p.shape[1]
-            first, count = ((rows.start, rows.stop - rows.start) if isinstance(rows, slice)
-                            else (0, n) if rows is None else (None, len(rows)))
-            pos = grad_rows - first if first is not None else torch.searchsorted(rows, grad_rows)
-            if len(grad_rows) and (int(pos.min()) < 0 or int(pos.max()) >= count
-                                   or (first is None and not torch.equal(rows[pos], grad_rows))):
-                return False
-            if len(grad_rows) == count:       # increasing and distinct: the gradient covers every row
-                g = values
-            else:
-                g = values.new_zeros(values.shape[0], count, *values.shape[2:]).index_copy_(1, pos, values)
-            rows = slice(first, first + count) if first is not None else rows
-        if isinstance(rows, torch.Tensor) and len(rows) and int(rows[-1]) - int(rows[0]) + 1 == len(rows):
-            rows = slice(int(rows[0]), int(rows[-1]) + 1)
-        if isinstance(rows, slice):       # one range of rows: updated in place through views
-            p_rows, m = p[:, rows], (state["momentum"][:, rows] if gc.momentum else None)
-        else:
-            p_rows, m = p.index_select(1, rows), (state["momentum"].index_select(1, rows) if gc.momentum else None)
-        if m is not None:
-            g = torch.add(g, m, alpha=gc.momentum, out=m)
-        p_rows.addcmul_(lr, g, value=-1)
-        if not isinstance(rows, slice):
-            p.index_copy_(1, rows, p_rows)
-            if m is not None:
-                state["momentum"].index_copy_(1, rows, m)
-        return True
-
     @torch.no_grad()
     def step(self, frozen: set[str], active: torch.Tensor) -> None:
         """One update of every non-frozen parameter that has a gradient; ``active`` [S] masks
@@ -175,13 +131,7 @@ class EnsembleOptimizer:
             old = None if all_active else {k: self.state[k].clone() for k in keys} | {"p": p.detach().clone()}
             state = {k.split("/")[0]: self.state[k] for k in keys}
             rows = self.rows.get(name)
-            if g.is_sparse:      # a row-sparse gradient: SGD updates its rows; anything else densifies it
-                block = row_block(g) if gc.optimizer == "sgd" and not gc.weight_decay else None
-                g = None if block is not None and self._row_sgd(gc, p.detach(), *block, rows, state, lr) \
-                    else g.to_dense()
-            if g is None:
-                pass
-            elif rows is None:
+            if rows is None:
                 self._update(gc, p.detach(), g, state, lr, self._scratch(name, p))
             elif isinstance(rows, slice):   # one range of rows, updated in place through views
                 sub = {k: v[:, rows] if v.dim() > 1 else v for k, v in state.items()}

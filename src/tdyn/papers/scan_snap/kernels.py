@@ -11,8 +11,6 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from tdyn.models.row_sparse import row_grad
-
 
 def forward_on_support(model, x: torch.Tensor, support: tuple[torch.Tensor, ...]) -> torch.Tensor:
     """``model(x)`` (a :class:`~tdyn.papers.scan_snap.model.YZModel`) computed on the support:
@@ -24,54 +22,20 @@ def forward_on_support(model, x: torch.Tensor, support: tuple[torch.Tensor, ...]
     stream; members sharing a stream share it). The keys being distinct, LN(Xᵀb) = b/‖b‖ there too
     (:func:`unit_softmax`). The three further entries, :func:`key_bags` of ``idx``, let the decoder
     multiply only the rows of Y on each sample's support where that is cheaper
-    (:func:`support_decoder_applies`, :func:`support_decode`). Z's gradient (yz) and Y's on the support
-    decoder are row-sparse (:func:`query_logits`; dense where ``model.row_sparse_grads`` is False)."""
+    (:func:`support_decoder_applies`, :func:`support_decode`)."""
     cfg = model.cfg
-    Z, Y = model.logits_matrices()
+    _, Y = model.logits_matrices()
     M = Y.shape[-1]
     keys, log_count = support[0], support[1]
     if not log_count.is_floating_point():
         raise TypeError("YZModel: support[1] must hold the logs of the key counts (a float tensor), "
                         f"not the counts ({log_count.dtype})")
-    query, dense = x[..., -1], not getattr(model, "row_sparse_grads", True)
-    # yz: Z a parameter, its gradient on the batch's query rows only; embedding: through U, W_Q, W_K
-    a = (query_logits(Z, query, keys, dense) if cfg.parameterization == "yz" else model._query_logits(query, keys)) \
-        + log_count
+    a = model._query_logits(x[..., -1], keys) + log_count
     b = unit_softmax(a) if cfg.normalize else torch.softmax(a, dim=-1)
     if len(support) > 2 and support_decoder_applies(cfg, M, keys.shape[-1]):
-        return support_decode(b, keys, Y, support[2:5], dense)
+        return support_decode(b, keys, Y, support[2:5])
     u = torch.zeros(*keys.shape[:2], M, dtype=b.dtype, device=b.device).scatter_add_(2, keys, b)   # Xᵀb, LN'd
     return model.with_query(u, x) @ Y
-
-
-class _QueryLogits(torch.autograd.Function):
-    """Z[s, q_sb, k] for each member s, sample b and key k (``model._query_logits``'s gather), with Z's
-    gradient row-sparse (:func:`~tdyn.models.row_sparse.row_grad`): only the rows of the batch's queries,
-    where the dense gradient is an [S, M, M] zero fill for a few rows. The same sums in the same order:
-    the same bits on those rows."""
-
-    @staticmethod
-    def forward(ctx, Z, query, keys, dense):
-        S, M = Z.shape[0], Z.shape[-1]
-        ctx.save_for_backward(query, keys)
-        ctx.M, ctx.dense = M, dense
-        return torch.gather(Z.detach().reshape(S, M * M), 1, (query[..., None] * M + keys).reshape(S, -1)).view(keys.shape)
-
-    @staticmethod
-    def backward(ctx, g):
-        query, keys = ctx.saved_tensors
-        S, M = keys.shape[0], ctx.M
-        rows, at = torch.unique(query, return_inverse=True)          # the queries of the batch, any member
-        values = torch.zeros(S, len(rows) * M, dtype=g.dtype, device=g.device).scatter_add_(
-            1, (at[..., None] * M + keys).reshape(S, -1), g.reshape(S, -1))
-        dZ = row_grad(values.view(S, len(rows), M), rows, M)
-        return dZ.to_dense() if ctx.dense else dZ, None, None, None
-
-
-def query_logits(Z: torch.Tensor, query: torch.Tensor, keys: torch.Tensor, dense: bool = False) -> torch.Tensor:
-    """Z[s, query[s, b], keys[s, b, k]]: [S, B, K] for Z [S, M, M], query [S, B], keys [S, B, K]; Z's
-    gradient row-sparse, or ``dense``."""
-    return _QueryLogits.apply(Z, query, keys, dense)
 
 
 def key_support(x: torch.Tensor, M: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -155,14 +119,13 @@ class _SupportDecoder(torch.autograd.Function):
     """logits_b = Σ_p u_bp Y[key_bp] for an attended vector given on its support (values u_p, keys):
     B·P·M multiply-adds instead of the dense B·M². The forward is an embedding bag (bags = samples, rows
     of Y), Y's gradient another (bags = keys, rows of the output gradient weighted by u: the support
-    transposed, :func:`key_bags`), row-sparse on the batch's keys (no [S, M, M] zero-filled tensor; the
-    same sums as the dense gradient's rows), and u's gradient, each entry's dot product of its sample's output
+    transposed, :func:`key_bags`), and u's gradient, each entry's dot product of its sample's output
     gradient with its row of Y, a sampled dense-dense product (:func:`support_dots`). Hand-written because
     autograd's embedding-bag backward zero-fills and scatters a dense gradient (benchmarks/README.md#measurements-behind-the-code) and torch has no ensemble axis for the table: members
     are stacked as one [S·M, M] table, member s's key k being row s·M + k."""
 
     @staticmethod
-    def forward(ctx, u_p, Y, keys, order, counts, sample, dense):
+    def forward(ctx, u_p, Y, keys, order, counts, sample):
         S, B, P = u_p.shape
         M = Y.shape[-1]
         rows = _table_rows(keys, M)
@@ -170,7 +133,6 @@ class _SupportDecoder(torch.autograd.Function):
         logits = F.embedding_bag(rows.view(S * B, P), Y.detach().reshape(S * M, M), mode="sum",
                                  per_sample_weights=u_p.detach().reshape(S * B, P))
         ctx.save_for_backward(u_p, Y, keys, order, counts, sample)
-        ctx.dense = dense
         return logits.view(S, B, M)
 
     @staticmethod
@@ -185,15 +147,11 @@ class _SupportDecoder(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             first = torch.arange(S, device=dev) * (B * P)                   # each member's first entry
             entry = (order + first[:, None]).view(-1)                       # entries by (member, key)
-            rows = counts.sum(0).nonzero().flatten()                        # the keys of the batch, any member
-            n = counts.index_select(1, rows)
-            offsets = (n.cumsum(1) - n + first[:, None]).view(-1)           # one bag per (member, key of rows)
+            offsets = (counts.cumsum(1) - counts + first[:, None]).view(-1)
             bag_rows = (sample + (torch.arange(S, device=dev) * B)[:, None]).view(-1)   # = entry // P
-            dY = row_grad(F.embedding_bag(bag_rows, G.reshape(S * B, M), offsets, mode="sum",
-                                          per_sample_weights=u_p.reshape(-1).take(entry)).view(S, len(rows), M),
-                          rows, M)
-            dY = dY.to_dense() if ctx.dense else dY
-        return du, dY, None, None, None, None, None
+            dY = F.embedding_bag(bag_rows, G.reshape(S * B, M), offsets, mode="sum",
+                                 per_sample_weights=u_p.reshape(-1).take(entry)).view(S, M, M)
+        return du, dY, None, None, None, None
 
 
 def support_dots(G: torch.Tensor, Y: torch.Tensor, keys: torch.Tensor, kernel: str | None = None) -> torch.Tensor:
@@ -237,8 +195,7 @@ def _table_rows(keys: torch.Tensor, M: int) -> torch.Tensor:
 
 
 def support_decode(u_p: torch.Tensor, keys: torch.Tensor, Y: torch.Tensor,
-                   bags: tuple[torch.Tensor, torch.Tensor, torch.Tensor], dense: bool = False) -> torch.Tensor:
+                   bags: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """Logits Σ_p u_p Y[keys_p], [S, B, M], for attended vectors on their supports ``keys`` [S, B, P]
-    (values ``u_p``; padding entries have value 0) with ``bags`` = :func:`key_bags` of ``keys``; Y's
-    gradient row-sparse (the batch's keys), or ``dense``."""
-    return _SupportDecoder.apply(u_p, Y, keys, *bags, dense)
+    (values ``u_p``; padding entries have value 0) with ``bags`` = :func:`key_bags` of ``keys``."""
+    return _SupportDecoder.apply(u_p, Y, keys, *bags)

@@ -32,9 +32,6 @@ class ScanSnapTask(Task):
         mc = YZConfig.model_validate(cfg.model)
         self.model = YZModel(mc.model_copy(update={"M": self.dist.M}), S=len(members))
         self.model.reset_parameters([generator(m.seed, "init") for m in members], [m.init_scale for m in members])
-        # the support path hands Y's and Z's gradients row-sparse (tdyn.models.row_sparse; the optimizer's
-        # fused SGD takes them), dense where the trainer clips gradients (its norms read dense tensors)
-        self.model.row_sparse_grads = cfg.optim.grad_clip is None
         d = self.dist
         if mc.parameterization == "yz" and self._own_sampler():
             # Z[m, l] has a gradient only on the query rows m, Y[l, n] only on the rows of tokens the
