@@ -238,8 +238,8 @@ def plan_full(evidence: str | Path | None, full_under: float | None, quick: bool
         raise UserError("--full-under needs --evidence DIR (it reads the full-setting run times recorded there)")
     if not quick:
         raise UserError("--full-under picks which reproductions of a --quick run go full; without --quick all run full")
-    ev = verdicts.full_evidence(evidence)
-    cheap = {n for n in names if n in ev and (t := cost(n, ev[n][1])) is not None and t <= full_under}
+    costs = _costs(evidence)
+    cheap = {n for n in names if costs.get(n, float("inf")) <= full_under}
     # one that reads another's runs goes full only with it (in --all it reuses them)
     shared = shares_runs()
     return {n for n in cheap if shared.get(n) is None or shared[n] in cheap}
