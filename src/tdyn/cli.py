@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from tdyn import docs
-from tdyn.errors import UserError
+from tdyn.errors import ENVIRONMENT_ERRNOS, UserCodeError, UserError, WriteError, user_code_error, user_frame
 
 
 def _setup(args) -> None:
@@ -61,8 +61,13 @@ def _cmd_run(args) -> int:
     from tdyn.train import trainer
 
     if args.resume:
-        if args.source or args.set:
-            raise UserError("--resume DIR takes no config source and no --set (the run's config.json is used)")
+        if args.source or args.set or args.seed is not None:
+            raise UserError("--resume DIR takes no config source, --set or --seed (the run's config.json is used)")
+        if args.force:
+            raise UserError("--resume DIR continues the run in DIR and --force starts it again from step 0: give one")
+        if args.out is not None and Path(args.out).resolve() != Path(args.resume).resolve():
+            raise UserError(f"--resume {args.resume!r} continues the run in that directory; --out {args.out!r} names "
+                            "another (a resumed run stays where it is): give --resume alone")
         dirs = trainer.resume(args.resume, progress=not args.quiet)
     else:
         if not args.source:
@@ -70,6 +75,7 @@ def _cmd_run(args) -> int:
                             "or --resume DIR")
         overrides = list(args.set or [])
         if args.seed is not None:
+            _no_seeds_set(overrides)
             overrides.append(f"seeds={args.seed}")
         cfg = load_config(args.source, overrides)
         out = Path(args.out or Path("runs") / Path(args.source).stem.replace("/", "_"))
@@ -88,6 +94,20 @@ def _cmd_run(args) -> int:
     return 0 if all(runs.Run(d).status == "finished" for d in dirs) else 1
 
 
+def _no_seeds_set(overrides: list[str]) -> None:
+    """``--seed N`` is ``--set seeds=N``: both at once would leave one silently unused."""
+    for o in overrides:
+        if o.split("=", 1)[0].strip() == "seeds":
+            raise UserError(f"--seed and --set {o!r} both set the seeds: give one")
+
+
+def _path(text: str) -> str:
+    """An argument naming a file or directory: an empty one names none (it is not the current directory)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path names no file or directory")
+    return text
+
+
 def _cmd_reproduce(args) -> int:
     from tdyn.reproduce.registry import ReproduceContext, get
 
@@ -98,6 +118,8 @@ def _cmd_reproduce(args) -> int:
     if not args.all and (args.evidence is not None or args.full_under is not None):
         raise UserError(f"{'--evidence' if args.evidence is not None else '--full-under'} goes with --all "
                         "(the page of every reproduction); for one reproduction see `tdyn report DIR --evidence DIR`")
+    if args.force and args.resume:
+        raise UserError("--resume continues the reproduction in OUT and --force starts it again: give one")
     if args.judge_only and (args.all or args.resume or args.quick or args.set):
         bad = next(f for f, on in (("--all", args.all), ("--resume", args.resume), ("--quick", args.quick),
                                    ("--set", args.set)) if on)
@@ -383,7 +405,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                    help="log what tdyn does (-v: runs, jobs, resumes; -vv: also flushes and checkpoints)")
     p.add_argument("-q", "--quiet-all", dest="quiet_all", action="store_true",
                    help="errors only, and no progress bars")
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+    p.add_argument("--import", dest="imports", type=_path, action="append", default=[], metavar="MODULE",
                    help="import MODULE (dotted name, or a .py file) first: your tasks, probes and reproductions "
                         "registered with tdyn's decorators (repeatable; sweep workers import it too; also "
                         "$TDYN_IMPORT and the `tdyn.tasks` entry-point group)")
@@ -396,12 +418,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                        description="Train from a YAML/JSON config, a config shipped in the package (by name: "
                        "syn_small) or a registered experiment's default config, "
                        "or continue an interrupted run with --resume DIR.")
-    s.add_argument("source", nargs="?", help="config file (.yaml/.json), packaged config name (syn_small) or "
+    s.add_argument("source", nargs="?", type=_path, help="config file (.yaml/.json), packaged config name (syn_small) or "
                    "experiment name")
-    s.add_argument("--out", help="run directory (default: runs/<name>)")
+    s.add_argument("--out", type=_path, help="run directory (default: runs/<name>)")
     s.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value (repeatable)")
     s.add_argument("--seed", type=int, help="shorthand for --set seeds=N")
-    s.add_argument("--resume", metavar="DIR", help="continue DIR from its last checkpoint")
+    s.add_argument("--resume", type=_path, metavar="DIR", help="continue DIR from its last checkpoint")
     s.add_argument("--force", action="store_true", help="overwrite an existing run directory")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=_cmd_run)
@@ -411,7 +433,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("name", nargs="?", help="experiment name (see `tdyn list`)")
     s.add_argument("--all", action="store_true",
                    help="every registered reproduction into OUT/<name>/ (going on past failures), then OUT/index.html")
-    s.add_argument("--out", required=True, help="output directory")
+    s.add_argument("--out", type=_path, required=True, help="output directory")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--quick", action="store_true", help="small settings (minutes on 2 CPU cores)")
     s.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value (repeatable)")
@@ -424,7 +446,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     s.add_argument("--judge-only", dest="judge_only", action="store_true",
                    help="judge the claims and draw the figures again from the tables in OUT (a directory this "
                         "reproduction wrote, e.g. its committed evidence), training nothing")
-    s.add_argument("--evidence", metavar="DIR",
+    s.add_argument("--evidence", type=_path, metavar="DIR",
                    help="with --all: the full-setting results the page leads with (the shipped docs/results): per "
                         "paper, which claims hold at full settings, with their provenance")
     s.add_argument("--full-under", dest="full_under", type=float, metavar="SECONDS",
@@ -452,8 +474,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                        description="Expand a sweep spec into runs, train runs that differ only in seed / learning "
                        "rates / init scale as one ensemble job, on a local process pool, Ray or Slurm. Re-running "
                        "skips finished runs and resumes unfinished ones.")
-    s.add_argument("spec", nargs="?", help="sweep spec (YAML/JSON) or packaged spec name (syn_small_lr)")
-    s.add_argument("--out", help="sweep directory")
+    s.add_argument("spec", nargs="?", type=_path, help="sweep spec (YAML/JSON) or packaged spec name (syn_small_lr)")
+    s.add_argument("--out", type=_path, help="sweep directory")
     s.add_argument("--executor", default="local", choices=["local", "ray", "slurm"])
     s.add_argument("--workers", type=int, help="local pool size / Ray CPUs (default: the cores; locally, divided by --threads)")
     s.add_argument("--address", help="Ray cluster address (default: start a local Ray); every node needs --out on a "
@@ -466,14 +488,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     g.add_argument("--slurm-mem-gb", type=float, metavar="GB")
     g.add_argument("--slurm-account", metavar="NAME")
     g.add_argument("--slurm-extra", action="append", metavar="FLAG=VALUE", help="a further sbatch flag (repeatable)")
-    s.add_argument("--summarize", metavar="DIR", help="(re)write DIR/summary.csv and exit")
+    s.add_argument("--summarize", type=_path, metavar="DIR", help="(re)write DIR/summary.csv and exit")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(fn=_cmd_sweep)
 
     s = sub.add_parser("bench", help="measure the speed of each paper's canonical settings",
                        description="Measure steps/s, ensemble vs one-at-a-time, sweep wall time and the other "
                        "registered speed figures in one process; write bench.json and print a table.")
-    s.add_argument("--out", default="bench.json", help="output JSON (default: bench.json)")
+    s.add_argument("--out", type=_path, default="bench.json", help="output JSON (default: bench.json)")
     s.add_argument("--force", action="store_true", help="replace an existing --out")
     s.add_argument("--quick", action="store_true", help="fewer repetitions (extrapolated where marked)")
     s.add_argument("--only", action="append", metavar="NAME", help="run only this entry (repeatable)")
@@ -484,11 +506,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     s = sub.add_parser("report", help="summarise a run, sweep or reproduction directory; write DIR/index.html",
                        description="Summarise a run, ensemble, sweep, reproduction or `reproduce --all` directory "
                        "and write the static page DIR/index.html (figures in DIR/report_files/).")
-    s.add_argument("dir")
-    s.add_argument("--readme", metavar="FILE",
+    s.add_argument("dir", type=_path)
+    s.add_argument("--readme", type=_path, metavar="FILE",
                    help="instead: write the verdict table of every results.json below DIR into FILE's "
                    "<!-- verdicts:begin/end --> block (how the README's table is made)")
-    s.add_argument("--evidence", metavar="DIR",
+    s.add_argument("--evidence", type=_path, metavar="DIR",
                    help="a directory of full-setting results (docs/results) the page leads with: per paper, "
                         "which claims hold at full settings; DIR's own runs follow, compared with them")
     s.set_defaults(fn=_cmd_report)
@@ -534,6 +556,29 @@ def _experiment_config(name: str, what: str) -> dict:
     return default_run_config(name, what)
 
 
+def _continue_hint(args) -> str:
+    """How to go on after a write the machine failed (disk full): free space, then continue."""
+    how = {"sweep": "re-run the same `tdyn sweep` command", "reproduce": "re-run it with --resume",
+           "run": f"`tdyn run --resume {getattr(args, 'resume', None) or getattr(args, 'out', None) or 'DIR'}`"
+           }.get(args.command)
+    return f"; free space, then {how} to continue" if how else ""
+
+
+def _user_code(e: BaseException, args) -> int:
+    """An exception tdyn did not expect: one line and exit 2 when it arose in the user's own code (a task,
+    a model, a probe, a plugin: :func:`tdyn.errors.user_frame`), its traceback with ``-v``; else re-raised
+    (a bug of tdyn's, with its traceback)."""
+    err = user_code_error(e)
+    if err is None:
+        raise e
+    if args.verbose:
+        import traceback
+
+        traceback.print_exception(e, file=sys.stderr)
+    print(f"tdyn: error: {err}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser(argv)
@@ -553,20 +598,34 @@ def main(argv: list[str] | None = None) -> int:
 
             plugins.add(args.imports)
         return args.fn(args)
+    except WriteError as e:   # a file written whole or not at all could not be written: it is as it was
+        print(f"tdyn: error: {e}{_continue_hint(args) if e.environment else ''}", file=sys.stderr)
+        return 1 if e.environment else 2
     except UserError as e:
+        if args.verbose and isinstance(e, UserCodeError) and e.__cause__ is not None:
+            import traceback
+
+            traceback.print_exception(e.__cause__, file=sys.stderr)
         print(f"tdyn: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
-        if e.filename is None:   # not about a path the user gave: a bug, with its traceback
-            raise
+        if e.filename is None:   # not about a path: the user's code's, or a bug with its traceback
+            return _user_code(e, args)
         print(f"tdyn: error: {io_error(e)}", file=sys.stderr)
-        return 2
+        return 1 if e.errno in ENVIRONMENT_ERRNOS else 2
     except (MemoryError, RuntimeError) as e:
         why = out_of_memory(e)
         if why is None:
-            raise
+            return _user_code(e, args)
         print(f"tdyn: error: {why}", file=sys.stderr)
         return 2
+    except UnicodeDecodeError as e:   # a text file tdyn reads is checked where it is read; this says which byte
+        if user_frame(e) is not None:
+            return _user_code(e, args)
+        print(f"tdyn: error: a file is not UTF-8 text ({e.reason} at byte {e.start}): {e}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        return _user_code(e, args)
     except KeyboardInterrupt:
         how = {"sweep": "re-run the same `tdyn sweep` command (finished runs are kept, the others resume)",
                "reproduce": "re-run it with --resume"}.get(args.command, "resume with `tdyn run --resume DIR`")

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from tdyn import papers
-from tdyn.errors import UserError
+from tdyn.errors import UserCodeError, UserError, user_code_error
 
 ENV = "TDYN_IMPORT"
 GROUP = "tdyn.tasks"
@@ -49,11 +49,29 @@ def add(specs: list[str]) -> None:
     load()
 
 
-def _import(spec: str) -> None:
+def _import(spec: str, what: str | None = None) -> None:
+    """Import one plugin; anything its code raises is a one-line :class:`~tdyn.errors.UserCodeError`
+    naming the plugin, the exception and the line of the plugin's code (its traceback kept as the cause)."""
+    what = what or f"--import {spec}"
     try:
         _import_one(spec)
-    except SyntaxError as e:   # the user's file does not parse: where, on one line (other errors keep their traceback)
-        raise UserError(f"--import {spec}: {e.filename}, line {e.lineno}: {e.msg}") from None
+    except UserError:
+        raise
+    except SyntaxError as e:   # the user's file does not parse: where, on one line
+        raise UserError(f"{what}: {e.filename}, line {e.lineno}: {e.msg}") from None
+    except Exception as e:
+        err = user_code_error(e, f"{what}: importing it")
+        if err is None:        # raised by an installed package it imports, not by the plugin itself
+            err = UserCodeError(f"{what}: importing it raised {type(e).__name__}: {e}".replace("\n", " "))
+            err.__cause__ = e
+        raise err from e
+
+
+def _check_name(spec: str) -> None:
+    """A dotted module name (``mypkg.tasks``): a relative one (``..x``) has no package to be relative to."""
+    if not all(part.isidentifier() for part in spec.split(".")):
+        raise UserError(f"--import {spec!r}: not a module name (a dotted name such as mypkg.tasks, importable "
+                        "from the current directory, or a path to a .py file)")
 
 
 def _declare(obj) -> None:
@@ -78,6 +96,7 @@ def _import_one(spec: str) -> None:
         mod_spec.loader.exec_module(module)
         _declare(module)
         return
+    _check_name(spec)
     if os.getcwd() not in sys.path and "" not in sys.path:   # `tdyn` as a console script: make ./mypkg importable
         sys.path.append(os.getcwd())
     try:
@@ -104,6 +123,10 @@ def load() -> list[str]:
         key = f"entry point {ep.name} = {ep.value}"
         if key not in _done:
             _done.add(key)
-            _declare(ep.load())
+            try:
+                _declare(ep.load())
+            except Exception as e:
+                err = user_code_error(e, key) or UserCodeError(f"{key}: loading it raised {type(e).__name__}: {e}")
+                raise err from e
             new.append(key)
     return new

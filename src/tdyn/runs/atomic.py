@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
+from tdyn.errors import WriteError
 from tdyn.runs.machine import host, pid_alive, writer_tag
 
 _TMP_RE = re.compile(r"\.tdyn-(\d+)@(.+)\.[^.]+\.tmp$")   # a temp file's writer: pid@host
@@ -165,10 +166,13 @@ class GroupCommit:
                     for held in self._held.values():
                         os.close(held)
                     self._held.clear()
-        except BaseException:
+        except BaseException as e:
             self._drop(path)
             self._pending.pop(path, None)
-            raise
+            failed = _failed(e, path)
+            if failed is e:
+                raise
+            raise failed from e
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -191,7 +195,7 @@ class GroupCommit:
 
     def commit(self) -> None:
         """Make every pending file durable, rename each into place, delete the files to remove."""
-        renamed = 0
+        renamed, target = 0, None     # target: the file whose write failed (a WriteError names it)
         try:
             for path, later in list(self._pending.items()):
                 if callable(later):
@@ -201,18 +205,22 @@ class GroupCommit:
                 for dfd, d in self._fs.values():
                     if _SYNCFS(dfd) != 0:
                         e = ctypes.get_errno()
-                        raise OSError(e, f"syncfs of the filesystem of {str(d)!r}: {os.strerror(e)}")
-            for fd in self._held.values():
+                        target = next((p for p, _ in temps if p.parent == d), temps[0][0] if temps else d)
+                        raise OSError(e, f"{os.strerror(e)} (syncfs of the filesystem of {str(d)!r})")
+            for target, fd in self._held.items():
                 os.fsync(fd)
-            for path, tmp in temps:
-                os.replace(tmp, path)
+            for target, tmp in temps:
+                os.replace(tmp, target)
                 renamed += 1
-        except BaseException:
+        except BaseException as e:
             for _, tmp in list(self._pending.items())[renamed:]:
                 if isinstance(tmp, str) and os.path.exists(tmp):
                     os.unlink(tmp)
             self._remove.clear()
-            raise
+            failed = _failed(e, target) if target is not None else e
+            if failed is e:
+                raise
+            raise failed from e
         finally:
             self._reset()
             self._last = time.monotonic()

@@ -49,6 +49,7 @@ from pydantic import BaseModel
 from torch import nn
 
 from tdyn import plugins
+from tdyn.errors import UserCodeError
 from tdyn.models.stacked import Randomness, Stacked
 from tdyn.registry import Registry
 from tdyn.seeding import generator, global_rng
@@ -103,6 +104,11 @@ def stack_batches(batches: list[Any]) -> Any:
     raise TypeError(f"cannot stack batch of type {type(first).__name__}")
 
 
+def _what(value: Any) -> str:
+    """``None`` or ``a list``: what a user's function returned instead."""
+    return "None" if value is None else f"a {type(value).__name__}"
+
+
 class PlainTask(Task):
     """A task whose model is written for one member (see the module docstring).
 
@@ -121,6 +127,9 @@ class PlainTask(Task):
         for m in members:
             with global_rng(generator(m.seed, "init")):
                 module = self.make_model()
+            if not isinstance(module, nn.Module):
+                raise UserCodeError(f"{self._where('make_model')} returned {_what(module)}, not a torch.nn.Module "
+                                    "(one member's model): an error in your task's code")
             self.scale_init(module, m.init_scale)
             modules.append(module)
         gens = [generator(m.seed, "forward", cfg.device) for m in members]
@@ -145,7 +154,23 @@ class PlainTask(Task):
 
     def loss(self, batch: Any) -> torch.Tensor:
         """[S]: ``member_loss`` of every member on its slice of ``batch`` (leading axis S)."""
-        return self.model.map(self.member_loss, batch)
+        return self.model.map(self._member_loss, batch)
+
+    def _member_loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        """``member_loss``, held to its contract: one scalar tensor (a member's shape under vmap)."""
+        out = self.member_loss(model, batch)
+        if not isinstance(out, torch.Tensor) or out.dim() != 0:
+            shape = f"a tensor of shape {list(out.shape)}" if isinstance(out, torch.Tensor) else _what(out)
+            raise UserCodeError(f"{self._where('member_loss')} returned {shape}, not a scalar tensor (one member's "
+                                "loss; reduce it, e.g. with .mean()): an error in your task's code")
+        return out
+
+    def _where(self, method: str) -> str:
+        """``MyTask.method (file, line N)``: the user's method that broke the contract."""
+        fn = getattr(type(self), method, None)
+        code = getattr(fn, "__code__", None)
+        at = f" ({code.co_filename}, line {code.co_firstlineno})" if code is not None else ""
+        return f"{type(self).__qualname__}.{method}{at}"
 
     def member_generators(self) -> dict[str, list[torch.Generator]]:
         return {"forward": self.model.gens}
