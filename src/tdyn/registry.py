@@ -14,7 +14,7 @@ import importlib
 from typing import Callable, Generic, Iterator, TypeVar
 
 from tdyn import papers, plugins
-from tdyn.errors import UserError
+from tdyn.errors import RegisteredTwice, UserError
 
 T = TypeVar("T")
 
@@ -49,8 +49,17 @@ class Registry(Generic[T]):
             importlib.import_module(mod)
 
     def register(self, name: str, item: T) -> T:
+        """Add ``item`` under ``name``; a name already taken is a :class:`~tdyn.errors.RegisteredTwice`.
+        A name the table declares (a built-in or an installed paper's) belongs to its module, which is
+        imported first, so a plugin registering it is refused whether or not that module was loaded yet
+        (importing the module that is registering it returns at once: it is already in ``sys.modules``)."""
+        owner = self.table.get(name) if name not in self._items else None
+        if owner is not None:
+            importlib.import_module(owner)
         if name in self._items:
-            raise RuntimeError(f"{self.kind} {name!r} registered twice")
+            where = self.table.get(name)
+            raise RegisteredTwice(f"{self.kind} {name!r} registered twice" + (f": {name!r} is {where}'s" if where else "")
+                                  + "; a name is registered once (give yours another name)")
         self._items[name] = item
         return item
 

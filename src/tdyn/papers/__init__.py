@@ -15,6 +15,7 @@ import importlib
 import importlib.machinery
 import sys
 
+from tdyn.errors import RegisteredTwice
 from tdyn.manifest import Paper, Reproduction
 
 #: The built-in papers, in the order the report and the docs show them.
@@ -32,7 +33,7 @@ def register(manifest: Paper) -> Paper:
     if old is manifest:
         return manifest
     if old is not None or any(p.prefix == manifest.prefix for p in _PAPERS.values()):
-        raise RuntimeError(f"paper {manifest.name!r} (prefix {manifest.prefix!r}) registered twice")
+        raise RegisteredTwice(f"paper {manifest.name!r} (prefix {manifest.prefix!r}) registered twice")
     _PAPERS[manifest.name] = manifest
     return manifest
 

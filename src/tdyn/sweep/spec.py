@@ -106,6 +106,12 @@ class SlurmOptions(Strict):
         return {k: v for k, v in p.items() if v is not None}
 
 
+#: The run config keys a sweep sets on every job itself (``plan``), with what to use instead.
+SWEEP_SETS = {"seeds": "list the seeds in the spec's own seeds: (every cell runs each of them)",
+              "ensemble": f"give learning rates as axes over optim.groups.<group>.lr and init scales as an axis "
+                          f"over {INIT_KEY}"}
+
+
 class SweepSpec(Strict):
     base: str | None = None          # experiment name or config file
     config: dict[str, Any] | None = None
@@ -121,6 +127,18 @@ class SweepSpec(Strict):
     def _one_base(self):
         if (self.base is None) == (self.config is None):
             raise ValueError("give exactly one of base (experiment name or config file) and config (inline)")
+        return self
+
+    @model_validator(mode="after")
+    def _owned_keys(self):
+        """An axis or ``set:`` override of a key the sweep sets on every job itself would be silently
+        replaced (two identically trained runs under different names): refused, naming the key."""
+        keys = [*self.axes.grid, *self.axes.zip, *(self.axes.random.params if self.axes.random else {})]
+        named = [(f"axis {k!r}", k) for k in keys] + [(f"set: {o!r}", o.split("=", 1)[0].strip()) for o in self.set]
+        for where, k in named:
+            top = k.split(".", 1)[0]
+            if top in SWEEP_SETS:
+                raise ValueError(f"{where}: the sweep sets {top!r} of every job itself — {SWEEP_SETS[top]}")
         return self
 
     @model_validator(mode="after")
