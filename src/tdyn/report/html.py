@@ -16,7 +16,6 @@ page works from the file system and when the folder is copied elsewhere.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
@@ -32,6 +31,7 @@ import tdyn
 from tdyn import docs, papers, runs, sweep
 from tdyn.errors import UserError
 from tdyn.report import style
+from tdyn.runs.io import read_csv
 from tdyn.report.verdicts import (ORDER, SOURCE_LABEL, by_source, count_line, counts, full_evidence, setting_of,
                                   source_of)
 
@@ -138,8 +138,7 @@ def table(columns: list[str], rows: list[list[Any]], *, raw: bool = False, cls: 
 
 def csv_table(path: Path, base: Path, max_rows: int = MAX_TABLE_ROWS) -> str:
     """A CSV file as an HTML table (first ``max_rows`` rows, with a link to the whole file)."""
-    with Path(path).open(newline="") as f:
-        rows = list(csv.reader(f))
+    rows = read_csv(Path(path))         # not UTF-8, not CSV: one line naming the file
     if not rows:
         return f'<p>empty table <a href="{_rel(path, base)}">{_e(Path(path).name)}</a></p>'
     header, body = rows[0], rows[1:]

@@ -3,12 +3,12 @@ sweep workers never import matplotlib)."""
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 from typing import Any
 
 from tdyn.report import style
+from tdyn.runs.io import read_csv_dicts
 
 
 def plot_metric(summary_csv: str | Path, metric: str, x: str, curve: str, path: str | Path, panel: str | None = None):
@@ -19,7 +19,7 @@ def plot_metric(summary_csv: str | Path, metric: str, x: str, curve: str, path: 
     import matplotlib.pyplot as plt
 
     style.apply()
-    rows = list(csv.DictReader(Path(summary_csv).open()))
+    rows = read_csv_dicts(Path(summary_csv))
     panels = sorted({r[panel] for r in rows}, key=_num) if panel else [None]
     values = sorted({r[curve] for r in rows}, key=_num)
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.2), squeeze=False)

@@ -22,10 +22,8 @@ tables, training nothing (docs/architecture.md#a-reproduction).
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import hashlib
-import io
 import json
 import re
 from pathlib import Path
@@ -34,6 +32,7 @@ from typing import Any, Callable
 from tdyn import runs
 from tdyn.errors import UserError
 from tdyn.reproduce.common import configure, on_reproduction_device, train_into
+from tdyn.runs.io import read_csv_dicts
 from tdyn.reproduce.registry import get as registered, register
 from tdyn.sweep import run_sweep
 
@@ -77,8 +76,7 @@ def _cell(s: str) -> Any:
 
 def read_table(path: Path) -> list[dict[str, Any]]:
     """The rows of a table written by :func:`write_table`, each cell typed back (:func:`_cell`)."""
-    text = Path(path).read_text(encoding="utf-8")
-    return [{k: _cell(v) for k, v in row.items()} for row in csv.DictReader(io.StringIO(text))]
+    return [{k: _cell(v) for k, v in row.items()} for row in read_csv_dicts(Path(path))]   # not UTF-8: one line
 
 
 def write_table(path: Path, rows: list[dict[str, Any]], columns: list[str] | None = None) -> Path:

@@ -95,6 +95,35 @@ def _read_bytes(path: Path) -> bytes:
         raise _os_error(path, e) from None
 
 
+def read_text(path: Path) -> str:
+    """A text file tdyn reads (a table, a config, a spec): missing, unreadable or not UTF-8 is a
+    :class:`CorruptFile` naming it (and the byte)."""
+    data = _read_bytes(path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CorruptFile(path, f"is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}): garbled, "
+                                "or not a file tdyn wrote") from None
+
+
+def read_csv(path: Path) -> list[list[str]]:
+    """The rows of a CSV file (:func:`read_text`'s checks, then the CSV's own, such as a NUL byte)."""
+    return _csv(path, csv.reader)
+
+
+def read_csv_dicts(path: Path) -> list[dict[str, str]]:
+    """The rows of a CSV file with a header, as ``csv.DictReader`` gives them (:func:`read_csv`'s checks)."""
+    return _csv(path, csv.DictReader)
+
+
+def _csv(path: Path, reader) -> list:
+    text = read_text(path)
+    try:
+        return list(reader(io.StringIO(text, newline="")))
+    except csv.Error as e:
+        raise CorruptFile(path, f"is not a valid CSV table ({e})") from None
+
+
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")   # NaN / Infinity: tdyn never writes them
 

@@ -133,7 +133,7 @@ def is_quick(out_dir: Path, quick: bool | None) -> bool:
     if quick is not None:
         return bool(quick)
     p = Path(out_dir) / "results.json"
-    return bool(json.loads(p.read_text()).get("quick")) if p.exists() else False
+    return bool(runs.read_json(p).get("quick")) if p.exists() else False   # garbled: one line naming it
 
 
 def tables_in(out_dir: Path, names: tuple[str, ...]) -> Tables:
