@@ -599,6 +599,9 @@ def main(argv: list[str] | None = None) -> int:
             plugins.add(args.imports)
         return args.fn(args)
     except WriteError as e:   # a file written whole or not at all could not be written: it is as it was
+        c = e.__context__      # the first write that failed (the failed run's metrics and status fail after it)
+        while c is not None:
+            e, c = (c if isinstance(c, WriteError) else e), c.__context__
         print(f"tdyn: error: {e}{_continue_hint(args) if e.environment else ''}", file=sys.stderr)
         return 1 if e.environment else 2
     except UserError as e:

@@ -39,6 +39,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     atomic_write_many([(path, data)])
 
 
+def _failed(e: BaseException, path: Path) -> BaseException:
+    """An OSError of writing ``path`` as a :class:`~tdyn.errors.WriteError` naming ``path`` (the target,
+    never the temp file: the target is left as it was); anything else as it is."""
+    return WriteError(e, path) if isinstance(e, OSError) and not isinstance(e, WriteError) else e
+
+
 def _syncfs_fn():
     """libc's ``syncfs`` where it reports write errors (Linux ≥ 5.8): flushes one filesystem, one
     journal commit for any number of files. Python's ``os`` has no binding; None elsewhere."""
