@@ -15,7 +15,7 @@ import torch
 
 from tdyn.papers.decision_list.model import DecisionListModel
 from tdyn.probes import ProbeContext, probe
-from tdyn.papers.decision_list import theory as th
+from tdyn.papers.decision_list import kernels, theory as th
 
 
 def centred_cosine(V: torch.Tensor, P: torch.Tensor) -> torch.Tensor:
@@ -39,12 +39,17 @@ def member_model(model: DecisionListModel, i: int) -> DecisionListModel:
     return one
 
 
+def _classification(ctx: ProbeContext) -> th.Classification:
+    """The members' classification at this evaluation, computed once for the classify and Hessian probes."""
+    return ctx.once("decision_list.classification", lambda: th.classify(ctx.model, ctx.task.dist, ctx.task.types))
+
+
 @probe("decision_list.classify")
 def _classify(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     """Err_sup (misclassified (set, query) pairs, strict argmax), Acc_pop and the minimum logit margin
     over the task's types (docs/reproductions/decision-lists.md#perfect-classification): ``perfect`` = 1 where
     Err_sup = 0."""
-    cl = th.classify(ctx.model, ctx.task.dist, ctx.task.types)
+    cl = _classification(ctx)
     return {"err_sup": cl.err_sup, "acc_pop": cl.acc_pop, "min_margin": cl.min_margin,
             "perfect": cl.perfect.double()}
 
@@ -64,11 +69,11 @@ BRACKET_TOL = 1e-10
 
 def lambda_max(model: DecisionListModel, task, types) -> tuple[float, float, str]:
     """λ_max of one member's population Hessian over (W, V) as (value, certified upper end, method): the per-query
-    block bracket (``th.hessian_blocks``: the largest W–W block eigenvalue, a lower bound, and a closed-form upper
+    block bracket (``kernels.hessian_blocks``, equal to ``th.hessian_blocks`` to rounding: the largest W–W block eigenvalue, a lower bound, and a closed-form upper
     bound) when its relative width is ≤ ``BRACKET_TOL``; otherwise Lanczos to 1e-12, started from the block's top
     eigenvector (value = upper end). Depends on the iterate only (no warm start carried between steps), so a
     resumed run measures the same λ as the uninterrupted one."""
-    bb = th.hessian_blocks(model, task, types)
+    bb = kernels.hessian_blocks(model, task, types)
     if bb.rel_width <= BRACKET_TOL:
         return bb.lower, bb.upper, "blocks"
     lam = th.top_hessian_eigenvalue(model, task, types, v0=bb.vector, closed_form=True)
@@ -82,7 +87,7 @@ def _hessian(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     iterate is not perfect (so at every step before its first perfect iterate k*), and every
     ``options.every`` steps (0: never on a grid); NaN elsewhere."""
     every = int(ctx.options.get("every", 0))
-    perfect = th.classify(ctx.model, ctx.task.dist, ctx.task.types).perfect
+    perfect = _classification(ctx).perfect
     lam = torch.full((len(perfect),), math.nan, dtype=torch.float64)
     up = lam.clone()
     with torch.enable_grad():   # the trainer measures under no_grad; the Lanczos fallback's HVPs need autograd
