@@ -8,6 +8,7 @@ directories of jobs, sweeps and reproductions around them. One owner of the form
   :class:`GroupCommit`), stale temps;
 * :mod:`~tdyn.runs.io` — JSON and CSV written and read, :class:`CorruptFile` for a bad file;
 * :mod:`~tdyn.runs.checkpoints` — safetensors checkpoints with the SHA-256 of their tensors;
+* :mod:`~tdyn.runs.identity` — which run wrote a file: ``member@digest`` of its config, checked on read;
 * :mod:`~tdyn.runs.records` — each directory's records (config, meta, metrics, ensemble, sweep, results), checked;
 * :mod:`~tdyn.runs.locks` — one writer per directory (:class:`Locks`, ``.tdyn.lock`` naming ``pid@host``);
 * :mod:`~tdyn.runs.ownership` — what tdyn owns, for ``--force`` (:func:`prepare_dir`, :func:`own`);
@@ -25,13 +26,14 @@ import sys
 import types
 
 from tdyn.errors import UserError  # noqa: F401  (runs.UserError, as before)
-from tdyn.runs import atomic, checkpoints, io, locks, machine, names, ownership, reader, records
+from tdyn.runs import atomic, checkpoints, identity, io, locks, machine, names, ownership, reader, records
 from tdyn.runs.atomic import (SYNCFS_FILESYSTEMS, _BATCH_SYNC, _MODE, _SYNCFS, _TMP_RE, _syncfs_covers,  # noqa: F401
                               GroupCommit, atomic_write_bytes, atomic_write_many, atomic_write_text, mount_types,
                               remove_stale_temps)
-from tdyn.runs.checkpoints import (checkpoint_file, checkpoint_path, checkpoint_steps, load_checkpoint,  # noqa: F401
-                                   params_of, read_checkpoint, read_checkpoint_metadata, save_checkpoint,
+from tdyn.runs.checkpoints import (check_identity, checkpoint_file, checkpoint_path, checkpoint_steps,  # noqa: F401
+                                   load_checkpoint, params_of, read_checkpoint, read_checkpoint_metadata, save_checkpoint,
                                    tensor_checksum)
+from tdyn.runs.identity import IDENTITY, METRICS_KEY, ForeignFile, config_digest, make_identity  # noqa: F401
 from tdyn.runs.io import CorruptFile, dumps_json, json_file, read_json, write_csv, write_json  # noqa: F401
 from tdyn.runs.locks import LockError, Locks, _held, held_lock_files, holder_gone, lock_holder  # noqa: F401
 from tdyn.runs.machine import git_commit, host, machine_info, now, pid_alive, writer_tag  # noqa: F401
@@ -41,11 +43,11 @@ from tdyn.runs.names import (CHECKSUM, CKPT_DIR, CONFIG, DONE, ENSEMBLE, FINAL, 
 from tdyn.runs.ownership import (OS_LITTER, OWN_FILES, OWN_TREES, check_own, clear_own, foreign_entry,  # noqa: F401
                                  is_tdyn_dir, own, prepare_dir, record, reproduction_of, written)
 from tdyn.runs.reader import Run, load_run, load_sweep  # noqa: F401
-from tdyn.runs.records import (MetricsLines, config_from, ensemble_dirs, is_run_dir, job_dirs,  # noqa: F401
-                               load_run_config, metrics_file, read_config, read_ensemble, read_manifest, read_meta, read_metrics,
+from tdyn.runs.records import (MetricsLines, check_run, config_from, ensemble_dirs, is_run_dir, job_dirs,  # noqa: F401
+                               load_run_config, run_identity, sweep_dirs, metrics_file, read_config, read_ensemble, read_manifest, read_meta, read_metrics,
                                read_results, read_sweep, scan_metrics, write_metrics)
 
-_SUBMODULES = (names, machine, atomic, io, checkpoints, records, locks, ownership, reader)
+_SUBMODULES = (names, machine, atomic, io, identity, checkpoints, records, locks, ownership, reader)
 _UNSET = object()
 
 

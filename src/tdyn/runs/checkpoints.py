@@ -3,7 +3,9 @@
 A checkpoint at step t holds the state *before* step t's update (as the Scan and Snap authors'
 ``iter-t.pth``), the optimizer state and the data RNG state; ``final.safetensors`` holds the state after
 the last update. Each carries the SHA-256 of its tensors in its metadata (:func:`tensor_checksum`),
-verified whenever it is read; its bytes are the same in every process (the header's keys sorted).
+verified whenever it is read, and the identity of the run that wrote it (``identity``,
+:mod:`tdyn.runs.identity`), compared with the reading run's; its bytes are the same in every process (the
+header's keys sorted).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from safetensors.torch import load as load_safetensors, save
 
 from tdyn.errors import UserError
 from tdyn.runs.atomic import atomic_write_bytes
+from tdyn.runs.identity import IDENTITY, check
 from tdyn.runs.io import CorruptFile, _os_error, _read_bytes, _short
 from tdyn.runs.names import CHECKSUM, CKPT_DIR, FINAL
 
@@ -145,14 +148,31 @@ def checkpoint_path(run_dir: Path, step: int | str = "final") -> Path:
     return Path(run_dir) / CKPT_DIR / _ckpt_name(step)
 
 
-def load_checkpoint(run_dir: Path, step: int | str = "final") -> dict[str, torch.Tensor]:
-    """The tensors of checkpoint ``step`` (or ``"final"``), verified (:func:`read_checkpoint`)."""
+_LOOKUP = object()   # identity=: the run's own (tdyn.runs.records.run_identity)
+
+
+def check_identity(path: Path, meta: dict[str, str], run_dir: Path, identity: str | None | object = _LOOKUP) -> None:
+    """Checkpoint ``path`` (its metadata ``meta``) was written by the run in ``run_dir``, whose identity is
+    ``identity`` (by default read from the run: :func:`tdyn.runs.records.run_identity`)."""
+    if identity is _LOOKUP:
+        from tdyn.runs.records import is_run_dir, run_identity   # records imports this module
+        if not is_run_dir(run_dir):   # checkpoints outside a run directory: no run to compare with
+            return
+        identity = run_identity(run_dir)
+    check(path, meta.get(IDENTITY), identity, run_dir)
+
+
+def load_checkpoint(run_dir: Path, step: int | str = "final",
+                    identity: str | None | object = _LOOKUP) -> dict[str, torch.Tensor]:
+    """The tensors of checkpoint ``step`` (or ``"final"``), verified (:func:`read_checkpoint`) and checked
+    to be the run's own (:func:`check_identity`; ``identity``: the run's, when the caller has read it)."""
     path = checkpoint_path(run_dir, step)
     if not path.exists():
         raise UserError(f"no checkpoint {path.name} in {run_dir}")
     tensors, meta = read_checkpoint(path)
     if step != "final" and meta.get("step") != str(int(step)):
         raise CorruptFile(path, f"holds step {_short(meta.get('step'))}, not {int(step)} as its name says")
+    check_identity(path, meta, run_dir, identity)
     return tensors
 
 

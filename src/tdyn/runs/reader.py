@@ -15,7 +15,8 @@ import torch
 from tdyn.errors import UserError
 from tdyn.runs.checkpoints import checkpoint_steps, load_checkpoint, params_of
 from tdyn.runs.names import CONFIG, META, SWEEP
-from tdyn.runs.records import is_run_dir, job_dirs, load_run_config, read_config, read_meta, read_metrics, read_sweep
+from tdyn.runs.records import (is_run_dir, job_dirs, load_run_config, read_config, read_meta, read_metrics, read_sweep,
+                               run_identity)
 from tdyn.tasks import Member, build_task
 
 
@@ -24,13 +25,16 @@ class Run:
     ``frame()``), checkpoints by step, and the model rebuilt from a checkpoint.
 
     Everything that reads run directories (trainer resume, sweep, report, analyses) goes through
-    this class or the functions of :mod:`tdyn.runs`, so the format has one owner.
+    this class or the functions of :mod:`tdyn.runs`, so the format has one owner. ``identity``: the run's
+    (:mod:`tdyn.runs.identity`), read and checked against its config when the Run is made; every
+    checkpoint and the metrics it reads are checked to be this run's.
     """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         if not is_run_dir(self.path):
             raise UserError(f"{str(self.path)!r} is not a run directory (no {CONFIG}/{META})")
+        self.identity = run_identity(self.path)
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
@@ -87,7 +91,7 @@ class Run:
         return checkpoint_steps(self.path)
 
     def checkpoint(self, step: int | str = "final") -> dict[str, torch.Tensor]:
-        return load_checkpoint(self.path, step)
+        return load_checkpoint(self.path, step, self.identity)
 
     def params(self, step: int | str = "final") -> dict[str, torch.Tensor]:
         """This member's model parameters at ``step`` (no ensemble axis)."""

@@ -14,6 +14,7 @@ from tdyn.config import RunConfig, validate_config
 from tdyn.errors import UserError
 from tdyn.runs.atomic import atomic_write_bytes
 from tdyn.runs.checkpoints import checkpoint_steps
+from tdyn.runs.identity import IDENTITY, METRICS_KEY, ForeignFile, check, config_digest, notice_old
 from tdyn.runs.io import CorruptFile, _field, _json_type, _object, _parse_json, _read_bytes, _short
 from tdyn.runs.names import CONFIG, DONE, ENSEMBLE, META, METRICS, STATUSES, SWEEP
 
@@ -46,9 +47,15 @@ def read_manifest(path: Path) -> dict:
     return man
 
 
-def metrics_file(run_dir: Path, records: list[dict]) -> tuple[Path, bytes]:
-    """``metrics.jsonl``'s path and contents for ``records`` (for :func:`atomic_write_many`)."""
-    return Path(run_dir) / METRICS, "".join(json.dumps(r, allow_nan=False) + "\n" for r in records).encode()
+def _line(r: dict, n: int, identity: str | None) -> str:
+    """Record number ``n`` (from 0) as a line; the first carries the run's identity (``run``)."""
+    return json.dumps(r | {METRICS_KEY: identity} if n == 0 and identity else r, allow_nan=False) + "\n"
+
+
+def metrics_file(run_dir: Path, records: list[dict], identity: str | None = None) -> tuple[Path, bytes]:
+    """``metrics.jsonl``'s path and contents for ``records`` (for :func:`atomic_write_many`); ``identity``:
+    the run's, written into the first record."""
+    return Path(run_dir) / METRICS, "".join(_line(r, n, identity) for n, r in enumerate(records)).encode()
 
 
 class MetricsLines:
@@ -56,7 +63,8 @@ class MetricsLines:
     writes the whole file at every checkpoint, and encoding every record again each time would make a
     dense schedule's checkpoints dearer as the run goes on. The same bytes as :func:`metrics_file`."""
 
-    def __init__(self) -> None:
+    def __init__(self, identity: str | None = None) -> None:
+        self.identity = identity
         self._records: list[dict] | None = None
         self._lines: list[bytes] = []
 
@@ -65,12 +73,13 @@ class MetricsLines:
         since) are reused; another list, or a shorter one, is encoded afresh."""
         if records is not self._records or len(records) < len(self._lines):
             self._records, self._lines = records, []
-        self._lines.extend((json.dumps(r, allow_nan=False) + "\n").encode() for r in records[len(self._lines):])
+        self._lines.extend(_line(r, n, self.identity).encode()
+                           for n, r in enumerate(records[len(self._lines):], len(self._lines)))
         return Path(run_dir) / METRICS, b"".join(self._lines)
 
 
-def write_metrics(run_dir: Path, records: list[dict]) -> None:
-    atomic_write_bytes(*metrics_file(run_dir, records))
+def write_metrics(run_dir: Path, records: list[dict], identity: str | None = None) -> None:
+    atomic_write_bytes(*metrics_file(run_dir, records, identity))
 
 
 def _record_problem(rec: Any, prev: int | None) -> str | None:
@@ -87,10 +96,15 @@ def _record_problem(rec: Any, prev: int | None) -> str | None:
     return None
 
 
-def scan_metrics(run_dir: Path) -> tuple[list[dict], CorruptFile | None]:
+_LOOKUP = object()   # identity=: read the run's own (run_identity)
+
+
+def scan_metrics(run_dir: Path, identity: str | None | object = _LOOKUP) -> tuple[list[dict], CorruptFile | None]:
     """``metrics.jsonl``'s records up to its first bad line, and what is wrong with that line (None
     when all are good; a missing file gives no records and its problem). Resume keeps such a prefix;
-    every other reader uses :func:`read_metrics`."""
+    every other reader uses :func:`read_metrics`. The first record's run identity (``run``, not among the
+    records returned) must be ``identity`` (by default the run's, :func:`run_identity`): a file of another
+    run gives no records and a :class:`~tdyn.runs.identity.ForeignFile`."""
     p = Path(run_dir) / METRICS
     try:
         data = _read_bytes(p)
@@ -105,6 +119,19 @@ def scan_metrics(run_dir: Path) -> tuple[list[dict], CorruptFile | None]:
             rec = _parse_json(line)
         except ValueError:                  # not UTF-8, not JSON (UnicodeDecodeError is a ValueError)
             return recs, CorruptFile(p, f"line {n} is not valid JSON: truncated or garbled")
+        if n == 1:
+            found = rec.pop(METRICS_KEY, None) if isinstance(rec, dict) else None
+            if found is not None and not isinstance(found, str):
+                return recs, CorruptFile(p, f"line 1 has {METRICS_KEY!r} = {_short(found)}, not a run identity")
+            if identity is _LOOKUP:
+                try:
+                    identity = run_identity(run_dir) if is_run_dir(run_dir) else found   # outside a run: unchecked
+                except CorruptFile as e:
+                    return recs, e
+            try:
+                check(p, found, identity, run_dir)
+            except ForeignFile as e:
+                return recs, e
         problem = _record_problem(rec, recs[-1]["step"] if recs else None)
         if problem:
             return recs, CorruptFile(p, f"line {n} {problem}")
@@ -119,6 +146,8 @@ def read_metrics(run_dir: Path) -> list[dict]:
     recs, problem = scan_metrics(run_dir)
     if problem is None:
         return recs
+    if isinstance(problem, ForeignFile):
+        raise problem
     if not (Path(run_dir) / METRICS).exists() and not checkpoint_steps(run_dir) \
             and read_meta(run_dir)["status"] not in DONE:
         return []
@@ -147,6 +176,35 @@ def load_run_config(run_dir: Path) -> RunConfig:
     return config_from(read_config(run_dir), Path(run_dir) / CONFIG)
 
 
+def run_identity(run_dir: Path) -> str | None:
+    """The identity of the run in ``run_dir`` (``meta.json``'s ``identity``), checked against its
+    ``config.json``: a config edited or swapped since the run wrote it is a
+    :class:`~tdyn.runs.identity.ForeignFile`. None for a run written before identities (with a notice)."""
+    run_dir = Path(run_dir)
+    meta = read_meta(run_dir)
+    ident = meta.get(IDENTITY)
+    if ident is None:
+        notice_old(run_dir)
+        return None
+    if not isinstance(ident, str) or "@" not in ident:
+        raise CorruptFile(run_dir / META, f"has {IDENTITY!r} = {_short(ident)}, not a run identity (member@digest)")
+    digest = config_digest(read_config(run_dir))
+    if digest != ident.rpartition("@")[2]:
+        raise ForeignFile(run_dir / CONFIG, f"has digest {digest}, not {ident.rpartition('@')[2]} as run {ident} "
+                                            f"recorded in {META} ({str(run_dir)!r}): edited or swapped since the run "
+                                            f"wrote it; restore it, or train the run again with --force")
+    return ident
+
+
+def check_run(run_dir: Path, expected: str | None, reader: Path | str) -> str | None:
+    """The run in ``run_dir`` is ``expected`` (what a job's or sweep's record says it must be; None: an
+    older record without identities, nothing to compare); its identity."""
+    ident = run_identity(run_dir)
+    if expected is not None and ident is not None:
+        check(Path(run_dir), ident, expected, reader)
+    return ident
+
+
 def read_meta(run_dir: Path) -> dict:
     """``meta.json``, checked: a JSON object with a known ``status`` and a whole-number ``seed``."""
     path = Path(run_dir) / META
@@ -171,6 +229,10 @@ def read_ensemble(out: str | Path) -> dict:
             raise CorruptFile(path, f"has {key!r} = {_short(v)}, not a list of names")
     if len(ens["members"]) != len(ens["dirs"]):
         raise CorruptFile(path, f"lists {len(ens['members'])} members but {len(ens['dirs'])} directories")
+    ids = ens.get("identities")
+    if ids is not None and (not isinstance(ids, list) or len(ids) != len(ens["dirs"])
+                            or not all(isinstance(x, str) for x in ids)):
+        raise CorruptFile(path, f"has 'identities' = {_short(ids)}, not one run identity per directory")
     return ens
 
 
@@ -181,11 +243,15 @@ def ensemble_dirs(out: str | Path) -> list[Path]:
     out = Path(out)
     root = out.parent.parent if out.parent.name == ".jobs" else out
     dirs = []
-    for p in read_ensemble(out)["dirs"]:
+    ens = read_ensemble(out)
+    for p in ens["dirs"]:
         d = out / p
         if not d.resolve().is_relative_to(root.resolve()) or d.resolve() == root.resolve():
             raise UserError(f"{str(out / ENSEMBLE)!r}: member directory {p!r} lies outside {str(root)!r}")
         dirs.append(d)
+    for d, ident in zip(dirs, ens.get("identities") or [None] * len(dirs)):
+        if is_run_dir(d):   # each member directory holds the run the manifest put there
+            check_run(d, ident, out / ENSEMBLE)
     return dirs
 
 
@@ -203,14 +269,43 @@ def read_sweep(out: str | Path) -> dict:
             raise CorruptFile(path, f"has run name {name!r}, not a directory name inside the sweep")
         _field(path, r, "status", str, "a status")
         _field(path, r, "axes", dict, "the run's axes (a JSON object)")
+        if r.get(IDENTITY) is not None and not isinstance(r[IDENTITY], str):
+            raise CorruptFile(path, f"has runs[{i}].{IDENTITY} = {_short(r[IDENTITY])}, not a run identity")
     return sw
+
+
+def sweep_dirs(out: Path) -> list[Path]:
+    """A sweep's run directories, each checked to hold the run ``sweep.json`` expects there (a run of
+    another cell or another sweep is a ForeignFile naming both); a run recorded with a result whose
+    directory is gone is named (a CorruptFile), never left out."""
+    out = Path(out)
+    sw = read_sweep(out)
+    owner = {r[IDENTITY]: r["name"] for r in sw["runs"] if r.get(IDENTITY)}
+    dirs = []
+    for r in sw["runs"]:
+        d = out / r["name"]
+        if not is_run_dir(d):
+            if r["status"] in DONE:
+                raise CorruptFile(d, f"is missing (or not a run directory), but {SWEEP} records run {r['name']!r} "
+                                     f"as {r['status']}")
+            continue
+        try:
+            check_run(d, r.get(IDENTITY), out / SWEEP)
+        except ForeignFile as e:
+            found = run_identity(d) if e.path == d else None
+            if found in owner:   # a run of this sweep in another's place: say whose
+                raise ForeignFile(d, f"holds run {owner[found]!r} of this sweep ({found}), not run {r['name']!r} "
+                                     f"({r[IDENTITY]}) as {SWEEP} records: run directories swapped or copied") from None
+            raise
+        dirs.append(d)
+    return dirs
 
 
 def job_dirs(out: str | Path) -> list[Path]:
     """The run directories of a job (``ensemble.json``), a sweep (``sweep.json``), or ``out`` itself."""
     out = Path(out)
     if (out / SWEEP).exists():
-        return [out / r["name"] for r in read_sweep(out)["runs"] if is_run_dir(out / r["name"])]
+        return sweep_dirs(out)
     if (out / ENSEMBLE).exists():
         return [d for d in ensemble_dirs(out) if is_run_dir(d)]
     return [out] if is_run_dir(out) else []

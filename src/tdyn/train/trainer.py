@@ -289,7 +289,11 @@ class Job:
         self.eval_steps = eval_steps(cfg)
         self._stop = False
         self.writes = runs.GroupCommit(_COMMIT_SECONDS)       # checkpoints and metrics, written behind
-        self._metrics = [runs.MetricsLines() for _ in members]
+        # each member's identity, written into its meta.json, checkpoints and metrics (computed once here;
+        # resume sets those its run directories recorded: None for a run written before identities)
+        self.member_cfgs = member_configs(cfg, members)
+        self.identities: list[str | None] = [runs.make_identity(c, m.name) for m, c in zip(members, self.member_cfgs)]
+        self._metrics = [runs.MetricsLines(ident) for ident in self.identities]
         self._off_schedule: list[tuple[Path, int]] | None = None   # an interrupted run's checkpoints, to remove
         self._last_flush = time.monotonic()
 
@@ -347,7 +351,9 @@ class Job:
         meta = {"step": str(self.cfg.optim.steps if step == "final" else step)}
         for i, d in enumerate(self.dirs):
             if self.active[i]:
-                self.writes.write(*runs.checkpoint_file(d, step, self._member_state(i, probes), meta))
+                ident = self.identities[i]
+                self.writes.write(*runs.checkpoint_file(d, step, self._member_state(i, probes),
+                                                        meta | {runs.IDENTITY: ident} if ident else meta))
         if not interrupt:
             if self._off_schedule is None:   # listed once: an interrupted save ends its run, so no more appear
                 self._off_schedule = [(d, s) for d in self.dirs for s in runs.checkpoint_steps(d)
@@ -573,6 +579,7 @@ def train(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] | None = N
             same = next(d for d, r in zip(dirs, real) if real.count(r) > 1)
             raise UserError(f"dirs: {str(same)!r} is given to two members (one member per run directory)")
     job = Job(cfg, members, dirs, progress, out)  # builds (and validates) before anything is written
+    configs, idents = job.member_cfgs, job.identities
     with runs.Locks() as locks:
         if explicit:
             locks.acquire(out)
@@ -585,12 +592,13 @@ def train(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] | None = N
             if explicit or len(members) > 1:
                 yield runs.json_file(out / MANIFEST, {"config": cfg.model_dump(mode="json"),
                                                       "members": [m.name for m in members],
-                                                      "dirs": [os.path.relpath(d, out) for d in dirs]})
-            for m, d, c in zip(members, dirs, member_configs(cfg, members)):
+                                                      "dirs": [os.path.relpath(d, out) for d in dirs],
+                                                      "identities": idents})
+            for m, d, c, ident in zip(members, dirs, configs, idents):
                 yield runs.json_file(d / runs.CONFIG, c)
                 yield runs.json_file(d / runs.META, {
                     "tdyn_version": tdyn.__version__, "torch_version": torch.__version__,
-                    "git_commit": runs.git_commit(), "seed": m.seed, "member": m.name, "lrs": m.lrs,
+                    "git_commit": runs.git_commit(), "identity": ident, "seed": m.seed, "member": m.name, "lrs": m.lrs,
                     "init_scale": m.init_scale, "started": runs.now(), "ended": None, "status": "running",
                     "message": None})
         runs.atomic_write_many(files())
@@ -633,11 +641,14 @@ def check_done(run_dir: str | Path, cfg: RunConfig, status: str, *, tensors: boo
     after training), which the page cache would return as they were."""
     d = Path(run_dir)
     T = cfg.optim.steps
+    ident = runs.run_identity(d)   # its config.json is the one it trained with; each file below is its own
     ahead = [s for s in runs.checkpoint_steps(d) if s >= T]
     if ahead:
         raise runs.CorruptFile(d / runs.CONFIG, f"trains {T} steps, but {runs.CKPT_DIR}/ holds step {ahead[-1]}: "
                                                 f"the config does not belong to these checkpoints")
-    recs = runs.read_metrics(d)
+    recs, problem = runs.scan_metrics(d, ident)
+    if problem is not None:
+        recs = runs.read_metrics(d)   # raises it (or, for a run with nothing written, no records)
     wanted = iter(eval_steps(cfg))
     have = [r["step"] for r in recs]
     if status == "diverged":
@@ -657,6 +668,7 @@ def check_done(run_dir: str | Path, cfg: RunConfig, status: str, *, tensors: boo
         if not final.exists():
             raise runs.CorruptFile(final, f"is missing, but {runs.META} says the run is finished")
         meta = runs.read_checkpoint(final)[1] if tensors else runs.read_checkpoint_metadata(final)
+        runs.check_identity(final, meta, d, ident)
         if meta.get("step") != str(T):
             raise runs.CorruptFile(final, f"holds step {meta.get('step')}, but {runs.CONFIG} trains {T} steps")
 
@@ -704,7 +716,7 @@ def train_or_resume(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] 
     if same_job(cfg, out):
         try:
             return resume(out, progress=progress)
-        except runs.LockError:
+        except (runs.LockError, runs.ForeignFile):   # another's lock; another run's file: never trained over
             raise
         except UserError as e:   # nothing to resume from, or damaged: train it again
             (log.warning if isinstance(e, runs.CorruptFile) else log.info)("%s: %s; training it again", out, e)
@@ -768,6 +780,16 @@ def resume(out: str | Path, *, progress: bool = True) -> list[Path]:
                 raise runs.CorruptFile(dirs[i] / runs.METRICS, "is missing, but the run has checkpoints: it cannot be "
                                                                "resumed; start it again with --force")
         job = Job(cfg, members, dirs, progress, out)
+        job.identities = [r.identity for r in member_runs]   # what each run recorded (None: an older tdyn's run)
+        job._metrics = [runs.MetricsLines(ident) for ident in job.identities]
+        for i in todo:   # every checkpoint the resumed run will keep is its own (headers only; damage: passed over below)
+            for s in member_runs[i].steps():
+                path = runs.checkpoint_path(dirs[i], s)
+                try:
+                    meta = runs.read_checkpoint_metadata(path)
+                except runs.CorruptFile:
+                    continue
+                runs.check_identity(path, meta, dirs[i], job.identities[i])
         step, states, records, passed = _resume_point(job, todo, sorted(common, reverse=True))
         if passed:
             log.warning("resuming %s from step %d: passed over %d damaged checkpoint(s): %s", out, step, len(passed),
@@ -795,7 +817,10 @@ def _resume_point(job: Job, todo: list[int], candidates: list[int]):
     checkpoint is intact and its metrics hold exactly the records of the evaluated steps before it:
     (step, states, records cut to it, the problems passed over)."""
     evals = list(itertools.takewhile(lambda s: s < candidates[0], job.eval_steps))
-    scans = {i: runs.scan_metrics(job.dirs[i]) for i in todo}
+    scans = {i: runs.scan_metrics(job.dirs[i], job.identities[i]) for i in todo}
+    for i in todo:   # another run's metrics: never resumed from, whichever checkpoint
+        if isinstance(scans[i][1], runs.ForeignFile):
+            raise scans[i][1]
     passed: list[runs.CorruptFile] = []
     for c in candidates:
         want = [s for s in evals if s < c]
@@ -808,9 +833,11 @@ def _resume_point(job: Job, todo: list[int], candidates: list[int]):
                     raise problem or runs.CorruptFile(job.dirs[i] / runs.METRICS,
                                                       f"lacks records before step {c} ({len(keep)} of {len(want)})")
                 path = runs.checkpoint_path(job.dirs[i], c)
-                states[i] = runs.load_checkpoint(job.dirs[i], c)
+                states[i] = runs.load_checkpoint(job.dirs[i], c, job.identities[i])
                 job._check_member_state(i, states[i], path)
                 records[i] = keep
+        except runs.ForeignFile:   # another run's checkpoint: resuming from it, or past it, is not this run
+            raise
         except runs.CorruptFile as e:
             passed.append(e)
             continue
