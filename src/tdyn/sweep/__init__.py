@@ -94,11 +94,58 @@ def _run_job(job_dir: Path, config: dict, dirs: list[Path]) -> dict[str, str]:
     return st
 
 
+def identities(jobs: list[JobPlan]) -> dict[str, str]:
+    """Each planned run's name → the identity (:mod:`tdyn.runs.identity`) its job's trainer gives it."""
+    ids = {}
+    for j in jobs:
+        cfg = trainer.load_config(j.config)
+        members = trainer.expand_members(cfg)
+        for r, m, c in zip(j.runs, members, trainer.member_configs(cfg, members)):
+            ids[r.name] = runs.make_identity(c, m.name)
+    return ids
+
+
+def check_runs(out: Path, ids: dict[str, str]) -> None:
+    """Before a sweep trains again in ``out``: every run directory there holds the run the sweep expects
+    under its name (its identity), with its config as the run wrote it and, for a run with a result, its
+    final checkpoint and metrics its own (headers and first line only). A run of another cell or another
+    sweep, or a file of another run, is a ForeignFile (exit 2) naming both; damage is left to the job's
+    repair; a run recorded with a result whose directory is gone is named in a warning and trained again."""
+    owner = {v: k for k, v in ids.items()}
+    old = {r["name"]: r["status"] for r in runs.read_sweep(out)["runs"]} if (out / runs.SWEEP).exists() else {}
+    for name, want in ids.items():
+        d = out / name
+        if not runs.is_run_dir(d):
+            if old.get(name) in runs.DONE:
+                log.warning("sweep run %s is missing (sweep.json recorded it %s): training it again", d, old[name])
+            continue
+        try:
+            found = runs.run_identity(d)
+            if found is not None and found != want:
+                whose = f"run {owner[found]!r} of this sweep" if found in owner else "a run of another sweep or config"
+                raise runs.ForeignFile(d, f"holds {whose} ({found}), not run {name!r} ({want}) that the sweep "
+                                          f"expects there: run directories swapped or copied; move it back, or "
+                                          f"choose another --out")
+            if found is not None and runs.read_meta(d)["status"] in runs.DONE:
+                problem = runs.scan_metrics(d, found)[1]   # its first record's identity (damage: the job's)
+                if isinstance(problem, runs.ForeignFile):
+                    raise problem
+                final = runs.checkpoint_path(d, "final")
+                if final.exists():
+                    runs.check_identity(final, runs.read_checkpoint_metadata(final), d, found)
+        except runs.ForeignFile:
+            raise
+        except runs.CorruptFile:   # damaged: the job repairs it
+            continue
+
+
 def _record(out: Path, spec: SweepSpec, jobs: list[JobPlan], status: dict[str, str], errors: dict[str, str],
-            busy: dict[int, float] | None = None) -> None:
+            busy: dict[int, float] | None = None, ids: dict[str, str] | None = None) -> None:
+    ids = ids or {}
     runs.write_json(out / runs.SWEEP, {
         "spec": spec.model_dump(mode="json"),
         "runs": [{"name": r.name, "axes": r.axes, "seed": r.seed, "job": j.id, "status": status.get(r.name, "pending"),
+                  **({runs.IDENTITY: ids[r.name]} if r.name in ids else {}),
                   **({"error": errors[j.id]} if j.id in errors else {})} for j in jobs for r in j.runs],
         "worker_busy_seconds": {str(k): round(v, 3) for k, v in (busy or {}).items()},
     })
@@ -156,7 +203,9 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
                 _refuse_foreign(out)     # again, now that no other tdyn writes it
             if executor == "slurm":
                 runs.record(out, SUBMITIT)   # submitit's folder there is tdyn's (for --force)
-            return _run(spec, jobs, out, ex, progress)
+            ids = identities(jobs)
+            check_runs(out, ids)
+            return _run(spec, jobs, out, ex, progress, ids)
     finally:
         if executor_obj is None:
             ex.shutdown()
@@ -173,7 +222,8 @@ def _refuse_foreign(out: Path) -> None:
                         f"writes into a new directory or continues its own; choose another --out")
 
 
-def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: bool) -> dict[str, str]:
+def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: bool,
+         ids: dict[str, str] | None = None) -> dict[str, str]:
     status: dict[str, str] = {}
     errors: dict[str, str] = {}
     args = {j.id: (str(out / runs.JOBS / j.id), j.config, [str(out / r.name) for r in j.runs])
@@ -181,7 +231,7 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
     busy: dict[int, float] = {}
     lost: dict[str, int] = {}          # job → times its worker died under it
     seen: dict[str, set[str]] = {}     # job → the dead workers (pid@host) already counted
-    _record(out, spec, jobs, status, errors)
+    _record(out, spec, jobs, status, errors, ids=ids)
 
     bar = trainer.progress_bar(total=len(jobs), desc="sweep jobs", disable=not (progress and trainer.interactive()))
     pending = dict(args)
@@ -203,7 +253,7 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
             status.setdefault(Path(d).name, "failed")
         pending.pop(jid)
         bar.update(1)
-        _record(out, spec, jobs, status, errors, busy)
+        _record(out, spec, jobs, status, errors, busy, ids)
 
     try:
         while pending:
@@ -238,11 +288,11 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
         for a in pending.values():
             status.update({n: s for n, s in run_statuses([Path(d) for d in a[2]], tensors=False).items()
                            if s in runs.DONE})
-        _record(out, spec, jobs, status, errors, busy)
+        _record(out, spec, jobs, status, errors, busy, ids)
         raise
     finally:
         bar.close()
-    _record(out, spec, jobs, status, errors, busy)
+    _record(out, spec, jobs, status, errors, busy, ids)
     summarize(out)
     return {r.name: status.get(r.name, "pending") for j in jobs for r in j.runs}
 
@@ -268,10 +318,13 @@ def final_metrics(run_dir: Path) -> dict[str, float]:
 
 
 def summarize(out: str | Path) -> Path:
-    """``summary.csv``: one row per cell (axes, count, mean and sample std of each final metric)."""
+    """``summary.csv``: one row per cell (axes, count, mean and sample std of each final metric). Every run
+    directory is first checked to hold the run sweep.json expects under its name (:func:`tdyn.runs.sweep_dirs`:
+    a swapped or foreign run, or a finished run's missing directory, is exit 2 naming it)."""
 
     out = Path(out)
     sweep = runs.read_sweep(out)
+    runs.sweep_dirs(out)
     cells: dict[str, dict] = {}
     for r in sweep["runs"]:
         key = repr(sorted(r["axes"].items()))
