@@ -133,6 +133,11 @@ def with_options(settings: dict, options) -> dict:
 def train_into(ctx, name: str, cfg) -> list[Path]:
     """Train ``cfg`` into the reproduction's ``runs/<name>``, replacing an earlier attempt there; with
     ``ctx.resume`` an earlier attempt of the same config is kept (finished) or continued (interrupted)."""
-    if getattr(ctx, "resume", False):
-        return train_or_resume(cfg, ctx.out / runs.RUNS / name, progress=ctx.progress)
-    return train(cfg, ctx.out / runs.RUNS / name, force=True, progress=ctx.progress)
+    return train_job(Path(ctx.out), bool(getattr(ctx, "resume", False)), name, cfg, ctx.progress)
+
+
+def train_job(out: Path, resume: bool, name: str, cfg, progress: bool = False) -> list[Path]:
+    """:func:`train_into` from plain arguments (what a pool worker is handed)."""
+    if resume:
+        return train_or_resume(cfg, out / runs.RUNS / name, progress=progress)
+    return train(cfg, out / runs.RUNS / name, force=True, progress=progress)

@@ -31,10 +31,11 @@ from typing import Any, Callable
 
 from tdyn import runs
 from tdyn.errors import UserError
-from tdyn.reproduce.common import configure, on_reproduction_device, train_into
+from tdyn.reproduce.common import configure, on_reproduction_device, train_into, train_job
 from tdyn.runs.io import read_csv_dicts
 from tdyn.reproduce.registry import get as registered, register
 from tdyn.sweep import run_sweep
+from tdyn.sweep.executors import default_workers, process_pool, terminate
 
 Tables = dict[str, list[dict[str, Any]]]
 
@@ -112,8 +113,8 @@ def run(phases: Phases, ctx) -> dict[str, Any]:
     if getattr(ctx, "judge_only", False):
         tables = tables_of(ctx, phases)
     else:
-        trained = {name: train_into(ctx, name, configure(raw, ctx.overrides))
-                   for name, raw in (phases.plan(ctx) if phases.plan else {}).items()}
+        trained = train_plan(ctx, {name: configure(raw, ctx.overrides)
+                                   for name, raw in (phases.plan(ctx) if phases.plan else {}).items()})
         trained |= {name: sweep_into(ctx, name, spec) for name, spec in (phases.sweeps(ctx) if phases.sweeps else {}).items()}
         measured = phases.measure(ctx, trained)
         unknown = set(measured) - set(phases.tables)
@@ -127,6 +128,30 @@ def run(phases: Phases, ctx) -> dict[str, Any]:
     figures = phases.draw(ctx, tables, results) if phases.draw else []
     results.setdefault("files", [f"{t}.csv" for t in phases.tables if t in tables] + list(figures))
     return results
+
+
+def train_plan(ctx, jobs: dict[str, Any]) -> dict[str, list[Path]]:
+    """Train a plan's jobs (name → validated config) into ``OUT/runs/<name>``: on the local pool, one worker per
+    core (``default_workers``; one where this process is itself a pool's worker, e.g. under ``reproduce --all
+    --jobs N``), handed out in the plan's order; each job is seeded by its config, so a worker computes the bits
+    the sequential loop would (tests/test_reproduce_parallel.py). Ctrl-C: the workers' trainings checkpoint and
+    stop (``--resume`` continues them); a job's error stops the rest and is raised."""
+    workers = min(len(jobs), default_workers())
+    if workers <= 1:
+        return {name: train_into(ctx, name, cfg) for name, cfg in jobs.items()}
+    out, resume = Path(ctx.out), bool(getattr(ctx, "resume", False))
+    pool = process_pool(workers)
+    try:
+        futures = {name: pool.submit(train_job, out, resume, name, cfg) for name, cfg in jobs.items()}
+        trained = {name: f.result() for name, f in futures.items()}
+    except KeyboardInterrupt:
+        terminate(pool, grace=10.0)
+        raise
+    except BaseException:
+        terminate(pool, grace=10.0)
+        raise
+    pool.shutdown()
+    return trained
 
 
 def sweep_into(ctx, name: str, spec: dict) -> Path:

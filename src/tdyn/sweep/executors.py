@@ -52,6 +52,8 @@ def _init_worker(parent: int) -> None:
     copy-on-write) move to the collector's permanent generation, so its collections neither traverse
     them nor copy their pages; SIGINT (Ctrl-C reaches the whole process group) asks the training in the
     worker, and any it starts later, to stop at its next step (:func:`~tdyn.train.trainer.stop_all`)."""
+    global IN_WORKER
+    IN_WORKER = True
     gc.freeze()
     progress_bar.set_lock(TqdmDefaultWriteLock())
     _die_with_parent(parent)
@@ -83,10 +85,16 @@ def start_method() -> str:
     return "fork" if safe and chosen == "auto" else "spawn"
 
 
+#: whether this process is a local pool's worker (set by its initializer): a pool it starts by default then has
+#: one worker, so pools inside pools (a reproduction's jobs under ``reproduce --all --jobs N``) do not
+#: oversubscribe the cores
+IN_WORKER = False
+
+
 def default_workers() -> int:
     """The local pool's default size: one worker per core, each with ``cli_threads()`` torch threads
-    (so ``TDYN_THREADS=2`` on 2 cores is one worker, not two oversubscribed ones)."""
-    return max(1, (os.cpu_count() or 1) // cli_threads())
+    (so ``TDYN_THREADS=2`` on 2 cores is one worker, not two oversubscribed ones); 1 inside a pool's worker."""
+    return 1 if IN_WORKER else max(1, (os.cpu_count() or 1) // cli_threads())
 
 
 def process_pool(workers: int) -> cf.ProcessPoolExecutor:

@@ -1,6 +1,6 @@
 """Decision lists: the benchmark entries (``tdyn bench``; results and history in benchmarks/README.md): the
-exact population gradient, the reduced W-only flow, claim1's data at its largest L, and
-``decision-list/claim1`` end to end."""
+exact population gradient, the per-query Hessian blocks of the λ_max probe, the reduced W-only flow, claim1's data
+at its largest L, and ``decision-list/claim1`` end to end."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from pathlib import Path
 import torch
 
 from tdyn.bench import register_bench
+from tdyn.bench import seconds
 from tdyn.papers.decision_list import data as dl
+from tdyn.papers.decision_list import kernels
 from tdyn.papers.decision_list import theory as th
 from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModelConfig
 from tdyn.reproduce.registry import ReproduceContext, get
@@ -42,6 +44,27 @@ def _b1(quick: bool) -> dict:
 def _b2(quick: bool) -> dict:
     """One exact population loss + gradient, sampler A, (L, n) = (16, 5): 15,504 multisets."""
     return _pop_grad_bench(16, 5, "A")
+
+
+@register_bench("decision_list_hessian_blocks_L40")
+def _b_blocks(quick: bool) -> dict:
+    """The λ_max probe's per-query Hessian blocks at decision-list/claim2's largest case (L = 40, n = 38, M = 3,
+    sampler B: 780 sets, 29,640 positions), at V = cP + E with its c and a drawn W: ``kernels.hessian_blocks``
+    (token space) against ``theory.hessian_blocks`` (per-position Gram sums), and one classification beside."""
+    L, n, M = 40, 38, 3
+    task = dl.make_task(L, M, seed=0)
+    types = th.enumerate_types(task, n, "B")
+    model = DecisionListModel(DecisionListModelConfig(L))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        model.V[0] = 3.97e7 * task.P + 7.6 * (torch.rand(L, L, generator=g, dtype=torch.float64) - 0.5)
+        model.W[0] = 0.3 * torch.randn(L, L, generator=g, dtype=torch.float64)
+    kernels.hessian_blocks(model, task, types)   # warm-up (and the kernel's cached rows)
+    reps = 1 if quick else 3
+    new = seconds(lambda: kernels.hessian_blocks(model, task, types), reps) / reps
+    ref = seconds(lambda: th.hessian_blocks(model, task, types), reps) / reps
+    return {"kernel_seconds": new, "reference_seconds": ref, "speedup": ref / new,
+            "classify_seconds": seconds(lambda: th.classify(model, task, types), reps) / reps}
 
 
 @register_bench("decision_list_reduced_ode_L10000")
