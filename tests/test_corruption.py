@@ -31,6 +31,9 @@ CFG = {"task": "scan_snap", "data": {"num_last": 2, "num_next_per_last": 1, "seq
        "checkpoint": {"schedule": "none", "every": 5}}
 STEPS = [0, 5, 10, 15]
 NEWEST = "checkpoints/step-0000015.safetensors"
+STEP5 = "checkpoints/step-0000005.safetensors"
+FINAL = "checkpoints/final.safetensors"
+R1, R2 = "optim.groups.Y.lr=1__seed=0", "optim.groups.Y.lr=2__seed=0"   # the sweep's two runs
 ALL_STEPS = "checkpoints/step-*.safetensors"
 
 
@@ -63,7 +66,11 @@ def _build(root: Path) -> dict[str, Path]:
     from tdyn.sweep import run_sweep
 
     assert set(run_sweep(spec, root / "sweep", workers=1, progress=False).values()) == {"finished"}
-    return {k: root / k for k in ("run", "unfinished", "ensemble", "sweep")} | {"spec": root / "spec.json"}
+    # another run (its lr 2) and another sweep (5 steps; the same run names): files to copy in from elsewhere
+    train(dict(CFG, optim=dict(CFG["optim"], groups={"Y": {"params": ["Y"], "lr": 2.0},
+                                                     "Z": {"params": ["Z"], "lr": 1.0}})), root / "run2", progress=False)
+    assert set(run_sweep(dict(spec, set=["optim.steps=5"]), root / "sweep2", workers=1, progress=False).values()) == {"finished"}
+    return {k: root / k for k in ("run", "unfinished", "ensemble", "sweep", "run2", "sweep2")} | {"spec": root / "spec.json"}
 
 
 # ---------------------------------------------------------------- ways to damage a file
@@ -81,12 +88,31 @@ def _set(obj, path: str, value) -> None:
     obj[int(last) if isinstance(obj, list) else last] = value
 
 
-def damage(path: Path, how: str) -> None:
+def damage(path: Path, how: str, root: Path | None = None, built: dict[str, Path] | None = None) -> None:
     """``how``: truncate (keep the first half), empty, garble (8 bytes in the middle → 0xff), bitflip (the
-    last byte's low bit), delete, text:T (replace by T), set:KEY.PATH=JSON (a JSON file's field),
-    drop_line:N / dup_line:N / line:N=T (metrics.jsonl's N-th line, from 1), copy:FILE (another
-    file of the same directory in its place)."""
+    last byte's low bit), delete (a file or a directory), text:T (replace by T), set:KEY.PATH=JSON (a JSON
+    file's field), drop_line:N / dup_line:N / line:N=T (metrics.jsonl's N-th line, from 1), unkey:K (the
+    first line's key K removed), copy:FILE (another file of the same directory in its place); and from
+    elsewhere: swap:REL (exchanged with ``root/REL``, a file or a directory), symlink:REL (replaced by a
+    link to ``root/REL``), copyfrom:KIND/REL (``built[KIND]/REL`` copied in its place)."""
     kind, _, arg = how.partition(":")
+    if kind in ("swap", "symlink", "copyfrom") or (kind == "delete" and path.is_dir()):
+        other = built[arg.split("/", 1)[0]] / arg.split("/", 1)[1] if kind == "copyfrom" else root / arg
+        if kind == "swap":
+            tmp = path.with_name(path.name + ".swap")
+            path.rename(tmp)
+            other.rename(path)
+            tmp.rename(other)
+            return
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+        if kind == "symlink":
+            path.symlink_to(other.resolve())
+        elif kind == "copyfrom":
+            (shutil.copytree if other.is_dir() else shutil.copyfile)(other, path)
+        return
     data = path.read_bytes() if path.exists() else b""
     if kind == "truncate":
         path.write_bytes(data[: len(data) // 2])
@@ -112,6 +138,11 @@ def damage(path: Path, how: str) -> None:
         i = int(n) - 1
         lines[i:i + 1] = {"drop_line": [], "dup_line": [lines[i]] * 2, "line": [text + "\n"]}[kind]
         path.write_text("".join(lines))
+    elif kind == "unkey":
+        first, _, rest = data.decode().partition("\n")
+        rec = json.loads(first)
+        del rec[arg]
+        path.write_text(json.dumps(rec) + "\n" + rest)
     elif kind == "copy":
         shutil.copyfile(path.parent / arg, path)
     else:
@@ -167,6 +198,42 @@ CASES = [
     ("sweep spec damaged", "sweep", "sweep.json", "set:spec.axes=5", "sweep", None),
     ("sweep run name escapes", "sweep", "sweep.json", "set:runs.0.name=\"../x\"", "summarize", None),
     ("sweep runs not a list", "sweep", "sweep.json", "set:runs={}", "summarize", None),
+    # files and runs of another run (issue 36): each file carries its run's identity, checked where it is read
+    ("finished run's lr edited", "run", "config.json", "set:optim.groups.Y.lr=2.0", "resume", None),
+    ("finished run's lr edited, report", "run", "config.json", "set:optim.groups.Y.lr=2.0", "report", None),
+    ("meta's identity edited", "run", "meta.json", f"set:identity=\"seed0@{'0' * 16}\"", "resume", "config.json"),
+    ("final copied from another run", "run", FINAL, f"copyfrom:run2/{FINAL}", "resume", None),
+    ("final copied from another run, report", "run", FINAL, f"copyfrom:run2/{FINAL}", "report", None),
+    ("checkpoint copied from another run, report", "run", STEP5, f"copyfrom:run2/{STEP5}", "report", None),
+    ("checkpoint of another step renamed", "run", "checkpoints/step-0000010.safetensors",
+     "copy:step-0000005.safetensors", "report", None),
+    ("metrics of another run", "run", "metrics.jsonl", "copyfrom:run2/metrics.jsonl", "resume", None),
+    ("metrics without the run's identity", "run", "metrics.jsonl", "unkey:run", "report", None),
+    ("unfinished: checkpoint copied from another run", "unfinished", NEWEST, f"copyfrom:run2/{NEWEST}", "resume", None),
+    ("unfinished: older checkpoint from another run", "unfinished", STEP5, f"copyfrom:run2/{STEP5}", "resume", None),
+    ("unfinished: metrics of another run", "unfinished", "metrics.jsonl", "copyfrom:run2/metrics.jsonl", "resume", None),
+    ("unfinished: config of another run", "unfinished", "config.json", "copyfrom:run2/config.json", "resume", None),
+    ("ensemble members swapped", "ensemble", "seed0", "swap:seed1", "report", "seed0"),
+    ("ensemble members swapped, resume", "ensemble", "seed0", "swap:seed1", "resume", "seed0"),
+    ("ensemble member replaced by another", "ensemble", "seed0", "copyfrom:ensemble/seed1", "report", "seed0"),
+    ("ensemble metrics of another member", "ensemble", "seed0/metrics.jsonl", "copyfrom:ensemble/seed1/metrics.jsonl",
+     "report", None),
+    ("ensemble final of another member", "ensemble", f"seed0/{FINAL}", f"copyfrom:ensemble/seed1/{FINAL}", "resume", None),
+    ("sweep final swapped between runs", "sweep", f"{R1}/{FINAL}", f"swap:{R2}/{FINAL}", "sweep", None),
+    ("sweep final symlinked to another run's", "sweep", f"{R1}/{FINAL}", f"symlink:{R2}/{FINAL}", "sweep", None),
+    ("sweep final from another run, report", "sweep", f"{R1}/{FINAL}", f"copyfrom:sweep/{R2}/{FINAL}", "report", None),
+    ("sweep runs swapped, summarize", "sweep", R1, f"swap:{R2}", "summarize", R1),
+    ("sweep runs swapped, report", "sweep", R1, f"swap:{R2}", "report", R1),
+    ("sweep runs swapped, re-run", "sweep", R1, f"swap:{R2}", "sweep", R1),
+    ("sweep config swapped", "sweep", f"{R1}/config.json", f"swap:{R2}/config.json", "summarize", None),
+    ("sweep meta swapped", "sweep", f"{R1}/meta.json", f"swap:{R2}/meta.json", "report", R1),
+    ("sweep metrics of another run", "sweep", f"{R1}/metrics.jsonl", f"copyfrom:sweep/{R2}/metrics.jsonl", "summarize", None),
+    ("sweep run deleted, report", "sweep", R1, "delete", "report", R1),
+    ("sweep run deleted, summarize", "sweep", R1, "delete", "summarize", R1),
+    ("sweep run of another sweep", "sweep", R1, f"copyfrom:sweep2/{R1}", "summarize", R1),
+    ("sweep run of another sweep, re-run", "sweep", R1, f"copyfrom:sweep2/{R1}", "sweep", R1),
+    ("sweep record's identity edited", "sweep", "sweep.json", f"set:runs.0.identity=\"seed0_lrY1@{'0' * 16}\"",
+     "summarize", R1),
 ]
 
 
@@ -177,7 +244,7 @@ def test_corruption_is_named(built, preloaded_cli, tmp_path, case, kind, target,
     files = sorted(d.glob(target))
     assert files or how == "delete", f"[{case}] {target} matches nothing"
     for f in files:
-        damage(f, how)
+        damage(f, how, d, built)
     args = [a.format(dir=d, spec=built["spec"]) for a in COMMANDS[command]]
     before = tree_state(tmp_path, exclude=(d,))
     r = preloaded_cli(*args)
@@ -361,3 +428,119 @@ def test_checkpoint_metadata_from_the_header_alone(built, tmp_path):
     final.unlink()
     assert run_statuses(dirs, tensors=False) == {names[0]: "damaged", names[1]: "damaged"} | {
         n: "finished" for n in names[2:]}
+
+
+# ---------------------------------------------------------------- run identities (issue 36)
+
+
+def test_every_file_carries_its_runs_identity(built):
+    """meta.json, every checkpoint, metrics.jsonl's first record, ensemble.json and sweep.json record the
+    identity member@digest, the digest that of the run's config.json as written; members differ."""
+    for kind in ("run", "ensemble", "sweep"):
+        dirs = runs.job_dirs(built[kind])
+        idents = []
+        for d in dirs:
+            ident = runs.read_meta(d)[runs.IDENTITY]
+            assert ident == f"{runs.read_meta(d)['member']}@{runs.config_digest(runs.read_config(d))}"
+            first = json.loads((d / runs.METRICS).read_text().splitlines()[0])
+            assert first[runs.METRICS_KEY] == ident and runs.METRICS_KEY not in runs.read_metrics(d)[0]
+            for f in (d / runs.CKPT_DIR).iterdir():
+                assert runs.read_checkpoint_metadata(f)[runs.IDENTITY] == ident
+            idents.append(ident)
+        assert len(set(idents)) == len(idents)
+        if kind == "ensemble":
+            assert runs.read_ensemble(built[kind])["identities"] == idents
+        if kind == "sweep":
+            assert [r[runs.IDENTITY] for r in runs.read_sweep(built[kind])["runs"]] == idents
+
+
+def test_the_digest_is_computed_once_per_member(tmp_path, monkeypatch):
+    """The hot path never hashes a config: one digest per member for the whole run, whatever the number
+    of checkpoints (here 20 per member)."""
+    from tdyn.runs import identity
+
+    calls = []
+    real = identity.config_digest
+    monkeypatch.setattr(identity, "config_digest", lambda c: calls.append(1) or real(c))
+    monkeypatch.setattr(runs, "make_identity", lambda c, m: f"{m}@{identity.config_digest(c)}")
+    train(dict(CFG, seeds=[0, 1], checkpoint={"schedule": "none", "every": 1}), tmp_path / "e", progress=False)
+    assert len(calls) == 2
+    assert len(list((tmp_path / "e" / "seed1" / runs.CKPT_DIR).iterdir())) == 21
+
+
+def _strip_identity(d: Path) -> None:
+    """Make ``d`` a run directory as a tdyn before identities wrote it."""
+    meta = runs.read_meta(d)
+    del meta[runs.IDENTITY]
+    runs.write_json(d / runs.META, meta)
+    damage(d / runs.METRICS, f"unkey:{runs.METRICS_KEY}")
+    for f in (d / runs.CKPT_DIR).iterdir():
+        tensors, m = runs.read_checkpoint(f)
+        f.unlink()
+        runs.save_checkpoint(d, "final" if f.name == runs.FINAL else int(m["step"]), tensors,
+                             {k: v for k, v in m.items() if k not in (runs.IDENTITY, runs.CHECKSUM)})
+
+
+def test_an_old_run_without_identity_loads_with_one_notice(built, tmp_path, monkeypatch, caplog):
+    """Run directories written before identities load, unchecked, with one notice per process (two old
+    runs read many times: one line); the CLI's report says it in one stderr line and exits 0; an old
+    unfinished run resumes to the same numbers (its new files without an identity, as its old ones)."""
+    from tdyn.runs import identity
+
+    monkeypatch.setattr(identity, "_noticed", False)
+    for k in ("run", "unfinished"):
+        shutil.copytree(built[k], tmp_path / k)
+        _strip_identity(tmp_path / k)
+    with caplog.at_level("WARNING", logger="tdyn.runs.identity"):
+        for k in ("run", "unfinished", "run"):
+            r = runs.load_run(tmp_path / k)
+            assert r.identity is None and r.metrics and r.model(5) is not None
+    notices = [x for x in caplog.records if "no run identity" in x.getMessage()]
+    assert len(notices) == 1 and str(tmp_path / "run") in notices[0].getMessage()
+    rep = tdyn_cli("report", tmp_path / "run")
+    assert rep.returncode == 0, rep.stderr
+    lines = [ln for ln in rep.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "no run identity" in lines[0], rep.stderr
+    res = tdyn_cli("run", "--resume", tmp_path / "unfinished", "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert runs.read_meta(tmp_path / "unfinished")["status"] == "finished"
+    assert runs.read_metrics(tmp_path / "unfinished") == runs.read_metrics(built["run"])
+    fa, fb = runs.load_checkpoint(tmp_path / "unfinished"), runs.load_checkpoint(built["run"])
+    assert all(torch.equal(fa[k], fb[k]) for k in fb)
+    assert runs.IDENTITY not in runs.read_checkpoint_metadata(runs.checkpoint_path(tmp_path / "unfinished"))
+
+
+def test_the_python_api_refuses_another_runs_files(built, tmp_path):
+    """load_run, Run's checkpoints and model, and load_sweep: a file or run from elsewhere is a ForeignFile
+    (a UserError: exit 2 from the CLI) naming the file, the run it belongs to and the run reading it."""
+    d = tmp_path / "run"
+    shutil.copytree(built["run"], d)
+    r = runs.load_run(d)
+    shutil.copyfile(built["run2"] / FINAL, d / FINAL)
+    with pytest.raises(runs.ForeignFile) as e:
+        r.model()
+    mine, theirs = runs.run_identity(d), runs.run_identity(built["run2"])
+    assert str(d / FINAL) in str(e.value) and mine in str(e.value) and theirs in str(e.value)
+    assert torch.equal(r.param("Y", 5), runs.load_run(built["run"]).param("Y", 5))   # its own files still read
+    damage(d / runs.CONFIG, "set:optim.groups.Y.lr=3.0")
+    with pytest.raises(runs.ForeignFile, match="config.json.*edited"):
+        runs.load_run(d)
+    sw = tmp_path / "sweep"
+    shutil.copytree(built["sweep"], sw)
+    damage(sw / R1, f"swap:{R2}", sw)
+    with pytest.raises(runs.ForeignFile, match=f"holds run {R2!r} of this sweep"):
+        runs.load_sweep(sw)
+
+
+def test_a_sweep_retrains_a_deleted_run_and_names_it(built, tmp_path):
+    """A finished sweep run whose directory was deleted: the re-run names it (one warning) and trains it
+    again to the same numbers; the summary then counts it."""
+    sw = tmp_path / "sweep"
+    shutil.copytree(built["sweep"], sw)
+    ref = (sw / R1 / runs.METRICS).read_text()
+    shutil.rmtree(sw / R1)
+    r = tdyn_cli(*[a.format(dir=sw, spec=built["spec"]) for a in ["sweep", "{spec}", "--out", "{dir}", "--workers", "1"]])
+    assert r.returncode == 0, r.stderr
+    assert f"{sw / R1} is missing" in r.stderr and "training it again" in r.stderr
+    assert (sw / R1 / runs.METRICS).read_text() == ref
+    assert (sw / runs.SUMMARY).read_text() == (built["sweep"] / runs.SUMMARY).read_text()
