@@ -303,6 +303,23 @@ def test_probes_scalars_to_metrics_arrays_to_checkpoints(tmp_path):
         torch.testing.assert_close(ck["probe/test.quad/w"], ck["param/w"])
 
 
+def test_meta_splits_the_job_seconds_into_probes_checkpoints_and_training(tmp_path, monkeypatch):
+    """meta.json's ``seconds``: the job's wall time in the loop, split into probe evaluations, checkpoint writes
+    and training; a probe made slow (a sleep per evaluation, 5 evaluations) shows up as probe seconds."""
+    import time
+
+    from tdyn.train import trainer
+
+    cfg = quad_config(probes={"names": ["test.quad"], "every": 5}, checkpoint={"schedule": "none", "steps": [10]})
+    measure = trainer.Job._measure
+    monkeypatch.setattr(trainer.Job, "_measure", lambda self, *a: (time.sleep(0.05), measure(self, *a))[1])
+    (d,) = train(cfg, tmp_path / "p", progress=False)
+    sec = json.loads((d / "meta.json").read_text())["seconds"]
+    assert set(sec) == {"wall", "probes", "checkpoints", "training"}
+    assert sec["probes"] >= 5 * 0.05 and sec["checkpoints"] > 0 and sec["training"] > 0
+    assert sec["wall"] == pytest.approx(sec["probes"] + sec["checkpoints"] + sec["training"], abs=2e-3)
+
+
 def test_unknown_probe_is_a_config_error(tmp_path):
     from tdyn.errors import ConfigError
 

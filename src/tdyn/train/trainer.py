@@ -380,9 +380,23 @@ class Job:
             m = runs.read_meta(self.dirs[i]) | {"status": status, "message": message}
             if status != "running":
                 m["ended"] = runs.now()
+                m["seconds"] = self._spent(m.get("seconds"))
             return runs.json_file(self.dirs[i] / runs.META, m)
         self.writes.commit()
         runs.atomic_write_many(meta(i) for i in members)
+
+    def _spent(self, before) -> dict[str, float]:
+        """The job's wall seconds in :meth:`run` (its members share them), split into probes (``_measure``),
+        checkpoints (their writes and the metrics flushed before them) and the rest (training: sampling, the
+        loss, backward, the optimizer, the loop); added to ``before``, a resumed run's earlier seconds."""
+        if not hasattr(self, "_started"):
+            return before
+        wall = time.perf_counter() - self._started
+        now = {"wall": wall, "probes": self._seconds["probes"], "checkpoints": self._seconds["checkpoints"],
+               "training": wall - self._seconds["probes"] - self._seconds["checkpoints"]}
+        if isinstance(before, dict) and all(isinstance(before.get(k), (int, float)) for k in now):
+            now = {k: before[k] + v for k, v in now.items()}
+        return {k: round(v, 3) for k, v in now.items()}
 
     # ---- measurements
 
@@ -436,6 +450,8 @@ class Job:
 
     def run(self, start: int = 0) -> None:
         tune_allocator()
+        self._started = time.perf_counter()
+        self._seconds = {"probes": 0.0, "checkpoints": 0.0}
         T = self.cfg.optim.steps
         S = len(self.members)
         self._last_flush = time.monotonic()
@@ -459,10 +475,14 @@ class Job:
                                      f"interrupted at step {step}; continue with: tdyn run --resume {self.resume_dir}")
                     raise KeyboardInterrupt
                 evaluating = step in self.eval_steps
+                t0 = time.perf_counter()
                 scalars, arrays = self._measure(step, self.probe_batch) if evaluating else ({}, {})
+                t1 = time.perf_counter()
                 if step in self.ckpt_steps:
                     self._flush()  # metrics first: a checkpoint at t implies metrics for every step < t
                     self._save(step, arrays)
+                self._seconds["probes"] += t1 - t0
+                self._seconds["checkpoints"] += time.perf_counter() - t1
                 batch = self._sample()
                 frozen = {n for n, r in self.cfg.optim.freeze.items() if r.frozen(step)}
                 last = step == T

@@ -23,6 +23,7 @@ MANIFEST = Paper(
     benches={
         "plain_vs_handwritten_topic": "tdyn.papers.topic.bench",
         "topic": "tdyn.papers.topic.two_stage",
+        "topic_two_stage_probes": "tdyn.papers.topic.two_stage",
     },
     reproductions={
         "topic/embeddings": Reproduction("tdyn.papers.topic.embeddings",

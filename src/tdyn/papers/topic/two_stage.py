@@ -372,6 +372,26 @@ def _bench(quick: bool) -> dict[str, float]:
     return {f"{k}_steps_per_s": v for k, v in bench(20 if quick else 100).items()}
 
 
+@register_bench("topic_two_stage_probes")
+def _bench_probes(quick: bool) -> dict[str, float]:
+    """``tdyn bench``: the full topic/two-stage ``adam`` job (12 members, its probes) for a few steps, probes
+    evaluated every 5 steps, no checkpoints: milliseconds per training step and per probe evaluation, from its
+    meta.json ``seconds`` (the split every run records), so probe cost is reported apart from training."""
+    steps = 10 if quick else 40
+    cfg = two_stage_configs()["adam"]
+    cfg["optim"]["steps"] = steps
+    cfg["probes"]["steps"], cfg["probes"]["every"] = [], 5
+    cfg["checkpoint"] = {"schedule": "none"}
+    cfg = on_device(cfg)
+    dataset(LdaDataConfig.model_validate(cfg["data"]))
+    with tempfile.TemporaryDirectory() as tmp:
+        (d, *_) = train(cfg, Path(tmp) / "b", progress=False)
+        sec = Run(d).meta["seconds"]
+    evals = steps // 5 + 1
+    return {"members": len(cfg["ensemble"]["lrs"]) * len(cfg["ensemble"]["init_scales"]) * len(cfg["seeds"]),
+            "train_ms_per_step": 1e3 * sec["training"] / steps, "probe_ms_per_evaluation": 1e3 * sec["probes"] / evals}
+
+
 def bench(steps: int = 50, reps: int = 3) -> dict[str, float]:
     """Training steps per second (one member, probes off) for the topic/stage1 and topic/two-stage settings,
     from the median of ``reps`` timed runs (benchmarks/README.md#topic-reproductions-as-phases-issue-34); the
