@@ -61,6 +61,43 @@ LONG = "n" * 300
 #: a 1 MB string aliased 10⁴ times: 10⁴ values (under the value limit), 10 GB of text once copied
 STRING_BOMB = "s: &s " + "x" * 1_000_000 + "\nt: [" + ", ".join(["*s"] * 10_000) + "]\n"
 DIR = object()    # a file entry: make this a directory
+PLAIN = """import os, torch
+from torch import nn
+from tdyn import PlainTask, register_task
+from tdyn.schema import Strict
+class D(Strict):
+    pass
+class T(PlainTask):
+    def __init__(self, cfg, members):
+        self.facts = {}
+        super().__init__(cfg, members)
+    def make_model(self):
+        if MODE == "raise_model":
+            raise ValueError("my model is broken")
+        return None if MODE == "none" else nn.Linear(3, 1)
+    def sample(self, gen):
+        return torch.randn(4, 3, generator=gen)
+    def probe_batch(self, gen):
+        return self.sample(gen)
+    def member_loss(self, model, x):
+        if MODE == "raise_loss":
+            raise KeyError("oops")
+        return model(x).squeeze(-1) if MODE == "vector" else (model(x) ** 2).mean()
+register_task("bad_plain", D, D)(T)
+"""
+PT = json.dumps({"task": "bad_plain", "seeds": [0, 1], "checkpoint": {"schedule": "none"},
+                 "optim": {"steps": 2, "groups": {"all": {"params": ["weight", "bias"], "lr": 0.1}}}})
+
+
+def plain(mode: str) -> dict:
+    """A PlainTask plugin (``pt_MODE.py``) that breaks its contract or raises as ``mode`` says, and its config."""
+    return {f"pt_{mode}.py": f"MODE = {mode!r}\n" + PLAIN, "pt.json": PT}
+
+
+def plain_run(mode: str) -> list[str]:
+    return ["--import", f"{{d}}/pt_{mode}.py", "run", "{d}/pt.json", "--out", "{out}", "--quiet"]
+
+
 
 # (case, argv, files {name below {d}: text, bytes or DIR}, what the stderr line names — one string or a tuple of alternatives)
 CASES = [
@@ -269,6 +306,41 @@ CASES = [
     ("--import file not UTF-8", ["--import", "{d}/bad.py", "list"], {"bad.py": b"x = '\xff'\n"}, "bad.py"),
     ("bench --out an existing file", ["bench", "--quick", "--only", "startup", "--out", "{d}/b.json"], {"b.json": "mine"}, "exists"),
     ("bench --out a directory", ["bench", "--quick", "--only", "startup", "--out", "{d}/bd", "--force"], {"bd": DIR}, "is a directory"),
+    # ---- failing plugins and the user's own code: one line saying whose error it is (issue 36)
+    ("--import a file that raises", ["--import", "{d}/boom.py", "list"], {"boom.py": "import nope_xyz_missing\n"}, ("boom.py", "nope_xyz_missing")),
+    ("--import a relative name", ["--import", "..x", "list"], {}, "not a module name"),
+    ("--import a name with a dash", ["--import", "my-tasks", "list"], {}, "not a module name"),
+    ("--import a file raising at import", ["--import", "{d}/boom.py", "list"], {"boom.py": "1 / 0\n"}, "ZeroDivisionError"),
+    ("plugin re-registers scan_snap", ["--import", "{d}/p.py", *ss()], {"p.py": "import tdyn\nfrom tdyn.schema import Strict\nclass D(Strict):\n    pass\ntdyn.register_task('scan_snap', D, D)(lambda c, m: None)\n"}, "'scan_snap' registered twice"),
+    ("plugin re-registers a built-in probe", ["--import", "{d}/p.py", *ss()], {"p.py": "import tdyn\n@tdyn.probe('scan_snap.attention')\ndef f(ctx):\n    return {}\n"}, "'scan_snap.attention' registered twice"),
+    ("PlainTask make_model returns None", plain_run("none"), plain("none"), "make_model"),
+    ("PlainTask loss not a scalar", plain_run("vector"), plain("vector"), "not a scalar"),
+    ("PlainTask make_model raises", plain_run("raise_model"), plain("raise_model"), ("my model is broken", "pt_raise_model.py")),
+    ("PlainTask member_loss raises", plain_run("raise_loss"), plain("raise_loss"), ("KeyError", "pt_raise_loss.py")),
+    # ---- non-UTF-8 files tdyn reads
+    ("report a summary.csv not UTF-8", ["report", "{d}/sw"], {"sw/sweep.json": DIR, "sw/summary.csv": b"lr,loss\n\xff\xfe,1\n"}, ("summary.csv", "sweep.json")),
+    ("run config JSON not UTF-8", ["run", "{d}/c.json", "--out", "{out}"], {"c.json": b'{"task": "\xff"}'}, "c.json"),
+    ("sweep base config not UTF-8", SWEEP, {"spec.json": json.dumps({"base": "b.yaml"}), "b.yaml": b"task: \xfe\n"}, "b.yaml"),
+    # ---- conflicting flags, empty paths (issue 36)
+    ("--resume with --force", ["run", "--resume", "{d}/r", "--force"], {"r": DIR}, "--force"),
+    ("--resume with another --out", ["run", "--resume", "{d}/r", "--out", "{out}"], {"r": DIR}, "--out"),
+    ("--resume with --seed", ["run", "--resume", "{d}/r", "--seed", "3"], {"r": DIR}, "--seed"),
+    ("--seed with --set seeds", ss("seeds=1,2") + ["--seed", "3"], {}, "--seed"),
+    ("--seed with --set seeds spaced", ss(" seeds =4") + ["--seed", "3"], {}, "--seed"),
+    ("reproduce --resume with --force", ["reproduce", "scan-snap/fig4", "--quick", "--out", "{out}", "--resume", "--force"], {}, "--force"),
+    ("run --out empty", ["run", "{d}/ss.json", "--out", ""], {}, "--out"),
+    ("run source empty", ["run", "", "--out", "{out}"], {}, "empty path"),
+    ("run --resume empty", ["run", "--resume", ""], {}, "--resume"),
+    ("sweep --out empty", ["sweep", "{d}/spec.json", "--out", ""], GOOD_SPEC, "--out"),
+    ("reproduce --out empty", ["reproduce", "scan-snap/fig4", "--quick", "--out", ""], {}, "--out"),
+    ("report dir empty", ["report", ""], {}, "empty path"),
+    ("bench --out empty", ["bench", "--quick", "--only", "startup", "--out", ""], {}, "--out"),
+    ("--import empty", ["--import", "", "list"], {}, "--import"),
+    # ---- a sweep axis over a key the sweep sets itself (issue 36)
+    ("sweep axis over seeds", SWEEP, {"spec.json": spec({"grid": {"seeds": [[0], [1]]}})}, "'seeds'"),
+    ("sweep zip over ensemble.init_scales", SWEEP, {"spec.json": spec({"zip": {"ensemble.init_scales": [[1.0], [2.0]]}})}, "'ensemble.init_scales'"),
+    ("sweep random over ensemble.lrs", SWEEP, {"spec.json": spec({"random": {"n": 2, "params": {"ensemble.lrs": {"kind": "choice", "values": [1]}}}})}, "'ensemble.lrs'"),
+    ("sweep set: seeds", SWEEP, {"spec.json": spec(set=["seeds=3"])}, "seeds=3"),
     # ---- the command line itself
     ("unknown command", ["frobnicate"], {}, "frobnicate"),
     ("unknown option", ["run", "{d}/ss.json", "--speed", "3"], {}, "--speed"),

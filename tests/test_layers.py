@@ -22,7 +22,7 @@ LAYERS = [
     ["tdyn.config", "tdyn.results"],
     ["tdyn.runs", "tdyn.probes"],
     ["tdyn.train"],
-    ["tdyn.sweep", "tdyn.bench"],
+    ["tdyn.sweep", "tdyn.bench", "tdyn.api"],
     ["tdyn.report"],
     ["tdyn.reproduce"],
     [PAPER],

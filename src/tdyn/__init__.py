@@ -25,8 +25,8 @@ __all__, __getattr__, __dir__ = exports(__name__, {
     "Task": ".tasks.base", "PlainTask": ".tasks.base", "Member": ".tasks.base", "register_task": ".tasks.base",
     "Stacked": ".models.stacked", "probe": ".probes", "ProbeContext": ".probes",
     "Paper": ".manifest", "Reproduction": ".manifest",
-    "RunConfig": ".config", "load_config": ".config",
-    "Run": ".runs", "load_run": ".runs", "load_sweep": ".runs",
+    "RunConfig": ".config", "load_config": ".api",
+    "Run": ".runs", "load_run": ".api", "load_sweep": ".api",   # tdyn.api: the arguments checked first
     # subpackages (``tdyn.train`` and ``tdyn.sweep`` are callable: train a config, run a sweep)
     "train": ".", "sweep": ".", "models": ".", "data": ".", "theory": ".", "runs": ".", "plugins": ".",
 })

@@ -55,6 +55,10 @@ class WriteError(OSError):
         return self.errno in ENVIRONMENT_ERRNOS
 
 
+def _a(noun: str) -> str:
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
+
+
 def _typename(types: tuple[type, ...]) -> str:
     names = [("None" if t is type(None) else t.__name__) for t in types]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
@@ -66,9 +70,9 @@ def check_arg(fn: str, name: str, value: Any, *types: type, what: str = "") -> A
     allowed. The public API's one argument check (``tdyn.train``, ``tdyn.sweep``, ``tdyn.load_run``, …)."""
     ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
     if not ok:
-        got = type(value).__name__ if value is not None else "None"
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise UserError(f"{fn}(): argument {name!r} is a {got} ({shown}), not {what or 'a ' + _typename(types)}")
+        got = "None" if value is None else f"{_a(type(value).__name__)} ({shown})"
+        raise UserError(f"{fn}(): argument {name!r} is {got}, not {what or _a(_typename(types))}")
     return value
 
 

@@ -14,7 +14,7 @@ import importlib
 from typing import Callable, Generic, Iterator, TypeVar
 
 from tdyn import papers, plugins
-from tdyn.errors import RegisteredTwice, UserError
+from tdyn.errors import RegisteredTwice, UserError, check_arg
 
 T = TypeVar("T")
 
@@ -53,6 +53,7 @@ class Registry(Generic[T]):
         A name the table declares (a built-in or an installed paper's) belongs to its module, which is
         imported first, so a plugin registering it is refused whether or not that module was loaded yet
         (importing the module that is registering it returns at once: it is already in ``sys.modules``)."""
+        self._check_name(name)
         owner = self.table.get(name) if name not in self._items else None
         if owner is not None:
             importlib.import_module(owner)
@@ -66,10 +67,17 @@ class Registry(Generic[T]):
     def decorator(self, name: str) -> Callable[[T], T]:
         """``@reg.decorator(name)`` registers the decorated object under ``name``."""
 
+        self._check_name(name)
+
         def deco(item: T) -> T:
             return self.register(name, item)
 
         return deco
+
+    def _check_name(self, name: object) -> None:
+        check_arg(f"register {self.kind}", "name", name, str, what="a name (a non-empty str)")
+        if not name.strip():
+            raise UserError(f"register {self.kind}: an empty name")
 
     def get(self, name: str) -> T:
         self._load(name)

@@ -22,7 +22,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tdyn.config import (apply_overrides, format_validation_error, is_file_source, load_config, packaged,
                          read_config_file, read_source, validate_config)
-from tdyn.errors import ConfigError
+from tdyn.errors import ConfigError, check_arg
 from tdyn.schema import Strict, check_finite
 from tdyn.train.trainer import check_resources, expand_members
 
@@ -157,6 +157,8 @@ def load_spec(source: str | Path | dict) -> SweepSpec:
     """A sweep spec from a dict, a YAML/JSON file or a packaged spec's name (``syn_small_lr``). A file's
     ``base:`` naming a config file is resolved relative to the spec file (so a spec and its base travel
     together), stored as an absolute path."""
+    check_arg("tdyn.sweep", "spec", source, str, Path, dict, SweepSpec,
+              what="a sweep spec (a dict, a SweepSpec, or a YAML/JSON file or packaged spec name)")
     if not isinstance(source, dict) and not is_file_source(source):
         shipped = packaged("sweep")
         if str(source) not in shipped:

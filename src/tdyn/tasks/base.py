@@ -49,7 +49,7 @@ from pydantic import BaseModel
 from torch import nn
 
 from tdyn import plugins
-from tdyn.errors import UserCodeError
+from tdyn.errors import UserCodeError, UserError, check_arg
 from tdyn.models.stacked import Randomness, Stacked
 from tdyn.registry import Registry
 from tdyn.seeding import generator, global_rng
@@ -106,7 +106,9 @@ def stack_batches(batches: list[Any]) -> Any:
 
 def _what(value: Any) -> str:
     """``None`` or ``a list``: what a user's function returned instead."""
-    return "None" if value is None else f"a {type(value).__name__}"
+    if value is None:
+        return "None"
+    return f"the class {value.__name__}" if isinstance(value, type) else f"a {type(value).__name__}"
 
 
 class PlainTask(Task):
@@ -197,7 +199,17 @@ def register_task(name: str, data_config: type[BaseModel], model_config: type[Ba
     """Decorator: ``@register_task("my_task", DataCfg, ModelCfg)`` on ``build(cfg, members)``; ``size``:
     see :attr:`TaskSpec.size` (without it, no memory check before building)."""
 
+    for arg, cls in (("data_config", data_config), ("model_config", model_config)):
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+            raise UserError(f"register_task({name!r}): argument {arg!r} is {_what(cls)}, not a pydantic model class "
+                            "(e.g. a subclass of tdyn.schema.Strict)")
+    check_arg(f"register_task({name!r})", "description", description, str)
+    if size is not None and not callable(size):
+        raise UserError(f"register_task({name!r}): argument 'size' is {_what(size)}, not a function of the config")
+
     def deco(build):
+        if not callable(build):
+            raise UserError(f"@register_task({name!r}) decorates {_what(build)}, not a function or Task class")
         TASKS.register(name, TaskSpec(name, data_config, model_config, build, description, size))
         return build
 

@@ -8,4 +8,4 @@ directories — :func:`tdyn.train.trainer.train`, whose keywords it takes (``for
 
 from tdyn.lazy import callable_package
 
-callable_package(__name__, "tdyn.train.trainer:train")
+callable_package(__name__, "tdyn.api:train")   # the arguments checked, then trainer.train
