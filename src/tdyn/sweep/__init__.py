@@ -213,12 +213,11 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
 
 def _refuse_foreign(out: Path) -> None:
     """A sweep writes into a new or empty directory, or continues its own (``sweep.json``): never into a user's
-    directory, a run's or a reproduction's, which it would mix its runs and summary into."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {str(out)!r} is a file, not a directory")
-    entries = sorted(p.name for p in out.iterdir() if p.name not in (runs.LOCK, runs.JOBS, SUBMITIT)) if out.is_dir() else []
-    if entries:
-        raise UserError(f"--out {str(out)!r} is not empty and holds no sweep (it holds {entries[0]!r}): a sweep "
+    directory, a run's or a reproduction's, which it would mix its runs and summary into. A sweep stopped
+    before its sweep.json may have left its .jobs/ and .submitit/, checked by runs' rules for them."""
+    first = runs.ownership.leftover(out, (runs.JOBS, SUBMITIT))
+    if first is not None:
+        raise UserError(f"--out {str(out)!r} is not empty and holds no sweep (it holds {first.name!r}): a sweep "
                         f"writes into a new directory or continues its own; choose another --out")
 
 
