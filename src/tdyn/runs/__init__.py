@@ -30,8 +30,8 @@ from tdyn.runs import atomic, checkpoints, identity, io, locks, machine, names, 
 from tdyn.runs.atomic import (SYNCFS_FILESYSTEMS, _BATCH_SYNC, _MODE, _SYNCFS, _TMP_RE, _syncfs_covers,  # noqa: F401
                               GroupCommit, atomic_write_bytes, atomic_write_many, atomic_write_text, mount_types,
                               remove_stale_temps)
-from tdyn.runs.checkpoints import (check_identity, checkpoint_file, checkpoint_path, checkpoint_steps,  # noqa: F401
-                                   load_checkpoint, params_of, read_checkpoint, read_checkpoint_metadata, save_checkpoint,
+from tdyn.runs.checkpoints import (checkpoint_file, checkpoint_path, checkpoint_steps,  # noqa: F401
+                                   params_of, read_checkpoint, read_checkpoint_metadata, save_checkpoint,
                                    tensor_checksum)
 from tdyn.runs.identity import IDENTITY, METRICS_KEY, ForeignFile, config_digest, make_identity  # noqa: F401
 from tdyn.runs.io import CorruptFile, dumps_json, json_file, read_json, write_csv, write_json  # noqa: F401
@@ -43,7 +43,7 @@ from tdyn.runs.names import (CHECKSUM, CKPT_DIR, CONFIG, DONE, ENSEMBLE, FINAL, 
 from tdyn.runs.ownership import (OS_LITTER, OWN_FILES, OWN_TREES, check_own, clear_own, foreign_entry,  # noqa: F401
                                  is_tdyn_dir, own, prepare_dir, record, reproduction_of, written)
 from tdyn.runs.reader import Run, load_run, load_sweep  # noqa: F401
-from tdyn.runs.records import (MetricsLines, check_run, config_from, ensemble_dirs, is_run_dir, job_dirs,  # noqa: F401
+from tdyn.runs.records import (MetricsLines, check_identity, check_run, load_checkpoint, config_from, ensemble_dirs, is_run_dir, job_dirs,  # noqa: F401
                                load_run_config, run_identity, sweep_dirs, metrics_file, read_config, read_ensemble, read_manifest, read_meta, read_metrics,
                                read_results, read_sweep, scan_metrics, write_metrics)
 

@@ -148,35 +148,6 @@ def checkpoint_path(run_dir: Path, step: int | str = "final") -> Path:
     return Path(run_dir) / CKPT_DIR / _ckpt_name(step)
 
 
-_LOOKUP = object()   # identity=: the run's own (tdyn.runs.records.run_identity)
-
-
-def check_identity(path: Path, meta: dict[str, str], run_dir: Path, identity: str | None | object = _LOOKUP) -> None:
-    """Checkpoint ``path`` (its metadata ``meta``) was written by the run in ``run_dir``, whose identity is
-    ``identity`` (by default read from the run: :func:`tdyn.runs.records.run_identity`)."""
-    if identity is _LOOKUP:
-        from tdyn.runs.records import is_run_dir, run_identity   # records imports this module
-        if not is_run_dir(run_dir):   # checkpoints outside a run directory: no run to compare with
-            return
-        identity = run_identity(run_dir)
-    check(path, meta.get(IDENTITY), identity, run_dir)
-
-
-def load_checkpoint(run_dir: Path, step: int | str = "final",
-                    identity: str | None | object = _LOOKUP) -> dict[str, torch.Tensor]:
-    """The tensors of checkpoint ``step`` (or ``"final"``), verified (:func:`read_checkpoint`) and checked
-    to be the run's own (:func:`check_identity`; ``identity``: the run's, when the caller has read it)."""
-    path = checkpoint_path(run_dir, step)
-    if not path.exists():
-        raise UserError(f"no checkpoint {path.name} in {run_dir}")
-    tensors, meta = read_checkpoint(path)
-    if step != "final" and meta.get("step") != str(int(step)):
-        raise CorruptFile(path, f"holds step {_short(meta.get('step'))}, not {int(step)} as its name says")
-    check_identity(path, meta, run_dir, identity)
-    return tensors
-
-
-
 def params_of(ckpt: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The model parameters stored in a checkpoint (keys without the ``param/`` prefix)."""
     return {k[len("param/"):]: v for k, v in ckpt.items() if k.startswith("param/")}

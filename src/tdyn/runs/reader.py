@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from tdyn.errors import UserError
-from tdyn.runs.checkpoints import checkpoint_steps, load_checkpoint, params_of
+from tdyn.runs.checkpoints import checkpoint_steps, params_of
 from tdyn.runs.names import CONFIG, META, SWEEP
-from tdyn.runs.records import (is_run_dir, job_dirs, load_run_config, read_config, read_meta, read_metrics, read_sweep,
+from tdyn.runs.records import (is_run_dir, job_dirs, load_checkpoint, load_run_config, read_config, read_meta, read_metrics, read_sweep,
                                run_identity)
 from tdyn.tasks import Member, build_task
 

@@ -13,7 +13,7 @@ from typing import Any
 from tdyn.config import RunConfig, validate_config
 from tdyn.errors import UserError
 from tdyn.runs.atomic import atomic_write_bytes
-from tdyn.runs.checkpoints import checkpoint_steps
+from tdyn.runs.checkpoints import checkpoint_path, checkpoint_steps, read_checkpoint
 from tdyn.runs.identity import IDENTITY, METRICS_KEY, ForeignFile, check, config_digest, notice_old
 from tdyn.runs.io import CorruptFile, _field, _json_type, _object, _parse_json, _read_bytes, _short
 from tdyn.runs.names import CONFIG, DONE, ENSEMBLE, META, METRICS, STATUSES, SWEEP
@@ -309,3 +309,27 @@ def job_dirs(out: str | Path) -> list[Path]:
     if (out / ENSEMBLE).exists():
         return [d for d in ensemble_dirs(out) if is_run_dir(d)]
     return [out] if is_run_dir(out) else []
+
+
+def check_identity(path: Path, meta: dict[str, str], run_dir: Path, identity: str | None | object = _LOOKUP) -> None:
+    """Checkpoint ``path`` (its metadata ``meta``) was written by the run in ``run_dir``, whose identity is
+    ``identity`` (by default read from the run: :func:`run_identity`)."""
+    if identity is _LOOKUP:
+        if not is_run_dir(run_dir):   # checkpoints outside a run directory: no run to compare with
+            return
+        identity = run_identity(run_dir)
+    check(path, meta.get(IDENTITY), identity, run_dir)
+
+
+def load_checkpoint(run_dir: Path, step: int | str = "final",
+                    identity: str | None | object = _LOOKUP) -> dict[str, torch.Tensor]:
+    """The tensors of checkpoint ``step`` (or ``"final"``), verified (:func:`read_checkpoint`) and checked
+    to be the run's own (:func:`check_identity`; ``identity``: the run's, when the caller has read it)."""
+    path = checkpoint_path(run_dir, step)
+    if not path.exists():
+        raise UserError(f"no checkpoint {path.name} in {run_dir}")
+    tensors, meta = read_checkpoint(path)
+    if step != "final" and meta.get("step") != str(int(step)):
+        raise CorruptFile(path, f"holds step {_short(meta.get('step'))}, not {int(step)} as its name says")
+    check_identity(path, meta, run_dir, identity)
+    return tensors
