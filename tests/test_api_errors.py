@@ -65,6 +65,18 @@ def test_wrong_argument_is_a_user_error(tmp_path, case, call, names):
     assert not (tmp_path / "o").exists() and not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize("step", ["../x", "final/../../x", -3, 5.5, True, None, [1]])
+def test_a_bad_checkpoint_step_is_a_user_error_naming_it(tmp_path, step):
+    """``Run.model`` / ``checkpoint`` / ``params`` take 'final' or a step number ≥ 0: anything else (a path
+    fragment, a negative or fractional number, a bool) is one line naming it, never a file name built from it."""
+    (d,) = tdyn.train(SS, tmp_path / "r", progress=False)
+    run = tdyn.load_run(d)
+    for call in (run.model, run.checkpoint, run.params):
+        with pytest.raises(UserError) as e:
+            call(step)
+        assert "\n" not in str(e.value) and repr(step) in str(e.value)
+
+
 def test_re_registration_keeps_the_built_in():
     from tdyn.tasks import TASKS
 

@@ -2,6 +2,7 @@
 module trained alone — by tdyn as a one-member job, and by a plain PyTorch loop (torch.optim.SGD,
 torch.manual_seed) — with LayerNorm, dropout and buffers; per-member lrs, freeze rules and resume."""
 
+import json
 import math
 
 import pytest
@@ -12,6 +13,7 @@ from torch import nn
 
 from tdyn import runs
 from tdyn.config import load_config
+from tdyn.errors import UserCodeError
 from tdyn.models.stacked import Stacked
 from tdyn.probes import probe
 from tdyn.schema import Strict
@@ -212,6 +214,13 @@ def _stop_at(step, key):
     return {"names": ["test.stop_at"], "options": {"test.stop_at": {"at": step, "key": key}}}
 
 
+def _metric_lines(d):
+    """Every metrics line of run ``d`` as written, but the identity of the run in the first (the two runs compared
+    differ in their stopping probe's config, so in their identities)."""
+    return [{k: v for k, v in json.loads(x).items() if k != runs.METRICS_KEY}
+            for x in (d / runs.METRICS).read_text().splitlines()]
+
+
 def test_resume_equals_uninterrupted(tmp_path):
     """A plain-module job with dropout and a running buffer killed at step 13, resumed from its step-10
     checkpoint, ends exactly as the uninterrupted job: every metric line and every final tensor
@@ -227,7 +236,7 @@ def test_resume_equals_uninterrupted(tmp_path):
     for m in ("seed0", "seed1"):
         a, b = tmp_path / "ref" / m, tmp_path / "cut" / m
         assert runs.read_meta(b)["status"] == "finished"
-        assert (a / runs.METRICS).read_text() == (b / runs.METRICS).read_text()
+        assert _metric_lines(a) == _metric_lines(b)
         fa, fb = runs.load_checkpoint(a), runs.load_checkpoint(b)
         assert fa.keys() == fb.keys() and {"buffer/running", "rng/forward"} <= fa.keys()
         assert all(torch.equal(fa[k], fb[k]) for k in fa), m
@@ -263,7 +272,7 @@ def test_ctrl_c_then_resume_leaves_the_uninterrupted_run_directory(tmp_path):
     resume(tmp_path / "cut", progress=False)
     a, b = tmp_path / "ref" / "seed0", tmp_path / "cut" / "seed0"
     assert runs.checkpoint_steps(b) == runs.checkpoint_steps(a) == [0, 5, 10, 15]
-    assert (a / runs.METRICS).read_text() == (b / runs.METRICS).read_text()
+    assert _metric_lines(a) == _metric_lines(b)
     fa, fb = runs.load_checkpoint(a), runs.load_checkpoint(b)
     assert all(torch.equal(fa[k], fb[k]) for k in fa)
 
@@ -327,6 +336,30 @@ register_task("test_plain_linear", PlainData, PlainModel)(LinearTask)
 register_task("test_bare_linear", PlainData, PlainModel)(BareLinearTask)
 
 
+class ScalarLossTask(Task):
+    """The hand-written contract with the ensemble axis on the model, but one loss for all members."""
+
+    def __init__(self, cfg, members):
+        self.model = nn.Module()
+        self.model.w = nn.Parameter(torch.zeros(len(members), 3))
+
+    def sample(self, gen):
+        return None
+
+    def loss(self, batch):
+        return (self.model.w ** 2).sum()
+
+
+register_task("test_scalar_loss", PlainData, PlainModel)(ScalarLossTask)
+
+
+def test_a_loss_without_one_value_per_member_names_the_task_class(tmp_path):
+    cfg = {"task": "test_scalar_loss", "seeds": [0, 1], "checkpoint": {"schedule": "none"},
+           "optim": {"steps": 2, "groups": {"all": {"params": ["w"], "lr": 0.1}}}}
+    with pytest.raises(UserCodeError, match=r"ScalarLossTask\): loss\(\) must return one loss per member, shape \[2\]"):
+        train(cfg, tmp_path / "s", progress=False)
+
+
 def test_nn_linear_task_trains(tmp_path):
     cfg = {"task": "test_plain_linear", "seeds": [0, 1, 2], "checkpoint": {"schedule": "none"},
            "optim": {"steps": 200, "groups": {"all": {"params": ["weight", "bias"], "lr": 0.1}}}}
@@ -339,7 +372,7 @@ def test_nn_linear_task_trains(tmp_path):
     torch.manual_seed(derive_seed(1, "init"))
     torch.testing.assert_close(inits[1], nn.Linear(3, 1).weight.detach(), rtol=0, atol=0)   # nn.Linear's own init
     cfg["task"] = "test_bare_linear"
-    with pytest.raises(RuntimeError, match="lacks the ensemble axis of size 3.*PlainTask"):
+    with pytest.raises(UserCodeError, match="without the ensemble axis of size 3 first.*PlainTask"):
         train(cfg, tmp_path / "bare", progress=False)
 
 

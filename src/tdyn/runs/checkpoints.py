@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import os
 import re
 import struct
@@ -30,7 +31,17 @@ _STEP_RE = re.compile(r"step-(\d+)\.safetensors$")
 
 
 def _ckpt_name(step: int | str) -> str:
-    return FINAL if step == "final" else f"step-{int(step):07d}.safetensors"
+    """A checkpoint's file name: ``final`` or a step number ≥ 0 (an int, or a string of digits); anything else
+    (``'../x'``, ``-3``, ``5.5``, ``True``) is a one-line UserError naming it."""
+    if step == "final":
+        return FINAL
+    try:
+        n = int(step) if isinstance(step, str) and step.isdecimal() else operator.index(step)   # ints, numpy ints
+    except TypeError:
+        n = -1
+    if isinstance(step, bool) or n < 0:
+        raise UserError(f"checkpoint step {step!r}: allowed: 'final' or a step number >= 0")
+    return f"step-{n:07d}.safetensors"
 
 
 def tensor_checksum(tensors: dict[str, torch.Tensor]) -> str:

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 import tdyn
 from tdyn import runs
 from tdyn.config import RunConfig, load_config
-from tdyn.errors import ConfigError, UserError
+from tdyn.errors import ConfigError, UserCodeError, UserError
 from tdyn.probes import ProbeContext, get_probes
 from tdyn.tasks import DTYPES, Member, build_task, get_task
 from tdyn.tasks.base import stack_batches
@@ -241,6 +241,11 @@ def check_resources(cfg: RunConfig, members: list[Member]) -> None:
 # ---------------------------------------------------------------- the job
 
 
+def _code_of(task) -> str:
+    """Whose code a task is, for a contract error: its class, module-qualified."""
+    return f"{type(task).__module__}.{type(task).__qualname__}"
+
+
 class Job:
     """S members trained together; see the module docstring."""
 
@@ -264,8 +269,9 @@ class Job:
         for kind, tensors in (("parameter", self.params), ("buffer", self.buffers)):
             for n, p in tensors.items():
                 if p.shape[:1] != (S,):
-                    raise RuntimeError(f"task {cfg.task!r}: {kind} {n!r} lacks the ensemble axis of size {S} "
-                                       f"(a model written for one member trains through tdyn.tasks.PlainTask)")
+                    raise UserCodeError(f"task {cfg.task!r} ({_code_of(self.task)}): {kind} {n!r} has shape "
+                                        f"{tuple(p.shape)}, without the ensemble axis of size {S} first (a model "
+                                        f"written for one member trains through tdyn.tasks.PlainTask)")
         lrs = {g: torch.tensor([m.lrs[g] for m in members], dtype=torch.float64) for g in cfg.optim.groups}
         self.opt = EnsembleOptimizer(self.params, cfg.optim.groups, lrs, self.task.grad_rows)
         loose = set(self.params) - set(self.opt.group_of)
@@ -491,7 +497,8 @@ class Job:
                                        enabled=self.cfg.autocast is not None):
                     losses = self.task.loss(batch)
                 if losses.shape != (S,):
-                    raise RuntimeError(f"task {self.cfg.task!r}: loss must have shape [{S}], got {tuple(losses.shape)}")
+                    raise UserCodeError(f"task {self.cfg.task!r} ({_code_of(self.task)}): loss() must return one "
+                                        f"loss per member, shape [{S}], got {tuple(losses.shape)}")
                 host_losses = losses.detach().cpu()           # the step's one wait for a GPU's losses
                 finite = torch.isfinite(host_losses)
                 newly = self.active & ~finite
