@@ -53,6 +53,9 @@ CASES = [
     # a built-in name is never replaced, loaded or not
     ("plugin re-registers scan_snap", lambda t: tdyn.register_task("scan_snap", Cfg, Cfg)(lambda c, m: None), "scan_snap"),
     ("plugin re-registers a built-in probe", lambda t: tdyn.probe("scan_snap.attention")(lambda ctx: {}), "scan_snap.attention"),
+    ("plugin re-registers a built-in reproduction",
+     lambda t: __import__("tdyn.reproduce.registry", fromlist=["register"]).register("scan-snap/fig4", "mine")(lambda ctx: {}),
+     "scan-snap/fig4"),
 ]
 
 
