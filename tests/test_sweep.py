@@ -409,9 +409,12 @@ TINY = {"task": "scan_snap", "data": {"num_last": 2, "num_next_per_last": 1, "se
 
 def test_sweep_exits_nonzero_while_a_job_failed(cli, tmp_path):
     """Three jobs: one trains; one raises inside training (a parameterization without the groups' Y);
-    one raises before training starts (an OS error: its job directory's path is taken by a file). Both
-    failures are `failed` with their error in sweep.json, and `tdyn sweep` exits 1 saying so."""
+    one raises before training starts (an OS error: its job directory's path is taken by a file, planted in
+    the sweep's own .jobs/ after a first pass, its run deleted so that the re-run trains it again; a stray
+    file in a fresh --out's .jobs/ is refused up front). Both failures are `failed` with their error in
+    sweep.json, and `tdyn sweep` exits 1 saying so."""
     import json
+    import shutil
 
     (tmp_path / "base.json").write_text(json.dumps(TINY))
     spec = {"base": str(tmp_path / "base.json"), "seeds": [0],
@@ -419,8 +422,15 @@ def test_sweep_exits_nonzero_while_a_job_failed(cli, tmp_path):
     (tmp_path / "s.json").write_text(json.dumps(spec))
     jobs = {(j.runs[0].axes["data.seq_len"], j.runs[0].axes["model.parameterization"]): j for j in plan(load_spec(spec))}
     out = tmp_path / "o"
-    (out / ".jobs").mkdir(parents=True)
-    (out / ".jobs" / jobs[32, "yz"].id).write_text("not a directory")
+    r = cli("sweep", tmp_path / "s.json", "--out", out, "--workers", "1", "--quiet")
+    assert r.returncode == 1, r.stderr
+    job = jobs[32, "yz"]
+    for x in runs.read_sweep(out)["runs"]:
+        if x["axes"] == {"data.seq_len": 32, "model.parameterization": "yz"}:
+            shutil.rmtree(out / x["name"])
+    shutil.rmtree(out / ".jobs" / job.id, ignore_errors=True)
+    (out / ".jobs").mkdir(exist_ok=True)
+    (out / ".jobs" / job.id).write_text("not a directory")
     r = cli("sweep", tmp_path / "s.json", "--out", out, "--workers", "1", "--quiet")
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr and "not finished" in r.stderr
