@@ -294,3 +294,28 @@ def test_tables_cover_every_tree():
     for tree in trees:
         kinds = {c[3] for c in FOREIGN if c[0].startswith(tree + ":")}
         assert {"file", "dir"} <= kinds and ({"link", "retarget"} & kinds), tree
+
+
+def test_a_directory_that_cannot_be_read_is_never_cleared(tmp_path, monkeypatch):
+    """--force on an output holding a directory tdyn cannot list (permissions, I/O; simulated: as root every
+    directory is readable) is a one-line UserError naming that directory, and nothing is deleted."""
+    import tdyn
+
+    out = tmp_path / "r"
+    cfg = {"task": "scan_snap", "data": {"num_last": 2, "num_next_per_last": 1, "seq_len": 16, "batch_size": 8},
+           "seeds": [0], "optim": {"steps": 3, "groups": {"Y": {"params": ["Y"], "lr": 1.0}, "Z": {"params": ["Z"], "lr": 1.0}}}}
+    (d,) = tdyn.train(cfg, out, progress=False)
+    bad = d / runs.CKPT_DIR
+    listdir = Path.iterdir
+
+    def iterdir(self):
+        if self == bad:
+            raise PermissionError(13, "Permission denied")
+        return listdir(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    before = tree_state(tmp_path)
+    with pytest.raises(runs.UserError) as e:
+        runs.clear_own(out)
+    assert "\n" not in str(e.value) and str(bad) in str(e.value) and "Permission denied" in str(e.value)
+    assert tree_state(tmp_path) == before

@@ -78,6 +78,16 @@ _REPRODUCTION_SUFFIXES = (".csv", ".png", ".json")                              
 # lose), and so is any file the rule does not know (a file browser's litter, :data:`OS_LITTER`, excepted).
 # The rules are written out in docs/reliability.md ("What --force deletes").
 
+def _listing(d: Path) -> list[Path]:
+    """``d``'s entries, sorted; a directory tdyn cannot read (permissions, I/O) is a one-line UserError naming
+    it: what cannot be checked is never deleted."""
+    try:
+        return sorted(Path(d).iterdir())
+    except OSError as e:
+        raise UserError(f"cannot read the directory {str(d)!r} ({e.strerror or type(e).__name__}): tdyn deletes or "
+                        f"writes over only what it has checked; fix its permissions, or choose another --out") from None
+
+
 Rule = Callable[[Path], "Path | None"]   # a tree's root → the first entry below it that is not tdyn's, or None
 
 
@@ -85,7 +95,7 @@ def _walk(tree: Path, file_ok: Callable[[Path], bool], dirs: Callable[[Path], "R
           link_ok: Callable[[Path], bool] = lambda p: False) -> Path | None:
     """The first entry of ``tree`` that is not tdyn's: a file ``file_ok`` refuses, a non-empty directory for
     which ``dirs`` gives no rule (or whose rule names an entry), a symlink ``link_ok`` refuses."""
-    for p in sorted(tree.iterdir()):
+    for p in _listing(tree):
         if p.is_symlink():
             if not link_ok(p):
                 return p
@@ -354,7 +364,7 @@ def foreign_entry(path: Path, reproduction: bool = False) -> Path | None:
         except UserError:
             pass
     recorded = written(path)
-    for p in sorted(path.iterdir()):
+    for p in _listing(path):
         if p.is_symlink():
             return p
         if p.name in OS_LITTER:
@@ -383,7 +393,7 @@ def foreign_entry(path: Path, reproduction: bool = False) -> Path | None:
 
 def _entries(out: Path) -> list[Path]:
     """What ``out`` holds besides a lock file (a directory holding only one counts as empty)."""
-    return sorted(p for p in out.iterdir() if p.name != LOCK) if out.is_dir() else []
+    return [p for p in _listing(out) if p.name != LOCK] if out.is_dir() else []
 
 
 def leftover(out: Path, trees: Iterable[str] = ()) -> Path | None:
@@ -471,7 +481,7 @@ def _clear(out: Path) -> None:
 
 
 def _remove_contents(root: Path, keep: set[str]) -> None:
-    for p in root.iterdir():
+    for p in _listing(root):
         if str(p) in keep:
             continue
         if p.is_dir() and not p.is_symlink():
