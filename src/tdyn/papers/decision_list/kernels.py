@@ -4,8 +4,9 @@
 :func:`hessian_blocks` is :func:`theory.hessian_blocks` (the per-query W–W blocks of the population Hessian and
 the bracket of λ_max they give, docs/reproductions/decision-lists.md#hessian-blocks) without its N·L³ term. The
 reference builds, per (type, query position), an L × L Gram contribution: 29,640 positions × 40³ multiply-adds
-at decision-list/claim2's L = 40, at every step before a member's first perfect iterate. Here the attention is written in token space, α̃ = f ⊙ c / Z with
-f = exp W[:, q] shared by every row of query q and c the type's token counts, so the expensive sum
+at decision-list/claim2's L = 40, at every step before a member's first perfect iterate. Here the attention is
+written in token space, α̃ = f ⊙ c / Z with f = exp W[:, q] shared by every row of query q and c the type's
+token counts, so the expensive sum
 
     Σ_rows ω Σ_l p_l (α̃ ⊙ V[l])(α̃ ⊙ V[l])ᵀ = (f fᵀ) ⊙ Σ_l (V[l] V[l]ᵀ) ⊙ Q_l,   Q_l = Σ_rows ω p_l c cᵀ / Z²,
 
