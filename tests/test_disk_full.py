@@ -121,3 +121,26 @@ def test_real_disk_full_on_a_small_tmpfs(tmp_path):
         _check_left_whole(out)
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_a_fork_the_machine_refuses_is_one_line_exit_1(tmp_path, monkeypatch, capsys):
+    """A sweep whose worker cannot be started (fork: EAGAIN at the process limit) is one line naming the
+    resource, exit 1, no traceback; the sweep continues once processes are free."""
+    base = tmp_path / "c.json"
+    base.write_text(json.dumps(CFG | {"optim": CFG["optim"] | {"steps": 3}}))
+    spec = tmp_path / "s.json"
+    spec.write_text(json.dumps({"base": str(base), "seeds": [0, 1]}))
+
+    ns: dict = {}   # os.fork refusing, as the real one raises it: from the standard library's code, not the user's
+    exec(compile("import errno, os\ndef refuse():\n    raise BlockingIOError(errno.EAGAIN, os.strerror(errno.EAGAIN))\n",
+                 os.__file__, "exec"), ns)
+    refuse = ns["refuse"]
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "fork", refuse)
+        m.setenv("TDYN_START_METHOD", "auto")
+        rc = cli.main(["sweep", str(spec), "--out", str(tmp_path / "sw"), "--workers", "2", "--quiet"])
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 1 and len(err) == 1 and "Traceback" not in err[0], err
+    assert "refused a resource" in err[0] and "Resource temporarily unavailable" in err[0]
+    assert cli.main(["sweep", str(spec), "--out", str(tmp_path / "sw"), "--workers", "2", "--quiet"]) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -564,6 +565,10 @@ def _continue_hint(args) -> str:
     return f"; free space, then {how} to continue" if how else ""
 
 
+#: errno values of a resource the machine refused (a fork at the process limit, memory, file descriptors)
+_RESOURCE_ERRNOS = frozenset(getattr(errno, n) for n in ("EAGAIN", "ENOMEM", "EMFILE", "ENFILE") if hasattr(errno, n))
+
+
 def _user_code(e: BaseException, args) -> int:
     """An exception tdyn did not expect: one line and exit 2 when it arose in the user's own code (a task,
     a model, a probe, a plugin: :func:`tdyn.errors.user_frame`), its traceback with ``-v``; else re-raised
@@ -612,6 +617,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tdyn: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
+        if e.filename is None and e.errno in _RESOURCE_ERRNOS and user_code_error(e) is None:
+            # the machine refused a process, memory or a file descriptor (a fork at the process limit): not a bug
+            print(f"tdyn: error: the machine refused a resource tdyn needed ({e.strerror or e}; "
+                  f"{type(e).__name__}, errno {e.errno}): nothing was left half-written; retry when it has "
+                  f"processes, memory or file descriptors to spare{_continue_hint(args)}", file=sys.stderr)
+            return 1
         if e.filename is None:   # not about a path: the user's code's, or a bug with its traceback
             return _user_code(e, args)
         print(f"tdyn: error: {io_error(e)}", file=sys.stderr)
