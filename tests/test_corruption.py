@@ -13,6 +13,7 @@ and the checks of a finished run that resume and the sweep make before believing
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -90,7 +91,8 @@ def _set(obj, path: str, value) -> None:
 
 def damage(path: Path, how: str, root: Path | None = None, built: dict[str, Path] | None = None) -> None:
     """``how``: truncate (keep the first half), empty, garble (8 bytes in the middle → 0xff), bitflip (the
-    last byte's low bit), delete (a file or a directory), text:T (replace by T), set:KEY.PATH=JSON (a JSON
+    last byte's low bit), delete (a file or a directory), text:T (replace by T), fifo (a FIFO in its place),
+    devzero (a link to /dev/zero), sparse (65 MB of zeros), deep (JSON nested 200000 deep), set:KEY.PATH=JSON (a JSON
     file's field), drop_line:N / dup_line:N / line:N=T (metrics.jsonl's N-th line, from 1), unkey:K (the
     first line's key K removed), copy:FILE (another file of the same directory in its place); and from
     elsewhere: swap:REL (exchanged with ``root/REL``, a file or a directory), symlink:REL (replaced by a
@@ -145,6 +147,17 @@ def damage(path: Path, how: str, root: Path | None = None, built: dict[str, Path
         path.write_text(json.dumps(rec) + "\n" + rest)
     elif kind == "copy":
         shutil.copyfile(path.parent / arg, path)
+    elif kind == "fifo":        # reading it would block for ever
+        path.unlink()
+        os.mkfifo(path)
+    elif kind == "devzero":     # reading it would never end
+        path.unlink()
+        path.symlink_to("/dev/zero")
+    elif kind == "sparse":      # 65 MB of zeros (over the 64 MB tdyn reads from a record), no disk used
+        with open(path, "r+b") as f:
+            f.truncate(65 << 20)
+    elif kind == "deep":        # JSON nested past Python's recursion limit
+        path.write_text("[" * 200000 + "]" * 200000)
     else:
         raise ValueError(how)
 
@@ -234,6 +247,15 @@ CASES = [
     ("sweep run of another sweep, re-run", "sweep", R1, f"copyfrom:sweep2/{R1}", "sweep", R1),
     ("sweep record's identity edited", "sweep", "sweep.json", f"set:runs.0.identity=\"seed0_lrY1@{'0' * 16}\"",
      "summarize", R1),
+    ("meta a FIFO, report", "run", "meta.json", "fifo", "report", None),
+    ("metrics a FIFO, report", "run", "metrics.jsonl", "fifo", "report", None),
+    ("config a FIFO, resume", "run", "config.json", "fifo", "resume", None),
+    ("metrics linked to /dev/zero, report", "run", "metrics.jsonl", "devzero", "report", None),
+    ("meta over the size limit, report", "run", "meta.json", "sparse", "report", "64.0 MB"),
+    ("meta nested too deep, report", "run", "meta.json", "deep", "report", "nested too deep"),
+    ("sweep record nested too deep", "sweep", "sweep.json", "deep", "summarize", "nested too deep"),
+    ("ensemble member deleted, report", "ensemble", "seed1", "delete", "report", "seed1"),
+    ("final is an older state, report", "run", FINAL, "copy:step-0000015.safetensors", "report", None),
 ]
 
 
@@ -544,3 +566,81 @@ def test_a_sweep_retrains_a_deleted_run_and_names_it(built, tmp_path):
     assert f"{sw / R1} is missing" in r.stderr and "training it again" in r.stderr
     assert (sw / R1 / runs.METRICS).read_text() == ref
     assert (sw / runs.SUMMARY).read_text() == (built["sweep"] / runs.SUMMARY).read_text()
+
+
+# ---------------------------------------------------------------- the Python API
+
+
+@pytest.mark.parametrize("target,how", [("config.json", "fifo"), (FINAL, "copy:step-0000015.safetensors")])
+def test_load_run_refuses_what_the_cli_refuses(built, tmp_path, target, how):
+    """``tdyn.load_run(d).model()``: a FIFO config (which blocked the read) and an older checkpoint as the
+    finished run's final state (which was loaded as its result) are CorruptFiles naming the file."""
+    import tdyn
+
+    d = tmp_path / "case"
+    shutil.copytree(built["run"], d)
+    damage(d / target, how)
+    with pytest.raises(runs.CorruptFile, match=Path(target).name):
+        tdyn.load_run(d).model()
+
+
+# ---------------------------------------------------------------- a reproduction's tables (--judge-only)
+
+
+@pytest.fixture(scope="module")
+def fig4(tmp_path_factory, preloaded_cli) -> Path:
+    """``reproduce scan-snap/fig4 --quick``'s directory (its results.json records its tables' digests)."""
+    out = tmp_path_factory.mktemp("fig4") / "f"
+    r = preloaded_cli("reproduce", "scan-snap/fig4", "--quick", "--out", out, "--quiet")
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def _cut(path: Path) -> None:           # the first 300 bytes: the header and a few rows, the last cut
+    path.write_bytes(path.read_bytes()[:300])
+
+
+def _extra_field(path: Path) -> None:   # row 3 with one field more than the header
+    lines = path.read_text().splitlines(keepends=True)
+    lines[2] = lines[2].rstrip("\n") + ",1\n"
+    path.write_text("".join(lines))
+
+
+def _maps_from_classes(path: Path) -> None:
+    shutil.copyfile(path.with_name("fig4_classes.csv"), path)
+
+
+# (case, table, damage, whether results.json keeps its digests, what the one stderr line must name)
+JUDGE_CASES = [
+    ("table truncated", "loss.csv", _cut, True, "loss.csv"),
+    ("table replaced by another", "fig4_maps.csv", _maps_from_classes, True, "fig4_maps.csv"),
+    ("no digests: last line cut", "loss.csv", _cut, False, "loss.csv"),
+    ("no digests: a row's fields", "loss.csv", _extra_field, False, "row 3"),
+    ("no digests: table replaced by another", "fig4_maps.csv", _maps_from_classes, False, "missing column 'iteration'"),
+]
+
+
+@pytest.mark.parametrize("case,table,how,digests,names", JUDGE_CASES, ids=[c[0] for c in JUDGE_CASES])
+def test_judge_only_refuses_tables_it_did_not_write(fig4, preloaded_cli, tmp_path, case, table, how, digests, names):
+    d = tmp_path / "f"
+    shutil.copytree(fig4, d)
+    if not digests:   # a results.json from before the digests (the committed docs/results): judged as written
+        res = json.loads((d / runs.RESULTS).read_text())
+        del res["table_digests"]
+        (d / runs.RESULTS).write_text(json.dumps(res))
+    how(d / table)
+    before = tree_state(tmp_path, exclude=(d,))
+    r = preloaded_cli("reproduce", "scan-snap/fig4", "--judge-only", "--out", d)
+    assert_rejected(r, names, before, tree_state(tmp_path, exclude=(d,)), case=case)
+
+
+def test_judge_only_keeps_and_checks_the_digests(fig4, preloaded_cli, tmp_path):
+    """Tables as written: judged again (twice: the digests are kept in the new results.json), exit 0."""
+    d = tmp_path / "f"
+    shutil.copytree(fig4, d)
+    digests = json.loads((d / runs.RESULTS).read_text())["table_digests"]
+    assert digests["loss"]["rows"] == 200 and len(digests["loss"]["sha256"]) == 64
+    for _ in range(2):
+        r = preloaded_cli("reproduce", "scan-snap/fig4", "--judge-only", "--out", d)
+        assert r.returncode == 0, r.stderr
+        assert json.loads((d / runs.RESULTS).read_text())["table_digests"] == digests

@@ -32,7 +32,7 @@ from typing import Any, Callable
 from tdyn import runs
 from tdyn.errors import UserError
 from tdyn.reproduce.common import configure, on_reproduction_device, train_into, train_job
-from tdyn.runs.io import read_csv_dicts
+from tdyn.runs.io import TABLE_LIMIT, CorruptFile, _read_bytes, read_csv
 from tdyn.reproduce.registry import get as registered, register
 from tdyn.sweep import run_sweep
 from tdyn.sweep.executors import default_workers, process_pool, terminate
@@ -75,9 +75,42 @@ def _cell(s: str) -> Any:
         return s
 
 
+DIGESTS = "table_digests"   # results.json: {table: {"sha256": hex, "rows": n}} as the runner wrote them
+
+
 def read_table(path: Path) -> list[dict[str, Any]]:
-    """The rows of a table written by :func:`write_table`, each cell typed back (:func:`_cell`)."""
-    return [{k: _cell(v) for k, v in row.items()} for row in read_csv_dicts(Path(path))]   # not UTF-8: one line
+    """The rows of a table written by :func:`write_table`, each cell typed back (:func:`_cell`). Not UTF-8,
+    not CSV, a last line cut (no newline after it: :func:`write_table` ends every line) or a row with more or
+    fewer fields than the header: a :class:`CorruptFile` naming the file, never a table with fewer rows."""
+    path = Path(path)
+    rows = read_csv(path)
+    data = _read_bytes(path, TABLE_LIMIT)
+    if not data.endswith(b"\n"):
+        raise CorruptFile(path, "does not end with a newline: truncated (its last row is cut)" if data
+                          else "is empty: not a table tdyn wrote (it writes a header line at least)")
+    header = rows[0] if rows else []
+    for n, row in enumerate(rows[1:], 2):
+        if row and len(row) != len(header):
+            raise CorruptFile(path, f"row {n} has {len(row)} fields, not {len(header)} as its header: truncated "
+                                    f"or garbled")
+    return [{k: _cell(v) for k, v in zip(header, row)} for row in rows[1:] if row]
+
+
+def table_digest(path: Path, rows: int) -> dict[str, Any]:
+    """What results.json records of a table the runner wrote: its bytes' SHA-256 and its row count."""
+    return {"sha256": hashlib.sha256(_read_bytes(Path(path), TABLE_LIMIT)).hexdigest(), "rows": rows}
+
+
+def check_table(path: Path, recorded: Any, results: Path) -> None:
+    """``--judge-only``: the table ``path`` is the one the run recorded in ``results`` (``recorded``: its
+    digest entry); an edited, truncated or replaced table is a :class:`CorruptFile` naming it."""
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("sha256"), str):
+        raise CorruptFile(results, f"has {DIGESTS}.{path.stem} = {recorded!r:.60}, not a table's digest")
+    digest = hashlib.sha256(_read_bytes(path, TABLE_LIMIT)).hexdigest()
+    if digest != recorded["sha256"]:
+        raise CorruptFile(path, f"has SHA-256 {digest[:16]}…, not {recorded['sha256'][:16]}… as {results.name} "
+                                f"records ({recorded.get('rows')} rows): edited, truncated or replaced since the "
+                                f"reproduction wrote it")
 
 
 def write_table(path: Path, rows: list[dict[str, Any]], columns: list[str] | None = None) -> Path:
@@ -96,22 +129,53 @@ def _plain(v: Any) -> Any:
 def tables_of(ctx, phases: Phases) -> Tables:
     """The tables of ``ctx.out`` that ``phases`` reads (``--judge-only``); a missing one is a one-line error."""
     out = {}
+    res_path = Path(ctx.out) / runs.RESULTS
+    digests = _digests(res_path)
     for t in phases.tables:
         path = Path(ctx.out) / f"{t}.csv"
-        if not path.is_file() and t in phases.optional:
+        if not path.exists() and t in phases.optional:
             continue
-        if not path.is_file():
+        if not path.exists():
             raise UserError(f"--judge-only: {str(path)!r} is missing (judge-only reads the tables a run of this "
                             f"reproduction wrote into --out)")
+        if digests is not None and t in digests:   # results.json from before digests (docs/results): as written
+            check_table(path, digests[t], res_path)
         out[t] = read_table(path)
     return out
+
+
+def _digests(res_path: Path) -> dict | None:
+    """results.json's table digests (None: none recorded, or no results.json; the runner names that one)."""
+    if not res_path.is_file():
+        return None
+    digests = runs.read_results(res_path).get(DIGESTS)
+    if digests is not None and not isinstance(digests, dict):
+        raise CorruptFile(res_path, f"has {DIGESTS!r} = {str(digests)[:40]!r}, not a table's digest per table")
+    return digests
+
+
+def _judged(ctx, what: str, fn: Callable[[], Any]) -> Any:
+    """``fn()`` (the judge or the draw); under ``--judge-only`` a KeyError / ValueError from the tables (a
+    column missing, a cell of another kind: not the tables this reproduction wrote) is one line naming OUT."""
+    if not getattr(ctx, "judge_only", False):
+        return fn()
+    try:
+        return fn()
+    except KeyError as e:
+        raise UserError(f"--judge-only: the tables in {str(ctx.out)!r} are not the ones this reproduction wrote: "
+                        f"missing column {e.args[0]!r} ({what})") from None
+    except ValueError as e:
+        raise UserError(f"--judge-only: the tables in {str(ctx.out)!r} are not the ones this reproduction wrote "
+                        f"({what}: {str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
 
 
 def run(phases: Phases, ctx) -> dict[str, Any]:
     """Plan, train, measure, write and re-read the tables, judge, draw: the results (the runner adds
     provenance and writes results.json). With ``ctx.judge_only``: judge and draw from OUT's tables."""
+    digests = None
     if getattr(ctx, "judge_only", False):
         tables = tables_of(ctx, phases)
+        digests = _digests(Path(ctx.out) / runs.RESULTS)
     else:
         trained = train_plan(ctx, {name: configure(raw, ctx.overrides)
                                    for name, raw in (phases.plan(ctx) if phases.plan else {}).items()})
@@ -120,13 +184,16 @@ def run(phases: Phases, ctx) -> dict[str, Any]:
         unknown = set(measured) - set(phases.tables)
         if unknown:
             raise ValueError(f"measure returned tables not declared in Phases.tables: {sorted(unknown)}")
-        tables = {}
+        tables, digests = {}, {}
         for t in phases.tables:
             path = write_table(Path(ctx.out) / f"{t}.csv", measured[t], phases.columns.get(t))
             tables[t] = read_table(path)
-    results = phases.judge(ctx, tables)
-    figures = phases.draw(ctx, tables, results) if phases.draw else []
+            digests[t] = table_digest(path, len(tables[t]))
+    results = _judged(ctx, "judge", lambda: phases.judge(ctx, tables))
+    figures = _judged(ctx, "draw", lambda: phases.draw(ctx, tables, results)) if phases.draw else []
     results.setdefault("files", [f"{t}.csv" for t in phases.tables if t in tables] + list(figures))
+    if digests is not None:   # what --judge-only checks the tables against (kept when judged again)
+        results.setdefault(DIGESTS, digests)
     return results
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -88,17 +90,54 @@ def _os_error(path: Path, e: OSError) -> CorruptFile:
     return CorruptFile(path, f"cannot be read ({e.strerror})")
 
 
-def _read_bytes(path: Path) -> bytes:
+MB = 1 << 20
+JSON_LIMIT = 64 * MB          # a config, meta.json, ensemble.json, sweep.json, results.json, a spec
+METRICS_LIMIT = 4096 * MB     # metrics.jsonl: a long dense schedule's records
+TABLE_LIMIT = 1024 * MB       # a reproduction's table (CSV)
+
+
+def _size(n: int) -> str:
+    return f"{n / MB:.1f} MB" if n >= MB else f"{n} bytes"
+
+
+def _read_bytes(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of the regular file ``path`` (a symlink followed), at most ``limit`` of them (None: no bound,
+    for a checkpoint, whose header declares its size). A FIFO, device or socket in its place (which would
+    block, or read without end: ``/dev/zero``) or a file over the limit is a :class:`CorruptFile` naming it;
+    opened without blocking and checked on the open descriptor, so a FIFO never blocks the reader."""
+    path = Path(path)
     try:
-        return Path(path).read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise _os_error(path, e) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            what = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode) or
+                    stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else
+                    "a directory" if stat.S_ISDIR(st.st_mode) else "a special file")
+            raise CorruptFile(path, f"is {what}, not a regular file: tdyn reads only the files it wrote")
+        if limit is not None and st.st_size > limit:
+            raise CorruptFile(path, f"holds {_size(st.st_size)}, over the {_size(limit)} tdyn reads from such a "
+                                    f"file: not a file tdyn wrote")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=True) as f:
+            fd = -1
+            data = f.read() if limit is None else f.read(limit + 1)   # a file grown since the fstat: bounded too
+    except OSError as e:
+        raise _os_error(path, e) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if limit is not None and len(data) > limit:
+        raise CorruptFile(path, f"holds over {_size(limit)}, the most tdyn reads from such a file: not a file tdyn wrote")
+    return data
 
 
-def read_text(path: Path) -> str:
-    """A text file tdyn reads (a table, a config, a spec): missing, unreadable or not UTF-8 is a
-    :class:`CorruptFile` naming it (and the byte)."""
-    data = _read_bytes(path)
+def read_text(path: Path, limit: int = JSON_LIMIT) -> str:
+    """A text file tdyn reads (a table, a config, a spec): missing, unreadable, not a regular file, over
+    ``limit`` bytes or not UTF-8 is a :class:`CorruptFile` naming it (and the byte)."""
+    data = _read_bytes(path, limit)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -117,7 +156,7 @@ def read_csv_dicts(path: Path) -> list[dict[str, str]]:
 
 
 def _csv(path: Path, reader) -> list:
-    text = read_text(path)
+    text = read_text(path, TABLE_LIMIT)
     try:
         return list(reader(io.StringIO(text, newline="")))
     except csv.Error as e:
@@ -128,13 +167,21 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")   # NaN / Infinity: tdyn never writes them
 
 
+class TooDeep(ValueError):
+    """JSON nested deeper than Python's recursion allows: never a file tdyn wrote."""
+
+
 def _parse_json(data: bytes) -> Any:
-    return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+    try:
+        return json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+    except RecursionError:
+        raise TooDeep("nested too deep") from None
 
 
 def read_json(path: Path) -> Any:
-    """A JSON file tdyn wrote; missing, truncated, garbled (not UTF-8, not JSON) is a :class:`CorruptFile`."""
-    data = _read_bytes(path)
+    """A JSON file tdyn wrote; missing, not a regular file, over :data:`JSON_LIMIT`, truncated, garbled (not
+    UTF-8, not JSON, nested too deep) is a :class:`CorruptFile`."""
+    data = _read_bytes(path, JSON_LIMIT)
     try:
         return _parse_json(data)
     except UnicodeDecodeError as e:
@@ -142,6 +189,8 @@ def read_json(path: Path) -> Any:
     except json.JSONDecodeError as e:
         raise CorruptFile(path, f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno}): "
                                 f"truncated or garbled") from None
+    except TooDeep:
+        raise CorruptFile(path, "is JSON nested too deep to read: garbled, or not a file tdyn wrote") from None
     except ValueError as e:
         raise CorruptFile(path, f"is not valid JSON ({e}): garbled") from None
 

@@ -15,7 +15,7 @@ from tdyn.errors import UserError
 from tdyn.runs.atomic import atomic_write_bytes
 from tdyn.runs.checkpoints import checkpoint_path, checkpoint_steps, read_checkpoint
 from tdyn.runs.identity import IDENTITY, METRICS_KEY, ForeignFile, check, config_digest, notice_old
-from tdyn.runs.io import CorruptFile, _field, _json_type, _object, _parse_json, _read_bytes, _short
+from tdyn.runs.io import METRICS_LIMIT, CorruptFile, _field, _json_type, _object, _parse_json, _read_bytes, _short
 from tdyn.runs.names import CONFIG, DONE, ENSEMBLE, META, METRICS, STATUSES, SWEEP
 
 
@@ -107,7 +107,7 @@ def scan_metrics(run_dir: Path, identity: str | None | object = _LOOKUP) -> tupl
     run gives no records and a :class:`~tdyn.runs.identity.ForeignFile`."""
     p = Path(run_dir) / METRICS
     try:
-        data = _read_bytes(p)
+        data = _read_bytes(p, METRICS_LIMIT)
     except CorruptFile as e:
         return [], e
     recs: list[dict] = []
@@ -302,12 +302,18 @@ def sweep_dirs(out: Path) -> list[Path]:
 
 
 def job_dirs(out: str | Path) -> list[Path]:
-    """The run directories of a job (``ensemble.json``), a sweep (``sweep.json``), or ``out`` itself."""
+    """The run directories of a job (``ensemble.json``: every member it lists, one missing is a
+    :class:`CorruptFile` naming it), a sweep (``sweep.json``), or ``out`` itself."""
     out = Path(out)
     if (out / SWEEP).exists():
         return sweep_dirs(out)
     if (out / ENSEMBLE).exists():
-        return [d for d in ensemble_dirs(out) if is_run_dir(d)]
+        dirs = ensemble_dirs(out)
+        for d, member in zip(dirs, read_ensemble(out)["members"]):
+            if not is_run_dir(d):   # named, never left out: a report of the others would pass for the job's
+                raise CorruptFile(d, f"is missing (or not a run directory), but {ENSEMBLE} in {str(out)!r} lists it "
+                                     f"as member {member!r}: restore it, or train the job again with --force")
+        return dirs
     return [out] if is_run_dir(out) else []
 
 
@@ -332,4 +338,20 @@ def load_checkpoint(run_dir: Path, step: int | str = "final",
     if step != "final" and meta.get("step") != str(int(step)):
         raise CorruptFile(path, f"holds step {_short(meta.get('step'))}, not {int(step)} as its name says")
     check_identity(path, meta, run_dir, identity)
+    if step == "final":
+        check_final_step(path, meta, run_dir)
     return tensors
+
+
+def check_final_step(path: Path, meta: dict[str, str], run_dir: Path) -> None:
+    """The final checkpoint ``path`` (its metadata ``meta``) of a finished run holds the step the run finished
+    at, its config's ``optim.steps`` (resume's rule, ``tdyn.train.trainer.check_done``): an older checkpoint
+    copied over ``final.safetensors`` is a :class:`CorruptFile`, never the run's result. A run that has not
+    finished (running, interrupted, diverged) is not checked: its final state is whatever step it reached."""
+    run_dir = Path(run_dir)
+    if not is_run_dir(run_dir) or read_meta(run_dir)["status"] != "finished":
+        return
+    T = load_run_config(run_dir).optim.steps
+    if meta.get("step") != str(T):
+        raise CorruptFile(path, f"holds step {_short(meta.get('step'))}, but {CONFIG} trains {T} steps and "
+                                f"{META} says the run finished: not the run's final state")
