@@ -179,6 +179,13 @@ CASES = [
     ("threads zero", ["--threads", "0", *ss()], {}, "--threads"),
     ("threads negative", ["--threads", "-2", *ss()], {}, "--threads"),
     ("threads a word", ["--threads", "many", *ss()], {}, "--threads"),
+    ("threads over the limit", ["--threads", "100000", *ss()], {}, "--threads 100000"),
+    ("threads just over the limit", ["--threads", "1025", *ss()], {}, "--threads 1025"),
+    ("TDYN_THREADS over the limit", ss(), {}, "TDYN_THREADS='20000'"),
+    ("--import a file calling sys.exit(0)", ["--import", "{d}/ex.py", *ss()], {"ex.py": "import sys; sys.exit(0)\n"}, ("ex.py", "sys.exit(0)")),
+    ("--import a file raising SystemExit(3)", ["--import", "{d}/ex.py", "list"], {"ex.py": "raise SystemExit(3)\n"}, ("ex.py", "sys.exit(3)")),
+    ("sweep key on grid and zip", SWEEP, {"spec.json": spec({"grid": {"optim.groups.Y.lr": [1.0, 2.0]}, "zip": {"optim.groups.Y.lr": [3.0, 4.0]}})}, "'optim.groups.Y.lr' is varied by two axes, axes.grid and axes.zip"),
+    ("sweep key on zip and random", SWEEP, {"spec.json": spec({"zip": {"optim.groups.Y.lr": [3.0, 4.0]}, "random": {"n": 2, "params": {"optim.groups.Y.lr": {"kind": "uniform", "low": 0.1, "high": 1}}}})}, "axes.zip and axes.random"),
     ("workers zero", ["sweep", "{d}/spec.json", "--out", "{out}", "--workers", "0"], GOOD_SPEC, "--workers"),
     ("workers negative", ["sweep", "{d}/spec.json", "--out", "{out}", "--workers", "-1"], GOOD_SPEC, "--workers"),
     ("workers a fraction", ["sweep", "{d}/spec.json", "--out", "{out}", "--workers", "1.5"], GOOD_SPEC, "--workers"),
@@ -351,7 +358,7 @@ CASES = [
     ("TDYN_THREADS zero", ss(), {}, "TDYN_THREADS"),
 ]
 #: cases run with extra environment variables
-ENV = {"TDYN_THREADS zero": {"TDYN_THREADS": "0"}}
+ENV = {"TDYN_THREADS zero": {"TDYN_THREADS": "0"}, "TDYN_THREADS over the limit": {"TDYN_THREADS": "20000"}}
 
 
 def _write(d, files: dict) -> None:
@@ -382,3 +389,21 @@ def test_table_is_large_enough():
     assert len(CASES) >= 100
     assert len({c[0] for c in CASES}) == len(CASES)
     assert set(ENV) <= {c[0] for c in CASES}
+
+
+@pytest.mark.parametrize("argv", [["list"], ["--help"], ["list", "--help"]])
+def test_a_closed_stdout_ends_quietly(tmp_path, argv):
+    """Output piped into a reader that has gone (``tdyn list | head -1``): no traceback, nothing on stderr,
+    exit 1 (0 for --help, printed by argparse, which ignores the error) — never a BrokenPipeError."""
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)                       # the reader is gone before tdyn writes a byte: deterministic EPIPE
+    try:
+        p = subprocess.run([sys.executable, "-m", "tdyn", *argv], stdout=w, stderr=subprocess.PIPE, text=True,
+                           timeout=120, cwd=tmp_path)
+    finally:
+        os.close(w)
+    assert p.stderr == "", p.stderr
+    assert p.returncode in ((0,) if "--help" in argv else (1,)), p.returncode

@@ -214,3 +214,30 @@ def test_temp_files_name_their_writer(tmp_path, monkeypatch):
     runs.write_json(tmp_path / "x.json", {"a": 1})
     assert seen and seen[0].startswith(f".x.json.tdyn-{ME}.") and seen[0].endswith(".tmp")
     assert runs._TMP_RE.search(seen[0]).groups() == (str(os.getpid()), runs.host())
+
+
+@pytest.mark.parametrize("kind", ["symlink to a user's file", "dangling symlink", "fifo", "directory"])
+def test_a_lock_path_that_is_not_a_regular_file_is_refused_and_never_written(built, tmp_path, kind):
+    """``.tdyn.lock`` replaced by a link to the user's notes (or a FIFO, a directory): `run --resume` exits 2
+    naming it, and the notes are as they were (the lock is opened with O_NOFOLLOW, never written through)."""
+    d = tmp_path / "d"
+    shutil.copytree(built["run"], d)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    lock = d / runs.LOCK
+    if kind == "symlink to a user's file":
+        lock.symlink_to("../notes.txt")
+    elif kind == "dangling symlink":
+        lock.symlink_to("../gone.txt")
+    elif kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.mkdir()
+    before = tree_state(tmp_path)
+    r = tdyn_cli("run", "--resume", d, "--quiet", timeout=120)
+    assert_rejected(r, runs.LOCK, before, tree_state(tmp_path), case=kind)
+    assert notes.read_text() == "my notes\n"
+    assert not (tmp_path / "gone.txt").exists()
+    with pytest.raises(runs.UserError, match=runs.LOCK):
+        runs.Locks().acquire(d)       # the API refuses it too, naming it
+    assert notes.read_text() == "my notes\n"

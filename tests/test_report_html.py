@@ -508,3 +508,42 @@ def test_full_evidence_exported_and_gpu_scale_quick_on_a_cpu(tmp_path, fake_expe
     assert got == ["curve.png", "notes.txt", "results.json", "table.csv"]      # old.png went; notes.txt is not tdyn's
     assert (dest / slug("test/fake") / "table.csv").read_bytes() == (out / slug("test/fake") / "table.csv").read_bytes()
     assert not (dest / slug("test/fails")).exists()
+
+
+@pytest.mark.parametrize("what", ["index.html", "index.html link", "report_files file"])
+def test_report_never_replaces_a_users_page(tmp_path, what):
+    """`tdyn report DIR` writes DIR/index.html and DIR/report_files/ only where absent or its own: a user's
+    page (or a link, or a file of theirs in report_files/) is refused with one line naming it, unchanged."""
+    from conftest import tdyn_cli
+
+    d = runs_train(tmp_path / "A")
+    first = tdyn_cli("report", d)
+    assert first.returncode == 0, first.stderr
+    again = tdyn_cli("report", d)                 # its own page: rewritten
+    assert again.returncode == 0, again.stderr
+    mine = tmp_path / "mine.html"
+    mine.write_text("<h1>mine</h1>\n")
+    if what == "index.html":
+        (d / "index.html").write_text("<h1>mine</h1>\n")
+        named = "index.html"
+    elif what == "index.html link":
+        (d / "index.html").unlink()
+        (d / "index.html").symlink_to(mine)
+        named = "index.html"
+    else:
+        (d / "report_files" / "notes.txt").write_text("mine\n")
+        named = "notes.txt"
+    before = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    r = tdyn_cli("report", d)
+    assert r.returncode == 2, r.stderr
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and named in err[0] and "Traceback" not in r.stderr, r.stderr
+    assert {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == before
+    assert mine.read_text() == "<h1>mine</h1>\n"
+
+
+def runs_train(out: Path) -> Path:
+    from tdyn.train.trainer import train
+
+    train(_yz_config(steps=4), out, progress=False)
+    return out

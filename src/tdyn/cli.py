@@ -21,8 +21,9 @@ def _setup(args) -> None:
     the collector's permanent generation, as in a sweep's workers: no collection traverses them again,
     and the interpreter's teardown at exit, which collects repeatedly while it clears the modules,
     leaves them alone (the savings: benchmarks/README.md#measurements-behind-the-code)."""
-    if args.threads < 1:
-        raise UserError(f"--threads {args.threads}: must be at least 1")
+    from tdyn.threads import check_threads
+
+    check_threads(args.threads)
     import gc
 
     import torch
@@ -584,7 +585,38 @@ def _user_code(e: BaseException, args) -> int:
     return 2
 
 
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe (or socket) whose reader has gone (``tdyn list | head -1``)."""
+    try:
+        import select
+
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poll.poll(0))
+    except (AttributeError, OSError, ValueError):   # no poll (Windows), no file descriptor
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command. Its output's reader closing early (``tdyn list | head -1``) ends it quietly with exit 1
+    (the command stopped where it was printing: no traceback, nothing more printed; stdout is pointed at
+    ``os.devnull`` so that the interpreter's flush at exit does not raise again). Exit 1, not 0: under
+    ``set -o pipefail`` a script sees that the command did not finish; not the shell's 141 (SIGPIPE),
+    since Python ignores SIGPIPE and tdyn stopped on its own."""
+    try:
+        rc = _main(argv)
+        sys.stdout.flush()     # a broken pipe surfaces here, inside the handler, not at interpreter exit
+        return rc
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise              # another pipe (a worker's): not the reader of stdout
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 1
+
+
+def _main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser(argv)
     except UserError as e:
@@ -616,6 +648,10 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exception(e.__cause__, file=sys.stderr)
         print(f"tdyn: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError as e:
+        if e.filename is None and _stdout_closed():
+            raise              # stdout's reader has gone: main() ends quietly
+        return _user_code(e, args)
     except OSError as e:
         if e.filename is None and e.errno in _RESOURCE_ERRNOS and user_code_error(e) is None:
             # the machine refused a process, memory or a file descriptor (a fork at the process limit): not a bug

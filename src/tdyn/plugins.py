@@ -59,12 +59,24 @@ def _import(spec: str, what: str | None = None) -> None:
         raise
     except SyntaxError as e:   # the user's file does not parse: where, on one line
         raise UserError(f"{what}: {e.filename}, line {e.lineno}: {e.msg}") from None
+    except SystemExit as e:    # sys.exit() at import would end tdyn silently, with the plugin's code (0 included)
+        raise _exited(what, e) from e
     except Exception as e:
         err = user_code_error(e, f"{what}: importing it")
         if err is None:        # raised by an installed package it imports, not by the plugin itself
             err = UserCodeError(f"{what}: importing it raised {type(e).__name__}: {e}".replace("\n", " "))
             err.__cause__ = e
         raise err from e
+
+
+def _exited(what: str, e: SystemExit) -> UserCodeError:
+    """A plugin that calls ``sys.exit`` (or raises ``SystemExit``) while imported: whatever its code, tdyn did
+    not do what it was asked, so it is the plugin's error (one line, exit 2), never a silent exit 0.
+    KeyboardInterrupt is left alone: it is the user's interrupt, not the plugin's."""
+    err = UserCodeError(f"{what}: importing it called sys.exit({e.code!r}) (SystemExit); a plugin module must "
+                        f"not exit: remove the call or guard it with `if __name__ == '__main__':`".replace("\n", " "))
+    err.__cause__ = e
+    return err
 
 
 def _check_name(spec: str) -> None:
@@ -125,6 +137,8 @@ def load() -> list[str]:
             _done.add(key)
             try:
                 _declare(ep.load())
+            except SystemExit as e:
+                raise _exited(key, e) from e
             except Exception as e:
                 err = user_code_error(e, key) or UserCodeError(f"{key}: loading it raised {type(e).__name__}: {e}")
                 raise err from e

@@ -15,13 +15,32 @@ from tdyn.errors import UserError
 
 DEFAULT_THREADS = 1
 
+#: The most intra-op threads ``--threads`` / ``TDYN_THREADS`` accept. A fixed number, not a multiple of
+#: this machine's cores: ``TDYN_THREADS`` travels to sweep workers on other hosts (Slurm, Ray) whose core
+#: counts the driver does not know. 1024 is above the hardware threads of any single node tdyn trains on
+#: and far below where OpenMP fails outright (libgomp segfaults at 100000 threads and refuses 20000 with
+#: only its own line; 1024 runs, merely slowly on few cores).
+MAX_THREADS = 1024
+
+
+def check_threads(n: int, what: str | None = None) -> int:
+    """``n`` if it is a usable thread count (1 to :data:`MAX_THREADS`), else a one-line :class:`UserError`
+    naming ``what`` (default ``--threads N``)."""
+    what = what or f"--threads {n}"
+    if n < 1:
+        raise UserError(f"{what}: must be at least 1")
+    if n > MAX_THREADS:
+        raise UserError(f"{what}: at most {MAX_THREADS} threads (this machine has {os.cpu_count() or 1} "
+                        f"cores; more threads than cores only slows training)")
+    return n
+
 
 def cli_threads() -> int:
     """``$TDYN_THREADS`` (default 1): the threads the CLI and every sweep worker train with."""
     text = os.environ.get("TDYN_THREADS", str(DEFAULT_THREADS))
     if not text.strip().isdigit() or int(text) < 1:
         raise UserError(f"TDYN_THREADS={text!r}: must be a whole number of at least 1")
-    return int(text)
+    return check_threads(int(text), f"TDYN_THREADS={text!r}")
 
 
 

@@ -218,8 +218,47 @@ a.self{color:inherit;text-decoration:none}
 """
 
 
+#: In every page the report writes: how a later report knows an ``index.html`` as its own (see :func:`check_page`).
+GENERATOR = '<meta name="generator" content="tdyn report">'
+_PAGE_HEAD = '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>'   # pages from before the marker
+
+
+def _page_is_ours(path: Path, recorded: bool) -> bool:
+    """Whether ``path`` (an existing ``index.html``, never followed through a link) is a page the report
+    wrote: it carries :data:`GENERATOR`, or (an older page) the directory records it and it starts as the
+    report's pages do."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return False
+    return GENERATOR in head or (recorded and head.startswith(_PAGE_HEAD))
+
+
+def check_page(d: Path) -> None:
+    """Before anything is written: ``d/index.html`` and ``d/report_files/`` are absent or the report's own
+    (nothing lost: a user's page or folder of the same name is never replaced), else a one-line
+    :class:`UserError` naming it."""
+    from tdyn.runs.ownership import TREE_RULES
+
+    mine = runs.written(d)
+    page, assets = d / PAGE, d / ASSETS
+    how = "move or rename it (tdyn report writes DIR/index.html and DIR/report_files/), then run tdyn report again"
+    if (page.exists() or page.is_symlink()) and not _page_is_ours(page, PAGE in mine):
+        raise UserError(f"{str(page)!r} exists and is not a page tdyn report wrote; it is left as it is: {how}")
+    if assets.is_symlink() or (assets.exists() and not assets.is_dir()):
+        raise UserError(f"{str(assets)!r} exists and is not the report's figures folder; it is left as it is: {how}")
+    if assets.is_dir():
+        foreign = TREE_RULES[ASSETS](assets)
+        if foreign is not None:
+            raise UserError(f"{str(assets)!r} holds {str(foreign)!r}, which tdyn report did not write; it is left "
+                            f"as it is: {how}")
+
+
 def _page(title: str, body: str) -> str:
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">{GENERATOR}<title>{_e(title)}</title>'
             f"<style>{_CSS}</style></head>\n<body>\n<h1>{_e(title)}</h1>\n{body}\n</body></html>\n")
 
 
@@ -676,6 +715,7 @@ def build_index(out_dir: str | Path, title: str | None = None, descriptions: dic
     results = reproductions(out)
     if not results:
         raise UserError(f"{str(out)!r} holds no {RESULTS} (neither itself nor its subdirectories)")
+    check_page(out)
     manifest = runs.read_manifest(out / MANIFEST) if (out / MANIFEST).exists() else {}
     descriptions = descriptions or {}
     if evidence is None and manifest.get("evidence") and Path(manifest["evidence"]).is_dir():
@@ -884,6 +924,7 @@ def build_run_report(run_dir: str | Path) -> Path:
     kind, run_dirs = collect_runs(d)
     if not run_dirs:
         raise UserError(f"{str(d)!r} holds no run directory (config.json + meta.json), ensemble.json or sweep.json")
+    check_page(d)
     assets = d / ASSETS
     assets.mkdir(exist_ok=True)
     labels = [_relpath(r, d) or "." for r in run_dirs]

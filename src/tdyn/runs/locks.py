@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 import threading
 from pathlib import Path
 
@@ -64,11 +65,18 @@ def lock_holder(d: str | Path) -> str:
 
 
 def _holder(lock: str) -> str:
-    try:
-        with open(lock, "rb") as f:
-            return f.read(300).decode("utf-8", "replace").strip()
+    try:   # never through a link, never blocking on a FIFO: only a lock file tdyn made names a holder
+        fd = os.open(lock, os.O_RDONLY | _NOFOLLOW)
     except OSError:
         return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return os.pread(fd, 300, 0).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def holder_gone(holder: str) -> bool:
@@ -84,6 +92,34 @@ def _in_use(d: Path, holder: str) -> str:
             f"wait for it to finish or stop it")
 
 
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def _not_a_lock(shown: str, what: str) -> UserError:
+    return UserError(f"{shown!r} is {what}, not a lock file tdyn made: tdyn writes its lock there and never "
+                     f"writes through or into it; move it away (keep what it holds) and retry")
+
+
+def _open_lock(lock: str, shown: str) -> int:
+    """The lock file's descriptor, opened (or created) without following a symbolic link: a link or
+    anything but a regular file at the lock path (a user's file linked there) is refused, naming it, and
+    nothing is written into it."""
+    if os.path.islink(lock):
+        raise _not_a_lock(shown, f"a symbolic link (to {os.readlink(lock)!r})")
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | _NOFOLLOW, _MODE)
+    except OSError as e:
+        if e.errno == errno.ELOOP or os.path.islink(lock):   # made a link between the check and the open
+            raise _not_a_lock(shown, "a symbolic link") from None
+        if e.errno == errno.EISDIR:
+            raise _not_a_lock(shown, "a directory") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _not_a_lock(shown, "not a regular file (a FIFO, socket or device)")
+    return fd
+
+
 def _acquire(d: Path) -> str:
     d = Path(d)
     d.mkdir(parents=True, exist_ok=True)
@@ -94,7 +130,7 @@ def _acquire(d: Path) -> str:
             _held[key][1] += 1
             return key
         for _ in range(20):
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, _MODE)
+            fd = _open_lock(lock, os.path.join(d, LOCK))
             try:
                 if fcntl is None:
                     raise OSError(errno.ENOSYS, "no fcntl")

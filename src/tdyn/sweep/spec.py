@@ -85,6 +85,21 @@ class Axes(Strict):
             raise ValueError(f"axes.zip lists must have equal lengths, got {sorted(lengths)}")
         return self
 
+    @model_validator(mode="after")
+    def _one_axis_per_key(self):
+        """A key varied by two axes: a cell takes one value per key, so one axis would silently replace the
+        other's values (``cells`` merges grid | zip | random): refused, naming the key and both axes."""
+        seen: dict[str, str] = {}
+        kinds = {"grid": self.grid, "zip": self.zip, "random": self.random.params if self.random else {}}
+        for kind, keys in kinds.items():
+            for k in keys:
+                key = k.strip()   # as --set reads it
+                if key in seen:
+                    raise ValueError(f"{key!r} is varied by two axes, axes.{seen[key]} and axes.{kind}: a run takes "
+                                     f"one value per key; give its values in one axis")
+                seen[key] = kind
+        return self
+
 
 class SlurmOptions(Strict):
     """What a Slurm job of the sweep asks for (``--executor slurm``; submitit's ``AutoExecutor``).

@@ -605,6 +605,14 @@ def train(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] | None = N
         if len(set(real)) < len(real):
             same = next(d for d, r in zip(dirs, real) if real.count(r) > 1)
             raise UserError(f"dirs: {str(same)!r} is given to two members (one member per run directory)")
+        given = dict(zip(real, dirs))   # a member inside another's directory: --force of the outer deletes it
+        for r, d in zip(real, dirs):
+            up, parent = r, os.path.dirname(r)
+            while parent != up:
+                up, parent = parent, os.path.dirname(parent)
+                if up in given:
+                    raise UserError(f"dirs: {str(d)!r} is inside {str(given[up])!r}, another member's run directory "
+                                    f"(give each member a directory of its own, none inside another)")
     job = Job(cfg, members, dirs, progress, out)  # builds (and validates) before anything is written
     configs, idents = job.member_cfgs, job.identities
     with runs.Locks() as locks:
