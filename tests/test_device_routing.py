@@ -89,6 +89,7 @@ def test_the_paths_that_build_their_own_configs_get_the_device(device, tmp_path,
 
     monkeypatch.setattr(phases, "run_sweep", sweep)
     monkeypatch.setattr(phases, "train_into", train)
+    monkeypatch.setattr(phases, "default_workers", lambda: 1)   # the plan's jobs in this process, through train_into
     with pytest.raises(_Stop):
         all_experiments()["scan-snap/fig6"].reproduce(ReproduceContext(out=tmp_path, quick=True, device=device))
     assert seen == [None if device == "cpu" else "cuda"]

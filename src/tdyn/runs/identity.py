@@ -2,7 +2,8 @@
 
 A run's identity is ``<member>@<digest>``: the member's name (``seed0``, ``seed1_lrY0.5``, ...) and the
 first 16 hex digits of the SHA-256 of its ``config.json`` as written (keys sorted, compact JSON), the config
-that determines its trajectory. The trainer computes it once per member and writes it into every file of
+that determines its trajectory (all of it but where it runs, ``device``, and where its metrics are copied,
+``log``: :data:`EXECUTION_KEYS`). The trainer computes it once per member and writes it into every file of
 the run: ``meta.json`` (``identity``), every checkpoint's safetensors metadata (``identity``) and the first
 record of ``metrics.jsonl`` (``run``); a job's ``ensemble.json`` and a sweep's ``sweep.json`` record the
 identity each of their runs must have. Readers (:func:`tdyn.runs.records.run_identity` and the readers of
@@ -32,9 +33,16 @@ class ForeignFile(CorruptFile):
     symlinked in, or edited after the run wrote it. Never passed over (resume does not fall back past it)."""
 
 
+#: config keys that say where a run executes, not what it computes: left out of its digest, so a run trained on a
+#: GPU reads (and resumes) on a CPU after ``device`` is edited, and a sink can be switched on for a resume
+EXECUTION_KEYS = ("device", "log")
+
+
 def config_digest(config: dict) -> str:
-    """The first 16 hex digits of the SHA-256 of ``config`` as compact JSON with sorted keys."""
-    text = json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    """The first 16 hex digits of the SHA-256 of ``config`` (but its :data:`EXECUTION_KEYS`) as compact JSON
+    with sorted keys."""
+    what = {k: v for k, v in config.items() if k not in EXECUTION_KEYS} if isinstance(config, dict) else config
+    text = json.dumps(what, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
