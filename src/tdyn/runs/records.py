@@ -79,6 +79,11 @@ class MetricsLines:
 
 
 def write_metrics(run_dir: Path, records: list[dict], identity: str | None = None) -> None:
+    """Write ``records`` as ``run_dir``'s metrics.jsonl (atomically), carrying ``identity``; by default, in a run
+    directory, the run's own (its ``meta.json``'s), so a run's metrics rewritten (e.g. cut at a step) stay its."""
+    if identity is None and (Path(run_dir) / META).is_file():
+        ident = read_meta(run_dir).get(IDENTITY)
+        identity = ident if isinstance(ident, str) else None
     atomic_write_bytes(*metrics_file(run_dir, records, identity))
 
 
