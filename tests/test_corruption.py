@@ -613,7 +613,7 @@ def _maps_from_classes(path: Path) -> None:
 # (case, table, damage, whether results.json keeps its digests, what the one stderr line must name)
 JUDGE_CASES = [
     ("table truncated", "loss.csv", _cut, True, "loss.csv"),
-    ("table replaced by another", "fig4_maps.csv", _maps_from_classes, True, "fig4_maps.csv"),
+    ("table replaced by another", "fig4_maps.csv", _maps_from_classes, True, "missing column 'iteration'"),
     ("no digests: last line cut", "loss.csv", _cut, False, "loss.csv"),
     ("no digests: a row's fields", "loss.csv", _extra_field, False, "row 3"),
     ("no digests: table replaced by another", "fig4_maps.csv", _maps_from_classes, False, "missing column 'iteration'"),
@@ -634,6 +634,21 @@ def test_judge_only_refuses_tables_it_did_not_write(fig4, preloaded_cli, tmp_pat
     assert_rejected(r, names, before, tree_state(tmp_path, exclude=(d,)), case=case)
 
 
+def test_judge_only_judges_an_edited_table_as_it_is_and_says_so(fig4, preloaded_cli, tmp_path):
+    """A table edited by hand (whole rows dropped: it still parses) is judged as it now is, exit 0, with one
+    warning line naming it, and results.json lists it under tables_edited (rows written, rows now)."""
+    d = tmp_path / "f"
+    shutil.copytree(fig4, d)
+    lines = (d / "loss.csv").read_text().splitlines(keepends=True)
+    (d / "loss.csv").write_text("".join(lines[:11]))                       # the header and 10 of 200 rows
+    r = preloaded_cli("reproduce", "scan-snap/fig4", "--judge-only", "--out", d)
+    assert r.returncode == 0, r.stderr
+    warn = [ln for ln in r.stderr.splitlines() if "loss.csv" in ln]
+    assert len(warn) == 1 and "edited since" in warn[0]
+    res = json.loads((d / runs.RESULTS).read_text())
+    assert res["tables_edited"] == [{"table": "loss.csv", "rows_written": 200, "rows_now": 10}]
+
+
 def test_judge_only_keeps_and_checks_the_digests(fig4, preloaded_cli, tmp_path):
     """Tables as written: judged again (twice: the digests are kept in the new results.json), exit 0."""
     d = tmp_path / "f"
@@ -643,4 +658,5 @@ def test_judge_only_keeps_and_checks_the_digests(fig4, preloaded_cli, tmp_path):
     for _ in range(2):
         r = preloaded_cli("reproduce", "scan-snap/fig4", "--judge-only", "--out", d)
         assert r.returncode == 0, r.stderr
-        assert json.loads((d / runs.RESULTS).read_text())["table_digests"] == digests
+        res = json.loads((d / runs.RESULTS).read_text())
+        assert res["table_digests"] == digests and "tables_edited" not in res

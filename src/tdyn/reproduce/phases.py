@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import json
 import re
 from pathlib import Path
@@ -37,6 +38,7 @@ from tdyn.reproduce.registry import get as registered, register
 from tdyn.sweep import run_sweep
 from tdyn.sweep.executors import default_workers, process_pool, terminate
 
+log = logging.getLogger(__name__)
 Tables = dict[str, list[dict[str, Any]]]
 
 
@@ -101,16 +103,16 @@ def table_digest(path: Path, rows: int) -> dict[str, Any]:
     return {"sha256": hashlib.sha256(_read_bytes(Path(path), TABLE_LIMIT)).hexdigest(), "rows": rows}
 
 
-def check_table(path: Path, recorded: Any, results: Path) -> None:
-    """``--judge-only``: the table ``path`` is the one the run recorded in ``results`` (``recorded``: its
-    digest entry); an edited, truncated or replaced table is a :class:`CorruptFile` naming it."""
+EDITED = "tables_edited"   # results.json of a --judge-only: the tables judged as edited since the run wrote them
+
+
+def check_table(path: Path, recorded: Any, results: Path) -> bool:
+    """``--judge-only``: whether the table ``path`` is the one the run recorded in ``results`` (``recorded``:
+    its digest entry; a malformed entry is a :class:`CorruptFile`). An edited table is judged as it now is
+    (what-if by hand is what --judge-only is for), and the results say so (:data:`EDITED`)."""
     if not isinstance(recorded, dict) or not isinstance(recorded.get("sha256"), str):
         raise CorruptFile(results, f"has {DIGESTS}.{path.stem} = {recorded!r:.60}, not a table's digest")
-    digest = hashlib.sha256(_read_bytes(path, TABLE_LIMIT)).hexdigest()
-    if digest != recorded["sha256"]:
-        raise CorruptFile(path, f"has SHA-256 {digest[:16]}…, not {recorded['sha256'][:16]}… as {results.name} "
-                                f"records ({recorded.get('rows')} rows): edited, truncated or replaced since the "
-                                f"reproduction wrote it")
+    return hashlib.sha256(_read_bytes(path, TABLE_LIMIT)).hexdigest() == recorded["sha256"]
 
 
 def write_table(path: Path, rows: list[dict[str, Any]], columns: list[str] | None = None) -> Path:
@@ -126,9 +128,11 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def tables_of(ctx, phases: Phases) -> Tables:
-    """The tables of ``ctx.out`` that ``phases`` reads (``--judge-only``); a missing one is a one-line error."""
-    out = {}
+def tables_of(ctx, phases: Phases) -> tuple[Tables, list[dict[str, Any]]]:
+    """The tables of ``ctx.out`` that ``phases`` reads (``--judge-only``; a missing one is a one-line error), and
+    those that differ from what the run wrote (results.json's digests; none recorded, as in the committed
+    docs/results: none known): each {table, rows written, rows now}, with one warning line."""
+    out, edited = {}, []
     res_path = Path(ctx.out) / runs.RESULTS
     digests = _digests(res_path)
     for t in phases.tables:
@@ -138,10 +142,10 @@ def tables_of(ctx, phases: Phases) -> Tables:
         if not path.exists():
             raise UserError(f"--judge-only: {str(path)!r} is missing (judge-only reads the tables a run of this "
                             f"reproduction wrote into --out)")
-        if digests is not None and t in digests:   # results.json from before digests (docs/results): as written
-            check_table(path, digests[t], res_path)
         out[t] = read_table(path)
-    return out
+        if digests is not None and t in digests and not check_table(path, digests[t], res_path):
+            edited.append({"table": f"{t}.csv", "rows_written": digests[t].get("rows"), "rows_now": len(out[t])})
+    return out, edited
 
 
 def _digests(res_path: Path) -> dict | None:
@@ -154,27 +158,29 @@ def _digests(res_path: Path) -> dict | None:
     return digests
 
 
-def _judged(ctx, what: str, fn: Callable[[], Any]) -> Any:
+def _judged(ctx, what: str, fn: Callable[[], Any], edited: list | None = None) -> Any:
     """``fn()`` (the judge or the draw); under ``--judge-only`` a KeyError / ValueError from the tables (a
-    column missing, a cell of another kind: not the tables this reproduction wrote) is one line naming OUT."""
+    column missing, a cell of another kind: not the tables this reproduction wrote) is one line naming OUT and
+    the tables ``edited`` since the run wrote them."""
     if not getattr(ctx, "judge_only", False):
         return fn()
+    since = f"; edited since the run wrote them: {', '.join(e['table'] for e in edited)}" if edited else ""
     try:
         return fn()
     except KeyError as e:
         raise UserError(f"--judge-only: the tables in {str(ctx.out)!r} are not the ones this reproduction wrote: "
-                        f"missing column {e.args[0]!r} ({what})") from None
+                        f"missing column {e.args[0]!r} ({what}){since}") from None
     except ValueError as e:
         raise UserError(f"--judge-only: the tables in {str(ctx.out)!r} are not the ones this reproduction wrote "
-                        f"({what}: {str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+                        f"({what}: {str(e).splitlines()[0] if str(e) else type(e).__name__}){since}") from None
 
 
 def run(phases: Phases, ctx) -> dict[str, Any]:
     """Plan, train, measure, write and re-read the tables, judge, draw: the results (the runner adds
     provenance and writes results.json). With ``ctx.judge_only``: judge and draw from OUT's tables."""
-    digests = None
+    digests, edited = None, None
     if getattr(ctx, "judge_only", False):
-        tables = tables_of(ctx, phases)
+        tables, edited = tables_of(ctx, phases)
         digests = _digests(Path(ctx.out) / runs.RESULTS)
     else:
         trained = train_plan(ctx, {name: configure(raw, ctx.overrides)
@@ -189,11 +195,17 @@ def run(phases: Phases, ctx) -> dict[str, Any]:
             path = write_table(Path(ctx.out) / f"{t}.csv", measured[t], phases.columns.get(t))
             tables[t] = read_table(path)
             digests[t] = table_digest(path, len(tables[t]))
-    results = _judged(ctx, "judge", lambda: phases.judge(ctx, tables))
-    figures = _judged(ctx, "draw", lambda: phases.draw(ctx, tables, results)) if phases.draw else []
+    results = _judged(ctx, "judge", lambda: phases.judge(ctx, tables), edited)
+    figures = _judged(ctx, "draw", lambda: phases.draw(ctx, tables, results), edited) if phases.draw else []
+    if edited:
+        log.warning("--judge-only: %s differ%s from what the reproduction wrote (edited since); judged as %s now, "
+                    "and results.json says so (%s)", ", ".join(e["table"] for e in edited),
+                    "s" if len(edited) == 1 else "", "it is" if len(edited) == 1 else "they are", EDITED)
     results.setdefault("files", [f"{t}.csv" for t in phases.tables if t in tables] + list(figures))
     if digests is not None:   # what --judge-only checks the tables against (kept when judged again)
         results.setdefault(DIGESTS, digests)
+    if edited:
+        results[EDITED] = edited
     return results
 
 
