@@ -32,6 +32,7 @@ from tdyn import docs, papers, runs, sweep
 from tdyn.errors import UserError
 from tdyn.report import style
 from tdyn.runs.io import read_csv
+from tdyn.runs.ownership import TREE_RULES
 from tdyn.report.verdicts import (ORDER, SOURCE_LABEL, by_source, count_line, counts, full_evidence, setting_of,
                                   source_of)
 
@@ -241,8 +242,6 @@ def check_page(d: Path) -> None:
     """Before anything is written: ``d/index.html`` and ``d/report_files/`` are absent or the report's own
     (nothing lost: a user's page or folder of the same name is never replaced), else a one-line
     :class:`UserError` naming it."""
-    from tdyn.runs.ownership import TREE_RULES
-
     mine = runs.written(d)
     page, assets = d / PAGE, d / ASSETS
     how = "move or rename it (tdyn report writes DIR/index.html and DIR/report_files/), then run tdyn report again"
