@@ -18,8 +18,6 @@ once with its multiplicity (its positions have the same column).
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from tdyn.papers.decision_list import theory as th
@@ -168,16 +166,7 @@ def hessian_blocks(model: DecisionListModel, task: DecisionListTask, types):
     A -= outer_sum(om * nn, nn)
     A += torch.diag_embed((om * a).view(L, G, L).sum(1))
     A += _main_term(R, f_all, V, om * pb / (Z * Z))
-    A = 0.5 * (A + A.transpose(1, 2))
-    evals, evecs = torch.linalg.eigh(A)
-    qstar = int(evals[:, -1].argmax())
-    lower = float(evals[qstar, -1])
-    beta = float(beta_q.norm())
-    mid, half = 0.5 * (lower + c_up), 0.5 * (lower - c_up)
-    upper = max(lower, mid + math.sqrt(half * half + beta * beta))
-    vec = torch.zeros(2, L, L, dtype=torch.float64)
-    vec[0, :, qstar] = evecs[qstar, :, -1]
-    return th.BlockBound(lower, upper, beta, c_up, vec.reshape(-1).numpy())
+    return th.block_bound(A, beta_q, c_up)
 
 
 def _main_term(R: _Rows, f_all: torch.Tensor, V: torch.Tensor, wl: torch.Tensor) -> torch.Tensor:

@@ -705,6 +705,13 @@ def hessian_blocks(model: DecisionListModel, task: DecisionListTask, types: Type
         R = ((ws[:, None] * pt[sel]).sqrt()[:, :, None] * cen * ats[:, None, :]).reshape(-1, L)
         wa = ws[:, None] * a[sel]
         A[qq] = R.T @ R + torch.diag(wa.sum(0)) - wa.T @ ats - ats.T @ wa
+    return block_bound(A, beta_q, c_up)
+
+
+def block_bound(A: torch.Tensor, beta_q: torch.Tensor, c_up: float) -> BlockBound:
+    """The :class:`BlockBound` of the per-query W–W blocks ``A`` (L × L × L, symmetrised here), the per-query
+    bounds ``beta_q`` on ‖∇²_{WV}F‖ and ``c_up`` ≥ λ_max(∇²_{VV}F)."""
+    L = A.shape[-1]
     A = 0.5 * (A + A.transpose(1, 2))
     evals, evecs = torch.linalg.eigh(A)                            # per query block
     qstar = int(evals[:, -1].argmax())
