@@ -33,8 +33,7 @@ from tdyn.errors import UserError
 from tdyn.report import style
 from tdyn.runs.io import read_csv
 from tdyn.runs.ownership import TREE_RULES
-from tdyn.report.verdicts import (ORDER, SOURCE_LABEL, by_source, count_line, counts, full_evidence, setting_of,
-                                  source_of)
+from tdyn.report.verdicts import ORDER, by_source, counts, full_evidence, setting_of, source_of
 
 PAGE = "index.html"
 ASSETS = "report_files"

@@ -373,8 +373,6 @@ def export_evidence(src: str | Path, dest: str | Path) -> list[str]:
     ``dest`` (the shipped docs/results): for each reproduction it finished at full settings, its
     ``results.json`` and the tables and figures it lists, into ``dest/<slug>/`` (the files tdyn wrote there
     before and no longer writes go). Quick and failed ones are left out. Returns the names copied."""
-    import shutil
-
     src, dest = Path(src), Path(dest)
     copied = []
     for e in runs.read_manifest(src / MANIFEST)["reproductions"]:

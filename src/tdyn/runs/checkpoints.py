@@ -23,8 +23,7 @@ from safetensors.torch import load as load_safetensors, save
 
 from tdyn.errors import UserError
 from tdyn.runs.atomic import atomic_write_bytes
-from tdyn.runs.identity import IDENTITY, check
-from tdyn.runs.io import CorruptFile, _os_error, _read_bytes, _short
+from tdyn.runs.io import CorruptFile, _os_error, _read_bytes
 from tdyn.runs.names import CHECKSUM, CKPT_DIR, FINAL
 
 _STEP_RE = re.compile(r"step-(\d+)\.safetensors$")

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from tdyn.config import RunConfig, validate_config
 from tdyn.errors import UserError
 from tdyn.runs.atomic import atomic_write_bytes

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from tdyn.config import (apply_overrides, format_validation_error, is_file_source, load_config, packaged,
+from tdyn.config import (apply_overrides, format_validation_error, is_file_source, packaged,
                          read_config_file, read_source, validate_config)
 from tdyn.errors import ConfigError, check_arg
 from tdyn.schema import Strict, check_finite
