@@ -13,22 +13,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from tdyn import config, runs
-from tdyn.errors import UserError, check_arg
+from tdyn.errors import check_arg, check_path
 from tdyn.train import trainer
 
-PATH = (str, os.PathLike)
-PATH_TEXT = "a path (str or pathlib.Path)"
-
-
-def _path(fn: str, name: str, value: Any) -> Any:
-    check_arg(fn, name, value, *PATH, what=PATH_TEXT)
-    if not os.fspath(value):
-        raise UserError(f"{fn}(): argument {name!r} is an empty path (it names no file or directory)")
-    return value
+_path = check_path
 
 
 def _config_source(fn: str, name: str, value: Any) -> Any:
-    return check_arg(fn, name, value, dict, BaseModel, *PATH,
+    return check_arg(fn, name, value, dict, BaseModel, str, os.PathLike,
                      what="a config (a dict, a RunConfig, or a YAML/JSON file or config name)")
 
 

@@ -76,6 +76,15 @@ def check_arg(fn: str, name: str, value: Any, *types: type, what: str = "") -> A
     return value
 
 
+def check_path(fn: str, name: str, value: Any) -> Any:
+    """``value`` of argument ``name`` of ``fn`` if it is a non-empty path (a str or ``os.PathLike``), else a
+    one-line :class:`UserError` (an empty path names no file: it is not the current directory)."""
+    check_arg(fn, name, value, str, os.PathLike, what="a path (str or pathlib.Path)")
+    if not os.fspath(value):
+        raise UserError(f"{fn}(): argument {name!r} is an empty path (it names no file or directory)")
+    return value
+
+
 def _library_dirs() -> tuple[str, ...]:
     """Directories whose code is not the user's: tdyn's package, the standard library, installed packages."""
     import site

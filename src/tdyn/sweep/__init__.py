@@ -22,7 +22,7 @@ import torch
 from pydantic import ValidationError
 
 from tdyn import runs
-from tdyn.errors import ConfigError, UserError, check_arg
+from tdyn.errors import ConfigError, UserError, check_arg, check_path
 from tdyn.lazy import callable_package
 from tdyn.schema import format_validation_error
 from tdyn.runs import write_csv
@@ -170,9 +170,7 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
         raise UserError("tdyn.sweep was called while a sweep worker started: a spawned worker runs the top level of "
                         "your script again; put the call under `if __name__ == \"__main__\":`")
     fn = "tdyn.sweep"
-    check_arg(fn, "out", out, str, os.PathLike, what="a path (str or pathlib.Path)")
-    if not os.fspath(out):
-        raise UserError(f"{fn}(): argument 'out' is an empty path (it names no directory)")
+    check_path(fn, "out", out)
     check_arg(fn, "executor", executor, str)
     if workers is not None:
         check_arg(fn, "workers", workers, int, what="an int or None")
