@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import sys
 import time
 from pathlib import Path
 
 from tdyn import docs
-from tdyn.errors import ENVIRONMENT_ERRNOS, UserCodeError, UserError, WriteError, user_code_error, user_frame
+from tdyn.errors import ENVIRONMENT_ERRNOS, RESOURCE_ERRNOS, UserCodeError, UserError, WriteError, user_code_error, user_frame
 
 
 def _setup(args) -> None:
@@ -565,10 +564,6 @@ def _continue_hint(args) -> str:
     return f"; free space, then {how} to continue" if how else ""
 
 
-#: errno values of a resource the machine refused (a fork at the process limit, memory, file descriptors)
-_RESOURCE_ERRNOS = frozenset(getattr(errno, n) for n in ("EAGAIN", "ENOMEM", "EMFILE", "ENFILE") if hasattr(errno, n))
-
-
 def _user_code(e: BaseException, args) -> int:
     """An exception tdyn did not expect: one line and exit 2 when it arose in the user's own code (a task,
     a model, a probe, a plugin: :func:`tdyn.errors.user_frame`), its traceback with ``-v``; else re-raised
@@ -652,7 +647,7 @@ def _main(argv: list[str] | None = None) -> int:
             raise              # stdout's reader has gone: main() ends quietly
         return _user_code(e, args)
     except OSError as e:
-        if e.filename is None and e.errno in _RESOURCE_ERRNOS and user_code_error(e) is None:
+        if e.filename is None and e.errno in RESOURCE_ERRNOS and user_code_error(e) is None:
             # the machine refused a process, memory or a file descriptor (a fork at the process limit): not a bug
             print(f"tdyn: error: the machine refused a resource tdyn needed ({e.strerror or e}; "
                   f"{type(e).__name__}, errno {e.errno}): nothing was left half-written; retry when it has "

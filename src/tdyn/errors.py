@@ -35,6 +35,8 @@ class RegisteredTwice(UserError, RuntimeError):
 #: errno values that mean the machine, not the input, failed a write: exit 1 (the run failed with this cause)
 ENVIRONMENT_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EIO", "EFBIG", "EROFS")
                                if hasattr(errno, n))
+#: errno values of a resource the machine refused (a fork at the process limit, memory, file descriptors): exit 1
+RESOURCE_ERRNOS = frozenset(getattr(errno, n) for n in ("EAGAIN", "ENOMEM", "EMFILE", "ENFILE") if hasattr(errno, n))
 
 
 class WriteError(OSError):

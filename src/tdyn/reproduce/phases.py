@@ -128,13 +128,12 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def tables_of(ctx, phases: Phases) -> tuple[Tables, list[dict[str, Any]]]:
+def tables_of(ctx, phases: Phases, digests: dict | None) -> tuple[Tables, list[dict[str, Any]]]:
     """The tables of ``ctx.out`` that ``phases`` reads (``--judge-only``; a missing one is a one-line error), and
-    those that differ from what the run wrote (results.json's digests; none recorded, as in the committed
-    docs/results: none known): each {table, rows written, rows now}, with one warning line."""
+    those that differ from what the run wrote (``digests``, results.json's; None, as in the committed
+    docs/results: none known): each {table, rows written, rows now}."""
     out, edited = {}, []
     res_path = Path(ctx.out) / runs.RESULTS
-    digests = _digests(res_path)
     for t in phases.tables:
         path = Path(ctx.out) / f"{t}.csv"
         if not path.exists() and t in phases.optional:
@@ -180,8 +179,8 @@ def run(phases: Phases, ctx) -> dict[str, Any]:
     provenance and writes results.json). With ``ctx.judge_only``: judge and draw from OUT's tables."""
     digests, edited = None, None
     if getattr(ctx, "judge_only", False):
-        tables, edited = tables_of(ctx, phases)
         digests = _digests(Path(ctx.out) / runs.RESULTS)
+        tables, edited = tables_of(ctx, phases, digests)
     else:
         trained = train_plan(ctx, {name: configure(raw, ctx.overrides)
                                    for name, raw in (phases.plan(ctx) if phases.plan else {}).items()})
