@@ -43,7 +43,7 @@ from tdyn.runs.names import (CHECKSUM, CKPT_DIR, CONFIG, DONE, ENSEMBLE, FINAL, 
 from tdyn.runs.ownership import (OS_LITTER, OWN_FILES, OWN_TREES, check_own, clear_own, foreign_entry,  # noqa: F401
                                  is_tdyn_dir, own, prepare_dir, record, reproduction_of, written)
 from tdyn.runs.reader import Run, load_run, load_sweep  # noqa: F401
-from tdyn.runs.records import (MetricsLines, check_identity, check_run, load_checkpoint, config_from, ensemble_dirs, is_run_dir, job_dirs,  # noqa: F401
+from tdyn.runs.records import (MetricsLines, check_final_step, check_identity, check_run, load_checkpoint, config_from, ensemble_dirs, is_run_dir, job_dirs,  # noqa: F401
                                load_run_config, run_identity, sweep_dirs, metrics_file, read_config, read_ensemble, read_manifest, read_meta, read_metrics,
                                read_results, read_sweep, scan_metrics, write_metrics)
 

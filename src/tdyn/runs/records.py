@@ -350,15 +350,18 @@ def load_checkpoint(run_dir: Path, step: int | str = "final",
     return tensors
 
 
-def check_final_step(path: Path, meta: dict[str, str], run_dir: Path) -> None:
+def check_final_step(path: Path, meta: dict[str, str], run_dir: Path, steps: int | None = None) -> None:
     """The final checkpoint ``path`` (its metadata ``meta``) of a finished run holds the step the run finished
     at, its config's ``optim.steps`` (resume's rule, ``tdyn.train.trainer.check_done``): an older checkpoint
     copied over ``final.safetensors`` is a :class:`CorruptFile`, never the run's result. A run that has not
-    finished (running, interrupted, diverged) is not checked: its final state is whatever step it reached."""
+    finished (running, interrupted, diverged) is not checked: its final state is whatever step it reached.
+    ``steps``: the caller knows the run finished and its steps (resume's check), nothing is read again."""
     run_dir = Path(run_dir)
-    if not is_run_dir(run_dir) or read_meta(run_dir)["status"] != "finished":
-        return
-    T = load_run_config(run_dir).optim.steps
+    if steps is None:
+        if not is_run_dir(run_dir) or read_meta(run_dir)["status"] != "finished":
+            return
+        steps = load_run_config(run_dir).optim.steps
+    T = steps
     if meta.get("step") != str(T):
         raise CorruptFile(path, f"holds step {_short(meta.get('step'))}, but {CONFIG} trains {T} steps and "
                                 f"{META} says the run finished: not the run's final state")

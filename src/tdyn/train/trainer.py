@@ -704,8 +704,7 @@ def check_done(run_dir: str | Path, cfg: RunConfig, status: str, *, tensors: boo
             raise runs.CorruptFile(final, f"is missing, but {runs.META} says the run is finished")
         meta = runs.read_checkpoint(final)[1] if tensors else runs.read_checkpoint_metadata(final)
         runs.check_identity(final, meta, d, ident)
-        if meta.get("step") != str(T):
-            raise runs.CorruptFile(final, f"holds step {meta.get('step')}, but {runs.CONFIG} trains {T} steps")
+        runs.check_final_step(final, meta, d, steps=T)
 
 
 def verified_status(run_dir: str | Path, *, tensors: bool = True) -> str:
