@@ -29,7 +29,8 @@ class UserCodeError(UserError):
 
 class RegisteredTwice(UserError, RuntimeError):
     """A name registered twice (a task, probe, reproduction, bench entry or paper): a plugin's name that
-    is already taken, a built-in one's included, is refused, never replaced."""
+    is already taken by other code, a built-in one's included, is refused, never replaced (the same code
+    registering it again, as a notebook cell run again does, replaces it: :mod:`tdyn.registry`)."""
 
 
 #: errno values that mean the machine, not the input, failed a write: exit 1 (the run failed with this cause)

@@ -1,8 +1,9 @@
 """One registry helper for tdyn's named things (tasks, probes, benches, experiments).
 
-A :class:`Registry` maps names to items: ``register`` refuses a duplicate name, ``get`` raises a
-one-line :class:`~tdyn.errors.UserError` (or the subclass given) listing the allowed names, and
-``items`` lists them sorted. ``table`` (optional) is an explicit map name → module path, and ``papers`` names
+A :class:`Registry` maps names to items: ``register`` refuses a name taken by other code (a built-in
+name always) and replaces an entry registered again by the same code (a notebook cell run again: see
+:meth:`Registry.register`), ``get`` raises a one-line :class:`~tdyn.errors.UserError` (or the subclass
+given) listing the allowed names, and ``items`` lists them sorted. ``table`` (optional) is an explicit map name → module path, and ``papers`` names
 the section of the papers' manifests (:mod:`tdyn.papers`) that adds to it: looking a name up imports
 only its module; listing imports every module of the table (never a package walk,
 no import side effects beyond the registrations of the modules named).
@@ -11,12 +12,45 @@ no import side effects beyond the registrations of the modules named).
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Generic, Iterator, TypeVar
+import json
+import logging
+from pathlib import Path
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from tdyn import papers, plugins
 from tdyn.errors import RegisteredTwice, UserError, check_arg
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+#: The built-in tasks' and probes' one-line descriptions, ``{"tasks": {name: line}, "probes": {...}}``,
+#: generated from their registrations by ``make catalog`` (with the reproductions' catalog) so
+#: that ``tdyn list`` shows them without importing their modules (``tests/test_library_door.py`` checks it).
+NAMES = Path(__file__).with_name("names.json")
+
+
+def described() -> dict[str, dict[str, str]]:
+    """The generated :data:`NAMES` catalog."""
+    return json.loads(NAMES.read_text(encoding="utf-8"))
+
+#: Who registered an entry: the ``(__module__, __qualname__)`` of the function or class registered.
+Origin = tuple[str, str]
+_OF_ITEM = object()   # register()'s default origin: the item's own (origin_of)
+
+
+def origin_of(obj: Any) -> Origin | None:
+    """``(obj.__module__, obj.__qualname__)`` of a function or class (the code that defines it), else None
+    (a value with no code behind it: registering its name again is always refused)."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    return (module, qualname) if isinstance(module, str) and isinstance(qualname, str) else None
+
+
+def same_code(old: Origin | None, new: Origin | None) -> bool:
+    """Whether ``new`` is ``old`` defined again: the same module and qualified name, or both in ``__main__``
+    (a notebook or script, whose cell may be edited, renaming the function, and run again)."""
+    if old is None or new is None or old[0] != new[0]:
+        return False
+    return old[1] == new[1] or old[0] == "__main__"
 
 
 class Registry(Generic[T]):
@@ -30,6 +64,8 @@ class Registry(Generic[T]):
         self.papers = papers              # the manifests' section ("tasks", "probes", …) that adds to it
         self.hint = hint                  # appended to the unknown-name error
         self._items: dict[str, T] = {}
+        self._origins: dict[str, Origin | None] = {}     # name -> the code that registered it (origin_of)
+        self._descriptions: dict[str, str] = {}          # name -> its one-line description (``tdyn list``)
 
     @property
     def table(self) -> dict[str, str]:
@@ -48,29 +84,53 @@ class Registry(Generic[T]):
         for mod in dict.fromkeys(self.table.values()):
             importlib.import_module(mod)
 
-    def register(self, name: str, item: T) -> T:
-        """Add ``item`` under ``name``; a name already taken is a :class:`~tdyn.errors.RegisteredTwice`.
-        A name the table declares (a built-in or an installed paper's) belongs to its module, which is
-        imported first, so a plugin registering it is refused whether or not that module was loaded yet
-        (importing the module that is registering it returns at once: it is already in ``sys.modules``)."""
+    def register(self, name: str, item: T, *, origin: Origin | None | object = _OF_ITEM, description: str = "") -> T:
+        """Add ``item`` under ``name``. ``origin`` is the code registering it, ``(module, qualname)``
+        (default: :func:`origin_of` ``item``); ``description`` its one line for ``tdyn list``.
+
+        A name already registered is replaced when the same code registers it again (:func:`same_code`: a
+        notebook cell or ``importlib.reload`` run again), with a one-line notice (a ``logging`` warning);
+        registered by other code it is a :class:`~tdyn.errors.RegisteredTwice` naming whose it is. A name
+        the table declares (a built-in or an installed paper's) belongs to its module, which is imported
+        first, and is never replaced: a plugin registering it is refused whether or not that module was
+        loaded yet (importing the module that is registering it returns at once: it is already in
+        ``sys.modules``)."""
         self._check_name(name)
+        if origin is _OF_ITEM:
+            origin = origin_of(item)
         owner = self.table.get(name) if name not in self._items else None
         if owner is not None:
             importlib.import_module(owner)
         if name in self._items:
             where = self.table.get(name)
-            raise RegisteredTwice(f"{self.kind} {name!r} registered twice" + (f": {name!r} is {where}'s" if where else "")
-                                  + "; a name is registered once (give yours another name)")
+            old = self._origins.get(name)
+            if where is not None:
+                raise RegisteredTwice(f"{self.kind} {name!r} registered twice: {name!r} is {where}'s, which is never "
+                                      f"replaced; give yours another name")
+            if not same_code(old, origin):
+                def who(o):
+                    return ".".join(o) if o else "a value"
+                raise RegisteredTwice(f"{self.kind} {name!r} registered twice: by {who(old)} and now by {who(origin)}; "
+                                      f"a name is registered once (give yours another name; the same code "
+                                      f"registering it again replaces it)")
+            log.warning("%s %r registered again by %s.%s: the new one replaces the old", self.kind, name, *origin)
         self._items[name] = item
+        self._origins[name] = origin
+        self._descriptions[name] = description
         return item
 
-    def decorator(self, name: str) -> Callable[[T], T]:
-        """``@reg.decorator(name)`` registers the decorated object under ``name``."""
+    def description(self, name: str) -> str:
+        """The one-line description ``name`` was registered with ("" when none)."""
+        self._load(name)
+        return self._descriptions.get(name, "")
+
+    def decorator(self, name: str, description: str = "") -> Callable[[T], T]:
+        """``@reg.decorator(name)`` registers the decorated object under ``name`` (:meth:`register`)."""
 
         self._check_name(name)
 
         def deco(item: T) -> T:
-            return self.register(name, item)
+            return self.register(name, item, description=description)
 
         return deco
 
@@ -105,3 +165,5 @@ class Registry(Generic[T]):
     def unregister(self, name: str) -> None:
         """Remove ``name`` (tests that register a temporary entry)."""
         self._items.pop(name, None)
+        self._origins.pop(name, None)
+        self._descriptions.pop(name, None)

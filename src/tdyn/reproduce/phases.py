@@ -35,6 +35,7 @@ from tdyn.errors import UserError
 from tdyn.reproduce.common import configure, on_reproduction_device, train_into, train_job
 from tdyn.runs.io import TABLE_LIMIT, CorruptFile, _read_bytes, read_csv
 from tdyn.reproduce.registry import get as registered, register
+from tdyn.registry import origin_of
 from tdyn.sweep import run_sweep
 from tdyn.sweep.executors import default_workers, process_pool, terminate
 
@@ -254,6 +255,7 @@ def register_phases(name: str, phases: Phases, *, default_config: Callable[[], d
     against before anything runs), ``--judge-only`` judges its tables again."""
     configs = configs or phases.plan
     exp = register(name, description, default_config, configs=configs, options=options,
-                   takes_set=False if configs is None and phases.sweeps is None and takes_set is None else takes_set)(lambda ctx: run(phases, ctx))
+                   takes_set=False if configs is None and phases.sweeps is None and takes_set is None else takes_set,
+                   origin=origin_of(phases.judge))(lambda ctx: run(phases, ctx))
     registered(name).phases = phases
     return exp

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from tdyn import papers
 from tdyn.errors import ConfigError, UserError
-from tdyn.registry import Registry
+from tdyn.registry import Registry, origin_of
 from tdyn.schema import format_validation_error
 
 
@@ -93,9 +93,11 @@ _REGISTRY = EXPERIMENTS._items  # the registered entries (tests add temporary on
 
 def register(name: str, description: str | None = None, default_config: Callable[[], dict] | None = None, *,
              configs: Callable[[ReproduceContext], dict[str, dict]] | None = None,
-             takes_set: bool | None = None, options: type | None = None):
+             takes_set: bool | None = None, options: type | None = None, origin: tuple[str, str] | None = None):
     """Decorator registering ``reproduce(ctx) -> results`` under ``name`` (see :class:`Experiment`). A
-    paper's reproduction takes its description from the paper's manifest; one outside any paper gives it."""
+    paper's reproduction takes its description from the paper's manifest; one outside any paper gives it.
+    ``origin``: the code that registers it (default: the decorated function's; see
+    :meth:`tdyn.registry.Registry.register`: the same code registering it again replaces it)."""
     declared = papers.of(name)
     declared = declared.reproductions.get(name) if declared else None
     if description is None:
@@ -104,7 +106,8 @@ def register(name: str, description: str | None = None, default_config: Callable
         description = declared.description
 
     def deco(fn):
-        EXPERIMENTS.register(name, Experiment(name, description, fn, default_config, configs, takes_set, options))
+        EXPERIMENTS.register(name, Experiment(name, description, fn, default_config, configs, takes_set, options),
+                             origin=origin or origin_of(fn), description=description)
         return fn
 
     return deco

@@ -51,7 +51,7 @@ from torch import nn
 from tdyn import plugins
 from tdyn.errors import UserCodeError, UserError, check_arg
 from tdyn.models.stacked import Randomness, Stacked
-from tdyn.registry import Registry
+from tdyn.registry import Registry, origin_of
 from tdyn.seeding import generator, global_rng
 
 
@@ -196,8 +196,10 @@ TASKS: Registry[TaskSpec] = Registry("task", label="task", hint=plugins.HINT, pa
 
 def register_task(name: str, data_config: type[BaseModel], model_config: type[BaseModel],
                   description: str = "", size: Callable[..., int] | None = None):
-    """Decorator: ``@register_task("my_task", DataCfg, ModelCfg)`` on ``build(cfg, members)``; ``size``:
-    see :attr:`TaskSpec.size` (without it, no memory check before building)."""
+    """Decorator: ``@register_task("my_task", DataCfg, ModelCfg, "one line for tdyn list")`` on
+    ``build(cfg, members)`` (or on a Task class); ``size``: see :attr:`TaskSpec.size` (without it, no memory
+    check before building). Registering the same name again from the same code (a notebook cell run again)
+    replaces it with a one-line notice; a name another module registered, or a built-in one, is refused."""
 
     for arg, cls in (("data_config", data_config), ("model_config", model_config)):
         if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
@@ -210,7 +212,8 @@ def register_task(name: str, data_config: type[BaseModel], model_config: type[Ba
     def deco(build):
         if not callable(build):
             raise UserError(f"@register_task({name!r}) decorates {_what(build)}, not a function or Task class")
-        TASKS.register(name, TaskSpec(name, data_config, model_config, build, description, size))
+        TASKS.register(name, TaskSpec(name, data_config, model_config, build, description, size),
+                       origin=origin_of(build), description=description)
         return build
 
     return deco

@@ -241,7 +241,7 @@ def _layer0(model, name: str) -> torch.Tensor | None:
     return p[:, 0] if (model.cfg.n_layers > 1 and isinstance(p, torch.nn.Parameter)) else p
 
 
-@probe("topic.norms")
+@probe("topic.norms", "‖W_V − W_V(0)‖, ‖W_K‖, ‖W_Q‖, ‖W_KᵀW_Q‖ and the changes of W_K, W_Q since initialisation (layer 0)")
 def _norms(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     m = ctx.model
     f = ctx.task.facts
@@ -280,7 +280,7 @@ def clean_statistics(ctx: ProbeContext) -> dict:
     return ctx.once("topic.clean_statistics", compute)
 
 
-@probe("topic.attention")
+@probe("topic.attention", "mean attention by class of key (self, same token, same topic, other topic) on clean probe documents")
 @torch.no_grad()
 def _attention(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     b, f = ctx.batch, ctx.task.facts
@@ -291,7 +291,7 @@ def _attention(ctx: ProbeContext) -> dict[str, torch.Tensor]:
                                 f["num_special"])
 
 
-@probe("topic.blocks")
+@probe("topic.blocks", "topic-block contrast of W_V, W_VᵀW_V, W_KᵀW_Q and the embedding Gram matrix")
 def _blocks(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     m, f = ctx.model, ctx.task.facts
     v, ns = f["words_per_topic"], f["num_special"]
@@ -309,7 +309,7 @@ def _blocks(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     return out
 
 
-@probe("topic.dev_loss")
+@probe("topic.dev_loss", "the training loss on the probe batch")
 def _dev_loss(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     b = ctx.batch
     return {"dev_loss": ctx.model.data_loss(b["tokens"], b["labels"], b["keys"])}

@@ -243,7 +243,7 @@ def effective_value(model) -> torch.Tensor | None:
     return model.W_dec @ model.W_V @ E.transpose(1, 2)
 
 
-@probe("topic.stages")
+@probe("topic.stages", "stage markers: the topic-block score κ of the attention, the value matrix's block contrast, the attention gap per document")
 @torch.no_grad()
 def _stages(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     m, f = ctx.model, ctx.task.facts
