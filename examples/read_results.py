@@ -1,8 +1,7 @@
 """Example (c): reading results back, notebook style (each ``# %%`` is a cell in VS Code / Jupytext).
 
-``tdyn.load_sweep`` gives every run of a sweep in one long table (a pandas DataFrame when pandas is
-installed, else a dict of numpy columns); ``tdyn.load_run`` one run, with ``.df`` for its metrics and
-``.model(step)`` for the module rebuilt from a checkpoint.
+``tdyn.load_sweep`` gives every run of a sweep in one long pandas DataFrame; ``tdyn.load_run`` one run,
+with ``.df`` for its metrics (a DataFrame too) and ``.model(step)`` for the module rebuilt from a checkpoint.
 
     python examples/read_results.py --sweep runs/plain --png runs/plain/distinct_attention.png
 """

@@ -181,3 +181,21 @@ def test_python_words():
         "tdyn deletes only its own outputs — move it, or choose another out"
     assert python_words("set the members' rates instead: --set 'ensemble.lrs=[1]'") == \
         "set the members' rates instead: the override 'ensemble.lrs=[1]'"
+
+
+# ---------------------------------------------------------------- 2. pandas in the default install
+
+def test_pandas_is_a_dependency_and_tables_are_dataframes(tmp_path):
+    import tomllib
+
+    import pandas as pd
+    from packaging.requirements import Requirement
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert "pandas" in {Requirement(d).name for d in deps}
+    dirs = tdyn.train(dict(SS, seeds=[0, 1]), tmp_path / "e", progress=False)
+    table = tdyn.load_sweep(tmp_path / "e")
+    assert isinstance(table, pd.DataFrame) and sorted(table["run"].unique()) == ["seed0", "seed1"]
+    assert table["loss"].notna().all() and set(table["lr.Y"]) == {1.0}
+    df = tdyn.load_run(dirs[0]).df
+    assert isinstance(df, pd.DataFrame) and df["step"].iloc[-1] == SS["optim"]["steps"]
