@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -93,8 +94,11 @@ def damage(path: Path, how: str, root: Path | None = None, built: dict[str, Path
     """``how``: truncate (keep the first half), empty, garble (8 bytes in the middle → 0xff), bitflip (the
     last byte's low bit), delete (a file or a directory), text:T (replace by T), fifo (a FIFO in its place),
     devzero (a link to /dev/zero), sparse (65 MB of zeros), deep (JSON nested 200000 deep), set:KEY.PATH=JSON (a JSON
-    file's field), drop_line:N / dup_line:N / line:N=T (metrics.jsonl's N-th line, from 1), unkey:K (the
-    first line's key K removed), copy:FILE (another file of the same directory in its place); and from
+    file's field), sealset:KEY.PATH=JSON (meta.json's field, its checksum recomputed: a deliberate forgery),
+    sub:OLD=>NEW (the first OLD in the file's text replaced, in place), drop_line:N / dup_line:N / line:N=T
+    (metrics.jsonl's N-th line, from 1), digit:N (line N's loss changed in its last digit, in place: the line
+    stays valid JSON), uncrc:N (line N's checksum removed), unkey:K (the first line's key K removed),
+    copy:FILE (another file of the same directory in its place); and from
     elsewhere: swap:REL (exchanged with ``root/REL``, a file or a directory), symlink:REL (replaced by a
     link to ``root/REL``), copyfrom:KIND/REL (``built[KIND]/REL`` copied in its place)."""
     kind, _, arg = how.partition(":")
@@ -129,11 +133,24 @@ def damage(path: Path, how: str, root: Path | None = None, built: dict[str, Path
         path.unlink()
     elif kind == "text":
         path.write_text(arg)
-    elif kind == "set":
+    elif kind in ("set", "sealset"):
         key, _, value = arg.partition("=")
         obj = json.loads(data)
         _set(obj, key, json.loads(value))
-        path.write_text(json.dumps(obj))
+        (runs.write_json(path, obj) if kind == "sealset" else path.write_text(json.dumps(obj)))
+    elif kind == "sub":
+        old, _, new = arg.partition("=>")
+        assert old in data.decode(), (path, old)
+        path.write_text(data.decode().replace(old, new, 1))
+    elif kind in ("digit", "uncrc"):
+        lines = data.decode().splitlines(keepends=True)
+        i = int(arg) - 1
+        if kind == "uncrc":
+            lines[i] = re.sub(r', "crc": "[0-9a-f]{8}"', "", lines[i])
+        else:   # the last digit of the second value (the loss): a changed number, the line still valid JSON
+            m = list(re.finditer(r"\d(?=[,}])", lines[i]))[1]
+            lines[i] = lines[i][:m.start()] + str((int(m[0]) + 1) % 10) + lines[i][m.end():]
+        path.write_text("".join(lines))
     elif kind in ("drop_line", "dup_line", "line"):
         n, _, text = arg.partition("=")
         lines = data.decode().splitlines(keepends=True)
@@ -214,7 +231,9 @@ CASES = [
     # files and runs of another run (issue 36): each file carries its run's identity, checked where it is read
     ("finished run's lr edited", "run", "config.json", "set:optim.groups.Y.lr=2.0", "resume", None),
     ("finished run's lr edited, report", "run", "config.json", "set:optim.groups.Y.lr=2.0", "report", None),
-    ("meta's identity edited", "run", "meta.json", f"set:identity=\"seed0@{'0' * 16}\"", "resume", "config.json"),
+    ("meta's identity edited", "run", "meta.json", f"set:identity=\"seed0@{'0' * 16}\"", "resume", None),
+    ("meta's identity edited and resealed", "run", "meta.json", f"sealset:identity=\"seed0@{'0' * 16}\"", "resume",
+     "config.json"),
     ("final copied from another run", "run", FINAL, f"copyfrom:run2/{FINAL}", "resume", None),
     ("final copied from another run, report", "run", FINAL, f"copyfrom:run2/{FINAL}", "report", None),
     ("checkpoint copied from another run, report", "run", STEP5, f"copyfrom:run2/{STEP5}", "report", None),
@@ -256,6 +275,25 @@ CASES = [
     ("sweep record nested too deep", "sweep", "sweep.json", "deep", "summarize", "nested too deep"),
     ("ensemble member deleted, report", "ensemble", "seed1", "delete", "report", "seed1"),
     ("final is an older state, report", "run", FINAL, "copy:step-0000015.safetensors", "report", None),
+    # checksums (issue 36): a change that leaves metrics.jsonl or meta.json valid, found by its checksum
+    ("metrics digit changed, report", "run", "metrics.jsonl", "digit:6", "report", "metrics.jsonl' line 6 fails"),
+    ("metrics digit changed, resume", "run", "metrics.jsonl", "digit:6", "resume", "metrics.jsonl' line 6 fails"),
+    ("metrics step's digit changed, report", "run", "metrics.jsonl", 'sub:{"step": 7,=>{"step": 8,', "report", "line 8 fails"),
+    ("metrics first line digit changed, report", "run", "metrics.jsonl", "digit:1", "report", "line 1 fails"),
+    ("metrics digit changed, summarize", "sweep", f"{R1}/metrics.jsonl", "digit:5", "summarize", "line 5 fails"),
+    ("metrics line dropped, report", "run", "metrics.jsonl", "drop_line:8", "report", "line 8 fails"),
+    ("metrics line repeated, report", "run", "metrics.jsonl", "dup_line:8", "report", "line 9 fails"),
+    ("metrics last line dropped, report", "run", "metrics.jsonl", "drop_line:21", "report", "last lines are lost"),
+    ("metrics last line dropped, summarize", "sweep", f"{R1}/metrics.jsonl", "drop_line:5", "summarize", "lost"),
+    ("metrics line without its checksum, report", "run", "metrics.jsonl", "uncrc:4", "report", "line 4 has no checksum"),
+    ("metrics checksum lengthened, report", "run", "metrics.jsonl", 'sub:"crc": "=>"crc": "0', "report", "line 1"),
+    ("ensemble member metrics digit changed", "ensemble", "seed1/metrics.jsonl", "digit:9", "report", "line 9 fails"),
+    ("meta digit changed, report", "run", "meta.json", 'sub:"seed": 0=>"seed": 1', "report", "checksum"),
+    ("meta digit changed, resume", "run", "meta.json", 'sub:"seed": 0=>"seed": 1', "resume", "checksum"),
+    ("meta status edited, summarize", "sweep", f"{R1}/meta.json", 'sub:"finished"=>"diverged"', "summarize", "checksum"),
+    ("meta checksum changed, report", "run", "meta.json", 'sub:"checksum": "=>"checksum": "f', "report", "checksum"),
+    ("unfinished meta digit changed, resume", "unfinished", "meta.json", 'sub:"seed": 0=>"seed": 1', "resume",
+     "checksum"),
 ]
 
 
@@ -329,6 +367,88 @@ def test_checksum_covers_names_dtypes_and_shapes():
         assert runs.tensor_checksum(other) != base
 
 
+def test_every_changed_digit_of_metrics_and_meta_is_refused(built, tmp_path):
+    """Brute force over a trainer's metrics.jsonl and meta.json (issue 36): every digit of every line (and of
+    meta.json) changed to another digit, leaving the file valid JSON, is refused by the reader with the file
+    and the line named — each line's CRC-32 (chained from the line before) and meta.json's checksum. Restored,
+    both read as before."""
+    d = tmp_path / "r"
+    shutil.copytree(built["run"], d)
+    for name, read in ((runs.METRICS, runs.read_metrics), (runs.META, runs.read_meta)):
+        path, ref = d / name, read(d)
+        good = path.read_text()
+        accepted, tried = [], 0
+        for m in re.finditer(r"\d", good):
+            for new in {str((int(m[0]) + 1) % 10), str((int(m[0]) + 5) % 10)}:
+                path.write_text(good[:m.start()] + new + good[m.end():])
+                tried += 1
+                try:
+                    read(d)
+                    accepted.append((m.start(), new))
+                except runs.CorruptFile as e:
+                    assert str(path) in str(e) and (name == runs.META or " line " in str(e)), e
+        assert not accepted, f"{name}: {len(accepted)} of {tried} changed digits went undetected: {accepted[:5]}"
+        assert tried > 40
+        path.write_text(good)
+        assert read(d) == ref
+
+
+def test_a_run_written_before_checksums_loads_with_one_notice(built, tmp_path, monkeypatch, caplog):
+    """A run directory whose meta.json and metrics.jsonl carry no checksums (an older tdyn's, with run
+    identities) loads, unchecked, with one notice per process; the CLI's report says it in one stderr line
+    and exits 0; resumed, such a run ends with the checksummed files of a run trained uninterrupted. A
+    checksum on some lines only is refused (a line edited, or lines mixed in)."""
+    from tdyn.runs import identity
+
+    monkeypatch.setattr(identity, "_noticed", False)
+    for k in ("run", "unfinished"):
+        shutil.copytree(built[k], tmp_path / k)
+        _strip_checksums(tmp_path / k)
+        assert '"crc"' not in (tmp_path / k / runs.METRICS).read_text()
+        assert runs.SEAL not in json.loads((tmp_path / k / runs.META).read_text())
+    with caplog.at_level("WARNING", logger="tdyn.runs.identity"):
+        for k in ("run", "unfinished", "run"):
+            r = runs.load_run(tmp_path / k)
+            assert r.identity is not None and r.metrics == runs.read_metrics(built["run"])[:len(r.metrics)]
+    notices = [x for x in caplog.records if "written by an older tdyn" in x.getMessage()]
+    assert len(notices) == 1 and "no checksum" in notices[0].getMessage(), [x.getMessage() for x in caplog.records]
+    rep = tdyn_cli("report", tmp_path / "run")
+    assert rep.returncode == 0, rep.stderr
+    lines = [ln for ln in rep.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "written by an older tdyn" in lines[0], rep.stderr
+    res = tdyn_cli("run", "--resume", tmp_path / "unfinished", "--quiet")
+    assert res.returncode == 0, res.stderr
+    _same_run(tmp_path / "unfinished", built["run"])
+    assert (tmp_path / "unfinished" / runs.META).read_text().count(f'"{runs.SEAL}"') == 1
+    mixed = tmp_path / "mixed"
+    shutil.copytree(tmp_path / "run", mixed)
+    lines = (mixed / runs.METRICS).read_text().splitlines(keepends=True)
+    lines[2] = (built["run"] / runs.METRICS).read_text().splitlines(keepends=True)[2]
+    (mixed / runs.METRICS).write_text("".join(lines))
+    with pytest.raises(runs.CorruptFile, match="line 3 has a checksum .* but line 1 has none"):
+        runs.read_metrics(mixed)
+
+
+def test_metrics_lines_keep_the_write_path_cheap_and_the_bytes_stable(tmp_path):
+    """The writers of metrics.jsonl (the trainer's MetricsLines, encoding each record once, and
+    metrics_file) give the same bytes, each line ``{...json..., "crc": "<8 hex>"}``; a record may not use the
+    checksum's key; an empty record has a line too."""
+    recs = [{"step": s, "loss": 1.0 / (s + 1)} for s in range(50)]
+    lines = runs.MetricsLines("seed0@" + "0" * 16)
+    grown: list[dict] = []
+    for r in recs:
+        grown.append(r)
+        data = lines.file(tmp_path, grown)[1]
+    assert data == runs.metrics_file(tmp_path, recs, "seed0@" + "0" * 16)[1]
+    assert all(re.fullmatch(r'\{"step": \d+, "loss": [0-9.e-]+(, "run": "seed0@0+")?, "crc": "[0-9a-f]{8}"\}', x)
+               for x in data.decode().splitlines())
+    with pytest.raises(runs.UserError, match="'crc'"):
+        runs.write_metrics(tmp_path, [{"step": 0, "crc": 1.0}])
+    runs.write_metrics(tmp_path, [{"step": 0}, {}])
+    recs, problem = runs.scan_metrics(tmp_path)
+    assert recs == [{"step": 0}] and "line 2 is a JSON" not in str(problem) and "line 2 has step" in str(problem)
+
+
 # ---------------------------------------------------------------- resume falls back to an intact checkpoint
 
 
@@ -342,6 +462,7 @@ def _same_run(a: Path, b: Path) -> None:
     (NEWEST, "bitflip", 10),                                      # the newest checkpoint is damaged
     (NEWEST, "truncate", 10),
     ("metrics.jsonl", "line:13={\"step\": 12, \"lo", 10),          # metrics intact only up to step 11
+    ("metrics.jsonl", "digit:13", 10),                            # step 12's loss changed: its checksum fails
     ("metrics.jsonl", "truncate", None),                          # cut somewhere: the newest covered checkpoint
 ])
 def test_resume_falls_back_to_the_newest_intact_checkpoint(built, tmp_path, target, how, from_step):
@@ -387,8 +508,9 @@ def test_scan_metrics_keeps_the_intact_prefix(tmp_path):
 
 
 def test_sweep_repairs_a_damaged_finished_run(built, tmp_path):
-    """Re-running a finished sweep whose run has a garbled meta.json re-checks it, never counts it
-    finished as it stands, and repairs it (its job trains again, to the same numbers)."""
+    """Re-running a finished sweep whose run has a garbled meta.json (or a bit-flipped final checkpoint, a
+    metrics line or meta.json with a changed digit) re-checks it, never counts it finished as it stands, and
+    repairs it (its job trains again, to the same numbers)."""
     from tdyn.sweep import run_statuses
 
     d = tmp_path / "sw"
@@ -397,6 +519,11 @@ def test_sweep_repairs_a_damaged_finished_run(built, tmp_path):
     ref = {n: (d / n / runs.METRICS).read_text() for n in names}
     damage(d / names[0] / runs.META, "garble")
     damage(d / names[1] / runs.CKPT_DIR / runs.FINAL, "bitflip")
+    assert run_statuses([d / n for n in names]) == {names[0]: "damaged", names[1]: "damaged"}
+    r = tdyn_cli(*[a.format(dir=d, spec=built["spec"]) for a in COMMANDS["sweep"]])
+    assert r.returncode == 0, r.stderr
+    damage(d / names[0] / runs.METRICS, "digit:3")                      # a changed digit: checksums (issue 36)
+    damage(d / names[1] / runs.META, 'sub:"seed": 0=>"seed": 1')
     assert run_statuses([d / n for n in names]) == {names[0]: "damaged", names[1]: "damaged"}
     r = tdyn_cli(*[a.format(dir=d, spec=built["spec"]) for a in COMMANDS["sweep"]])
     assert r.returncode == 0, r.stderr
@@ -490,11 +617,20 @@ def test_the_digest_is_computed_once_per_member(tmp_path, monkeypatch):
     assert len(list((tmp_path / "e" / "seed1" / runs.CKPT_DIR).iterdir())) == 21
 
 
-def _strip_identity(d: Path) -> None:
-    """Make ``d`` a run directory as a tdyn before identities wrote it."""
+def _strip_checksums(d: Path) -> None:
+    """Make ``d``'s meta.json and metrics.jsonl as a tdyn before their checksums wrote them."""
     meta = runs.read_meta(d)
+    (d / runs.META).write_text(runs.dumps_json(meta) + "\n")
+    lines = (d / runs.METRICS).read_text().splitlines(keepends=True)
+    (d / runs.METRICS).write_text("".join(re.sub(r', "crc": "[0-9a-f]{8}"', "", x) for x in lines))
+
+
+def _strip_identity(d: Path) -> None:
+    """Make ``d`` a run directory as a tdyn before identities (and checksums) wrote it."""
+    _strip_checksums(d)
+    meta = json.loads((d / runs.META).read_text())
     del meta[runs.IDENTITY]
-    runs.write_json(d / runs.META, meta)
+    (d / runs.META).write_text(json.dumps(meta))
     damage(d / runs.METRICS, f"unkey:{runs.METRICS_KEY}")
     for f in (d / runs.CKPT_DIR).iterdir():
         tensors, m = runs.read_checkpoint(f)
@@ -517,12 +653,12 @@ def test_an_old_run_without_identity_loads_with_one_notice(built, tmp_path, monk
         for k in ("run", "unfinished", "run"):
             r = runs.load_run(tmp_path / k)
             assert r.identity is None and r.metrics and r.model(5) is not None
-    notices = [x for x in caplog.records if "no run identity" in x.getMessage()]
+    notices = [x for x in caplog.records if "written by an older tdyn" in x.getMessage()]
     assert len(notices) == 1 and str(tmp_path / "run") in notices[0].getMessage()
     rep = tdyn_cli("report", tmp_path / "run")
     assert rep.returncode == 0, rep.stderr
     lines = [ln for ln in rep.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "no run identity" in lines[0], rep.stderr
+    assert len(lines) == 1 and "written by an older tdyn" in lines[0], rep.stderr
     res = tdyn_cli("run", "--resume", tmp_path / "unfinished", "--quiet")
     assert res.returncode == 0, res.stderr
     assert runs.read_meta(tmp_path / "unfinished")["status"] == "finished"
@@ -571,17 +707,22 @@ def test_a_sweep_retrains_a_deleted_run_and_names_it(built, tmp_path):
 # ---------------------------------------------------------------- the Python API
 
 
-@pytest.mark.parametrize("target,how", [("config.json", "fifo"), (FINAL, "copy:step-0000015.safetensors")])
+@pytest.mark.parametrize("target,how", [("config.json", "fifo"), (FINAL, "copy:step-0000015.safetensors"),
+                                        ("meta.json", 'sub:"seed": 0=>"seed": 1'), ("metrics.jsonl", "digit:4"),
+                                        ("metrics.jsonl", "drop_line:21")])
 def test_load_run_refuses_what_the_cli_refuses(built, tmp_path, target, how):
-    """``tdyn.load_run(d).model()``: a FIFO config (which blocked the read) and an older checkpoint as the
-    finished run's final state (which was loaded as its result) are CorruptFiles naming the file."""
+    """``tdyn.load_run(d)``, its model and its metrics: a FIFO config (which blocked the read), an older
+    checkpoint as the finished run's final state (which was loaded as its result), a changed digit in
+    meta.json or a metrics line and a lost last metrics line are CorruptFiles naming the file."""
     import tdyn
 
     d = tmp_path / "case"
     shutil.copytree(built["run"], d)
     damage(d / target, how)
     with pytest.raises(runs.CorruptFile, match=Path(target).name):
-        tdyn.load_run(d).model()
+        r = tdyn.load_run(d)
+        r.model()
+        r.metrics
 
 
 # ---------------------------------------------------------------- a reproduction's tables (--judge-only)

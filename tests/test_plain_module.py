@@ -215,9 +215,9 @@ def _stop_at(step, key):
 
 
 def _metric_lines(d):
-    """Every metrics line of run ``d`` as written, but the identity of the run in the first (the two runs compared
-    differ in their stopping probe's config, so in their identities)."""
-    return [{k: v for k, v in json.loads(x).items() if k != runs.METRICS_KEY}
+    """Every metrics line of run ``d`` as written, but the identity of the run in the first and the lines' checksums
+    (the two runs compared differ in their stopping probe's config, so in their identities, which line 1 holds)."""
+    return [{k: v for k, v in json.loads(x).items() if k not in (runs.METRICS_KEY, runs.LINE_CRC)}
             for x in (d / runs.METRICS).read_text().splitlines()]
 
 

@@ -6,10 +6,12 @@ directories of jobs, sweeps and reproductions around them. One owner of the form
 * :mod:`~tdyn.runs.machine` — this process and machine: ``pid@host``, time stamps, git commit;
 * :mod:`~tdyn.runs.atomic` — atomic, durable writes (temp file, fsync or one syncfs, rename; now or in a
   :class:`GroupCommit`), stale temps;
-* :mod:`~tdyn.runs.io` — JSON and CSV written and read, :class:`CorruptFile` for a bad file;
+* :mod:`~tdyn.runs.io` — JSON and CSV written and read (``meta.json`` sealed with its checksum), :class:`CorruptFile`
+  for a bad file;
 * :mod:`~tdyn.runs.checkpoints` — safetensors checkpoints with the SHA-256 of their tensors;
 * :mod:`~tdyn.runs.identity` — which run wrote a file: ``member@digest`` of its config, checked on read;
-* :mod:`~tdyn.runs.records` — each directory's records (config, meta, metrics, ensemble, sweep, results), checked;
+* :mod:`~tdyn.runs.records` — each directory's records (config, meta, metrics, ensemble, sweep, results), checked
+  (metrics.jsonl's lines carry a chained CRC-32, meta.json its checksum);
 * :mod:`~tdyn.runs.locks` — one writer per directory (:class:`Locks`, ``.tdyn.lock`` naming ``pid@host``);
 * :mod:`~tdyn.runs.ownership` — what tdyn owns, for ``--force`` (:func:`prepare_dir`, :func:`own`);
 * :mod:`~tdyn.runs.reader` — :class:`Run`, :func:`load_run`, :func:`load_sweep`.
@@ -34,12 +36,12 @@ from tdyn.runs.checkpoints import (checkpoint_file, checkpoint_path, checkpoint_
                                    params_of, read_checkpoint, read_checkpoint_metadata, save_checkpoint,
                                    tensor_checksum)
 from tdyn.runs.identity import IDENTITY, METRICS_KEY, ForeignFile, config_digest, make_identity  # noqa: F401
-from tdyn.runs.io import CorruptFile, dumps_json, json_file, read_json, write_csv, write_json  # noqa: F401
+from tdyn.runs.io import CorruptFile, content_checksum, dumps_json, json_file, read_json, write_csv, write_json  # noqa: F401
 from tdyn.runs.locks import LockError, Locks, _held, held_lock_files, holder_gone, lock_holder  # noqa: F401
 from tdyn.runs.machine import git_commit, host, machine_info, now, pid_alive, writer_tag  # noqa: F401
-from tdyn.runs.names import (CHECKSUM, CKPT_DIR, CONFIG, DONE, ENSEMBLE, FINAL, JOBS, LOCK, MARKERS, META,  # noqa: F401
-                             METRICS, REPRODUCE, REPRODUCING, RESULTS, RUNS, STATUSES, SUMMARY, SWEEP,
-                             WRITTEN)
+from tdyn.runs.names import (CHECKSUM, CKPT_DIR, CONFIG, DONE, ENSEMBLE, FINAL, JOBS, LINE_CRC, LOCK, MARKERS,  # noqa: F401
+                             META, METRICS, REPRODUCE, REPRODUCING, RESULTS, RUNS, SEAL, SEALED, STATUSES, SUMMARY,
+                             SWEEP, WRITTEN)
 from tdyn.runs.ownership import (OS_LITTER, OWN_FILES, OWN_TREES, check_own, clear_own, foreign_entry,  # noqa: F401
                                  is_tdyn_dir, own, prepare_dir, record, reproduction_of, written)
 from tdyn.runs.reader import Run, load_run, load_sweep  # noqa: F401

@@ -2,15 +2,16 @@
 
 A run's identity is ``<member>@<digest>``: the member's name (``seed0``, ``seed1_lrY0.5``, ...) and the
 first 16 hex digits of the SHA-256 of its ``config.json`` as written (keys sorted, compact JSON), the config
-that determines its trajectory (all of it but where it runs, ``device``, and where its metrics are copied,
-``log``: :data:`EXECUTION_KEYS`). The trainer computes it once per member and writes it into every file of
+that determines its trajectory (all of it but where it runs, ``device``, whether its steps replay as CUDA
+graphs, ``cuda_graph``, and where its metrics are copied, ``log``: :data:`EXECUTION_KEYS`). The trainer computes it once per member and writes it into every file of
 the run: ``meta.json`` (``identity``), every checkpoint's safetensors metadata (``identity``) and the first
 record of ``metrics.jsonl`` (``run``); a job's ``ensemble.json`` and a sweep's ``sweep.json`` record the
 identity each of their runs must have. Readers (:func:`tdyn.runs.records.run_identity` and the readers of
 checkpoints and metrics) compare: a file written by another run, a ``config.json`` edited after the run
 wrote it, or a run directory in another's place is a :class:`ForeignFile` (exit 2) naming the file, the run
 it belongs to and the run reading it. A run directory written before identities existed (no ``identity``
-in its ``meta.json``) is read unchecked, with a one-line notice, once per process.
+in its ``meta.json``) is read unchecked, with a one-line notice, once per process (the same notice as for a
+``meta.json`` or ``metrics.jsonl`` written before checksums: :func:`notice_old`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class ForeignFile(CorruptFile):
 
 #: config keys that say where a run executes, not what it computes: left out of its digest, so a run trained on a
 #: GPU reads (and resumes) on a CPU after ``device`` is edited, and a sink can be switched on for a resume
-EXECUTION_KEYS = ("device", "log")
+EXECUTION_KEYS = ("device", "log", "cuda_graph")
 
 
 def config_digest(config: dict) -> str:
@@ -64,10 +65,11 @@ def check(path: Path, found: str | None, expected: str | None, reader: Path | st
                                 f"again with --force")
 
 
-def notice_old(run_dir: Path) -> None:
-    """One line, once per process, for a run directory without an identity (an older tdyn's)."""
+def notice_old(path: Path, lacks: str = "no run identity") -> None:
+    """One line, once per process, for the first file or run directory found written by an older tdyn:
+    ``lacks`` says what it lacks (a run identity, a checksum), which is then not checked."""
     global _noticed
     if not _noticed:
         _noticed = True
-        log.warning("%s has no run identity (written by an older tdyn; so may other runs be): its files are read "
-                    "without checking which run wrote them", str(run_dir))
+        log.warning("%s has %s: written by an older tdyn (so may other files and runs be), it is read without "
+                    "that check", str(path), lacks)

@@ -1,7 +1,9 @@
 """JSON and CSV as tdyn writes and reads them, and :class:`CorruptFile`.
 
 Writing: :func:`dumps_json` (``json.dumps(indent=2)``'s text, faster), :func:`write_json`,
-:func:`write_csv`, all atomic. Reading: whatever reads a file checks it, and a missing, truncated,
+:func:`write_csv`, all atomic; a record named in :data:`~tdyn.runs.names.SEALED` (a run's ``meta.json``) is
+sealed by :func:`json_file`, its one writer, with the checksum of its content (:func:`content_checksum`),
+which its reader verifies. Reading: whatever reads a file checks it, and a missing, truncated,
 garbled or ill-typed file is a :class:`CorruptFile` (a UserError: exit 2) naming the file and what is
 wrong; the small checks here (:func:`_object`, :func:`_field`) are what the readers of each file use.
 """
@@ -9,6 +11,7 @@ wrong; the small checks here (:func:`_object`, :func:`_field`) are what the read
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -18,6 +21,7 @@ from typing import Any
 
 from tdyn.errors import UserError
 from tdyn.runs.atomic import atomic_write_bytes, atomic_write_text
+from tdyn.runs.names import SEAL, SEALED
 
 
 class CorruptFile(UserError):
@@ -61,9 +65,23 @@ def dumps_json(obj: Any) -> str:
         return json.dumps(obj, indent=2, allow_nan=False)
 
 
+def content_checksum(obj: dict) -> str:
+    """The first 16 hex digits of the SHA-256 of ``obj`` (but its :data:`~tdyn.runs.names.SEAL`) as compact JSON
+    with sorted keys: what a sealed record carries, recomputed from what a reader parsed (so the layout of
+    the file does not matter, every key and value does)."""
+    what = {k: v for k, v in obj.items() if k != SEAL}
+    text = json.dumps(what, sort_keys=True, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def json_file(path: Path, obj: Any) -> tuple[Path, bytes]:
-    """``(path, contents)`` of ``obj`` as tdyn writes JSON (for :func:`atomic_write_many`)."""
-    return Path(path), (dumps_json(obj) + "\n").encode()
+    """``(path, contents)`` of ``obj`` as tdyn writes JSON (for :func:`atomic_write_many`); a record named in
+    :data:`~tdyn.runs.names.SEALED` (``meta.json``) gets its checksum, last (one it carried is replaced)."""
+    path = Path(path)
+    if path.name in SEALED and isinstance(obj, dict):
+        obj = {k: v for k, v in obj.items() if k != SEAL}
+        obj[SEAL] = content_checksum(obj)
+    return path, (dumps_json(obj) + "\n").encode()
 
 
 def write_json(path: Path, obj: Any) -> None:

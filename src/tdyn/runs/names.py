@@ -26,6 +26,9 @@ WRITTEN = ".tdyn-written.json"  # what layers above runs wrote into this directo
 STATUSES = ("running", "finished", "diverged", "failed", "interrupted")   # meta.json's status
 DONE = ("finished", "diverged")                                          # a result: nothing left to train
 CHECKSUM = "sha256"             # checkpoint metadata key: tensor_checksum of its tensors
+SEAL = "checksum"               # meta.json's key: the SHA-256 of the rest of its content (io.content_checksum)
+SEALED = (META,)                # the JSON records io.json_file seals with SEAL (and their readers verify)
+LINE_CRC = "crc"                # metrics.jsonl's key on every line: its CRC-32, chained (records.metrics_file)
 
 MARKERS = (ENSEMBLE, SWEEP, RESULTS, REPRODUCE, REPRODUCING)   # besides CONFIG + META (a run): what makes a directory tdyn's
 RUNS = "runs"        # a reproduction's trained runs: OUT/runs/<job> (jobs, sweeps)

@@ -7,6 +7,7 @@ job or sweep holds (:func:`job_dirs`). A bad file is a :class:`~tdyn.runs.io.Cor
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,9 @@ from tdyn.errors import UserError
 from tdyn.runs.atomic import atomic_write_bytes
 from tdyn.runs.checkpoints import checkpoint_path, checkpoint_steps, read_checkpoint
 from tdyn.runs.identity import IDENTITY, METRICS_KEY, ForeignFile, check, config_digest, notice_old
-from tdyn.runs.io import METRICS_LIMIT, CorruptFile, _field, _json_type, _object, _parse_json, _read_bytes, _short
-from tdyn.runs.names import CONFIG, DONE, ENSEMBLE, META, METRICS, STATUSES, SWEEP
+from tdyn.runs.io import (METRICS_LIMIT, CorruptFile, _field, _json_type, _object, _parse_json, _read_bytes, _short,
+                          content_checksum)
+from tdyn.runs.names import CONFIG, DONE, ENSEMBLE, LINE_CRC, META, METRICS, SEAL, STATUSES, SWEEP
 
 
 def is_run_dir(path: Path) -> bool:
@@ -49,15 +51,38 @@ def read_manifest(path: Path) -> dict:
     return man
 
 
-def _line(r: dict, n: int, identity: str | None) -> str:
-    """Record number ``n`` (from 0) as a line; the first carries the run's identity (``run``)."""
-    return json.dumps(r | {METRICS_KEY: identity} if n == 0 and identity else r, allow_nan=False) + "\n"
+# metrics.jsonl's lines: each record's JSON with its CRC-32 last, ``, "crc": "xxxxxxxx"}``, chained (each line's
+# CRC starts from the one before it), so a changed digit, a dropped, repeated or moved line is found by the
+# reader (:func:`scan_metrics`); the last line's loss is found from the run's status (:func:`_check_end`).
+_CRC_AT = f', "{LINE_CRC}": "'.encode()          # 10 bytes, then 8 hex digits and '"}'
+_CRC_ONLY = f'{{"{LINE_CRC}": "'.encode()           # an empty record's line: this, 8 hex digits, '"}'
+_encode = json.JSONEncoder(allow_nan=False).encode   # json.dumps(allow_nan=False)'s text, its encoder made once
+
+
+def _line(r: dict, n: int, identity: str | None, prev: int) -> tuple[bytes, int]:
+    """Record number ``n`` (from 0) as a line and its CRC, chained from ``prev`` (the line before's; 0 for the
+    first); the first line carries the run's identity (``run``)."""
+    if LINE_CRC in r:
+        raise UserError(f"a metrics record may not have the key {LINE_CRC!r} (metrics.jsonl's line checksum): "
+                        f"record {n} (step {_short(r.get('step'))})")
+    body = _encode(r | {METRICS_KEY: identity} if n == 0 and identity else r).encode()
+    crc = zlib.crc32(body, prev)
+    if body == b"{}":
+        return b'{"%s": "%08x"}\n' % (LINE_CRC.encode(), crc), crc
+    return body[:-1] + _CRC_AT + b"%08x" % crc + b'"}\n', crc
+
+
+def _lines(records: list[dict], identity: str | None, start: int = 0, prev: int = 0):
+    """The lines of ``records`` (numbered from ``start``, chained from ``prev``), and each one's CRC."""
+    for n, r in enumerate(records, start):
+        line, prev = _line(r, n, identity, prev)
+        yield line, prev
 
 
 def metrics_file(run_dir: Path, records: list[dict], identity: str | None = None) -> tuple[Path, bytes]:
     """``metrics.jsonl``'s path and contents for ``records`` (for :func:`atomic_write_many`); ``identity``:
     the run's, written into the first record."""
-    return Path(run_dir) / METRICS, "".join(_line(r, n, identity) for n, r in enumerate(records)).encode()
+    return Path(run_dir) / METRICS, b"".join(line for line, _ in _lines(records, identity))
 
 
 class MetricsLines:
@@ -69,14 +94,15 @@ class MetricsLines:
         self.identity = identity
         self._records: list[dict] | None = None
         self._lines: list[bytes] = []
+        self._crc = 0            # the last line's CRC: the next line's chains from it
 
     def file(self, run_dir: Path, records: list[dict]) -> tuple[Path, bytes]:
         """``(path, contents)`` for ``records``: those encoded before (the same list, records only appended
         since) are reused; another list, or a shorter one, is encoded afresh."""
         if records is not self._records or len(records) < len(self._lines):
-            self._records, self._lines = records, []
-        self._lines.extend(_line(r, n, self.identity).encode()
-                           for n, r in enumerate(records[len(self._lines):], len(self._lines)))
+            self._records, self._lines, self._crc = records, [], 0
+        for line, self._crc in _lines(records[len(self._lines):], self.identity, len(self._lines), self._crc):
+            self._lines.append(line)
         return Path(run_dir) / METRICS, b"".join(self._lines)
 
 
@@ -106,12 +132,34 @@ def _record_problem(rec: Any, prev: int | None) -> str | None:
 _LOOKUP = object()   # identity=: read the run's own (run_identity)
 
 
+def _crc_problem(line: bytes, rec: dict, prev: int) -> tuple[str | None, int]:
+    """What is wrong with ``line``'s checksum (None: it holds, the line is as tdyn wrote it after a line of
+    CRC ``prev``), and its CRC; ``rec`` (the line parsed) loses its ``crc``."""
+    stored = rec.pop(LINE_CRC)
+    if line[-20:-10] == _CRC_AT and line[-2:] == b'"}':
+        body, have = line[:-20] + b"}", line[-10:-2]
+    elif len(line) == 19 and line[:9] == _CRC_ONLY and line[-2:] == b'"}':   # an empty record
+        body, have = b"{}", line[9:17]
+    else:
+        return f"has its checksum {_short(stored)} elsewhere than tdyn writes it (last): edited", prev
+    if not isinstance(stored, str) or stored.encode() != have:   # a second "crc" key before the last
+        return f"has two checksums ({_short(stored)}, {have.decode(errors='replace')}): edited", prev
+    crc = zlib.crc32(body, prev)
+    if b"%08x" % crc != have:
+        return (f"fails its checksum (crc {stored}, but the line gives {crc:08x}): changed since tdyn wrote it (a "
+                f"flipped digit, an edit), or a line before it dropped, repeated or moved"), prev
+    return None, crc
+
+
 def scan_metrics(run_dir: Path, identity: str | None | object = _LOOKUP) -> tuple[list[dict], CorruptFile | None]:
     """``metrics.jsonl``'s records up to its first bad line, and what is wrong with that line (None
     when all are good; a missing file gives no records and its problem). Resume keeps such a prefix;
-    every other reader uses :func:`read_metrics`. The first record's run identity (``run``, not among the
-    records returned) must be ``identity`` (by default the run's, :func:`run_identity`): a file of another
-    run gives no records and a :class:`~tdyn.runs.identity.ForeignFile`."""
+    every other reader uses :func:`read_metrics`. Each line's checksum (``crc``, chained from the line
+    before) must hold: a changed line, or a line dropped, repeated or moved before it, is its problem; a file
+    written before checksums (no ``crc`` on line 1) is read unchecked, with a one-line notice. The first
+    record's run identity (``run``, not among the records returned) must be ``identity`` (by default the
+    run's, :func:`run_identity`): a file of another run gives no records and a
+    :class:`~tdyn.runs.identity.ForeignFile`."""
     p = Path(run_dir) / METRICS
     try:
         data = _read_bytes(p, METRICS_LIMIT)
@@ -119,6 +167,7 @@ def scan_metrics(run_dir: Path, identity: str | None | object = _LOOKUP) -> tupl
         return [], e
     recs: list[dict] = []
     lines = data.split(b"\n")
+    sealed, crc = True, 0
     for n, line in enumerate(lines, 1):
         if n == len(lines) and not line:   # after the last newline
             break
@@ -126,6 +175,18 @@ def scan_metrics(run_dir: Path, identity: str | None | object = _LOOKUP) -> tupl
             rec = _parse_json(line)
         except ValueError:                  # not UTF-8, not JSON (UnicodeDecodeError is a ValueError)
             return recs, CorruptFile(p, f"line {n} is not valid JSON: truncated or garbled")
+        has = isinstance(rec, dict) and LINE_CRC in rec
+        if n == 1 and not has:
+            sealed = False
+            notice_old(p, "no checksums on its lines")
+        elif has != sealed:
+            return recs, CorruptFile(p, f"line {n} has a checksum ({LINE_CRC!r}) but line 1 has none: edited, or lines "
+                                        f"of another file mixed in" if has else
+                                        f"line {n} has no checksum ({LINE_CRC!r}), unlike the lines before it: edited")
+        if has:
+            problem, crc = _crc_problem(line, rec, crc)
+            if problem:
+                return recs, CorruptFile(p, f"line {n} {problem}")
         if n == 1:
             found = rec.pop(METRICS_KEY, None) if isinstance(rec, dict) else None
             if found is not None and not isinstance(found, str):
@@ -152,6 +213,7 @@ def read_metrics(run_dir: Path) -> list[dict]:
     its first checkpoint when ``checkpoint.initial`` is false)."""
     recs, problem = scan_metrics(run_dir)
     if problem is None:
+        _check_end(run_dir, recs)
         return recs
     if isinstance(problem, ForeignFile):
         raise problem
@@ -161,6 +223,23 @@ def read_metrics(run_dir: Path) -> list[dict]:
     if not (Path(run_dir) / METRICS).exists():
         raise CorruptFile(problem.path, "is missing, but the run has checkpoints or has ended")
     raise problem
+
+
+def _check_end(run_dir: Path, recs: list[dict]) -> None:
+    """A run with a result ends its metrics with it: a finished run with the record of its last step (its
+    config's ``optim.steps``: every run is evaluated there), a diverged one with its divergence record. Lines
+    lost at the end (which no checksum can show: the lines before are intact) are a :class:`CorruptFile`."""
+    if not is_run_dir(run_dir):
+        return
+    status = read_meta(run_dir)["status"]
+    if status == "finished":
+        T = load_run_config(run_dir).optim.steps
+        if not recs or recs[-1]["step"] != T:
+            raise CorruptFile(Path(run_dir) / METRICS, f"ends at step {recs[-1]['step'] if recs else '(none)'}, but the "
+                                                       f"run finished at step {T} ({META}): its last lines are lost")
+    elif status == "diverged" and (not recs or recs[-1].get("diverged") is not True):
+        raise CorruptFile(Path(run_dir) / METRICS, f"does not end with the divergence record its {META} reports "
+                                                   f"(status diverged): its last lines are lost")
 
 
 def read_config(run_dir: Path) -> dict:
@@ -213,9 +292,18 @@ def check_run(run_dir: Path, expected: str | None, reader: Path | str) -> str | 
 
 
 def read_meta(run_dir: Path) -> dict:
-    """``meta.json``, checked: a JSON object with a known ``status`` and a whole-number ``seed``."""
+    """``meta.json``, checked: its checksum (``checksum``, not among the keys returned: a ``meta.json`` changed
+    since tdyn wrote it is a :class:`CorruptFile`; one written before checksums is read unchecked, with a
+    one-line notice), a known ``status`` and a whole-number ``seed``."""
     path = Path(run_dir) / META
     meta = _object(path, "run metadata")
+    seal = meta.pop(SEAL, None)
+    if seal is None:
+        notice_old(path, "no checksum")
+    elif seal != (want := content_checksum(meta)):
+        raise CorruptFile(path, f"fails its checksum ({SEAL} {_short(seal)}, but its content gives {want}): changed "
+                                f"since tdyn wrote it (a flipped digit, an edit); restore it, or train the run again "
+                                f"with --force")
     _field(path, meta, "status", str, f"one of {', '.join(STATUSES)}")
     if meta["status"] not in STATUSES:
         raise CorruptFile(path, f"has status {meta['status']!r}, not one of {', '.join(STATUSES)}")
