@@ -121,6 +121,9 @@ class RunConfig(Strict):
     #: probes measure outside autocast, in full precision. None: everything in ``dtype``.
     autocast: Literal["bfloat16"] | None = None
     device: Literal["cpu", "cuda"] = "cpu"
+    #: replay each training step as CUDA graphs (device cuda; tdyn.train.graphs): the same kernels, so the
+    #: same bits, without a launch per kernel. How a run executes, not what it computes (not in its identity).
+    cuda_graph: bool = False
 
     @model_validator(mode="after")
     def _typed_sections(self):
@@ -128,6 +131,8 @@ class RunConfig(Strict):
         # Re-validate data/model with the task's classes; keep the full resolved dicts.
         object.__setattr__(self, "data", _sub(spec.data_config, self.data, "data").model_dump(mode="json"))
         object.__setattr__(self, "model", _sub(spec.model_config, self.model, "model").model_dump(mode="json"))
+        if self.cuda_graph and self.device != "cuda":
+            raise ConfigError(f"cuda_graph = true needs device = 'cuda'; got {self.device!r}")
         if self.autocast is not None and self.dtype != "float32":
             raise ConfigError(f"autocast = {self.autocast!r} needs dtype = 'float32' (the master copy); got {self.dtype!r}")
         groups = set(self.optim.groups)

@@ -135,7 +135,7 @@ class SweepSpec(Strict):
     seeds: list[int] = Field([0], min_length=1)
     job_members: int | None = Field(None, ge=1, description=(
         "most members per ensemble job; a larger job is split by seeds (default: an eighth of the sweep's "
-        "runs, at least 16, so that no single job is the makespan of a multi-worker sweep)"))
+        "runs, at least 16, so that no single job is the makespan of a multi-worker sweep; on CUDA no cap)"))
     slurm: SlurmOptions = SlurmOptions()
 
     @model_validator(mode="after")
@@ -251,14 +251,21 @@ def _override(k: str, v: Any) -> str:
 _MIN_AUTO_JOB = 16   # the automatic cap never cuts jobs below this many members (ensembles amortise)
 
 
-def seed_chunks(spec: SweepSpec, cells: int, runs: int) -> list[list[int]]:
+def _auto_cap(device: str, runs: int) -> int:
+    """The default job size: an eighth of the sweep's runs (at least 16), so that the workers share the largest
+    jobs; on CUDA no cap (one worker, whose GPU trains a job of these sizes at about one member's cost per step:
+    tdyn bench's scan_snap_member_steps and fig6_sweep)."""
+    return runs if device == "cuda" else max(_MIN_AUTO_JOB, math.ceil(runs / 8))
+
+
+def seed_chunks(spec: SweepSpec, cells: int, runs: int, device: str = "cpu") -> list[list[int]]:
     """The seeds of one group of ``cells`` cells, cut into as few consecutive chunks of near-equal size as
     keep every job at most ``spec.job_members`` members (cells × seeds; ``runs``: the sweep's). Members are independent, so a
     split changes no result, only which process trains which run (tests/test_sweep.py checks that it is
     bit for bit); the default cap is an eighth of the sweep's runs (at least 16), so the largest job of a sweep (Fig 6:
-    four jobs of 160) becomes several that the workers share."""
+    four jobs of 160) becomes several that the workers share; on CUDA (``device``: the jobs' config) no cap."""
     seeds = list(spec.seeds)
-    cap = spec.job_members or max(_MIN_AUTO_JOB, math.ceil(runs / 8))
+    cap = spec.job_members or _auto_cap(device, runs)
     k = min(len(seeds), max(1, math.ceil(cells * len(seeds) / cap)))
     q, r = divmod(len(seeds), k)
     out, i = [], 0
@@ -297,7 +304,7 @@ def plan(spec: SweepSpec) -> list[JobPlan]:
                 sc = float(c.get(INIT_KEY, 1.0))
                 for seed in spec.seeds:
                     by_member[(seed, tuple(sorted(lr.items())), sc)] = Run(run_name(c, seed), c, seed)
-            for seeds in seed_chunks(spec, len(sub), len(all_cells) * len(spec.seeds)):
+            for seeds in seed_chunks(spec, len(sub), len(all_cells) * len(spec.seeds), cfg0.device):
                 d = cfg0.model_dump(mode="json")
                 d["seeds"] = seeds
                 d["ensemble"] = {"lrs": [dict(lr) for lr in sub_lr] if any(sub_lr) else [],

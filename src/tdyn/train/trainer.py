@@ -36,6 +36,7 @@ from tdyn.errors import ConfigError, UserCodeError, UserError
 from tdyn.probes import ProbeContext, get_probes
 from tdyn.tasks import DTYPES, Member, build_task, get_task
 from tdyn.tasks.base import stack_batches
+from tdyn.train.graphs import GraphedStep
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.seeding import generator
 from tdyn.train.sinks import make_sinks
@@ -301,6 +302,9 @@ class Job:
         self.identities: list[str | None] = [runs.make_identity(c, m.name) for m, c in zip(members, self.member_cfgs)]
         self._metrics = [runs.MetricsLines(ident) for ident in self.identities]
         self._off_schedule: list[tuple[Path, int]] | None = None   # an interrupted run's checkpoints, to remove
+        self.graphed = None      # the step as CUDA graphs (config cuda_graph)
+        if cfg.cuda_graph:
+            self.graphed = GraphedStep(self)
         self._last_flush = time.monotonic()
 
     # ---- state
@@ -429,6 +433,13 @@ class Job:
             scalars[f"norm/{n}"] = p.detach().reshape(S, -1).norm(dim=1)
         return scalars, arrays
 
+    def check_losses(self, losses: torch.Tensor) -> None:
+        """The task's ``loss()`` returned one loss per member."""
+        S = len(self.members)
+        if losses.shape != (S,):
+            raise UserCodeError(f"task {self.cfg.task!r} ({_code_of(self.task)}): loss() must return one "
+                                f"loss per member, shape [{S}], got {tuple(losses.shape)}")
+
     def _last_good(self, step: int) -> str:
         """Where a member whose state at ``step`` is the first bad one can be taken up again: its newest
         checkpoint before ``step``."""
@@ -492,18 +503,23 @@ class Job:
                 batch = self._sample()
                 frozen = {n for n, r in self.cfg.optim.freeze.items() if r.frozen(step)}
                 last = step == T
-                with torch.set_grad_enabled(not last and len(frozen) < len(self.params)), \
-                        torch.autocast(self.device.type, dtype=getattr(torch, self.cfg.autocast or "bfloat16"),
-                                       enabled=self.cfg.autocast is not None):
-                    losses = self.task.loss(batch)
-                if losses.shape != (S,):
-                    raise UserCodeError(f"task {self.cfg.task!r} ({_code_of(self.task)}): loss() must return one "
-                                        f"loss per member, shape [{S}], got {tuple(losses.shape)}")
+                trains = not last and len(frozen) < len(self.params)
+                graphed = trains and self.graphed is not None and self.graphed.applies(batch)
+                if graphed:     # loss, backward and clipping replayed as a CUDA graph (tdyn.train.graphs)
+                    losses = self.graphed.forward_backward(batch)
+                else:
+                    with torch.set_grad_enabled(trains), \
+                            torch.autocast(self.device.type, dtype=getattr(torch, self.cfg.autocast or "bfloat16"),
+                                           enabled=self.cfg.autocast is not None):
+                        losses = self.task.loss(batch)
+                    self.check_losses(losses)
                 host_losses = losses.detach().cpu()           # the step's one wait for a GPU's losses
                 finite = torch.isfinite(host_losses)
                 newly = self.active & ~finite
                 before = {n: p.detach().clone() for n, p in self.params.items()} if evaluating and not last else None
-                if not last and losses.requires_grad:
+                if graphed:
+                    self.graphed.update(frozen, self.active & finite)
+                elif not last and losses.requires_grad:
                     for p in self.params.values():
                         p.grad = None
                     torch.where(torch.isfinite(losses.detach()), losses, torch.zeros_like(losses)).sum().backward()

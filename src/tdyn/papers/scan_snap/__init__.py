@@ -20,6 +20,7 @@ MANIFEST = Paper(
     benches={
         "scan_snap_single": "tdyn.papers.scan_snap.bench",
         "scan_snap_ensemble32": "tdyn.papers.scan_snap.bench",
+        "scan_snap_member_steps": "tdyn.papers.scan_snap.bench",
         "plain_vs_handwritten_yz": "tdyn.papers.scan_snap.bench",
         "startup": "tdyn.papers.scan_snap.bench",
         "allocation": "tdyn.papers.scan_snap.bench",

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tdyn import runs
+from tdyn import bench, runs
 from tdyn.bench import compare, on_device, usage, usage_delta, wall_python, register_bench, timed_train
 from tdyn.config import validate_config
 from tdyn.papers.scan_snap import data as scan_snap
@@ -24,7 +24,7 @@ from tdyn.sweep import run_sweep
 from tdyn.sweep.executors import start_method
 from tdyn.sweep.spec import load_spec, plan
 from tdyn.tasks import PlainTask
-from tdyn.train.trainer import expand_members, member_config
+from tdyn.train.trainer import expand_members, member_config, train
 
 
 @register_bench("scan_snap_single")
@@ -149,29 +149,80 @@ def _allocation(quick: bool) -> dict:
     return out
 
 
+def _loop_seconds(cfg: dict) -> float:
+    """The training loop's seconds of one job (its meta.json's ``seconds.training``: sampling, loss, backward,
+    the optimizer, a graph's warm-up and capture; not the job's set-up, probes or checkpoints)."""
+    with tempfile.TemporaryDirectory() as d:
+        dirs = train(on_device(cfg), Path(d) / "r", progress=False)
+        return runs.read_meta(dirs[0])["seconds"]["training"]
+
+
+@register_bench("scan_snap_member_steps")
+def _member_steps(quick: bool) -> dict:
+    """Syn-Small member-steps per second of the training loop (issue 35 item 6): ensembles of S members over
+    learning rates (one data stream; η_Y = η_Z from 0.1 to 10) and over seeds (S data streams), the eager step
+    and, on CUDA, the step replayed as CUDA graphs (``cuda_graph``)."""
+    steps = 100 if quick else 400
+    modes = (False, True) if bench.DEVICE == "cuda" else (False,)
+    out: dict = {"steps": steps}
+    for S in (1, 16, 64):
+        for kind in ("lrs", "seeds"):
+            if S == 1 and kind == "seeds":
+                continue
+            cfg = yz_config(SYN_SMALL, steps=steps, init="torch_default", seeds=range(S) if kind == "seeds" else (0,))
+            cfg["probes"] = {"names": [], "every": steps}
+            if kind == "lrs" and S > 1:
+                cfg["ensemble"] = {"lrs": [{"Y": 10 ** (2 * i / (S - 1) - 1), "Z": 10 ** (2 * i / (S - 1) - 1)}
+                                           for i in range(S)]}
+            for graph in modes:
+                c = dict(cfg, cuda_graph=True) if graph else cfg
+                _loop_seconds(dict(c, optim=dict(c["optim"], steps=5)))    # warm-up (allocator, kernels)
+                sec = _loop_seconds(c)
+                out[f"S{S}_{kind}{'_graph' if graph else ''}"] = {"loop_s": sec, "member_steps_per_s": S * steps / sec}
+    return out
+
+
+def _jobs_training_s(sweep: Path) -> float:
+    """The sweep's training loops, summed over its jobs (each job's members share its meta.json ``seconds``)."""
+    total = 0.0
+    for job in sorted((sweep / ".jobs").iterdir()):
+        first = runs.ensemble_dirs(job)[0]
+        total += runs.read_meta(first)["seconds"]["training"]
+    return total
+
+
 @register_bench("fig6_sweep")
 def _fig6_sweep(quick: bool) -> dict:
-    """The Fig 6 sweep (640 runs) with ``tdyn sweep`` (batched into 8 ensemble jobs on the local pool; the median
-    of 3 sweeps, each into a fresh directory, 1 if ``quick``) vs the same runs trained one at a time in this
-    process (``quick`` and on CUDA: extrapolated from a few runs per job)."""
+    """The Fig 6 sweep (640 runs) with ``tdyn sweep`` (batched into ensemble jobs on the local pool: 8 on the CPU,
+    4 on CUDA, one per panel; the median of 3 sweeps, each into a fresh directory, 1 if ``quick`` or on CUDA) vs
+    the same runs trained one at a time in this process (``quick`` and on CUDA: extrapolated from a few runs
+    per job). On CUDA also the sweep with its steps replayed as CUDA graphs (``cuda_graph``)."""
     import statistics
 
     spec = fig6_spec(FIG6)
     spec["config"] = on_device(spec["config"])
+    cuda = spec["config"]["device"] == "cuda"
     method = start_method()   # how the sweep's pool starts its workers here (forked or spawned)
-    sweeps = []               # (wall seconds, workers' busy seconds) of each sweep
-    for _ in range(1 if quick else 3):
-        with tempfile.TemporaryDirectory() as d:
-            t0 = time.perf_counter()
-            run_sweep(spec, Path(d) / "sweep", progress=False, workers=1 if spec["config"]["device"] == "cuda" else None)
-            sweeps.append((time.perf_counter() - t0, sorted(
-                runs.read_json(Path(d) / "sweep" / runs.SWEEP)["worker_busy_seconds"].values(), reverse=True)))
-    batched = statistics.median(w for w, _ in sweeps)
-    busy = next(b for w, b in sweeps if w == batched)
+    out: dict = {}
+    for graph in (False, True) if cuda else (False,):
+        sp = dict(spec, config=dict(spec["config"], cuda_graph=True)) if graph else spec
+        sweeps = []               # (wall seconds, workers' busy seconds, the jobs' training seconds) of each sweep
+        for _ in range(1 if quick or cuda else 3):
+            with tempfile.TemporaryDirectory() as d:
+                t0 = time.perf_counter()
+                run_sweep(sp, Path(d) / "sweep", progress=False, workers=1 if cuda else None)
+                sweeps.append((time.perf_counter() - t0, sorted(
+                    runs.read_json(Path(d) / "sweep" / runs.SWEEP)["worker_busy_seconds"].values(), reverse=True),
+                    _jobs_training_s(Path(d) / "sweep")))
+        batched = statistics.median(w for w, _, _ in sweeps)
+        busy, training = next((b, t) for w, b, t in sweeps if w == batched)
+        tag = "_graph" if graph else ""
+        out |= {f"batched_s{tag}": batched, f"batched_s_each{tag}": [w for w, _, _ in sweeps],
+                f"worker_busy_s{tag}": busy, f"training_s{tag}": training, f"jobs{tag}": len(plan(load_spec(sp)))}
     seq, timed, total_runs = 0.0, 0, 0
     # quick, or on a GPU (where one run is bound by kernel launches, alike across a job's members, and 640
     # of them would take minutes of a lent device): a few runs per job, extrapolated
-    few = quick or spec["config"]["device"] == "cuda"
+    few = quick or cuda
     for job in plan(load_spec(spec)):
         cfg = validate_config(job.config)
         members = expand_members(cfg)
@@ -180,7 +231,7 @@ def _fig6_sweep(quick: bool) -> dict:
         t = sum(timed_train(member_config(cfg, m)) for m in picked)
         timed += len(picked)
         seq += t * len(members) / len(picked)
-    return {"runs": total_runs, "batched_s": batched, "batched_s_each": [w for w, _ in sweeps], "worker_busy_s": busy,
-            "start_method": method, "sequential_s": seq, "ratio": seq / batched,
+    batched = out["batched_s"]
+    return {"runs": total_runs, **out, "start_method": method, "sequential_s": seq, "ratio": seq / batched,
             "sequential_runs_timed": timed, "sequential_extrapolated": timed < total_runs,
             "under_2_min": batched < 120}

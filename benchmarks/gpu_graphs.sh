@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue 35 item 6 on a lent GPU (benchmarks/README.md#cuda-graphs): the CUDA-graph step's tests (real graphs
+# against the eager CUDA step, bit for bit), where a graph step's time goes (benchmarks/gpu_graph_profile.py),
+# and `tdyn bench --device cuda` of the entries the graphs change. Run from the repository root on that
+# machine with .devdata/whl (pydantic) and .devdata/whl_test (pytest) carried (benchmarks/gpu_devdata.sh makes
+# the first; the second is `pip download pytest pluggy iniconfig packaging pygments`). Writes under $OUT.
+set -u
+OUT=${OUT:-/tmp/gpu_out}
+mkdir -p "$OUT"
+stamp() { echo "[$(date +%T)] $*"; }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+  .devdata/whl/*.whl .devdata/whl_test/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+python3 -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, torch.cuda.get_device_name())" || exit 1
+stamp "tests/test_cuda_graphs.py"
+timeout "${T_TEST:-180}" python3 -m pytest -p no:cacheprovider -rA -s tests/test_cuda_graphs.py > "$OUT/pytest.txt" 2>&1
+echo "pytest rc=$?"; grep -E "fell back|passed|failed|PASSED|FAILED|Error" "$OUT/pytest.txt" | tail -25
+stamp "profile"
+timeout "${T_PROF:-170}" python3 benchmarks/gpu_graph_profile.py "${NSTEP:-200}" 2>&1 | tee "$OUT/profile.jsonl" | tail -14
+stamp "tdyn bench --device cuda"
+timeout "${T_BENCH:-230}" python3 -m tdyn bench --device cuda --only scan_snap_member_steps --only fig6_sweep \
+  --only scan_snap_single --out "$OUT/bench-cuda.json" --force 2>&1 | tail -12
+stamp done

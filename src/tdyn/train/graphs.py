@@ -1,0 +1,221 @@
+"""The training step as CUDA graphs (config ``cuda_graph: true``, device cuda; issue 35 item 6).
+
+The papers' small models are bound by kernel launches on a GPU: a Syn-Small step is ~40 tiny kernels, each
+costing more to launch than to run. Here the step's loss, backward and gradient clipping are captured once as
+one graph, and the optimizer's update (SGD groups, once per set of frozen parameters) as another, then
+replayed each step: the same kernels on the same memory, so the same bits as the eager step (the GPU check
+in benchmarks/gpu_graphs.py compares them). What stays on the host: drawing the batch (copied into the
+graph's static input tensors), the one wait for the step's losses, the divergence rule (a step with a
+non-finite loss or an inactive member takes the eager, masked update), probes and checkpoints.
+
+Graph-safe by construction: shapes are static (a batch whose shapes or dtypes differ from the captured one
+trains eagerly, said once), the parameters and optimizer state are updated in place, and the gradients are
+the graph's own tensors (rebound to ``p.grad`` before each update). Not graph-safe, so refused or eager:
+a task drawing random numbers on the host during its loss (``member_generators``: a graph would replay one
+draw), Adam's host-side step counts (Adam groups update eagerly), and a capture that fails (e.g. a loss
+that reads a value back to the host): one log line, then the eager step for the rest of the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Callable
+
+import torch
+
+from tdyn.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: eager steps (on a side stream) before the capture: cuBLAS handles, autograd's accumulators and the
+#: optimizer's cached device tensors exist before a graph records them (torch.cuda.graphs' rule)
+WARMUP = 3
+
+
+class _Replay:
+    """A stand-in for a CUDA graph off a GPU (tests): the capture records the function and runs nothing (as a
+    capture); each replay runs it and copies its outputs into the first replay's tensors, which stay ``out``
+    (as a graph's static outputs)."""
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn, self.out = fn, None
+
+    def replay(self) -> None:
+        now = self.fn()
+        if self.out is None:
+            self.out = now
+        else:
+            for dst, src in zip(_leaves(self.out), _leaves(now)):
+                dst.copy_(src)
+
+
+class _CudaGraph:
+    """``fn`` captured as one CUDA graph on a side stream; ``out`` its outputs (static tensors)."""
+
+    def __init__(self, fn: Callable[[], Any], pool=None):
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=pool):
+            self.out = fn()
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+
+def _leaves(batch: Any) -> list[torch.Tensor]:
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    if isinstance(batch, dict):
+        return [t for v in batch.values() for t in _leaves(v)]
+    if isinstance(batch, (list, tuple)):
+        return [t for v in batch for t in _leaves(v)]
+    return []
+
+
+def _signature(batch: Any) -> tuple:
+    return tuple((tuple(t.shape), t.dtype) for t in _leaves(batch))
+
+
+def _clone(batch: Any) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.clone()
+    if isinstance(batch, dict):
+        return {k: _clone(v) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_clone(v) for v in batch)
+    return batch
+
+
+class GraphedStep:
+    """A job's step as graphs: :meth:`forward_backward` (losses [S] after loss, backward, clipping, as the
+    eager step leaves them) and :meth:`update` (the optimizer's). ``job`` is a :class:`tdyn.train.trainer.Job`;
+    ``capture`` builds a graph from a function (default: a CUDA graph; tests pass :class:`_Replay`)."""
+
+    def __init__(self, job, capture: Callable[[Callable[[], Any]], Any] | None = None):
+        drawn = job.task.member_generators()
+        if drawn:
+            raise ConfigError(f"cuda_graph: task {job.cfg.task!r} draws random numbers on the host during its loss "
+                              f"({', '.join(drawn)}): a graph would replay one draw; set cuda_graph=false")
+        self.job = job
+        self.capture = capture or _CudaGraph
+        self.cuda = job.device.type == "cuda"
+        self.warm = 0                     # eager steps taken so far (WARMUP before the capture)
+        self.fwd = None                   # the loss/backward/clip graph
+        self.static: Any = None           # its input batch
+        self.sig: tuple | None = None
+        self.grads: dict[str, torch.Tensor] = {}
+        self.updates: dict[frozenset, Any] = {}   # frozen set -> the update graph (None: eager)
+        self.off: str | None = None       # why graphs stopped (a failed capture): the eager step from then on
+        self.said: set[str] = set()
+        groups = job.cfg.optim.groups
+        self.sgd_only = all(gc.optimizer == "sgd" for gc in groups.values())
+        self.stream = torch.cuda.Stream() if self.cuda else None
+
+    # ---- what the trainer calls
+
+    def applies(self, batch: Any) -> bool:
+        """Whether this step trains through the graphs (else the trainer's eager step)."""
+        if self.off is not None:
+            return False
+        if self.sig is not None and _signature(batch) != self.sig:
+            self._say("shapes", "cuda_graph: a batch's shapes differ from the captured one's; such steps train eagerly")
+            return False
+        return True
+
+    def forward_backward(self, batch: Any) -> torch.Tensor:
+        """Losses [S] (detached), the gradients in ``p.grad`` and clipped: the eager step's result."""
+        job = self.job
+        if self.fwd is None and self.warm < WARMUP:
+            self.warm += 1
+            with self._side():
+                return self._loss_backward(batch)[0]
+        if self.fwd is None:
+            self.static, self.sig = _clone(batch), _signature(batch)
+            try:
+                with self._side():
+                    self.fwd = self.capture(lambda: self._loss_backward(self.static))
+            except Exception as e:    # the eager step from now on: this step's gradients computed eagerly
+                first = str(e).splitlines()[0] if str(e) else ""
+                self._stop(f"the loss could not be captured ({type(e).__name__}: {first})")
+                return self._loss_backward(batch)[0]
+        else:
+            for dst, src in zip(_leaves(self.static), _leaves(batch)):
+                dst.copy_(src, non_blocking=True)
+        with self._side():
+            self.fwd.replay()
+        losses, grads = self.fwd.out
+        for n, p in job.params.items():    # the graph's gradient tensors, whatever set p.grad since
+            p.grad = grads[n]
+        return losses
+
+    def update(self, frozen: set[str], active: torch.Tensor) -> None:
+        """The optimizer's step, as :meth:`EnsembleOptimizer.step`; a graph where every member is active and
+        every updated group is SGD, after the warm-up."""
+        opt = self.job.opt
+        key = frozenset(frozen)
+        if self.fwd is None or not bool(active.all()) or not self._sgd(frozen):
+            opt.step(frozen, active)
+            return
+        g = self.updates.get(key)
+        if g is None and key not in self.updates:
+            try:
+                with self._side():
+                    g = self.updates[key] = self.capture(lambda: opt.step(frozen, active))
+            except Exception as e:
+                self.updates[key] = None
+                self._say(f"update{sorted(key)}", f"cuda_graph: the optimizer step could not be captured "
+                                                  f"({type(e).__name__}); it runs eagerly")
+                opt.step(frozen, active)
+                return
+        if g is None:
+            opt.step(frozen, active)
+        else:
+            with self._side():
+                g.replay()
+
+    # ---- internals
+
+    def _sgd(self, frozen: set[str]) -> bool:
+        opt = self.job.opt
+        return all(opt.groups[g].optimizer == "sgd" for n, g in opt.group_of.items() if n not in frozen)
+
+    @contextlib.contextmanager
+    def _side(self):
+        """On a GPU, work on the side stream (captures need a non-default stream), ordered after and before
+        the current stream's; elsewhere nothing."""
+        if self.stream is None:
+            yield
+            return
+        cur = torch.cuda.current_stream()
+        self.stream.wait_stream(cur)
+        try:
+            with torch.cuda.stream(self.stream):
+                yield
+        finally:
+            cur.wait_stream(self.stream)
+
+    def _loss_backward(self, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The eager step's loss, backward and clipping (trainer.Job.run): the losses [S] and the gradients by
+        parameter. Under the run's autocast without its weight cache (a graph must not keep a cast made in an
+        earlier step); the cache never changes a value, so the eager step's bits."""
+        job = self.job
+        for p in job.params.values():
+            p.grad = None
+        with torch.enable_grad(), torch.autocast(job.device.type, dtype=getattr(torch, job.cfg.autocast or "bfloat16"),
+                                                 enabled=job.cfg.autocast is not None, cache_enabled=False):
+            losses = job.task.loss(batch)
+        job.check_losses(losses)
+        if losses.requires_grad:
+            torch.where(torch.isfinite(losses.detach()), losses, torch.zeros_like(losses)).sum().backward()
+            job._clip()
+        return losses.detach(), {n: p.grad for n, p in job.params.items()}
+
+    def _stop(self, why: str) -> None:
+        self.off = why
+        self.fwd = None
+        log.warning("cuda_graph: %s; training eagerly from here", why)
+
+    def _say(self, key: str, line: str) -> None:
+        if key not in self.said:
+            self.said.add(key)
+            log.warning(line)

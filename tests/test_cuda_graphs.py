@@ -1,0 +1,211 @@
+"""The training step as graphs (``tdyn.train.graphs``, config ``cuda_graph``) trains every member as the eager step
+does, bit for bit: metrics, final parameters and optimizer state. Off a GPU the capture is
+:class:`tdyn.train.graphs._Replay` (records the function, replays it into static outputs), which checks the
+step's graph-safe protocol (static inputs, the graph's own gradient tensors, the eager fallbacks); on a GPU
+(``device``-marked tests, run by benchmarks/gpu_graphs.sh) real CUDA graphs against the eager CUDA step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tdyn import runs
+from tdyn.config import load_config
+from tdyn.errors import ConfigError
+from conftest import quad_config
+from tdyn.papers.topic.analysis import E4
+from tdyn.papers.topic.task import lda_config
+from tdyn.train import graphs, trainer
+from tdyn.train.trainer import train
+
+CUDA = torch.cuda.is_available()
+
+
+class _Counted(graphs._Replay):
+    replays = 0
+
+    def replay(self):
+        type(self).replays += 1
+        super().replay()
+
+
+@pytest.fixture
+def replayed(monkeypatch):
+    """A function that trains ``cfg`` into ``out`` with every Job stepping through GraphedStep and the CPU
+    stand-in; it returns the run directories and the GraphedSteps made."""
+    def run(cfg, out):
+        made = []
+        orig = trainer.Job.__init__
+
+        def init(self, *a, **k):
+            orig(self, *a, **k)
+            self.graphed = graphs.GraphedStep(self, capture=_Counted)
+            made.append(self.graphed)
+
+        _Counted.replays = 0
+        with monkeypatch.context() as m:
+            m.setattr(trainer.Job, "__init__", init)
+            return train(cfg, out, progress=False), made
+    return run
+
+
+def _state(d):
+    """What training determines: the metrics and the final checkpoint's tensors."""
+    return runs.read_metrics(d), load_file(d / "checkpoints" / "final.safetensors")
+
+
+def _same(a_dirs, b_dirs):
+    assert len(a_dirs) == len(b_dirs)
+    for a, b in zip(a_dirs, b_dirs):
+        (ma, ca), (mb, cb) = _state(a), _state(b)
+        assert ma == mb, a.name
+        assert ca.keys() == cb.keys()
+        for k in ca:
+            assert torch.equal(ca[k], cb[k]), (a.name, k)
+
+
+SYN_SMALL = ["optim.steps=25", "seeds=[0,1]", "ensemble.lrs=[{Y: 1, Z: 1}, {Y: 4, Z: 2}]",
+             "model.init=torch_default", "checkpoint.schedule=none", "probes.every=10"]
+
+
+def test_scan_snap_sgd_momentum_graphed_equals_eager(tmp_path, replayed):
+    """Syn-Small, SGD with momentum, 2 seeds × 2 lr sets, grad_rows on Y and Z: both graphs replay."""
+    cfg = load_config("syn_small", SYN_SMALL).model_dump(mode="json")
+    eager = train(cfg, tmp_path / "eager", progress=False)
+    got, (g,) = replayed(cfg, tmp_path / "graph")
+    _same(eager, got)
+    assert g.fwd is not None and g.off is None and len(g.updates) == 1 and None not in g.updates.values()
+    # 25 steps: the warm-up's eager steps, then a loss replay and an update replay per step
+    assert _Counted.replays == 2 * (25 - graphs.WARMUP)
+
+
+def test_adam_and_gradient_clipping(tmp_path, replayed):
+    """The topic model with Adam (its update stays eager: Adam's step counts live on the host) and gradient
+    clipping (inside the loss graph)."""
+    cfg = lda_config(E4, steps=12, seeds=(0,), every=4, quick=True)
+    cfg["optim"]["grad_clip"] = 0.5
+    cfg["checkpoint"] = {"schedule": "none"}
+    eager = train(cfg, tmp_path / "eager", progress=False)
+    got, (g,) = replayed(cfg, tmp_path / "graph")
+    _same(eager, got)
+    assert g.fwd is not None and not g.updates and _Counted.replays == 12 - graphs.WARMUP
+
+
+def test_freeze_schedule_captures_one_update_per_frozen_set(tmp_path, replayed):
+    cfg = quad_config(optim={"steps": 14, "groups": {"w": {"params": ["w"], "lr": 0.1}, "u": {"params": ["u"], "lr": 0.1}},
+                             "freeze": {"w": {"until": 6}, "u": {"after": 10}}})
+    cfg["checkpoint"] = {"schedule": "none"}
+    eager = train(cfg, tmp_path / "eager", progress=False)
+    got, (g,) = replayed(cfg, tmp_path / "graph")
+    _same(eager, got)
+    assert sorted(sorted(k) for k in g.updates) == [[], ["u"], ["w"]]
+
+
+def test_divergence_takes_the_masked_eager_update(tmp_path, replayed):
+    """A member whose loss overflows mid-run: from its step on the update is the eager, masked one (the
+    diverged member keeps its state); the other member's trajectory is the eager one."""
+    cfg = quad_config(seeds=[0], ensemble={"lrs": [{"w": 0.1}, {"w": 25.0}]}, data={"dim": 3, "curvature": 2.0},
+                      checkpoint={"schedule": "none", "every": 5})
+    cfg["optim"]["steps"] = 60
+    eager = train(cfg, tmp_path / "eager", progress=False)
+    got, _ = replayed(cfg, tmp_path / "graph")
+    assert runs.read_meta(got[1])["status"] == "diverged"
+    for a, b in zip(eager, got):
+        assert runs.read_metrics(a) == runs.read_metrics(b)
+    _same(eager[:1], got[:1])
+
+
+def _job(groups=None, gens=None):
+    """The parts of a Job that GraphedStep reads at construction."""
+    from types import SimpleNamespace
+    cfg = load_config("syn_small", [])
+    return SimpleNamespace(device=torch.device("cpu"), cfg=cfg, task=SimpleNamespace(
+        member_generators=lambda: gens or {}, model=None))
+
+
+def test_a_batch_of_other_shapes_trains_eagerly(caplog):
+    """Shapes are static in a graph: once captured, a batch whose shapes or dtypes differ trains eagerly, said
+    once."""
+    g = graphs.GraphedStep(_job())
+    batch = (torch.zeros(2, 3), {"a": torch.zeros(4, dtype=torch.long)})
+    assert g.applies(batch)
+    g.sig = graphs._signature(batch)
+    assert g.applies((torch.ones(2, 3), {"a": torch.ones(4, dtype=torch.long)}))
+    with caplog.at_level("WARNING"):
+        assert not g.applies((torch.zeros(2, 4), {"a": torch.zeros(4, dtype=torch.long)}))
+        assert not g.applies((torch.zeros(2, 3), {"a": torch.zeros(4)}))
+    assert [r.message for r in caplog.records].count(
+        "cuda_graph: a batch's shapes differ from the captured one's; such steps train eagerly") == 1
+
+
+def test_a_task_drawing_random_numbers_on_the_host_is_refused():
+    with pytest.raises(ConfigError, match="draws random numbers on the host during its loss \\(dropout\\)"):
+        graphs.GraphedStep(_job(gens={"dropout": [torch.Generator()]}))
+
+
+def test_a_failed_capture_trains_eagerly_from_then_on(tmp_path, replayed, monkeypatch, caplog):
+    """A loss that cannot be captured (here: the capture raises, as a host read inside a CUDA graph does):
+    one warning, and the run is the eager run."""
+    cfg = load_config("syn_small", SYN_SMALL).model_dump(mode="json")
+    eager = train(cfg, tmp_path / "eager", progress=False)
+
+    def refuse(fn):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore")
+
+    monkeypatch.setattr(_Counted, "__init__", lambda self, fn: refuse(fn))
+    with caplog.at_level("WARNING"):
+        got, (g,) = replayed(cfg, tmp_path / "graph")
+    _same(eager, got)
+    assert g.off.startswith("the loss could not be captured (RuntimeError: operation not permitted")
+    assert sum("training eagerly from here" in r.message for r in caplog.records) == 1
+
+
+def test_config_refuses_cuda_graph_off_cuda():
+    with pytest.raises(ConfigError, match="cuda_graph = true needs device = 'cuda'"):
+        load_config("syn_small", ["cuda_graph=true"])
+
+
+def test_cuda_graph_is_not_part_of_a_runs_identity():
+    a = load_config("syn_small", []).model_dump(mode="json")
+    b = dict(a, cuda_graph=True)
+    assert runs.config_digest(a) == runs.config_digest(b)
+
+
+def _cuda_cases():
+    """name -> (config, whether the loss must be captured): Syn-Small (SGD momentum, grad_rows), a Fig 6 job (the
+    support decoder's kernels), the topic model (Adam; its masked positions' count is read on the host, so its
+    capture fails and it trains eagerly), the toy with a freeze schedule and a diverging member."""
+    from tdyn.papers.scan_snap.analysis import FIG6, fig6_spec
+    from tdyn.sweep.spec import load_spec, plan
+    syn = load_config("syn_small", SYN_SMALL).model_dump(mode="json")
+    fig6 = plan(load_spec(fig6_spec(FIG6)))[2].config
+    fig6["optim"]["steps"] = 20
+    topic = lda_config(E4, steps=12, seeds=(0, 1), every=4, quick=True)
+    topic["checkpoint"] = {"schedule": "none"}
+    quad = quad_config(seeds=[0], ensemble={"lrs": [{"w": 0.1}, {"w": 25.0}]}, data={"dim": 3, "curvature": 2.0},
+                       optim={"steps": 60, "groups": {"w": {"params": ["w"], "lr": 0.1, "momentum": 0.5},
+                                                      "u": {"params": ["u"], "lr": 0.1}},
+                              "freeze": {"u": {"after": 30}}}, checkpoint={"schedule": "none", "every": 5})
+    return {"syn_small": (syn, True), "fig6_job": (fig6, True), "topic_adam": (topic, None), "quad": (quad, True)}
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a GPU (benchmarks/gpu_graphs.sh runs it on a lent one)")
+@pytest.mark.parametrize("name", ["syn_small", "fig6_job", "topic_adam", "quad"])
+def test_cuda_graphs_equal_the_eager_cuda_step(name, tmp_path, caplog):
+    """Real CUDA graphs against the eager CUDA step: the same metrics and final tensors, bit for bit."""
+    cfg, captured = _cuda_cases()[name]
+    cfg = dict(cfg, device="cuda")
+    eager = train(cfg, tmp_path / "eager", progress=False)
+    with caplog.at_level("WARNING"):
+        got = train(dict(cfg, cuda_graph=True), tmp_path / "graph", progress=False)
+    fell_back = any("training eagerly from here" in r.message for r in caplog.records)
+    print(name, "fell back:", fell_back, [r.message for r in caplog.records])
+    if captured is not None:
+        assert fell_back != captured, [r.message for r in caplog.records]
+    if name == "quad":
+        for a, b in zip(eager, got):
+            assert runs.read_metrics(a) == runs.read_metrics(b)
+        _same(eager[:1], got[:1])
+    else:
+        _same(eager, got)
