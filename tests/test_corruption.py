@@ -788,6 +788,10 @@ def test_judge_only_judges_an_edited_table_as_it_is_and_says_so(fig4, preloaded_
     assert len(warn) == 1 and "edited since" in warn[0]
     res = json.loads((d / runs.RESULTS).read_text())
     assert res["tables_edited"] == [{"table": "loss.csv", "rows_written": 200, "rows_now": 10}]
+    page = preloaded_cli("report", d)                                       # and the report page shows it
+    assert page.returncode == 0, page.stderr
+    text = (d / "index.html").read_text()
+    assert "judged on tables edited by hand" in text and "loss.csv (200 rows written, 10 now)" in text
 
 
 def test_judge_only_keeps_and_checks_the_digests(fig4, preloaded_cli, tmp_path):

@@ -228,6 +228,30 @@ def test_every_results_string_is_escaped(tmp_path):
     assert "<script>" not in text and text.count("&lt;script&gt;") >= 8
 
 
+def test_tables_edited_by_hand_are_shown_beside_the_verdicts(tmp_path):
+    """A reproduction judged by --judge-only on tables edited since its run wrote them (results.json's
+    tables_edited) is flagged beside its verdicts — on its card, in its section above the claims, and in the
+    row of a quick run made here — every name escaped; an unedited one is not flagged; a malformed entry
+    (hand-edited results.json) is shown as text, never a traceback."""
+    from tdyn.reproduce.phases import EDITED
+
+    assert html.EDITED == EDITED
+    evil = "<script>alert(1)</script>"
+    claims = [{"id": "x", "claim": "c", "verdict": "holds", "source": "paper", "numbers": {}}]
+    _write_results(tmp_path / "full", {"experiment": "scan-snap/fig4", "claims": claims,
+                                       EDITED: [{"table": f"loss{evil}.csv", "rows_written": 200, "rows_now": 10}]})
+    _write_results(tmp_path / "quick", {"experiment": "scan-snap/fig3", "claims": claims, "quick": True,
+                                        EDITED: [f"odd {evil}", 5]})
+    _write_results(tmp_path / "plain", {"experiment": "scan-snap/fig5", "claims": claims})
+    text = html.build_index(tmp_path).read_text()
+    assert "<script>" not in text
+    assert text.count("judged on tables edited by hand") >= 4      # fig4: card + section; fig3: here-row + section
+    assert f"loss{html._e(evil)}.csv (200 rows written, 10 now)" in text and f"odd {html._e(evil)}; 5" in text
+    card = text[text.index(f'id="{html.anchor("scan-snap/fig5")}"'):]
+    card = card[:card.index("</section>")]
+    assert "edited by hand" not in card
+
+
 # ---------------------------------------------------------------- the answer first: full-setting evidence
 
 def _evidence(root: Path) -> Path:

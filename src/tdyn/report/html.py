@@ -51,7 +51,10 @@ MAX_NUMBERS_CHARS = 240
 REUSING_OPTIONS = ("rejudge", "from_tables", "at_step", "runs_dir")  # numbers cell of the claims table (the full numbers are in the section)
 # results.json keys shown in their own place in a section (the rest are listed as "other numbers")
 _SECTION_KEYS = {"experiment", "claims", "config", "files", "wall_seconds", "seed", "seeds", "quick",
-                 "status", "error", "traceback", "description", "docs", "made"}
+                 "status", "error", "traceback", "description", "docs", "made", "tables_edited"}
+#: results.json's key for the tables a ``--judge-only`` judged as edited by hand since the run wrote them
+#: (``tdyn.reproduce.phases.EDITED``, the layer above; a test keeps the two equal)
+EDITED = "tables_edited"
 
 
 # ---------------------------------------------------------------- small helpers
@@ -313,6 +316,22 @@ def _verdict(c: dict) -> str:
     return _badge(c) + why
 
 
+def _edited(res: dict) -> str:
+    """A flag beside a reproduction's verdicts when they were judged on tables edited by hand since its run
+    wrote them (results.json's ``tables_edited``: each table with its rows written and rows now), else ""."""
+    edited = res.get(EDITED)
+    if not edited:
+        return ""
+    items = edited if isinstance(edited, list) else [edited]
+
+    def one(e: Any) -> str:
+        if isinstance(e, dict):
+            return f"{e.get('table', '?')} ({e.get('rows_written', '?')} rows written, {e.get('rows_now', '?')} now)"
+        return str(e)
+    return (f'<span class="flag edited">⚑ judged on tables edited by hand since the run wrote them (--judge-only): '
+            f'{_e(_clip("; ".join(one(e) for e in items), 400))}</span>')
+
+
 def _seeds(res: dict, cli_seed: int | None) -> str:
     """The seeds a reproduction reports (``seeds``, ``seed`` or its config's), else the ``--seed`` it was given."""
     cfg = res.get("config")
@@ -372,6 +391,8 @@ def _section(rdir: Path, res: dict, page: Path, descriptions: dict[str, str], cl
     parts.append(_dl(info))
     if "error" in res:
         parts.append(f'<h3>Error</h3><pre class="error">{_e(res["error"])}\n\n{_e(res.get("traceback", ""))}</pre>')
+    if res.get(EDITED):
+        parts.append(f"<p>{_edited(res)}</p>")
     if res.get("claims"):
         rows = [[_e(c.get("id", "")), _source(c), _linked(c.get("claim", ""), page) + _quote(c), _verdict(c),
                  _e(fmt(c.get("numbers", {}), max_items=32))]
@@ -622,7 +643,8 @@ def _pipeline(here: list[tuple[Path, dict]], ans: dict[str, dict], evidence: dic
                   if shared else
                   f'<span class="note">no claim in common with the {what} verdicts</span>')
         setting = ("quick (pipeline check)" if quick else "full settings: re-derived here")
-        rows.append([link, _e(setting), took, _counts_html(res.get("claims", []), "no claims"), vs])
+        rows.append([link, _e(setting), took, _counts_html(res.get("claims", []), "no claims")
+                     + (f"<br>{_edited(res)}" if res.get(EDITED) else ""), vs])
     head = ("Runs made on this machine" if manifest else "Results in this directory")
     note = (f"<p>{n_quick} of {len(here)} ran at quick settings: shortened runs that check that the pipeline runs on "
             "this machine, <b>not</b> the claims (their verdicts are not counted above). "
@@ -683,6 +705,7 @@ def _card(name: str, a: dict | None, here: tuple[Path, dict] | None, page: Path,
             f'<p class="repro">{_e(reproduces(name))}</p>',
             f"<p>{_linked(desc, page)}</p>" if desc else "",
             f"<p>{verdicts if a else 'no full-setting verdicts; ' + verdicts + ' (quick)'}</p>",
+            f"<p>{_edited(res)}</p>" if res.get(EDITED) else "",
             _provenance(name, res, rdir, shown["origin"], page, evidence_label),
             f'<p class="note">documentation: {doc}</p>']
     details = []
