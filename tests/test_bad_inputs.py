@@ -348,6 +348,15 @@ CASES = [
     ("sweep zip over ensemble.init_scales", SWEEP, {"spec.json": spec({"zip": {"ensemble.init_scales": [[1.0], [2.0]]}})}, "'ensemble.init_scales'"),
     ("sweep random over ensemble.lrs", SWEEP, {"spec.json": spec({"random": {"n": 2, "params": {"ensemble.lrs": {"kind": "choice", "values": [1]}}}})}, "'ensemble.lrs'"),
     ("sweep set: seeds", SWEEP, {"spec.json": spec(set=["seeds=3"])}, "seeds=3"),
+    # ---- a key overridden twice: which value was meant is ambiguous (issue 36)
+    ("--set a key twice", ss("optim.steps=3", "optim.steps=5"), {}, "'optim.steps' is given twice"),
+    ("--set a key twice, one value", ss("optim.steps=3", " optim.steps = 3"), {}, "'optim.steps' is given twice"),
+    ("--set a key and its section", ss("optim.groups.Y.lr=2", "optim.groups={}"), {}, "'optim.groups' holds"),
+    ("reproduce --set a key twice", ["reproduce", "scan-snap/fig4", "--quick", "--out", "{out}", "--set", "seeds=1",
+                                     "--set", "seeds=2"], {}, "'seeds' is given twice"),
+    ("config --set a key twice", ["config", "scan-snap/fig4", "--set", "optim.steps=2", "--set", "optim.steps=3"], {},
+     "'optim.steps' is given twice"),
+    ("sweep set: a key twice", SWEEP, {"spec.json": spec(set=["optim.steps=3", "optim.steps=4"])}, "'optim.steps' is given twice"),
     # ---- the command line itself
     ("unknown command", ["frobnicate"], {}, "frobnicate"),
     ("unknown option", ["run", "{d}/ss.json", "--speed", "3"], {}, "--speed"),
@@ -407,3 +416,15 @@ def test_a_closed_stdout_ends_quietly(tmp_path, argv):
         os.close(w)
     assert p.stderr == "", p.stderr
     assert p.returncode in ((0,) if "--help" in argv else (1,)), p.returncode
+
+
+def test_a_key_overridden_twice_is_refused_by_the_api():
+    """``tdyn.load_config(source, overrides)`` refuses a key given twice as the CLI does (one UserError naming it);
+    distinct keys, siblings included, are applied."""
+    import tdyn
+    from tdyn.errors import UserError
+
+    with pytest.raises(UserError, match="'optim.steps' is given twice"):
+        tdyn.load_config(SS, ["optim.steps=3", "optim.steps=3"])
+    cfg = tdyn.load_config(SS, ["optim.groups.Y.lr=2", "optim.groups.Z.lr=3", "optim.steps=5"])
+    assert (cfg.optim.groups["Y"].lr, cfg.optim.groups["Z"].lr, cfg.optim.steps) == (2.0, 3.0, 5)

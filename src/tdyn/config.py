@@ -260,8 +260,11 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     """Apply ``key.path=value`` overrides to a raw config dict.
 
     Values are parsed as YAML scalars and converted by pydantic to the field's type; for list fields,
-    ``a,b,c`` becomes a list.
+    ``a,b,c`` becomes a list. A key given twice, or a key and a section holding it (``optim.groups`` and
+    ``optim.groups.Y.lr``), is a :class:`ConfigError` naming the key: which value was meant would depend on
+    the order (nothing ambiguous is accepted).
     """
+    check_unique_overrides(overrides)
     raw = json.loads(json.dumps(raw))
     for item in overrides:
         if "=" not in item:
@@ -290,6 +293,26 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
 
 def override_key(item: str) -> str:
     return item.split("=", 1)[0].strip()
+
+
+def check_unique_overrides(overrides: list[str]) -> None:
+    """Each key is overridden once: a key given twice (``--set lr=1 --set lr=2``), or a key inside a section
+    also given (``--set optim.groups={...} --set optim.groups.Y.lr=2``), is one line naming it, whatever the
+    values (the same value twice too: a repeated key is a slip, e.g. a line copied in a script)."""
+    seen: dict[tuple[str, ...], str] = {}
+    for item in overrides:
+        if not isinstance(item, str) or "=" not in item:
+            continue                     # apply_overrides names it
+        path = tuple(p.strip() for p in override_key(item).split("."))
+        for other, first in seen.items():
+            if other == path:
+                raise ConfigError(f"override {'.'.join(path)!r} is given twice ({first!r}, then {item!r}): give each "
+                                  f"key once")
+            if other[:len(path)] == path or path[:len(other)] == other:
+                outer, inner = (first, item) if len(other) < len(path) else (item, first)
+                raise ConfigError(f"overrides {first!r} and {item!r} overlap ({override_key(outer)!r} holds "
+                                  f"{override_key(inner)!r}): which wins would depend on their order; give one")
+        seen[path] = item
 
 
 def check_shadowed(raw: dict, overrides: list[str]) -> None:
