@@ -217,6 +217,7 @@ CASES = [
     ("sweep base unknown name", SWEEP, {"spec.json": json.dumps({"base": "no-such/experiment"})}, "no-such/experiment"),
     ("sweep slurm time zero", SWEEP + ["--slurm-time", "0"], GOOD_SPEC, "time_min"),
     ("sweep slurm extra without =", SWEEP + ["--slurm-extra", "qos"], GOOD_SPEC, "--slurm-extra"),
+    ("sweep --executor slurm without Slurm", SWEEP + ["--executor", "slurm"], GOOD_SPEC, ("--executor slurm", "--executor local")),
     ("sweep job_members zero", SWEEP, {"spec.json": spec(job_members=0)}, "job_members"),
     # ---- other config values
     ("steps negative", ss("optim.steps=-1"), {}, "optim.steps"),
@@ -367,7 +368,8 @@ CASES = [
     ("TDYN_THREADS zero", ss(), {}, "TDYN_THREADS"),
 ]
 #: cases run with extra environment variables
-ENV = {"TDYN_THREADS zero": {"TDYN_THREADS": "0"}, "TDYN_THREADS over the limit": {"TDYN_THREADS": "20000"}}
+ENV = {"TDYN_THREADS zero": {"TDYN_THREADS": "0"}, "TDYN_THREADS over the limit": {"TDYN_THREADS": "20000"},
+       "sweep --executor slurm without Slurm": {"PATH": "/nonexistent-tdyn-test"}}   # no sbatch/srun, wherever it runs
 
 
 def _write(d, files: dict) -> None:

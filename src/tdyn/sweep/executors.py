@@ -2,7 +2,8 @@
 
 * ``local`` (default): a process pool sized to the cores (:func:`default_workers`);
 * ``ray``: Ray tasks on ``address`` (or a local Ray instance); a task whose worker dies is retried;
-* ``slurm``: submitit (``AutoExecutor`` on a Slurm cluster; ``local`` for its local executor).
+* ``slurm``: submitit (``AutoExecutor`` on a Slurm cluster; ``local`` for its local executor, named explicitly:
+  where no Slurm is found, ``--executor slurm`` is refused, never run on submitit's local executor unasked).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import concurrent.futures as cf
 import gc
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -230,11 +232,19 @@ class RayExecutor:
             self.ray.shutdown()
 
 
+def slurm_available() -> bool:
+    """Whether Slurm's commands are here: submitit submits with ``sbatch`` and detects Slurm by ``srun``."""
+    return shutil.which("sbatch") is not None and shutil.which("srun") is not None
+
+
 class SlurmExecutor:
     name = "slurm"
     retry_broken = False
 
     def __init__(self, folder: str, cluster: str | None = None, **params: Any):
+        if cluster is None and not slurm_available():   # submitit's AutoExecutor would run the jobs here instead
+            raise UserError("--executor slurm: Slurm is not available here (no sbatch or srun on PATH); run the sweep "
+                            "on a Slurm login node, or here with --executor local (or ray)")
         try:
             import submitit
         except ImportError:
