@@ -343,6 +343,12 @@ CASES = [
     ("reproduce --out empty", ["reproduce", "scan-snap/fig4", "--quick", "--out", ""], {}, "--out"),
     ("report dir empty", ["report", ""], {}, "empty path"),
     ("bench --out empty", ["bench", "--quick", "--only", "startup", "--out", ""], {}, "--out"),
+    ("bench --force over a user's JSON", ["bench", "--quick", "--only", "startup", "--out", "{d}/mine.json", "--force"],
+     {"mine.json": '{"my": "notes"}'}, ("mine.json", "did not write")),
+    ("bench --force over a user's text", ["bench", "--quick", "--only", "startup", "--out", "{d}/notes.txt", "--force"],
+     {"notes.txt": "my notes\n"}, ("notes.txt", "not a bench result")),
+    ("bench --force over a directory", ["bench", "--quick", "--only", "startup", "--out", "{d}/res", "--force"],
+     {"res": DIR}, ("res", "directory")),
     ("--import empty", ["--import", "", "list"], {}, "--import"),
     # ---- a sweep axis over a key the sweep sets itself (issue 36)
     ("sweep axis over seeds", SWEEP, {"spec.json": spec({"grid": {"seeds": [[0], [1]]}})}, "'seeds'"),

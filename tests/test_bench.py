@@ -76,3 +76,21 @@ def test_checkpoint_entry_replays_both_protocols(tmp_path, monkeypatch):
     assert bench._checkpoint_steps(2, 5, behind=False)[1] == 10
     assert 1 <= bench._checkpoint_steps(2, 5, behind=True)[1] <= 5
     assert list(tmp_path.iterdir()) == []
+
+
+def test_force_replaces_only_a_bench_result(tmp_path):
+    """``--force`` (bench.run) replaces a JSON that tdyn bench wrote, recognised by its keys, and nothing else:
+    a user's JSON, a text file, a JSON list, a directory are refused before anything is measured."""
+    from tdyn import bench
+    from tdyn.errors import UserError
+
+    ours = tmp_path / "b.json"
+    ours.write_text(json.dumps({k: 1 for k in bench.RESULT_KEYS} | {"startup": {}}))
+    bench.check_replaceable(ours)
+    bench.check_replaceable(tmp_path / "new.json")
+    (tmp_path / "d").mkdir()
+    for name, text in (("mine.json", '{"machine": 1}'), ("list.json", "[1]"), ("t.txt", "notes"), ("d", None)):
+        if text is not None:
+            (tmp_path / name).write_text(text)
+        with pytest.raises(UserError, match=name):
+            bench.run(tmp_path / name, quick=True, only=["nope"])

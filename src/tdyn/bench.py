@@ -235,11 +235,40 @@ def _checkpoint_write(quick: bool) -> dict:
     return out
 
 
+#: the keys of every result :func:`run` writes: a JSON object holding them is a bench result (tdyn bench's own)
+RESULT_KEYS = ("machine", "quick", "date", "device", "torch_threads", "reference_matmul")
+
+
+def check_replaceable(out: Path) -> None:
+    """``out`` may be written: it does not exist, or it is a result ``tdyn bench`` wrote (recognised by its
+    content: a JSON object with every one of :data:`RESULT_KEYS`). Anything else — a user's JSON, another file,
+    a directory, one that cannot be read — is one line naming it, before anything is measured (``--force``
+    replaces only a bench result)."""
+    if not out.exists() and not out.is_symlink():
+        return
+    why = None
+    if out.is_dir():
+        why = "is a directory"
+    else:
+        try:
+            obj = runs.read_json(out)
+        except runs.CorruptFile as e:
+            why = f"is not a bench result ({e.problem})"
+        else:
+            if not isinstance(obj, dict) or not all(k in obj for k in RESULT_KEYS):
+                why = "is a JSON file that tdyn bench did not write (not a bench result)"
+    if why:
+        raise UserError(f"--out {str(out)!r} {why}: the bench replaces only its own results, even with --force; "
+                        f"choose another --out")
+
+
 def run(out: str | Path, quick: bool = False, only: list[str] | None = None, device: str = "cpu") -> dict:
-    """Measure ``only`` (default: every entry, the core's and the papers') and write ``out``.
+    """Measure ``only`` (default: every entry, the core's and the papers') and write ``out``, which must be new
+    or a bench result (:func:`check_replaceable`: a user's file in its place is refused before measuring).
     ``device="cuda"``: the training entries train on the GPU (entries that measure CPU-only work, the
     start-up and exact population computations, run as on CPU) and the reference matmul is the GPU's."""
     global DEVICE
+    check_replaceable(Path(out))
     if device == "cuda" and not torch.cuda.is_available():
         raise UserError("--device cuda: CUDA is not available here")
     DEVICE = device
