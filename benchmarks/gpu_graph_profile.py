@@ -53,7 +53,7 @@ def cases(steps: int) -> dict[str, dict]:
 
 def main(steps: int = 200) -> None:
     timers = {"sample": (trainer.Job, "_sample"), "loss_backward": (graphs.GraphedStep, "forward_backward"),
-              "update": (graphs.GraphedStep, "update")}
+              "update": (graphs.GraphedStep, "update"), "prefetch_start": (graphs.Prefetch, "start")}
     for name, cfg in cases(steps).items():
         for graph in (False, True):
             c = dict(cfg, device="cuda", cuda_graph=graph)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import torch
@@ -28,6 +30,8 @@ from tdyn.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+#: host threads drawing the next batch (None: one per data stream, at most 8 and the cores but one)
+PREFETCH_THREADS: int | None = None
 #: eager steps (on a side stream) before the capture: cuBLAS handles, autograd's accumulators and the
 #: optimizer's cached device tensors exist before a graph records them (torch.cuda.graphs' rule)
 WARMUP = 3
@@ -219,3 +223,57 @@ class GraphedStep:
         if key not in self.said:
             self.said.add(key)
             log.warning(line)
+
+
+def _cat(parts: list[Any]) -> Any:
+    """Batches of consecutive streams (leading axis: streams) joined on that axis."""
+    first = parts[0]
+    if isinstance(first, torch.Tensor):
+        return torch.cat(parts)
+    if isinstance(first, dict):
+        return {k: _cat([p[k] for p in parts]) for k in first}
+    if isinstance(first, (list, tuple)):
+        return type(first)(_cat([p[i] for p in parts]) for i in range(len(first)))
+    return first
+
+
+class Prefetch:
+    """The next step's batch drawn on host threads while the device runs this step (with ``cuda_graph``).
+
+    ``start()`` records every data stream's generator state, then draws the next batch: the streams split into
+    consecutive chunks, one ``task.sample_streams(chunk)`` per thread (a stream's draws depend on its generator
+    alone, so the joined batch equals the one-pass draw). ``take()`` returns it (on the host). While a draw is
+    pending, ``states`` are the generators' states before it: what a checkpoint of this step records, so
+    resume is exact."""
+
+    def __init__(self, task, gens: list[torch.Generator], threads: int | None = None):
+        self.task, self.gens = task, gens
+        n = min(len(gens), threads or PREFETCH_THREADS or min(8, max(1, (os.cpu_count() or 2) - 1)))
+        q, r = divmod(len(gens), n)
+        self.chunks, i = [], 0
+        for j in range(n):
+            self.chunks.append(gens[i:i + q + (j < r)])
+            i += q + (j < r)
+        self.pool = ThreadPoolExecutor(n, thread_name_prefix="tdyn-prefetch") if n > 1 else None
+        self.pending: list | None = None
+        self.states: list[torch.Tensor] | None = None
+
+    def start(self) -> None:
+        self.states = [g.get_state() for g in self.gens]
+        if self.pool is None:
+            self.pending = [self.task.sample_streams(self.gens)]
+        else:
+            self.pending = [self.pool.submit(self.task.sample_streams, c) for c in self.chunks]
+
+    def take(self) -> Any:
+        parts, self.pending, self.states = self.pending, None, None
+        parts = parts if self.pool is None else [f.result() for f in parts]
+        return parts[0] if len(parts) == 1 else _cat(parts)
+
+    def close(self) -> None:
+        """Wait for a pending draw (its threads hold the generators) and stop the threads."""
+        if self.pending is not None and self.pool is not None:
+            for f in self.pending:
+                f.exception()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)

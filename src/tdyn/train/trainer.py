@@ -36,7 +36,7 @@ from tdyn.errors import ConfigError, UserCodeError, UserError
 from tdyn.probes import ProbeContext, get_probes
 from tdyn.tasks import DTYPES, Member, build_task, get_task
 from tdyn.tasks.base import stack_batches
-from tdyn.train.graphs import GraphedStep
+from tdyn.train.graphs import GraphedStep, Prefetch
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.seeding import generator
 from tdyn.train.sinks import make_sinks
@@ -302,7 +302,8 @@ class Job:
         self.identities: list[str | None] = [runs.make_identity(c, m.name) for m, c in zip(members, self.member_cfgs)]
         self._metrics = [runs.MetricsLines(ident) for ident in self.identities]
         self._off_schedule: list[tuple[Path, int]] | None = None   # an interrupted run's checkpoints, to remove
-        self.graphed = None      # the step as CUDA graphs (config cuda_graph)
+        self.graphed = None      # the step as CUDA graphs (config cuda_graph), the next batch drawn meanwhile
+        self.prefetch = None
         if cfg.cuda_graph:
             self.graphed = GraphedStep(self)
         self._last_flush = time.monotonic()
@@ -313,13 +314,20 @@ class Job:
         return to_device(batch, self.device)
 
     def _sample(self):
-        return self._to_device(_select(self.task.sample_streams(self.gens), self.stream_of))
+        drawn = self.prefetch.take() if self.prefetch is not None and self.prefetch.pending is not None \
+            else self.task.sample_streams(self.gens)
+        return self._to_device(_select(drawn, self.stream_of))
+
+    def _data_state(self, stream: int) -> torch.Tensor:
+        """Data stream ``stream``'s generator state at this step (before a prefetched draw of the next batch)."""
+        pre = self.prefetch.states if self.prefetch is not None else None
+        return pre[stream] if pre is not None else self.gens[stream].get_state()
 
     def _member_state(self, i: int, probes: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         t = {f"param/{n}": p.detach()[i] for n, p in self.params.items()}
         t |= {f"buffer/{n}": b[i] for n, b in self.buffers.items()}
         t |= {f"optim/{k}": v[i] for k, v in self.opt.state.items()}
-        t["rng/data"] = self.gens[int(self.stream_of[i])].get_state()
+        t["rng/data"] = self._data_state(int(self.stream_of[i]))
         t |= {f"rng/{k}": gens[i].get_state() for k, gens in self.task.member_generators().items()}
         t |= {f"probe/{k}": v[i] for k, v in probes.items()}
         return t
@@ -469,6 +477,8 @@ class Job:
         tune_allocator()
         self._started = time.perf_counter()
         self._seconds = {"probes": 0.0, "checkpoints": 0.0}
+        if self.graphed is not None:
+            self.prefetch = Prefetch(self.task, self.gens)
         T = self.cfg.optim.steps
         S = len(self.members)
         self._last_flush = time.monotonic()
@@ -507,6 +517,8 @@ class Job:
                 graphed = trains and self.graphed is not None and self.graphed.applies(batch)
                 if graphed:     # loss, backward and clipping replayed as a CUDA graph (tdyn.train.graphs)
                     losses = self.graphed.forward_backward(batch)
+                    if self.prefetch is not None and step < T:
+                        self.prefetch.start()    # the next batch, drawn while the device runs this step
                 else:
                     with torch.set_grad_enabled(trains), \
                             torch.autocast(self.device.type, dtype=getattr(torch, self.cfg.autocast or "bfloat16"),
@@ -568,6 +580,9 @@ class Job:
             self._set_status([i for i in range(S) if self.active[i]], "finished")
         finally:
             bar.close()
+            if self.prefetch is not None:
+                self.prefetch.close()
+                self.prefetch = None
             for sink in sinks:
                 sink.close()
             if old_handler is not None:
