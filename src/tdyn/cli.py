@@ -356,20 +356,15 @@ def _cmd_sweep(args) -> int:
         slurm.setdefault("extra", {})[item.split("=", 1)[0]] = item.split("=", 1)[1]
     status = sweep.run_sweep(args.spec, args.out, executor=args.executor, workers=args.workers,
                              address=args.address, progress=not args.quiet, slurm=slurm)
-    from tdyn import runs
-
     counts: dict[str, int] = {}
     for s in status.values():
         counts[s] = counts.get(s, 0) + 1
     print(f"sweep {args.out}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
           + f" in {time.time() - t0:.1f}s; summary: {Path(args.out) / 'summary.csv'}")
-    if set(status.values()) <= set(runs.DONE):   # a diverged run is a result
+    failed = sweep.failure_line(args.out, status)   # one line: what did not finish, its first error, how to go on
+    if failed is None:   # a diverged run is a result
         return 0
-    errors = {r["job"]: r["error"] for r in runs.read_sweep(args.out)["runs"] if r.get("error")}
-    for job, err in list(errors.items())[:3]:
-        print(f"tdyn: job {job} failed: {err}", file=sys.stderr)
-    print(f"tdyn: {sum(s not in runs.DONE for s in status.values())} of {len(status)} run(s) not finished "
-          f"(errors in {Path(args.out) / runs.SWEEP}); re-run the same command to continue them", file=sys.stderr)
+    print(f"tdyn: {failed}", file=sys.stderr)
     return 1
 
 
