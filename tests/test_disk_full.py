@@ -78,6 +78,51 @@ def test_simulated_disk_full_run_and_resume(tmp_path, monkeypatch, capsys):
     assert runs.Run(out).status == "finished"
 
 
+class _Inline:
+    """A sweep executor running each job in this process (where the full disk is simulated)."""
+
+    name = "inline"
+
+    def submit(self, fn, *args):
+        import concurrent.futures as cf
+
+        f = cf.Future()
+        f.set_result(fn(*args))
+        return f
+
+    def shutdown(self):
+        pass
+
+
+def test_simulated_disk_full_sweep_is_one_line(tmp_path, monkeypatch, capsys):
+    """A sweep whose job fails on a full disk: one stderr line (how many runs are not finished, the job's
+    error naming the file and that nothing was left half-written, where the errors are, how to go on), exit
+    1, every file whole; the same command finishes it once there is space, to the same result as a sweep
+    that never ran out of space."""
+    from tdyn import sweep
+
+    base = tmp_path / "c.json"
+    base.write_text(json.dumps(CFG | {"optim": CFG["optim"] | {"steps": 30}}))
+    spec = tmp_path / "s.json"
+    spec.write_text(json.dumps({"base": str(base), "seeds": [0], "axes": {"grid": {"optim.groups.Y.lr": [1.0, 2.0]}}}))
+    monkeypatch.setattr(sweep, "make_executor", lambda *a, **k: _Inline())
+    argv = ["sweep", str(spec), "--out", str(tmp_path / "sw"), "--workers", "1", "--quiet"]
+    disk = _FullDisk(60_000)
+    monkeypatch.setattr(atomic, "os", disk)
+    rc = cli.main(argv)
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 1 and len(err) == 1 and "Traceback" not in err[0], err
+    for words in ("run(s) not finished", "No space left on device", "nothing was left half-written",
+                  "could not be written", "sweep.json", "re-run the same command"):
+        assert words in err[0], (words, err[0])
+    _check_left_whole(tmp_path / "sw")
+    monkeypatch.setattr(atomic, "os", os)
+    assert cli.main(argv) == 0
+    assert cli.main(argv[:2] + ["--out", str(tmp_path / "ref"), "--workers", "1", "--quiet"]) == 0
+    for r in runs.read_sweep(tmp_path / "ref")["runs"]:
+        assert runs.read_metrics(tmp_path / "sw" / r["name"]) == runs.read_metrics(tmp_path / "ref" / r["name"])
+
+
 def test_write_error_names_the_target_not_its_temp(tmp_path, monkeypatch):
     from tdyn.errors import WriteError
 

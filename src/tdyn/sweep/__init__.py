@@ -252,7 +252,7 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
             # what the worker could not say (a lost job) is read from the runs' directories
             on_disk = _failed([Path(d) for d in args[jid][2]], errors[jid])
             res = {k: v for k, v in on_disk.items() if k != "error"} | res
-            log.warning("sweep job %s failed: %s", jid, errors[jid])
+            log.info("sweep job %s failed: %s", jid, errors[jid])   # said once, at the end (failure_line)
         else:
             log.info("sweep job %s: %s", jid, ", ".join(f"{k} {v}" for k, v in res.items()))
         status.update(res)
@@ -302,6 +302,22 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
     _record(out, spec, jobs, status, errors, busy, ids)
     summarize(out)
     return {r.name: status.get(r.name, "pending") for j in jobs for r in j.runs}
+
+
+def failure_line(out: str | Path, status: dict[str, str]) -> str | None:
+    """The one line that says a sweep did not finish (None when every run holds a result): how many runs are
+    not finished, the first failed job's error (the cause: a full disk, a task's error), how many jobs
+    failed besides it, where every error is (sweep.json) and how to continue."""
+    left = sum(s not in runs.DONE for s in status.values())
+    if not left:
+        return None
+    out = Path(out)
+    errors = [(r.get("job", r["name"]), r["error"]) for r in runs.read_sweep(out)["runs"] if r.get("error")]
+    errors = list(dict(errors).items())   # one per job (its runs share it)
+    first = f": job {errors[0][0]} failed: {errors[0][1]}" if errors else ""
+    more = f" ({len(errors) - 1} more job(s) failed)" if len(errors) > 1 else ""
+    return (f"{left} of {len(status)} run(s) not finished{first}{more}; errors in {out / runs.SWEEP}; re-run the "
+            f"same command to continue them")
 
 
 def _lost_jobs(broken: list[str], args: dict[str, tuple], seen: dict[str, set[str]]) -> list[str]:
