@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -144,11 +145,12 @@ def test_resume_true_continues_the_same_run_by_the_cli_path(tmp_path, monkeypatc
             trainer.stop_all()
         return {}
 
+    monkeypatch.setattr(trainer, "_STOP", False)    # stop_all() sets it for the process: put back after the test
     try:
         cfg = dict(SS, probes={"names": ["door.stopper"], "every": 1})
         with pytest.raises(KeyboardInterrupt):
             tdyn.train(cfg, tmp_path / "r", progress=False)
-        monkeypatch.setattr(trainer, "_STOP", False)
+        trainer._STOP = False
         assert tdyn.load_run(tmp_path / "r").status == "interrupted"
         stop_at["step"] = -1
         (d,) = tdyn.train(cfg, tmp_path / "r", resume=True, progress=False)
@@ -199,3 +201,130 @@ def test_pandas_is_a_dependency_and_tables_are_dataframes(tmp_path):
     assert table["loss"].notna().all() and set(table["lr.Y"]) == {1.0}
     df = tdyn.load_run(dirs[0]).df
     assert isinstance(df, pd.DataFrame) and df["step"].iloc[-1] == SS["optim"]["steps"]
+
+
+# ---------------------------------------------------------------- 3. tdyn list, tdyn config round trips
+
+def test_list_groups_what_exists(cli):
+    r = cli("list")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    heads = [line for line in out.splitlines() if line and not line.startswith(" ")]
+    assert [h.split(":")[0] for h in heads] == ["Reproductions", "Packaged run configs", "Packaged sweep specs",
+                                                 "Tasks", "Probes"], heads
+    for name, words in [("scan-snap/fig4", "Syn-Small c_n maps"), ("syn_small", "Scan and Snap Syn-Small"),
+                        ("syn_small_lr", "final loss and norms"), ("scan_snap", "Y/Z model"),
+                        ("scan_snap.attention", "distinct entropy"), ("topic.dev_loss", "probe batch")]:
+        assert any(line.split()[:1] == [name] and words in line for line in out.splitlines()), (name, out)
+
+
+def test_list_shows_a_plugins_task_and_probe(cli, tmp_path):
+    (tmp_path / "door_plugin.py").write_text(
+        "import tdyn\nfrom tdyn.schema import Strict\nclass D(Strict):\n    pass\n"
+        "@tdyn.register_task('door_plugin_task', D, D, 'a task of the plugin')\ndef build(cfg, members):\n    return None\n"
+        "@tdyn.probe('door.plugin_probe')\ndef p(ctx):\n    '''A probe of the plugin.'''\n    return {}\n")
+    r = cli("--import", tmp_path / "door_plugin.py", "list")
+    assert r.returncode == 0, r.stderr
+    assert "door_plugin_task  a task of the plugin" in r.stdout and "A probe of the plugin." in r.stdout
+
+
+def test_the_names_catalog_matches_the_registrations():
+    """What `tdyn list` shows of the built-in tasks and probes is generated from their registrations."""
+    import json
+
+    from tdyn.registry import described
+    from tdyn.reproduce import runner
+
+    assert described() == json.loads(runner.names_text()), "regenerate it: make catalog"
+
+
+@pytest.fixture(scope="module")
+def resolving():
+    """``tdyn run NAME``'s name resolution (the CLI's) in this process."""
+    from tdyn import cli, config
+
+    before = config._name_resolver
+    config.set_name_resolver(cli._experiment_config)
+    yield
+    config.set_name_resolver(before)
+
+
+def _documents(text: str) -> list[tuple[str | None, dict]]:
+    """``tdyn config``'s output: (the NAME:CONFIG heading each document, or None for one bare config, the config)."""
+    import yaml
+
+    docs = list(yaml.safe_load_all(text))
+    heads = re.findall(r"^# (\S+:\S+)$", text, re.M)
+    return list(zip(heads, docs)) if heads else [(None, d) for d in docs]
+
+
+def _run_takes_back(text: str, path: Path):
+    """The config `tdyn run FILE` trains from ``text`` saved as FILE: validated as `tdyn run` validates it."""
+    path.write_text(text, encoding="utf-8")
+    return tdyn.load_config(path).model_dump(mode="json")
+
+
+def test_config_round_trips_every_packaged_config_and_sweep(preloaded_cli, tmp_path, resolving):
+    from tdyn.config import packaged
+    from tdyn.sweep.spec import load_spec, plan
+
+    for name in packaged("run"):
+        r = preloaded_cli("config", name)
+        assert r.returncode == 0, r.stderr
+        assert _run_takes_back(r.stdout, tmp_path / f"{name}.yaml") == tdyn.load_config(name).model_dump(mode="json")
+        r = preloaded_cli("config", name, "--set", "optim.steps=3", "--seed", "4")
+        assert _run_takes_back(r.stdout, tmp_path / "s.yaml") == \
+            tdyn.load_config(name, ["optim.steps=3", "seeds=4"]).model_dump(mode="json")
+    r = preloaded_cli("run", tmp_path / "s.yaml", "--out", tmp_path / "r", "--quiet")   # `tdyn run` takes it, really
+    assert r.returncode == 0 and "finished" in r.stdout, r.stderr
+
+    def jobs(spec):
+        return [(j.id, j.config, [r.name for r in j.runs]) for j in plan(spec)]
+
+    for name in packaged("sweep"):
+        r = preloaded_cli("config", name)
+        assert r.returncode == 0, r.stderr
+        (tmp_path / f"{name}.yaml").write_text(r.stdout)
+        assert jobs(load_spec(tmp_path / f"{name}.yaml")) == jobs(load_spec(name))
+
+
+def test_config_round_trips_every_reproductions_configs(preloaded_cli, tmp_path, resolving):
+    """`tdyn config NAME [--quick]`: each document, saved and given to `tdyn run`, is the config the
+    reproduction trains (the generated catalog's, which tests/test_imports.py checks against the
+    registrations); `tdyn config NAME:CONFIG` prints that one document alone, and `tdyn run NAME:CONFIG`
+    trains it."""
+    from tdyn.reproduce.registry import catalog
+
+    checked = 0
+    for name, entry in catalog().items():
+        for mode in ("full", "quick"):
+            want = entry["configs"].get(mode, {}) if entry["configs"] else {}
+            r = preloaded_cli("config", name, *(["--quick"] if mode == "quick" else []))
+            if not want:
+                assert r.returncode == 2 and "trains no run config" in r.stderr
+                continue
+            assert r.returncode == 0, r.stderr
+            docs = _documents(r.stdout)
+            assert [h for h, _ in docs] == ([None] if len(want) == 1 else [f"{name}:{n}" for n in want])
+            texts = re.split(r"^---\n", r.stdout, flags=re.M)      # each document as printed, its heading included
+            assert len(texts) == len(want)
+            for text, (n, cfg) in zip(texts, want.items()):
+                assert _run_takes_back(text, tmp_path / "c.yaml") == tdyn.load_config(cfg).model_dump(mode="json"), \
+                    f"{name}:{n} ({mode})"
+                checked += 1
+        if entry["configs"] and entry["configs"]["full"]:
+            first = next(iter(entry["configs"]["full"]))
+            r = preloaded_cli("config", f"{name}:{first}")
+            assert r.returncode == 0 and _documents(r.stdout) == [(None, entry["configs"]["full"][first])], r.stderr
+            assert tdyn.load_config(f"{name}:{first}").model_dump(mode="json") == \
+                tdyn.load_config(entry["configs"]["full"][first]).model_dump(mode="json")
+    assert checked > 100
+
+
+def test_config_names_what_it_accepts(cli):
+    r = cli("config", "nosuch")
+    assert r.returncode == 2 and "syn_small" in r.stderr and "syn_small_lr" in r.stderr
+    r = cli("config", "scan-snap/thm3:nosuch")
+    assert r.returncode == 2 and "long_L_sgd" in r.stderr
+    r = cli("config", "syn_small", "--quick")
+    assert r.returncode == 2 and "--quick" in r.stderr

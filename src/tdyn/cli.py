@@ -34,10 +34,36 @@ def _setup(args) -> None:
     config.set_name_resolver(_experiment_config)  # `tdyn run NAME`, a sweep's `base: NAME`
 
 
+#: The run configs and sweep specs shipped in the package (``tdyn.config.packaged``'s folders, listed here
+#: without importing ``tdyn.config``, which imports torch: ``tdyn list`` and ``tdyn config NAME`` stay light).
+_PACKAGED = Path(__file__).resolve().parent / "configs"
+
+
+def _packaged(kind: str) -> dict[str, Path]:
+    folder = _PACKAGED / "sweeps" if kind == "sweep" else _PACKAGED
+    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+
+
+def _leading_comment(path: Path) -> str:
+    """A packaged file's description: its leading ``#`` comment lines, on one line."""
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("#").strip())
+    return " ".join(x for x in lines if x)
+
+
+def _short(text: str, width: int = 120) -> str:
+    return text if len(text) <= width else text[:width - 1].rsplit(" ", 1)[0] + " …"
+
+
 def _cmd_list(args) -> int:
-    """The built-in reproductions from the generated catalog (no experiment module is imported), then
-    any registered by the user's plugins (``--import``, ``$TDYN_IMPORT``, entry points)."""
-    from tdyn import papers, plugins
+    """What exists, grouped: the reproductions (from the generated catalog: no experiment module is
+    imported), the packaged run configs and sweep specs, the tasks and the probes (the built-in ones'
+    descriptions from the generated :data:`tdyn.registry.NAMES`), each with its one-line description;
+    then whatever the user's plugins registered (``--import``, ``$TDYN_IMPORT``, entry points)."""
+    from tdyn import papers, plugins, registry
     from tdyn.reproduce.registry import EXPERIMENTS, catalog
 
     rows = {n: (e["kinds"], e["description"]) for n, e in catalog().items()}
@@ -49,10 +75,45 @@ def _cmd_list(args) -> int:
         for n, e in EXPERIMENTS._items.items():
             if n not in rows:
                 rows[n] = ([k for k, ok in (("reproduce", e.reproduce), ("run", e.default_config)) if ok], e.description)
-    width = max(len(n) for n in rows)
-    for name, (kinds, description) in rows.items():
-        print(f"{name:<{width}}  [{'/'.join(kinds)}]  {description}")
+    names = registry.described()
+    sections = [
+        ("Reproductions: tdyn reproduce NAME --out DIR; tdyn config NAME prints the run configs it trains "
+         "([run]: tdyn run NAME trains its one config)",
+         {n: f"[{'/'.join(kinds)}]  {d}" for n, (kinds, d) in rows.items()}),
+        ("Packaged run configs: tdyn run NAME --out DIR; tdyn config NAME prints it",
+         {n: _short(_leading_comment(p)) for n, p in _packaged("run").items()}),
+        ("Packaged sweep specs: tdyn sweep NAME --out DIR; tdyn config NAME prints it",
+         {n: _short(_leading_comment(p)) for n, p in _packaged("sweep").items()}),
+        ("Tasks: `task: NAME` in a run config", _registered("tdyn.tasks.base", "TASKS", "tasks", names)),
+        ("Probes: `probes: {names: [NAME, ...]}` in a run config",
+         _registered("tdyn.probes", "PROBES", "probes", names)),
+    ]
+    for i, (title, entries) in enumerate(sections):
+        print(("\n" if i else "") + title)
+        width = max((len(n) for n in entries), default=0)
+        for name, line in entries.items():
+            print(f"  {name:<{width}}  {line}")
     return 0
+
+
+def _registered(module: str, attr: str, kind: str, names: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The built-in tasks or probes with their descriptions (the generated catalog), then those of an
+    installed paper and those a plugin registered: imported only where there are such (a plugin that
+    registered one has imported the registry already, so a plain ``tdyn list`` imports no torch)."""
+    from tdyn import papers
+
+    out = {n: _short(d) for n, d in names[kind].items()}
+    declared = [n for p in papers.manifests() for n in getattr(p, kind) if n not in out]
+    if not declared and module not in sys.modules:
+        return out
+    import importlib
+
+    reg = getattr(importlib.import_module(module), attr)
+    for n in declared:
+        out[n] = _short(reg.description(n))
+    for n in sorted(set(reg._items) - set(out)):
+        out[n] = _short(reg._descriptions.get(n, ""))
+    return out
 
 
 def _cmd_run(args) -> int:
@@ -174,27 +235,107 @@ def _option_values(args, exp) -> dict:
 
 
 def _cmd_config(args) -> int:
+    """Print, as YAML that ``tdyn run`` (or ``tdyn sweep``) takes back unchanged, what NAME names: a packaged
+    run config or a config file (validated, after ``--set`` / ``--seed``), a packaged sweep spec (its base
+    inlined as ``config:``, ``--set`` added to its ``set:``), or a reproduction's run configs (after its
+    ``--set``, ``--seed``, ``--quick`` and options): one config bare; several as one YAML document each,
+    headed by the ``NAME:CONFIG`` that prints it alone (and that ``tdyn run`` trains)."""
+    import yaml
+
+    from tdyn.reproduce.registry import EXPERIMENTS, catalog
+
+    from tdyn import plugins
+
+    name, _, part = args.name.partition(":")
+    file = Path(args.name).suffix in (".yaml", ".yml", ".json") or Path(args.name).exists()   # config.is_file_source
+    known = file or args.name in _packaged("run") or args.name in _packaged("sweep")
+    if not known and name not in EXPERIMENTS.table and name not in EXPERIMENTS._items:
+        plugins.load()   # an entry point's reproduction
+    if not known and (name in EXPERIMENTS.table or name in EXPERIMENTS._items):
+        return _print_reproduction_configs(args, name, part or None)
+    if args.quick or any(getattr(args, k) is not None for k in vars(args) if k.startswith("opt_")):
+        raise UserError(f"--quick and a reproduction's options go with a reproduction; {args.name!r} is none")
+    if args.name in _packaged("sweep") or (file and _is_sweep_file(args.name)):
+        return _print_sweep_spec(args)
+    if known:
+        _setup(args)
+        from tdyn.config import load_config
+
+        overrides = list(args.set or [])
+        if args.seed is not None:
+            _no_seeds_set(overrides)
+            overrides.append(f"seeds={args.seed}")
+        _dump(yaml, load_config(args.name, overrides).model_dump(mode="json"))
+        return 0
+    raise UserError(f"config: {args.name!r} is neither a config file, a packaged run config "
+                    f"({', '.join(_packaged('run'))}), a packaged sweep spec ({', '.join(_packaged('sweep'))}) "
+                    f"nor a reproduction (see `tdyn list`)")
+
+
+def _dump(yaml, data: dict, head: str = "") -> None:
+    print(head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True), end="")
+
+
+def _is_sweep_file(path: str) -> bool:
+    """Whether a config file holds a sweep spec (``base:``, ``config:`` or ``axes:``, and no ``task:``)."""
+    from tdyn.config import read_config_file
+
+    raw = read_config_file(path)
+    return isinstance(raw, dict) and "task" not in raw and bool({"base", "config", "axes"} & set(raw))
+
+
+def _print_sweep_spec(args) -> int:
+    """A sweep spec as ``tdyn sweep`` takes it back: self-contained (its base config inlined as ``config:``,
+    so that the printed file does not depend on where it is saved), ``--set`` appended to its ``set:``."""
+    import yaml
+
+    if args.seed is not None:
+        raise UserError("--seed goes with a run config; a sweep spec lists its seeds (--set is added to its set:)")
+    _setup(args)
+    from tdyn.sweep.spec import SweepSpec, base_config, load_spec, plan
+
+    spec = load_spec(args.name)
+    spec = SweepSpec.model_validate(spec.model_dump() | {"base": None, "config": base_config(spec),
+                                                          "set": [*spec.set, *(args.set or [])]})
+    plan(spec)   # the overrides and the spec's cells validated as `tdyn sweep` validates them
+    data = spec.model_dump(mode="json", exclude_defaults=True)
+    _dump(yaml, {"config": data.pop("config"), **data})
+    return 0
+
+
+def _print_reproduction_configs(args, name: str, part: str | None) -> int:
     import yaml
 
     from tdyn.reproduce.registry import ReproduceContext, catalog, get
 
-    cat = catalog().get(args.name)
-    plain = not args.set and args.seed == 0 and not any(getattr(args, k) is not None for k in vars(args)
-                                                         if k.startswith("opt_"))
-    if cat is not None and cat.get("configs") and plain:   # the generated catalog holds them: no torch import
-        print(yaml.safe_dump(cat["configs"]["quick" if args.quick else "full"], sort_keys=False,
-                             allow_unicode=True), end="")
-        return 0
-    exp = get(args.name)
-    _setup(args)
-    from tdyn.reproduce import runner
+    cat = catalog().get(name)
+    plain = not args.set and not args.seed and not any(getattr(args, k) is not None for k in vars(args)
+                                                       if k.startswith("opt_"))
+    if cat is not None and plain:   # the generated catalog holds them: no torch import
+        cfgs = cat["configs"]["quick" if args.quick else "full"] if cat.get("configs") else {}
+    else:
+        exp = get(name)
+        _setup(args)
+        from tdyn.reproduce import runner
 
-    ctx = ReproduceContext(out=Path("."), seed=args.seed, quick=args.quick, overrides=list(args.set or []),
-                           options=exp.make_options(_option_values(args, exp)))
-    runner.check_overrides(exp, ctx)
-    cfgs = runner.resolved_configs(exp, ctx)
-    print(yaml.safe_dump({n: c.model_dump(mode="json") for n, c in cfgs.items()}, sort_keys=False,
-                         allow_unicode=True), end="")
+        ctx = ReproduceContext(out=Path("."), seed=args.seed or 0, quick=args.quick, overrides=list(args.set or []),
+                               options=exp.make_options(_option_values(args, exp)))
+        runner.check_overrides(exp, ctx)
+        cfgs = {n: c.model_dump(mode="json") for n, c in runner.resolved_configs(exp, ctx).items()} \
+            if exp.configs is not None or exp.default_config is not None else {}
+    if part is not None:
+        if part not in cfgs:
+            raise UserError(f"config: {name} trains no config {part!r}; its configs: {', '.join(cfgs) or 'none'}")
+        cfgs = {part: cfgs[part]}
+    if not cfgs:
+        raise UserError(f"config: {name} trains no run config (`tdyn reproduce {name}` computes it without training)")
+    if len(cfgs) == 1:
+        _dump(yaml, next(iter(cfgs.values())))
+    else:
+        print(f"# {name} trains {len(cfgs)} run configs, one YAML document each; `tdyn run` takes one: "
+              f"`tdyn config {name}:CONFIG > f.yaml` prints it alone")
+        for i, (n, c) in enumerate(cfgs.items()):
+            _dump(yaml, c, ("---\n" if i else "") + f"# {name}:{n}\n")
     return 0
 
 
@@ -455,11 +596,16 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     s.set_defaults(fn=_cmd_reproduce)
     _add_options(s, argv, "reproduce")
 
-    s = sub.add_parser("config", help="print the resolved run config(s) a reproduction would train, as YAML",
-                       description="Print, as YAML, every run config NAME would train after --set (validated; "
-                       "an override NAME would not use exits 2 listing what it accepts).")
-    s.add_argument("name", help="experiment name (see `tdyn list`)")
-    s.add_argument("--seed", type=int, default=0)
+    s = sub.add_parser("config", help="print a run config, sweep spec or a reproduction's run configs as YAML "
+                       "that `tdyn run` / `tdyn sweep` take back",
+                       description="Print, as YAML that `tdyn run` (or `tdyn sweep`) takes back unchanged, what NAME "
+                       "names after --set (validated; an override NAME would not use exits 2 listing what it accepts): "
+                       "a packaged run config or config file; a packaged sweep spec (its base inlined); a "
+                       "reproduction's run configs: one bare, several as one YAML document each headed by "
+                       "NAME:CONFIG, which prints (and `tdyn run` trains) that one alone.")
+    s.add_argument("name", help="packaged config or sweep, config file, reproduction, or REPRODUCTION:CONFIG "
+                   "(see `tdyn list`)")
+    s.add_argument("--seed", type=int, help="the reproduction's seed (default 0); for a run config: --set seeds=N")
     s.add_argument("--quick", action="store_true", help="the --quick settings")
     s.add_argument("--set", action="append", metavar="KEY.PATH=VALUE", help="override a config value (repeatable)")
     s.set_defaults(fn=_cmd_config)
@@ -540,14 +686,28 @@ def out_of_memory(e: BaseException) -> str | None:
 
 
 def _experiment_config(name: str, what: str) -> dict:
-    """Config sources given by a name that is no packaged config are experiments' default run configs
-    (the CLI sits above both)."""
+    """Config sources given by a name that is no packaged config (the CLI sits above both): an
+    experiment's default run config (``tdyn run NAME``), or one of its configs by ``NAME:CONFIG`` (what
+    ``tdyn config NAME:CONFIG`` prints), at the default seed and full settings."""
     from tdyn.config import packaged
-    from tdyn.reproduce.registry import EXPERIMENTS, default_run_config
+    from tdyn.reproduce.registry import EXPERIMENTS, ReproduceContext, default_run_config, get
 
-    if name not in EXPERIMENTS:
+    exp_name, _, part = name.partition(":")
+    if exp_name not in EXPERIMENTS:
         raise UserError(f"{what}: {name!r} is neither a config file, a packaged config ({', '.join(packaged())}) "
                         "nor an experiment (see `tdyn list`)")
+    if part:
+        from tdyn.reproduce import runner
+
+        exp = get(exp_name)
+        cfgs = runner.resolved_configs(exp, ReproduceContext(out=Path("."), options=exp.make_options({}))) \
+            if exp.configs is not None or exp.default_config is not None else {}
+        if part not in cfgs:
+            raise UserError(f"{what}: {exp_name} trains no config {part!r}; its configs: {', '.join(cfgs) or 'none'}")
+        return cfgs[part].model_dump(mode="json")
+    if get(exp_name).default_config is None:
+        raise UserError(f"{what}: experiment {name!r} has no run config of its own; `tdyn reproduce {name}` runs it, "
+                        f"and `tdyn run {name}:CONFIG` trains one of the configs `tdyn config {name}` prints")
     return default_run_config(name, what)
 
 

@@ -20,6 +20,9 @@ from tdyn.errors import UserError
 from tdyn.config import override_key
 from tdyn.errors import ConfigError
 from tdyn.reproduce.common import configure, write_results
+from tdyn.probes import PROBES
+from tdyn.registry import NAMES
+from tdyn.tasks import TASKS
 from tdyn.reproduce.registry import CATALOG, EXPERIMENTS, Experiment, Overrides, ReproduceContext, _option_entry, all_experiments, get
 from tdyn.report.html import build_index, metadata, slug
 from tdyn.report import verdicts
@@ -466,7 +469,15 @@ def catalog_text() -> str:
     return json.dumps(build_catalog(), indent=1, ensure_ascii=False) + "\n"
 
 
+def names_text() -> str:
+    """:data:`tdyn.registry.NAMES`: every built-in task's and probe's one-line description (``tdyn list``)."""
+    names = {"tasks": {n: TASKS.description(n) for n in sorted(TASKS.table)},
+             "probes": {n: PROBES.description(n) for n in sorted(PROBES.table)}}
+    return json.dumps(names, indent=1, ensure_ascii=False) + "\n"
+
+
 def write_catalog() -> Path:
-    """Regenerate ``catalog.json`` from the registrations (``make catalog``)."""
+    """Regenerate ``catalog.json`` and :data:`tdyn.registry.NAMES` from the registrations (``make catalog``)."""
     CATALOG.write_text(catalog_text(), encoding="utf-8")
+    NAMES.write_text(names_text(), encoding="utf-8")
     return CATALOG
