@@ -328,3 +328,56 @@ def test_config_names_what_it_accepts(cli):
     assert r.returncode == 2 and "long_L_sgd" in r.stderr
     r = cli("config", "syn_small", "--quick")
     assert r.returncode == 2 and "--quick" in r.stderr
+
+
+# ---------------------------------------------------------------- 5. real signatures and docstrings
+
+def _params(obj) -> dict[str, inspect.Parameter]:
+    return dict(inspect.signature(obj).parameters)
+
+
+def test_the_entry_points_show_their_real_signatures():
+    p = _params(tdyn.train)
+    assert list(p) == ["config", "out", "dirs", "force", "resume", "progress"]
+    assert all(p[k].kind is inspect.Parameter.KEYWORD_ONLY for k in ("dirs", "force", "resume", "progress"))
+    assert p["force"].default is False and p["resume"].default is False and p["progress"].default is True
+    p = _params(tdyn.sweep)
+    assert list(p)[:2] == ["spec_source", "out"] and {"executor", "workers", "address", "progress", "slurm"} <= set(p)
+    assert p["executor"].default == "local" and p["workers"].default is None
+    assert list(_params(tdyn.probe)) == ["name", "description"]
+    assert list(_params(tdyn.load_run)) == ["path"] and list(_params(tdyn.load_sweep)) == ["path"]
+    assert "DataFrame" in str(inspect.signature(tdyn.load_sweep).return_annotation)
+    assert list(_params(tdyn.ProbeContext)) == ["model", "task", "batch", "step", "options", "shared"]
+    assert list(_params(tdyn.load_config)) == ["source", "overrides"]
+
+
+def test_the_entry_points_have_docstrings_that_answer_the_questions():
+    def doc(obj):
+        return " ".join(inspect.getdoc(obj).replace("**", "").split())
+
+    assert all(w in doc(tdyn.train) for w in ("force=True", "resume=True", "dirs", "progress"))
+    assert all(w in doc(tdyn.sweep) for w in ("axes", "grid", "seeds", "executor", "workers", "optim.groups.<group>.lr"))
+    ctx = doc(tdyn.ProbeContext)
+    assert all(w in ctx for w in ("[S, B, L]", "Stacked", "ctx.model.map", "probe_batch", "sample(gen)",
+                                  "every checkpoint step", "probes.every"))
+    assert all(w in doc(tdyn.probe) for w in ("ProbeContext", "[S]", "notebook"))
+    assert "DataFrame" in doc(tdyn.load_sweep) and "DataFrame" in doc(tdyn.load_run)
+
+
+def test_help_shows_them_and_help_tdyn_is_a_screen():
+    import pydoc
+
+    page = pydoc.render_doc(tdyn, renderer=pydoc.plaintext)
+    assert len(page.splitlines()) <= 70 and "docs/library.md" in page and "tdyn.train(config, out)" in page
+    page = pydoc.render_doc(tdyn.train, renderer=pydoc.plaintext)
+    assert "tdyn.train(config:" in page and "resume: 'bool' = False" in page and "resume=True" in page
+    page = pydoc.render_doc(tdyn.sweep, renderer=pydoc.plaintext)
+    assert "tdyn.sweep(spec_source:" in page and "axes" in page
+
+
+def test_signatures_cost_import_tdyn_nothing():
+    """The signatures are read when asked for: `import tdyn` and touching tdyn.train import no torch."""
+    code = ("import sys, tdyn; tdyn.train; print('torch' in sys.modules); import inspect; inspect.signature(tdyn.train); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True"]

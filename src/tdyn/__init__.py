@@ -1,17 +1,20 @@
-"""tdyn: training dynamics of one-layer transformers (Li-Li-Risteski 2023, Tian et al. 2023, decision lists).
+"""tdyn: training dynamics of one-layer transformers — the data, models and runs of three papers, and the
+machinery to train, probe and sweep your own (docs/library.md; the command line: ``tdyn --help``).
 
-The public API (imported lazily, so ``import tdyn`` and ``tdyn list`` stay light; see docs/library.md):
+    tdyn.train(config, out)          train a run config (force=True / resume=True for an existing out)
+    tdyn.sweep(spec, out)            run (or continue) a sweep: run name → status
+    tdyn.load_run(dir)               a run: .df (metrics DataFrame), .model(step), .config, .meta
+    tdyn.load_sweep(dir)             every run of a sweep or ensemble: one long DataFrame
+    tdyn.load_config(config)         a run config validated (a dict, a YAML/JSON file or a packaged name)
+    tdyn.register_task(name, ...)    your task: tdyn.Task (ensemble axis) or tdyn.PlainTask (any nn.Module)
+    tdyn.probe(name)                 your probe: fn(tdyn.ProbeContext) -> {key: tensor [S] or [S, ...]}
+    tdyn.plugins.add([module])       your module, imported by sweep workers too
+    tdyn.models, tdyn.data, tdyn.theory    the papers' models, distributions and closed forms
 
-* ``tdyn.Task`` (a model with a leading ensemble axis) and ``tdyn.PlainTask`` (any ``nn.Module``, stacked
-  into an ensemble by ``tdyn.Stacked``), ``tdyn.Member``, ``tdyn.register_task``: the task contract and
-  its registry (``tdyn.tasks.base``); ``tdyn.probe``: the probe decorator (``tdyn.probes``);
-* ``tdyn.train(config, out)``: train a run config into ``out`` → member run directories;
-* ``tdyn.sweep(spec, out)``: run (or continue) a sweep → run name → status;
-* ``tdyn.load_run(dir)`` → :class:`tdyn.runs.Run` (``.df``: the metrics as a DataFrame when pandas is
-  installed, else a dict of arrays; ``.model(step)``: the model rebuilt from a checkpoint);
-  ``tdyn.load_sweep(dir)``: every run of a sweep or ensemble directory, metrics in one long table;
-* the papers' models, distributions and theory by name: ``tdyn.models`` (``YZModel``,
-  ``TopicTransformer``, ``DecisionListModel``, …), ``tdyn.data``, ``tdyn.theory``.
+help(tdyn.train), help(tdyn.ProbeContext), … for each; dir(tdyn) lists the names (each imported on first
+use, so ``import tdyn`` stays light). ``tdyn list`` shows the reproductions, packaged configs, tasks and
+probes; ``tdyn config NAME`` prints a config to start from. Guides: docs/library.md (your own task, probe
+and sweep; notebooks), docs/usage.md (commands, configs, sweeps), README.md (what reproduces).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from tdyn.lazy import exports
 
 __version__ = "0.1.0"
 
-__all__, __getattr__, __dir__ = exports(__name__, {
+# no ``__all__``: help(tdyn) stays this page (pydoc documents every name of an ``__all__`` in full), and
+# dir(tdyn) lists the names for completion
+_names, __getattr__, __dir__ = exports(__name__, {
     "Task": ".tasks.base", "PlainTask": ".tasks.base", "Member": ".tasks.base", "register_task": ".tasks.base",
     "Stacked": ".models.stacked", "probe": ".probes", "ProbeContext": ".probes",
     "Paper": ".manifest", "Reproduction": ".manifest",

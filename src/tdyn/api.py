@@ -12,7 +12,7 @@ import functools
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence, Union
+from typing import TYPE_CHECKING, Any, Sequence
 
 from pydantic import BaseModel
 
@@ -27,10 +27,6 @@ if TYPE_CHECKING:
 
 _path = check_path
 
-#: What a config argument may be: a dict, a validated :class:`~tdyn.config.RunConfig`, a YAML/JSON file,
-#: or a name (a packaged config such as ``"syn_small"``).
-ConfigSource = Union[dict, BaseModel, str, os.PathLike]
-PathLike = Union[str, os.PathLike]
 
 #: Command-line words in the messages of the layers below → the keyword arguments of the Python API,
 #: applied in order (the specific phrases first).
@@ -75,7 +71,8 @@ def _config_source(fn: str, name: str, value: Any) -> Any:
 
 
 @_speaks_python
-def train(config: ConfigSource, out: PathLike, *, dirs: Sequence[PathLike] | None = None, force: bool = False,
+def train(config: dict | RunConfig | str | os.PathLike, out: str | os.PathLike, *,
+          dirs: Sequence[str | os.PathLike] | None = None, force: bool = False,
           resume: bool = False, progress: bool = True) -> list[Path]:
     """Train every member of a run config into ``out``; return the member run directories.
 
@@ -129,7 +126,7 @@ def train(config: ConfigSource, out: PathLike, *, dirs: Sequence[PathLike] | Non
 
 
 @_speaks_python
-def load_run(path: PathLike) -> runs.Run:
+def load_run(path: str | os.PathLike) -> runs.Run:
     """The run in ``path`` as a :class:`tdyn.Run`: ``.df`` (its metrics, one row per evaluated step, a
     pandas DataFrame), ``.config`` and ``.meta`` (its ``config.json``, ``meta.json``), ``.status``,
     ``.steps()`` (the checkpointed steps), ``.params(step)`` / ``.param(name, step)`` (the member's tensors,
@@ -144,7 +141,7 @@ def load_run(path: PathLike) -> runs.Run:
 
 
 @_speaks_python
-def load_sweep(path: PathLike) -> "pandas.DataFrame":
+def load_sweep(path: str | os.PathLike) -> pandas.DataFrame:
     """Every run of a sweep, ensemble or run directory with its metrics, in one long pandas DataFrame: one
     row per (run, evaluated step), columns ``run`` (the run directory's name), ``seed``, the sweep's axes
     (e.g. ``optim.groups.all.lr``; for an ensemble the member's rates ``lr.<group>`` and ``init_scale``),
@@ -159,7 +156,7 @@ def load_sweep(path: PathLike) -> "pandas.DataFrame":
 
 
 @_speaks_python
-def load_config(source: ConfigSource, overrides: Sequence[str] | None = None) -> RunConfig:
+def load_config(source: dict | RunConfig | str | os.PathLike, overrides: Sequence[str] | None = None) -> RunConfig:
     """A run config validated (a :class:`tdyn.RunConfig`) from a dict, a YAML/JSON file or a packaged config's
     name, after ``overrides`` (``"optim.steps=50"``, ``"seeds=[0,1]"``: the ``--set`` of the command line);
     a bad key or value is a one-line :class:`tdyn.errors.ConfigError` naming it."""

@@ -162,10 +162,33 @@ def job_cost(job: JobPlan) -> tuple:
 def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, executor: str = "local",
               workers: int | None = None, address: str | None = None, progress: bool = True,
               executor_obj: Any = None, slurm: dict[str, Any] | None = None) -> dict[str, str]:
-    """Run (or continue) a sweep into ``out``; returns every planned run's name → status (``pending``: never
-    ran; ``failed``: its job raised or was lost, the error in ``sweep.json``). ``slurm``: Slurm resources
-    (fields of :class:`~tdyn.sweep.spec.SlurmOptions`) over the spec's ``slurm:`` section. ``out`` is
-    locked while the sweep runs (a second sweep on it is refused naming the first)."""
+    """Run (or continue) a sweep into ``out``; returns every planned run's name → status (``finished``,
+    ``diverged``, ``pending``: never ran; ``failed``: its job raised or was lost, the error in ``sweep.json``).
+    Check the statuses: a failed run does not raise (the command line exits 1). Run it again with the same
+    spec to continue: finished runs are kept, unfinished ones resume.
+
+    ``spec_source``: a dict, a :class:`~tdyn.sweep.spec.SweepSpec`, a YAML/JSON file or a packaged spec's
+    name (``"syn_small_lr"``; ``tdyn config syn_small_lr`` prints one). Its keys (docs/usage.md#sweeps):
+
+    * ``base`` (a run config file, packaged config or reproduction name) or ``config`` (a run config inline);
+    * ``set``: overrides applied to it, ``["optim.steps=50", ...]``;
+    * ``axes``: ``grid`` ({key: [values]}, every combination), ``zip`` ({key: [values]}, taken together)
+      and ``random`` (``n`` samples, ``seed``, ``params``: {key: {kind: uniform | loguniform | choice,
+      low, high, values}}); a learning rate is the key ``optim.groups.<group>.lr``, an init scale
+      ``init_scale``;
+    * ``seeds``: every cell runs each (default ``[0]``); ``job_members``: the most members per ensemble job;
+      ``slurm``: the Slurm resources of :class:`~tdyn.sweep.spec.SlurmOptions`.
+
+    Runs that differ only in seed, learning rates or init scale train together as one ensemble job.
+    ``executor``: ``"local"`` (a process pool of ``workers``, default the cores divided by the torch
+    threads), ``"ray"`` (``address``: a cluster, default a local Ray) or ``"slurm"`` (``slurm``: resources
+    over the spec's ``slurm:`` section); ``executor_obj``: an executor object to use instead (tests).
+    ``progress``: a progress bar. ``out`` is locked while the sweep runs (a second sweep on it is refused
+    naming the first). Read the results with :func:`tdyn.load_sweep` (a DataFrame) and ``out/summary.csv``::
+
+        status = tdyn.sweep({"base": "syn_small", "axes": {"grid": {"optim.groups.Y.lr": [1.0, 3.0]}},
+                             "seeds": [0, 1]}, "runs/sw", workers=2)
+    """
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         raise UserError("tdyn.sweep was called while a sweep worker started: a spawned worker runs the top level of "
                         "your script again; put the call under `if __name__ == \"__main__\":`")
