@@ -84,7 +84,7 @@ def _checkpoints(d):
     return {s: load_file(runs.checkpoint_path(d, s)) for s in runs.checkpoint_steps(d)}
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("threads", [0, 1, 2, 3])
 def test_prefetched_batches_and_checkpointed_streams_equal_the_eager_runs(tmp_path, replayed, monkeypatch, threads):
     """The next batch drawn on host threads while a step runs: 5 data streams split between 1, 2 or 3 threads
     give the eager run's batches, and every checkpoint (each data stream's generator state included) is the
@@ -273,11 +273,10 @@ def test_cuda_graphs_equal_the_eager_cuda_step(name, mode, tmp_path, caplog):
           [r.message for r in caplog.records])
     if captured is not None and mode == "default":
         assert fell_back != captured, [r.message for r in caplog.records]
-    pick = slice(0, 1) if name == "quad" else slice(None)     # quad's second member diverges (no final state)
-    if name == "quad":
+    if name == "quad":    # its lr-25 member diverges: the same metrics, and no final state to compare
+        assert [runs.read_meta(d)["status"] for d in got] == [runs.read_meta(d)["status"] for d in eager]
         for a, b in zip(eager, got):
             assert runs.read_metrics(a) == runs.read_metrics(b)
-    if mode == "deterministic":
-        _same(eager[pick], got[pick])
-    else:
-        _close(eager[pick], got[pick])
+    done = [i for i, d in enumerate(eager) if runs.read_meta(d)["status"] == "finished"]
+    assert done
+    (_same if mode == "deterministic" else _close)([eager[i] for i in done], [got[i] for i in done])

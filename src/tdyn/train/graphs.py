@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -30,8 +29,11 @@ from tdyn.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-#: host threads drawing the next batch (None: one per data stream, at most 8 and the cores but one)
-PREFETCH_THREADS: int | None = None
+#: host threads drawing the next batch while the device runs a step: 1 (the draw in one pass, beside the
+#: loop), more (the data streams split between them), 0 (no prefetch: drawn at the step, as eagerly). On the
+#: H200's host, 4 threads drew Syn-Small's 16 streams slower than one (the GIL and torch's intra-op pool):
+#: benchmarks/README.md#cuda-graphs
+PREFETCH_THREADS = 1
 #: eager steps (on a side stream) before the capture: cuBLAS handles, autograd's accumulators and the
 #: optimizer's cached device tensors exist before a graph records them (torch.cuda.graphs' rule)
 WARMUP = 3
@@ -240,21 +242,21 @@ def _cat(parts: list[Any]) -> Any:
 class Prefetch:
     """The next step's batch drawn on host threads while the device runs this step (with ``cuda_graph``).
 
-    ``start()`` records every data stream's generator state, then draws the next batch: the streams split into
-    consecutive chunks, one ``task.sample_streams(chunk)`` per thread (a stream's draws depend on its generator
+    ``start()`` records every data stream's generator state, then draws the next batch (``threads`` = 0: at once,
+    in this thread): the streams split into consecutive chunks, one ``task.sample_streams(chunk)`` per thread (a stream's draws depend on its generator
     alone, so the joined batch equals the one-pass draw). ``take()`` returns it (on the host). While a draw is
     pending, ``states`` are the generators' states before it: what a checkpoint of this step records, so
     resume is exact."""
 
     def __init__(self, task, gens: list[torch.Generator], threads: int | None = None):
         self.task, self.gens = task, gens
-        n = min(len(gens), threads or PREFETCH_THREADS or min(8, max(1, (os.cpu_count() or 2) - 1)))
-        q, r = divmod(len(gens), n)
+        n = min(len(gens), PREFETCH_THREADS if threads is None else threads)
+        q, r = divmod(len(gens), max(n, 1))
         self.chunks, i = [], 0
-        for j in range(n):
+        for j in range(max(n, 1)):
             self.chunks.append(gens[i:i + q + (j < r)])
             i += q + (j < r)
-        self.pool = ThreadPoolExecutor(n, thread_name_prefix="tdyn-prefetch") if n > 1 else None
+        self.pool = ThreadPoolExecutor(n, thread_name_prefix="tdyn-prefetch") if n > 0 else None
         self.pending: list | None = None
         self.states: list[torch.Tensor] | None = None
 
