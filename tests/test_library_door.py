@@ -170,6 +170,16 @@ def test_resume_true_continues_the_same_run_by_the_cli_path(tmp_path, monkeypatc
         PROBES.unregister("door.stopper")
 
 
+def test_sweep_errors_name_keyword_arguments(tmp_path):
+    spec = {"base": "syn_small", "seeds": [0], "set": ["optim.steps=2"]}
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "mine.txt").write_text("a file of mine")
+    for kw, words in [({}, "choose another out"), ({"workers": 0}, "workers=0"), ({"executor": "bogus"}, "executor='bogus'")]:
+        with pytest.raises(UserError) as e:
+            tdyn.sweep(spec, tmp_path / ("full" if not kw else "new"), progress=False, **kw)
+        assert words in str(e.value) and "--" not in str(e.value), str(e.value)
+
+
 def test_resume_keyword_is_checked():
     with pytest.raises(UserError, match="'resume'"):
         tdyn.train(SS, "x", resume="yes")

@@ -3,8 +3,8 @@ words (issue 37): a wrong Python type given to ``tdyn.train``, ``tdyn.load_run``
 ``tdyn.load_config`` is a one-line :class:`~tdyn.errors.UserError` naming the function and the argument
 (:func:`tdyn.errors.check_arg`, the one check every entry point uses), never a ``TypeError`` from deep
 inside; an error the layers below word for the command line (``--force``, ``--resume``, ``--out``,
-``--set``) names the keyword argument instead (:func:`python_words`). Each then calls the function it
-stands for, unchanged (``tdyn.train(..., resume=True)``: the resume path of ``tdyn run --resume``)."""
+``--set``, ``--executor``, ``--workers``) names the keyword argument instead (:func:`python_words`;
+``tdyn.sweep`` too). Each then calls the function it stands for, unchanged (``tdyn.train(..., resume=True)``: the resume path of ``tdyn run --resume``)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from tdyn import config as _config, runs
 from tdyn.config import RunConfig
 from tdyn.errors import UserError, check_arg, check_path
 from tdyn.runs.ownership import leftover
+from tdyn.sweep import run_sweep
 from tdyn.train import trainer
 
 if TYPE_CHECKING:
@@ -39,6 +40,9 @@ _WORDS = [
     (re.compile(r"--resume DIR\b"), "resume=True"),
     (re.compile(r"`?tdyn run --resume ([^`;]+)`?"), r"tdyn.train(config, '\1', resume=True)"),
     (re.compile(r"--set ('[^']*'|\S+)"), r"the override \1"),
+    (re.compile(r"--executor '([^']*)'"), r"executor='\1'"),
+    (re.compile(r"--executor (\w+)"), r"executor='\1'"),
+    (re.compile(r"--workers (\S+?):"), r"workers=\1:"),
     (re.compile(r"--force\b"), "force=True"),
     (re.compile(r"--resume\b"), "resume=True"),
     (re.compile(r"--out\b"), "out"),
@@ -123,6 +127,11 @@ def train(config: dict | RunConfig | str | os.PathLike, out: str | os.PathLike, 
                             f"({', '.join(map(str, runs.ensemble_dirs(out)))}); resume=True continues that run "
                             f"where it is")
     return trainer.resume(out, progress=progress)
+
+
+#: ``tdyn.sweep(spec, out, ...)``: :func:`tdyn.sweep.run_sweep` (its signature and docstring), its errors in
+#: Python's words
+sweep = _speaks_python(run_sweep)
 
 
 @_speaks_python

@@ -35,8 +35,9 @@ log = logging.getLogger(__name__)
 SUBMITIT = ".submitit"   # the slurm executor's folder in a sweep directory (submitit's own files)
 
 
-# ``tdyn.sweep(spec, out, **kw)`` is :func:`run_sweep` (spec: a dict, a SweepSpec or a YAML/JSON path)
-callable_package(__name__, "tdyn.sweep:run_sweep")
+# ``tdyn.sweep(spec, out, **kw)`` is :func:`run_sweep` (spec: a dict, a SweepSpec or a YAML/JSON path), its
+# errors in the Python API's words (tdyn.api.sweep)
+callable_package(__name__, "tdyn.api:sweep")
 
 
 def run_job(job_dir: str, config: dict, run_dirs: list[str]) -> dict[str, str]:
