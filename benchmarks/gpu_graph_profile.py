@@ -78,7 +78,7 @@ def main(steps: int = 150) -> None:
                               "steps": c["optim"]["steps"], "loop_s": loop,
                               "member_steps_per_s": round(S * c["optim"]["steps"] / loop),
                               "timed_s": {k: round(v, 4) for k, v in SPENT.items()}}), flush=True)
-    graphs.PREFETCH_THREADS = 1
+    graphs.PREFETCH_THREADS = 0   # the default
 
 
 if __name__ == "__main__":

@@ -16,9 +16,11 @@ python3 -c "import sys, torch; print('python', sys.version.split()[0], 'torch', 
 stamp "tests/test_cuda_graphs.py"
 CUBLAS_WORKSPACE_CONFIG=:4096:8 timeout "${T_TEST:-180}" python3 -m pytest -p no:cacheprovider -rA -s tests/test_cuda_graphs.py > "$OUT/pytest.txt" 2>&1
 echo "pytest rc=$?"; grep -E "fell back|passed|failed|FAILED|Error" "$OUT/pytest.txt" | tail -30
+[ "${PROFILE:-yes}" = yes ] && {
 stamp "profile"
 timeout "${T_PROF:-170}" python3 benchmarks/gpu_graph_profile.py "${NSTEP:-150}" 2>&1 | tee "$OUT/profile.jsonl" | tail -22
+}
 stamp "tdyn bench --device cuda"
 timeout "${T_BENCH:-230}" python3 -m tdyn bench --device cuda --only scan_snap_member_steps --only fig6_sweep \
-  --only scan_snap_single --out "$OUT/bench-cuda.json" --force 2>&1 | tail -12
+  ${BENCH_MORE:---only scan_snap_single} --out "$OUT/bench-cuda.json" --force 2>&1 | tail -12
 stamp done

@@ -29,11 +29,11 @@ from tdyn.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-#: host threads drawing the next batch while the device runs a step: 1 (the draw in one pass, beside the
-#: loop), more (the data streams split between them), 0 (no prefetch: drawn at the step, as eagerly). On the
-#: H200's host, 4 threads drew Syn-Small's 16 streams slower than one (the GIL and torch's intra-op pool):
-#: benchmarks/README.md#cuda-graphs
-PREFETCH_THREADS = 1
+#: threads drawing the next batch (:class:`Prefetch`): 0, in the loop's own thread right after the step's graph
+#: is launched (the draw overlaps the device's work, with no thread); 1, on one background thread; more, the
+#: data streams split between them. On the H200's host 0 was fastest or level in 4 of 5 settings; threads
+#: contend for the GIL with the loop (benchmarks/README.md#cuda-graphs)
+PREFETCH_THREADS = 0
 #: eager steps (on a side stream) before the capture: cuBLAS handles, autograd's accumulators and the
 #: optimizer's cached device tensors exist before a graph records them (torch.cuda.graphs' rule)
 WARMUP = 3
@@ -240,7 +240,7 @@ def _cat(parts: list[Any]) -> Any:
 
 
 class Prefetch:
-    """The next step's batch drawn on host threads while the device runs this step (with ``cuda_graph``).
+    """The next step's batch drawn while the device runs this step (with ``cuda_graph``).
 
     ``start()`` records every data stream's generator state, then draws the next batch (``threads`` = 0: at once,
     in this thread): the streams split into consecutive chunks, one ``task.sample_streams(chunk)`` per thread (a stream's draws depend on its generator
