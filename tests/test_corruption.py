@@ -96,7 +96,8 @@ def damage(path: Path, how: str, root: Path | None = None, built: dict[str, Path
     devzero (a link to /dev/zero), sparse (65 MB of zeros), deep (JSON nested 200000 deep), set:KEY.PATH=JSON (a JSON
     file's field), sealset:KEY.PATH=JSON (meta.json's field, its checksum recomputed: a deliberate forgery),
     sub:OLD=>NEW (the first OLD in the file's text replaced, in place), drop_line:N / dup_line:N / line:N=T
-    (metrics.jsonl's N-th line, from 1), digit:N (line N's loss changed in its last digit, in place: the line
+    / swap_lines:N
+    (metrics.jsonl's N-th line, from 1; swapped with the next), digit:N (line N's loss changed in its last digit, in place: the line
     stays valid JSON), uncrc:N (line N's checksum removed), unkey:K (the first line's key K removed),
     copy:FILE (another file of the same directory in its place); and from
     elsewhere: swap:REL (exchanged with ``root/REL``, a file or a directory), symlink:REL (replaced by a
@@ -151,11 +152,12 @@ def damage(path: Path, how: str, root: Path | None = None, built: dict[str, Path
             m = list(re.finditer(r"\d(?=[,}])", lines[i]))[1]
             lines[i] = lines[i][:m.start()] + str((int(m[0]) + 1) % 10) + lines[i][m.end():]
         path.write_text("".join(lines))
-    elif kind in ("drop_line", "dup_line", "line"):
+    elif kind in ("drop_line", "dup_line", "line", "swap_lines"):
         n, _, text = arg.partition("=")
         lines = data.decode().splitlines(keepends=True)
         i = int(n) - 1
-        lines[i:i + 1] = {"drop_line": [], "dup_line": [lines[i]] * 2, "line": [text + "\n"]}[kind]
+        lines[i:i + 1 + (kind == "swap_lines")] = {"drop_line": [], "dup_line": [lines[i]] * 2, "line": [text + "\n"],
+                                                   "swap_lines": lines[i:i + 2][::-1]}[kind]
         path.write_text("".join(lines))
     elif kind == "unkey":
         first, _, rest = data.decode().partition("\n")
@@ -283,6 +285,9 @@ CASES = [
     ("metrics digit changed, summarize", "sweep", f"{R1}/metrics.jsonl", "digit:5", "summarize", "line 5 fails"),
     ("metrics line dropped, report", "run", "metrics.jsonl", "drop_line:8", "report", "line 8 fails"),
     ("metrics line repeated, report", "run", "metrics.jsonl", "dup_line:8", "report", "line 9 fails"),
+    ("metrics two lines swapped, report", "run", "metrics.jsonl", "swap_lines:6", "report", "line 6 fails"),
+    ("ensemble member meta edited, resume", "ensemble", "seed0/meta.json", 'sub:"status": "finished"=>"status": "running"',
+     "resume", "seed0/meta.json' fails its checksum"),
     ("metrics last line dropped, report", "run", "metrics.jsonl", "drop_line:21", "report", "last lines are lost"),
     ("metrics last line dropped, summarize", "sweep", f"{R1}/metrics.jsonl", "drop_line:5", "summarize", "lost"),
     ("metrics line without its checksum, report", "run", "metrics.jsonl", "uncrc:4", "report", "line 4 has no checksum"),
@@ -427,6 +432,20 @@ def test_a_run_written_before_checksums_loads_with_one_notice(built, tmp_path, m
     (mixed / runs.METRICS).write_text("".join(lines))
     with pytest.raises(runs.CorruptFile, match="line 3 has a checksum .* but line 1 has none"):
         runs.read_metrics(mixed)
+
+
+def test_meta_checksum_covers_content_not_layout(built, tmp_path):
+    """meta.json's checksum is of its content (sorted keys, compact JSON): the same content laid out otherwise
+    (keys reordered, another indentation) reads as before; any changed value does not."""
+    d = tmp_path / "r"
+    shutil.copytree(built["run"], d)
+    ref = runs.read_meta(d)
+    meta = json.loads((d / runs.META).read_text())
+    (d / runs.META).write_text(json.dumps(dict(reversed(list(meta.items())))))
+    assert runs.read_meta(d) == ref
+    (d / runs.META).write_text(json.dumps(meta | {"seed": 0.0}))          # 0 and 0.0: another value
+    with pytest.raises(runs.CorruptFile, match="fails its checksum"):
+        runs.read_meta(d)
 
 
 def test_metrics_lines_keep_the_write_path_cheap_and_the_bytes_stable(tmp_path):
