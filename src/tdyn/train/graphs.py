@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 
 #: threads drawing the next batch (:class:`Prefetch`): 0, in the loop's own thread right after the step's graph
 #: is launched (the draw overlaps the device's work, with no thread); 1, on one background thread; more, the
-#: data streams split between them. On the H200's host 0 was fastest or level in 4 of 5 settings; threads
-#: contend for the GIL with the loop (benchmarks/README.md#cuda-graphs)
+#: data streams split between them. On the H200's host 0 was fastest or within 2% in 3 of 5 settings, 1 thread
+#: 9% faster at 64 learning rates, 4 threads 1.7x at 64 seeds; threads contend with the loop for the GIL
+#: (benchmarks/README.md#cuda-graphs)
 PREFETCH_THREADS = 0
 #: eager steps (on a side stream) before the capture: cuBLAS handles, autograd's accumulators and the
 #: optimizer's cached device tensors exist before a graph records them (torch.cuda.graphs' rule)
