@@ -53,7 +53,7 @@ REUSING_OPTIONS = ("rejudge", "from_tables", "at_step", "runs_dir")  # numbers c
 _SECTION_KEYS = {"experiment", "claims", "config", "files", "wall_seconds", "seed", "seeds", "quick",
                  "status", "error", "traceback", "description", "docs", "made", "tables_edited"}
 #: results.json's key for the tables a ``--judge-only`` judged as edited by hand since the run wrote them
-#: (``tdyn.reproduce.phases.EDITED``, the layer above; a test keeps the two equal)
+#: (the reproduce layer's phases.EDITED, written by --judge-only; a test keeps the two equal)
 EDITED = "tables_edited"
 
 
