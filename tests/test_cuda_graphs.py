@@ -127,6 +127,29 @@ def test_a_prefetch_joins_its_threads_draws_as_one_pass():
         assert torch.equal(a, b)
 
 
+def test_a_scheduled_rate_is_read_by_the_update_graph_from_one_tensor(tmp_path, replayed):
+    """A cosine schedule with warm-up on Y: the graphed run equals the eager one, and the update reads each
+    step's rate from one device tensor, rewritten in place (a captured update replays the same memory)."""
+    cfg = load_config("syn_small", SYN_SMALL + ["optim.groups.Y.schedule={kind: cosine, warmup: 4}"]).model_dump(mode="json")
+    eager = train(cfg, tmp_path / "eager", progress=False)
+    seen = []
+    orig = trainer.EnsembleOptimizer._lr
+
+    def lr(self, gname, p):
+        t = orig(self, gname, p)
+        if gname == "Y":
+            seen.append((t.data_ptr(), t.clone()))
+        return t
+
+    trainer.EnsembleOptimizer._lr = lr
+    try:
+        got, (g,) = replayed(cfg, tmp_path / "graph")
+    finally:
+        trainer.EnsembleOptimizer._lr = orig
+    _same(eager, got)
+    assert len({ptr for ptr, _ in seen}) == 1 and len({tuple(v.tolist()) for _, v in seen}) > 10
+
+
 def test_adam_and_gradient_clipping(tmp_path, replayed):
     """The topic model with Adam (its update stays eager: Adam's step counts live on the host) and gradient
     clipping (inside the loss graph)."""
@@ -234,7 +257,9 @@ def _cuda_cases():
                        optim={"steps": 60, "groups": {"w": {"params": ["w"], "lr": 0.1, "momentum": 0.5},
                                                       "u": {"params": ["u"], "lr": 0.1}},
                               "freeze": {"u": {"after": 30}}}, checkpoint={"schedule": "none", "every": 5})
-    return {"syn_small": (syn, True), "fig6_job": (fig6, True), "topic_adam": (topic, None), "quad": (quad, True)}
+    sched = load_config("syn_small", SYN_SMALL + ["optim.groups.Y.schedule={kind: cosine, warmup: 4}"]).model_dump(mode="json")
+    return {"syn_small": (syn, True), "fig6_job": (fig6, True), "topic_adam": (topic, None), "quad": (quad, True),
+            "syn_small_cosine": (sched, True)}
 
 
 def _close(a_dirs, b_dirs):
@@ -252,7 +277,7 @@ def _close(a_dirs, b_dirs):
 
 @pytest.mark.skipif(not CUDA, reason="needs a GPU (benchmarks/gpu_graphs.sh runs it on a lent one)")
 @pytest.mark.parametrize("mode", ["deterministic", "default"])
-@pytest.mark.parametrize("name", ["syn_small", "fig6_job", "topic_adam", "quad"])
+@pytest.mark.parametrize("name", ["syn_small", "fig6_job", "topic_adam", "quad", "syn_small_cosine"])
 def test_cuda_graphs_equal_the_eager_cuda_step(name, mode, tmp_path, caplog):
     """Real CUDA graphs against the eager CUDA step: under torch's deterministic algorithms the same metrics and
     final tensors bit for bit (the graph replays the eager step's kernels); in the default mode, where the eager

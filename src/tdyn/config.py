@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Literal
 
 import yaml
-from pydantic import BaseModel, Field, NonNegativeInt, PositiveFloat, ValidationError, model_validator
+from pydantic import BaseModel, Field, NonNegativeInt, PositiveFloat, ValidationError, model_serializer, model_validator
 
 from tdyn.errors import ConfigError
 from tdyn.schema import Strict, _resolve, check_finite, format_validation_error
@@ -17,6 +17,33 @@ from tdyn.tasks import TASKS, get_task
 
 #: An Adam β: in [0, 1) (β = 1 never forgets; the bias correction divides by 1 − βᵗ = 0).
 Beta = Annotated[float, Field(ge=0, lt=1)]
+
+
+class ScheduleConfig(Strict):
+    """A learning-rate schedule (tdyn.train.schedules): the factor f(t) of step t (t = 0 is the first update); the group's rate at t is lr · f(t).
+
+    * ``warmup`` W: f(t) = t / W for t < W (from 0, as transformers' schedules), then the decay;
+    * ``kind``: ``constant`` (1), ``linear`` (1 → ``min_factor`` at step ``horizon``), ``cosine`` (half a cosine
+      from 1 to ``min_factor`` at ``horizon``), ``step`` (``gamma`` ** (t // ``step_size``), torch's StepLR);
+    * ``horizon``: the step at which linear and cosine end (default: ``optim.steps``); f stays at
+      ``min_factor`` after it."""
+
+    kind: Literal["constant", "linear", "cosine", "step"] = "constant"
+    warmup: int = Field(0, ge=0, description="steps of linear warm-up from 0")
+    horizon: int | None = Field(None, ge=1, description="the step where linear / cosine decay ends (default optim.steps)")
+    min_factor: float = Field(0.0, ge=0, le=1, description="the floor of linear / cosine decay, as a fraction of lr")
+    step_size: int | None = Field(None, ge=1, description="kind step: steps between decays")
+    gamma: float = Field(0.1, gt=0, description="kind step: the factor per decay")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.kind == "step" and self.step_size is None:
+            raise ConfigError("schedule: kind 'step' needs step_size (the steps between decays)")
+        if self.kind != "step" and self.step_size is not None:
+            raise ConfigError(f"schedule: step_size is for kind 'step', not {self.kind!r}")
+        if self.horizon is not None and self.warmup > self.horizon:
+            raise ConfigError(f"schedule: warmup = {self.warmup} is past horizon = {self.horizon}")
+        return self
 
 
 class GroupConfig(Strict):
@@ -29,6 +56,17 @@ class GroupConfig(Strict):
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[Beta, Beta] = (0.9, 0.999)
     eps: float = Field(1e-8, gt=0)
+    #: the group's learning-rate schedule (None: lr at every step)
+    schedule: ScheduleConfig | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_no_schedule(self, handler):
+        """``schedule`` is left out where there is none: a run's config.json, and so its identity, is the one it
+        had before schedules existed."""
+        out = handler(self)
+        if isinstance(out, dict) and out.get("schedule") is None:
+            out.pop("schedule", None)
+        return out
 
 
 class FreezeRule(Strict):

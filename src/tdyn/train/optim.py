@@ -13,19 +13,22 @@ from __future__ import annotations
 import torch
 
 from tdyn.config import GroupConfig
+from tdyn.train import schedules
 from tdyn.errors import ConfigError
 
 
 class EnsembleOptimizer:
     def __init__(self, params: dict[str, torch.nn.Parameter], groups: dict[str, GroupConfig],
-                 lrs: dict[str, torch.Tensor], grad_rows: dict[str, torch.Tensor] | None = None):
+                 lrs: dict[str, torch.Tensor], grad_rows: dict[str, torch.Tensor] | None = None, steps: int = 0):
         """``groups`` maps a group name to its config; ``lrs[group]`` holds one lr per member;
         ``grad_rows[name]`` (optional) the rows of a parameter (axis 1) outside which its gradient is
         always zero (``Task.grad_rows``): where the group has no weight decay, only those rows are
         updated (a row with zero gradient and zero state would not move; the arithmetic per element
         is the same, so the result is bit-identical to updating every row). Rows that form one
         contiguous range are updated in place through a view; other row sets are gathered and written
-        back, where they are at most half the rows (else updating every row is cheaper)."""
+        back, where they are at most half the rows (else updating every row is cheaper). A group with a
+        ``schedule`` updates at lr · f(t) (:mod:`tdyn.train.schedules`; ``steps``: the run's, the default
+        horizon), t set by :meth:`set_step` before each step."""
         self.params = params
         self.groups = groups
         self.group_of: dict[str, str] = {}
@@ -38,6 +41,11 @@ class EnsembleOptimizer:
                 self.group_of[p] = g
         self.lrs = lrs
         self._lr_as: dict[tuple, tuple[torch.Tensor, int, torch.Tensor]] = {}
+        # scheduled groups: the factor of the current step, and the rates lr · factor per (group, dtype, device),
+        # updated in place by set_step (a CUDA graph of the update reads them from the same memory)
+        self.steps = steps
+        self.factors = {g: schedules.factor(gc.schedule, 0, steps) for g, gc in groups.items() if gc.schedule}
+        self._scheduled: dict[tuple, torch.Tensor] = {}
         self.rows: dict[str, torch.Tensor | slice] = {}
         for name, rows in (grad_rows or {}).items():
             p = params.get(name)
@@ -74,12 +82,31 @@ class EnsembleOptimizer:
             tmp = self.scratch[name] = torch.empty_like(p)
         return tmp
 
+    def set_step(self, step: int) -> None:
+        """The step the next update is: scheduled groups' rates become lr · f(step) (in place)."""
+        for g in self.factors:
+            f = schedules.factor(self.groups[g].schedule, step, self.steps)
+            if f != self.factors[g]:
+                self.factors[g] = f
+                for (gname, _, _), t in self._scheduled.items():
+                    if gname == g:
+                        t.copy_(self.lrs[g] * f)
+
+    def rates(self) -> dict[str, torch.Tensor]:
+        """Each scheduled group's per-member rates at the current step (float64, [S]): logged as ``lr/<group>``."""
+        return {g: self.lrs[g] * f for g, f in self.factors.items()}
+
     def _lr(self, gname: str, p: torch.Tensor) -> torch.Tensor:
         """Group ``gname``'s per-member lrs in ``p``'s dtype and device, converted once while ``lrs[gname]``
         stays the same tensor, unchanged: on a GPU each conversion is a host-to-device copy that waits for
         the device (one per parameter and step before). The same values, so the same bits."""
-        src = self.lrs[gname]
         key = (gname, p.dtype, p.device)
+        if gname in self.factors:
+            t = self._scheduled.get(key)
+            if t is None:
+                t = self._scheduled[key] = (self.lrs[gname] * self.factors[gname]).to(p)
+            return t
+        src = self.lrs[gname]
         hit = self._lr_as.get(key)
         if hit is None or hit[0] is not src or hit[1] != src._version:
             hit = self._lr_as[key] = (src, src._version, src.to(p))

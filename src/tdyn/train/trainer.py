@@ -274,7 +274,7 @@ class Job:
                                         f"{tuple(p.shape)}, without the ensemble axis of size {S} first (a model "
                                         f"written for one member trains through tdyn.tasks.PlainTask)")
         lrs = {g: torch.tensor([m.lrs[g] for m in members], dtype=torch.float64) for g in cfg.optim.groups}
-        self.opt = EnsembleOptimizer(self.params, cfg.optim.groups, lrs, self.task.grad_rows)
+        self.opt = EnsembleOptimizer(self.params, cfg.optim.groups, lrs, self.task.grad_rows, cfg.optim.steps)
         loose = set(self.params) - set(self.opt.group_of)
         if loose:
             raise ConfigError(f"optim.groups: parameter {sorted(loose)[0]!r} is in no group; "
@@ -512,6 +512,9 @@ class Job:
                 self._seconds["checkpoints"] += time.perf_counter() - t1
                 batch = self._sample()
                 frozen = {n for n, r in self.cfg.optim.freeze.items() if r.frozen(step)}
+                self.opt.set_step(step)
+                if evaluating:
+                    scalars |= {f"lr/{g}": r for g, r in self.opt.rates().items()}
                 last = step == T
                 trains = not last and len(frozen) < len(self.params)
                 graphed = trains and self.graphed is not None and self.graphed.applies(batch)
