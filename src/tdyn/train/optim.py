@@ -10,11 +10,56 @@ are plain safetensors.
 
 from __future__ import annotations
 
+import fnmatch
+
 import torch
 
 from tdyn.config import GroupConfig
 from tdyn.train import schedules
 from tdyn.errors import ConfigError
+
+
+def _pattern(entry: str) -> bool:
+    return any(c in entry for c in "*?[")
+
+
+def assign_groups(names: list[str], groups: dict[str, GroupConfig]) -> dict[str, str]:
+    """Each parameter's group: ``params`` entries are names or glob patterns (``fnmatch``: ``lin__*``,
+    ``*bias``). A name given exactly belongs to its group; a pattern takes the parameters no group names
+    exactly; ``"*"`` alone is the default group, taking what no other entry takes. A parameter named by two
+    groups, or matched by the patterns of two (``"*"`` aside), is a ConfigError; so is an entry that matches
+    nothing. Parameters no group takes are left out (the trainer names the first)."""
+    out: dict[str, str] = {}
+    for g, gc in groups.items():
+        for p in gc.params:
+            if _pattern(p):
+                continue
+            if p not in names:
+                raise ConfigError(f"optim.groups.{g}.params: unknown parameter {p!r}; allowed: {', '.join(names)}")
+            if p in out:
+                raise ConfigError(f"optim.groups.{g}.params: parameter {p!r} is already in group {out[p]!r}")
+            out[p] = g
+    default = [g for g, gc in groups.items() if "*" in gc.params]
+    if len(default) > 1:
+        raise ConfigError(f"optim.groups: {default[0]!r} and {default[1]!r} both list '*' (the default group): "
+                          f"keep one")
+    for star in (False, True):     # the patterns, then the default group
+        for g, gc in groups.items():
+            for pat in gc.params:
+                if not _pattern(pat) or (pat == "*") != star:
+                    continue
+                hits = [n for n in names if fnmatch.fnmatchcase(n, pat)]
+                if not hits:
+                    raise ConfigError(f"optim.groups.{g}.params: pattern {pat!r} matches no parameter; "
+                                      f"parameters: {', '.join(names)}")
+                for n in hits:
+                    owner = out.get(n)
+                    if owner is None:
+                        out[n] = g
+                    elif owner != g and not star and n not in {p for p in groups[owner].params if not _pattern(p)}:
+                        raise ConfigError(f"optim.groups.{g}.params: pattern {pat!r} matches {n!r}, which a pattern "
+                                          f"of group {owner!r} matches too: name it in one group")
+    return {n: out[n] for n in names if n in out}
 
 
 class EnsembleOptimizer:
@@ -31,14 +76,7 @@ class EnsembleOptimizer:
         horizon), t set by :meth:`set_step` before each step."""
         self.params = params
         self.groups = groups
-        self.group_of: dict[str, str] = {}
-        for g, gc in groups.items():
-            for p in gc.params:
-                if p not in params:
-                    raise ConfigError(f"optim.groups.{g}.params: unknown parameter {p!r}; allowed: {', '.join(params)}")
-                if p in self.group_of:
-                    raise ConfigError(f"optim.groups.{g}.params: parameter {p!r} is already in group {self.group_of[p]!r}")
-                self.group_of[p] = g
+        self.group_of = assign_groups(list(params), groups)
         self.lrs = lrs
         self._lr_as: dict[tuple, tuple[torch.Tensor, int, torch.Tensor]] = {}
         # scheduled groups: the factor of the current step, and the rates lr · factor per (group, dtype, device),
