@@ -71,19 +71,14 @@ class Run:
         return {k: np.array([r.get(k, np.nan) for r in recs], dtype=np.float64) for k in keys}
 
     def frame(self):
-        """Metrics as a pandas DataFrame (needs pandas)."""
-        import pandas as pd
+        """Metrics as a pandas DataFrame, one row per evaluated step (NaN where a step lacks a metric)."""
+        import pandas as pd   # a dependency of tdyn; imported on first use (``import tdyn`` stays light)
 
         return pd.DataFrame.from_records(self.metrics)
 
     @property
     def df(self):
-        """The metrics, one row per evaluated step: a pandas DataFrame when pandas is installed, else
-        ``arrays()`` (a dict of arrays, NaN where a step lacks a metric)."""
-        try:
-            import pandas  # noqa: F401
-        except ImportError:
-            return self.arrays()
+        """The metrics, one row per evaluated step: always a pandas DataFrame (:meth:`frame`)."""
         return self.frame()
 
     def steps(self) -> list[int]:
@@ -141,8 +136,10 @@ def load_run(path: str | Path) -> Run:
 def load_sweep(path: str | Path):
     """Every run of a sweep, ensemble or run directory with its metrics in one long table: one row per
     (run, evaluated step) with columns ``run``, ``seed``, the sweep's axes (or the member's learning
-    rates ``lr.<group>`` and ``init_scale``), ``status``, ``step`` and every metric. A pandas DataFrame
-    when pandas is installed, else a dict of columns (numpy arrays; strings as object arrays)."""
+    rates ``lr.<group>`` and ``init_scale``), ``status``, ``step`` and every metric: always a pandas
+    DataFrame (pandas is a dependency of tdyn)."""
+    import pandas as pd
+
     path = Path(path)
     dirs = job_dirs(path)
     if not dirs:
@@ -157,15 +154,4 @@ def load_sweep(path: str | Path):
             {"init_scale": meta.get("init_scale")}
         info["status"] = meta.get("status")
         rows += [info | r for r in run.metrics]
-    try:
-        import pandas as pd
-    except ImportError:
-        keys = list(dict.fromkeys(k for r in rows for k in r))
-        cols = {}
-        for k in keys:
-            vals = [r.get(k) for r in rows]
-            num = all(v is None or isinstance(v, (int, float)) for v in vals)
-            cols[k] = (np.array([np.nan if v is None else v for v in vals], dtype=np.float64) if num
-                       else np.array(vals, dtype=object))
-        return cols
     return pd.DataFrame.from_records(rows)
