@@ -114,8 +114,6 @@ class GraphedStep:
         self.updates: dict[frozenset, Any] = {}   # frozen set -> the update graph (None: eager)
         self.off: str | None = None       # why graphs stopped (a failed capture): the eager step from then on
         self.said: set[str] = set()
-        groups = job.cfg.optim.groups
-        self.sgd_only = all(gc.optimizer == "sgd" for gc in groups.values())
         self.stream = torch.cuda.Stream() if self.cuda else None
 
     # ---- what the trainer calls
