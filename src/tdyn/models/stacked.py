@@ -46,6 +46,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from tdyn.errors import UserError
+from tdyn.models import activations
 from tdyn.seeding import global_rng
 
 Randomness = Literal["auto", "vmap", "loop"]
@@ -134,7 +135,21 @@ class Stacked(nn.Module):
     # ---- evaluation
 
     def map(self, fn: Callable[..., Any], *args) -> Any:
-        """``fn(module_i, *args_i)`` for every member i, stacked on a leading axis S (see above)."""
+        """``fn(module_i, *args_i)`` for every member i, stacked on a leading axis S (see above). Under
+        :func:`tdyn.models.activations.capture` of this ensemble, the plain module's named activations are
+        returned by each member's call and stacked [S, ...] into the capture's cache."""
+        cache = activations.recording(self)
+        if cache is None:
+            return self._map(fn, args)
+        out, recorded = self._map(activations.member_fn(cache, self._apply_template.m, fn), args)
+        cache.update(recorded)
+        return out
+
+    def activation_names(self) -> dict[str, str]:
+        """The plain module's named activations (its class attribute ``ACTIVATIONS``; docs/activations.md)."""
+        return activations.available(self._apply_template.m)
+
+    def _map(self, fn: Callable[..., Any], args: tuple) -> Any:
         state = self._state()
         if self.uses_loop():
             if self.gens is None:
