@@ -4,6 +4,8 @@
 
 W[key, query] is the key token's score for the query token; column j of the attention is position j's
 attention; no mask, no positional encoding, no 1/√d (docs/reproductions/decision-lists.md#forward-pass).
+The forward's intermediate tensors are named in ``DecisionListModel.ACTIVATIONS`` (:mod:`tdyn.models.activations`,
+docs/activations.md).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 from torch import nn
 
+from tdyn.models import activations
 from tdyn.schema import Strict
 
 
@@ -53,6 +56,17 @@ def member_size(L: int) -> int:
 
 
 class DecisionListModel(nn.Module):
+    #: the forward's named activations (:mod:`tdyn.models.activations`; docs/activations.md), each [S, ...] for
+    #: tokens s [B, n]; recorded by ``logits`` (and ``forward``, which calls it)
+    ACTIVATIONS = {
+        "scores": "X^T W X, the key token's score for each query token, [S, B, n_key, n_query] (Eqn 1)",
+        "attention": "sigma(X^T W X), the column-wise softmax over the keys (a column sums to 1), [S, B, n_key, n_query] (Eqn 1)",
+        "values": "V X, column i = V[:, s_i], [S, B, L, n] (Eqn 1)",
+        "logits": "V X sigma(X^T W X), the outputs before the outer softmax, [S, B, L, n] (Eqn 1)",
+        "log_probs": "log f_{W,V}(X) = log sigma(V X sigma(X^T W X)), column j position j's log-distribution over the "
+                     "L tokens, [S, B, L, n] (Eqn 1; forward's output)",
+    }
+
     def __init__(self, cfg: DecisionListModelConfig, S: int = 1):
         super().__init__()
         self.cfg = cfg
@@ -65,12 +79,20 @@ class DecisionListModel(nn.Module):
         S_ = W[:, s[:, :, None], s[:, None, :]]       # (S, B, n_key, n_query): Xᵀ W X
         A = torch.softmax(S_, dim=2)                  # σ over keys (columns sum to 1)
         VX = V[:, :, s].permute(0, 2, 1, 3)           # (S, B, L, n): column i = V[:, s_i]
-        return VX @ A                                 # Eqn 1 before the outer σ
+        Z = VX @ A                                    # Eqn 1 before the outer σ
+        cache = activations.recording(self)           # None unless activations are captured
+        if cache is not None:
+            cache.put("scores", S_), cache.put("attention", A), cache.put("values", VX), cache.put("logits", Z)
+        return Z
 
     def forward(self, s: torch.Tensor) -> torch.Tensor:
         """log f_{W,V}(X) = log σ(V X σ(Xᵀ W X)) (Eqn 1) for tokens s (B, n): (S, B, L, n), column j the
         log-distribution of position j's output over the L tokens."""
-        return torch.log_softmax(self.logits(s), dim=2)
+        out = torch.log_softmax(self.logits(s), dim=2)
+        cache = activations.recording(self)
+        if cache is not None:
+            cache.put("log_probs", out)
+        return out
 
     log_probs = forward
 

@@ -12,7 +12,8 @@ Every parameter has a leading ensemble axis S. Per member (the tutorial's ``Tran
 
 ``forward`` returns the logits and the head-averaged attention of every layer, [S, B, T, T] each
 (``need_weights=True``, before attention dropout). Member i's dropout masks come from
-``self.dropout_gens[i]`` alone, so a member trains as it would on its own.
+``self.dropout_gens[i]`` alone, so a member trains as it would on its own. The intermediate tensors are named
+in ``CausalLM.ACTIVATIONS`` (:mod:`tdyn.models.activations`, docs/activations.md).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from pydantic import Field
 
+from tdyn.models import activations
 from tdyn.schema import Strict
 
 
@@ -67,6 +69,28 @@ def member_size(cfg: LMConfig, V: int) -> int:
 
 
 class CausalLM(nn.Module):
+    #: the named activations (:mod:`tdyn.models.activations`; docs/activations.md), each [S, ...], one ``layer<l>.``
+    #: set per layer (``activation_names()``); in training mode the tensors are the ones the dropout masks were
+    #: applied to, as noted
+    ACTIVATIONS = {
+        "embed": "X = Emb[x] sqrt(d) + PE, the first layer's input (after its dropout), [S, B, T, d]",
+        "layer{l}.scores": "Q K^T/sqrt(d_h) per head, before the causal mask, [S, B, heads, T, T]",
+        "layer{l}.attention": "A = softmax(Q K^T/sqrt(d_h) + causal mask) per head (before attention dropout; the "
+                              "forward returns its mean over heads), [S, B, heads, T, T]",
+        "layer{l}.attended": "A V, the heads' outputs concatenated (A after attention dropout), [S, B, T, d]",
+        "layer{l}.attn_out": "(A V) W_out^T + b_out, the attention block's output (before its dropout), [S, B, T, d]",
+        "layer{l}.mid": "LN1(X + attn_out), the residual stream between attention and FFN, [S, B, T, d]",
+        "layer{l}.mlp_out": "W_2 ReLU(W_1 mid + b_1) + b_2, the FFN's output (before its dropout), [S, B, T, d]",
+        "layer{l}.out": "LN2(mid + mlp_out), the layer's output, [S, B, T, d]",
+        "logits": "X Dec^T + b_dec, [S, B, T, V] (under bf16 autocast, where loss() fuses decoder and "
+                  "cross-entropy, formed only where asked for)",
+    }
+
+    def activation_names(self) -> dict[str, str]:
+        """This model's named activations: ``ACTIVATIONS`` with ``layer<l>.`` for each layer."""
+        return {name.format(l=i): doc for name, doc in self.ACTIVATIONS.items()
+                for i in (range(self.cfg.n_layers) if "{l}" in name else (0,))}
+
     def __init__(self, cfg: LMConfig, S: int):
         super().__init__()
         self.cfg, self.S = cfg, S
@@ -124,21 +148,34 @@ class CausalLM(nn.Module):
         X = torch.gather(self.emb, 1, x.reshape(S, -1, 1).expand(-1, -1, c.d)).reshape(S, B, T, c.d)
         X = self._drop(X * math.sqrt(c.d) + self.pe[:T])
         mask = torch.full((T, T), float("-inf"), device=x.device).triu(1)
+        cache = activations.recording(self)                                            # None unless captured
+        if cache is not None:
+            cache.put("embed", X)
         attns = []
-        for m in self.layers:
+        for i, m in enumerate(self.layers):
             Q, K, Vv = _bmm_linear(X, m.in_W, m.in_b).view(S, B, T, 3, H, dh).permute(3, 0, 1, 4, 2, 5)
-            A = torch.softmax(Q @ K.transpose(-1, -2) / math.sqrt(dh) + mask, dim=-1)  # [S, B, H, T, T]
+            scores = Q @ K.transpose(-1, -2) / math.sqrt(dh)
+            A = torch.softmax(scores + mask, dim=-1)                                   # [S, B, H, T, T]
             attns.append(A.mean(2))
             O = (self._drop(A) @ Vv).transpose(2, 3).reshape(S, B, T, c.d)
-            X = _layer_norm(X + self._drop(_bmm_linear(O, m.out_W, m.out_b)), m.ln1_g, m.ln1_b)
-            F_ = _bmm_linear(self._drop(torch.relu(_bmm_linear(X, m.W1, m.b1))), m.W2, m.b2)
-            X = _layer_norm(X + self._drop(F_), m.ln2_g, m.ln2_b)
+            P = _bmm_linear(O, m.out_W, m.out_b)
+            X_mid = _layer_norm(X + self._drop(P), m.ln1_g, m.ln1_b)
+            F_ = _bmm_linear(self._drop(torch.relu(_bmm_linear(X_mid, m.W1, m.b1))), m.W2, m.b2)
+            X = _layer_norm(X_mid + self._drop(F_), m.ln2_g, m.ln2_b)
+            if cache is not None:
+                for name, t in (("scores", scores), ("attention", A), ("attended", O), ("attn_out", P),
+                                ("mid", X_mid), ("mlp_out", F_), ("out", X)):
+                    cache.put(f"layer{i}.{name}", t)
         return X, attns
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """x [S, B, T] token ids -> (logits [S, B, T, V], attention per layer [S, B, T, T])."""
         X, attns = self.hidden(x)
-        return _bmm_linear(X, self.dec_W, self.dec_b), attns
+        logits = _bmm_linear(X, self.dec_W, self.dec_b)
+        cache = activations.recording(self)
+        if cache is not None:
+            cache.put("logits", logits)
+        return logits, attns
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Per-member token-mean cross-entropy, shape [S]. Under bf16 (or fp16) autocast the decoder and the
@@ -148,9 +185,14 @@ class CausalLM(nn.Module):
         S = 1 and faster for large ensembles (benchmarks/README.md#measurements-behind-the-code)."""
         X, _ = self.hidden(x)
         S = x.shape[0]
+        cache = activations.recording(self)
         if _compute_dtype(X) in (torch.bfloat16, torch.float16):
+            if cache is not None:   # the fused path never forms the logits
+                cache.put("logits", lambda: _bmm_linear(X, self.dec_W, self.dec_b))
             return linear_cross_entropy(X.reshape(S, -1, self.cfg.d), self.dec_W, self.dec_b, y.reshape(S, -1))
         logits = _bmm_linear(X, self.dec_W, self.dec_b)
+        if cache is not None:
+            cache.put("logits", logits)
         ce = F.cross_entropy(logits.flatten(0, 2), y.flatten(), reduction="none")
         return ce.view(S, -1).mean(1)
 

@@ -11,8 +11,10 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from tdyn.errors import UserError
 
-def forward_on_support(model, x: torch.Tensor, support: tuple[torch.Tensor, ...]) -> torch.Tensor:
+
+def forward_on_support(model, x: torch.Tensor, support: tuple[torch.Tensor, ...], cache=None) -> torch.Tensor:
     """``model(x)`` (a :class:`~tdyn.papers.scan_snap.model.YZModel`) computed on the support:
     ``support = (idx, log_count[, order, counts, sample])``, each sample's distinct keys and the logs of
     their counts, [S, B, P] (``idx, count =`` :func:`key_support`, ``log_count = count.to(dtype).log()``
@@ -22,7 +24,11 @@ def forward_on_support(model, x: torch.Tensor, support: tuple[torch.Tensor, ...]
     stream; members sharing a stream share it). The keys being distinct, LN(Xᵀb) = b/‖b‖ there too
     (:func:`unit_softmax`). The three further entries, :func:`key_bags` of ``idx``, let the decoder
     multiply only the rows of Y on each sample's support where that is cheaper
-    (:func:`support_decoder_applies`, :func:`support_decode`)."""
+    (:func:`support_decoder_applies`, :func:`support_decode`).
+
+    ``cache``: a :class:`tdyn.models.activations.Cache` (or None) receiving the model's named activations
+    (``YZModel.ACTIVATIONS``), each the dense tensor the model's equations define, computed from the support
+    only where asked for (:func:`_record`); the output is the same with or without it."""
     cfg = model.cfg
     _, Y = model.logits_matrices()
     M = Y.shape[-1]
@@ -33,9 +39,44 @@ def forward_on_support(model, x: torch.Tensor, support: tuple[torch.Tensor, ...]
     a = model._query_logits(x[..., -1], keys) + log_count
     b = unit_softmax(a) if cfg.normalize else torch.softmax(a, dim=-1)
     if len(support) > 2 and support_decoder_applies(cfg, M, keys.shape[-1]):
-        return support_decode(b, keys, Y, support[2:5])
-    u = torch.zeros(*keys.shape[:2], M, dtype=b.dtype, device=b.device).scatter_add_(2, keys, b)   # Xᵀb, LN'd
-    return model.with_query(u, x) @ Y
+        logits = support_decode(b, keys, Y, support[2:5])
+        if cache is not None:   # the decoder never forms the attended vector: scattered here where asked for
+            _record(cache, model, x, keys, a, b, lambda: _dense(keys, b, M), logits)
+        return logits
+    u = model.with_query(torch.zeros(*keys.shape[:2], M, dtype=b.dtype, device=b.device).scatter_add_(2, keys, b), x)
+    logits = u @ Y                                                                               # Xᵀb, LN'd; Eqn 2
+    if cache is not None:
+        _record(cache, model, x, keys, a, b, u, logits)
+    return logits
+
+
+def _dense(keys: torch.Tensor, values: torch.Tensor, M: int) -> torch.Tensor:
+    """Values on each sample's support [S, B, P] scattered to the M tokens, [S, B, M]."""
+    return torch.zeros(*keys.shape[:2], M, dtype=values.dtype, device=values.device).scatter_add_(2, keys, values)
+
+
+def _record(cache, model, x: torch.Tensor, keys: torch.Tensor, a: torch.Tensor, b: torch.Tensor, attended,
+            logits: torch.Tensor) -> None:
+    """The named activations of :func:`forward_on_support`: ``context`` Xᵀb = softmax(a) scattered to the M
+    tokens (Xᵀb sums the attention per token: e^{z_l}·count_l / Σ e^{z}·count on the support); ``attended``
+    the decoder's input; ``scores`` and ``attention`` per key position by Eqn 1 from x's keys, which the
+    support path never forms (a UserError where they are asked for and x holds only the query column, as
+    the training batch does)."""
+    M = logits.shape[-1]
+    cache.put("context", lambda: _dense(keys, torch.softmax(a, dim=-1), M))
+    cache.put("attended", attended)
+    cache.put("logits", logits)
+    if not (cache.wants("scores") or cache.wants("attention")):
+        return
+    if x.shape[-1] < 2:
+        if cache.asked("scores") or cache.asked("attention"):
+            raise UserError("YZModel: 'scores' and 'attention' are per key position and x holds only the query "
+                            "column (the training batch: its keys enter through the support); capture on x with "
+                            "its keys (the probe batch, or task.full_sample(gen))")
+        return
+    scores = model._query_logits(x[..., -1], x[..., :-1])                                      # Eqn 1, dense
+    cache.put("scores", scores)
+    cache.put("attention", lambda: torch.softmax(scores, dim=-1))
 
 
 def key_support(x: torch.Tensor, M: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,7 +8,8 @@ Two parameterisations of the same forward pass:
 * ``embedding`` (Eqn 1–2): Z := U W_Q W_Kᵀ Uᵀ/√d and Y := U W_Vᵀ Uᵀ from embeddings U ∈ R^{M×d}.
 
 Every parameter has a leading ensemble axis S. Inputs are token ids x [S, B, L]; the last token is
-the query and (by default) is not a key.
+the query and (by default) is not a key. The forward's intermediate tensors are named in
+``YZModel.ACTIVATIONS`` (:mod:`tdyn.models.activations`, docs/activations.md).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
+from tdyn.models import activations
 from tdyn.papers.scan_snap import kernels
 from tdyn.schema import Strict
 
@@ -47,6 +49,20 @@ def member_size(cfg: YZConfig, M: int) -> int:
 
 
 class YZModel(nn.Module):
+    #: the forward's named activations (:mod:`tdyn.models.activations`; docs/activations.md), each [S, ...]. On the
+    #: support path (``forward(x, support)``, the training path) the per-position ``scores`` and ``attention`` are
+    #: computed from x by Eqn 1 only where asked for (the kernel works on each sample's distinct keys), and need x
+    #: with its keys (the probe batch, ``task.full_sample``), not the training batch's query column alone.
+    ACTIVATIONS = {
+        "scores": "Z[x_T, x_t], the query's attention logit on each key position, [S, B, T_k] (Eqn 1's exponent; "
+                  "T_k = L - 1 context positions, L with include_query_key)",
+        "attention": "b_T = softmax_t Z[x_T, x_t], the attention on each key position, [S, B, T_k] (Eqn 1)",
+        "context": "X^T b_T, the attention-weighted context before LN (attention summed per token), [S, B, M]",
+        "attended": "the normalised attended vector the decoder reads, [S, B, M]: LN(X^T b_T) = X^T b_T/||X^T b_T||_2 "
+                    "(Eqn 2); with residual LN(LN(X^T b_T) + e_query) (par. 7); with normalize = false X^T b_T",
+        "logits": "Y^T attended, the decoder's output logits, [S, B, M] (Eqn 2; the forward's output)",
+    }
+
     def __init__(self, cfg: YZConfig, S: int = 1):
         super().__init__()
         if cfg.M is None:
@@ -106,14 +122,23 @@ class YZModel(nn.Module):
         ``support`` (each sample's distinct keys and the logs of their counts, from the task): the same
         logits on the keys' multiset, the fast path of :func:`tdyn.papers.scan_snap.kernels.forward_on_support`
         (tested equal to the equations below, tests/test_yz_support.py)."""
+        cache = activations.recording(self)                  # None unless activations are captured
         if support is not None and not self.cfg.include_query_key:
-            return kernels.forward_on_support(self, x, support)
+            return kernels.forward_on_support(self, x, support, cache)
         _, Y = self.logits_matrices()
-        b_T, keys = self.attention(x)                                                          # Eqn 1
+        keys = x if self.cfg.include_query_key else x[..., :-1]
+        scores = self._query_logits(x[..., -1], keys)
+        b_T = torch.softmax(scores, dim=-1)                                                    # Eqn 1
         u = torch.zeros(*keys.shape[:2], Y.shape[-1], dtype=b_T.dtype, device=b_T.device).scatter_add_(2, keys, b_T)  # Xᵀb_T
+        if cache is not None:
+            cache.put("scores", scores), cache.put("attention", b_T), cache.put("context", u)
         if self.cfg.normalize:
             u = F.normalize(u, dim=-1)                                                         # LN(Xᵀb_T)
-        return self.with_query(u, x) @ Y                                                       # Eqn 2: Σ_l u_l Y[l, n]
+        u = self.with_query(u, x)
+        logits = u @ Y                                                                         # Eqn 2: Σ_l u_l Y[l, n]
+        if cache is not None:
+            cache.put("attended", u), cache.put("logits", logits)
+        return logits
 
     def with_query(self, u: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The attended vector, with the query's own embedding added (ū = LN(u + e_query), §7) when

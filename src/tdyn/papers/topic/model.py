@@ -26,7 +26,8 @@ numbers, as x·1 + 0 is exact).
 Every parameter has a leading ensemble axis S; with ``n_layers > 1`` a layer axis follows it. The
 parameters live on :class:`TopicTransformer` under the equations' names (``W_Q``, ``b_Q``, …: the
 checkpoint layout and the optimizer's parameter groups); :class:`SelfAttention`, :class:`BertTail` and
-:class:`Block` hold none and read one layer's slice, :class:`LayerWeights`.
+:class:`Block` hold none and read one layer's slice, :class:`LayerWeights`. The forward's intermediate tensors
+are named in ``TopicTransformer.ACTIVATIONS`` (:mod:`tdyn.models.activations`, docs/activations.md).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from tdyn.errors import ConfigError
+from tdyn.models import activations
 from tdyn.papers.topic import kernels
 from tdyn.schema import Strict
 
@@ -151,6 +153,19 @@ class Input:
         """E itself, [S, B, L, d]."""
         return self.source if self.ids is None else rows(self.source, self.ids)
 
+    def at_positions(self, T: torch.Tensor) -> torch.Tensor:
+        """A per-key table (``table``'s output: [S, B, L, d] or, by id, [S, V, d]) at every position: [S, B, L, d]."""
+        return T if self.ids is None else rows(T, self.ids)
+
+    def at_key_positions(self, T: torch.Tensor) -> torch.Tensor:
+        """A tensor over the keys [S, B, h, n_q, N] (positions, or ids) at every key position: [S, B, h, n_q, L]
+        (the entry of each position's id, not divided among the positions that share it: ``per_position``
+        does that for the attention)."""
+        if self.ids is None:
+            return T
+        S, B, h, n_q, _ = T.shape
+        return torch.gather(T, 4, self.ids[:, :, None, None].expand(S, B, h, n_q, self.ids.shape[-1]))
+
     def scores(self, w: LayerWeights, q_pos: torch.Tensor, h: int) -> torch.Tensor:
         """Q Kᵀ per head, Q = E W_Qᵀ + b_Q at the query positions ``q_pos`` [S, B, n_q] and K = E W_Kᵀ + b_K
         per key: [S, B, h, n_q, N]."""
@@ -222,9 +237,10 @@ class SelfAttention(nn.Module):
     W_K = W_Q = 0 (``freeze_uniform_attention``), so A = 1/#visible keys and H is the same at every
     query, computed once per document: H = Σ_v (c_v / Σ_u c_u) V_v."""
 
-    def __init__(self, d: int, n_heads: int, uniform: bool):
+    def __init__(self, d: int, n_heads: int, uniform: bool, name: str = "layer0"):
         super().__init__()
         self.d, self.h, self.d_h, self.uniform = d, n_heads, d // n_heads, uniform
+        self.name = name   # the prefix of its named activations (``layer<i>``)
 
     def forward(self, E: Input, keys: torch.Tensor, q_pos: torch.Tensor, w: LayerWeights,
                 need_attention: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -232,16 +248,31 @@ class SelfAttention(nn.Module):
         positions ``q_pos`` [S, B, n_q]."""
         S, B, L = keys.shape
         n_q, h = q_pos.shape[-1], self.h
+        cache = activations.recording(self)                                          # None unless captured
         c = E.multiplicity(keys, E.source.dtype)                                     # visible keys per key
         if self.uniform:                                                             # A = 1/#visible      (3)
             A = (c / c.sum(-1, keepdim=True).clamp(min=1))[:, :, None, None].expand(S, B, h, 1, -1)
             H = E.mix(A, w.W_V, w.b_V).expand(S, B, n_q, self.d)                     # H = A V        (2), (4)
+            if cache is not None:
+                self._record(cache, E, keys, c, None, A.expand(S, B, h, n_q, -1), H, w)
             return H, (E.per_position(A.expand(S, B, h, n_q, -1), c, keys) if need_attention else None)
         scores = E.scores(w, q_pos, h) / math.sqrt(self.d_h)                         # Q Kᵀ/√d_h  (2), (3)
         M = log_multiplicity(c, scores.dtype)                                        # log c; −∞: invisible
         A = torch.softmax(scores + M[:, :, None, None], dim=-1)                      # A [S, B, h, n_q, N]  (3)
         H = E.mix(A, w.W_V, w.b_V)                                                   # H = A V        (2), (4)
+        if cache is not None:
+            self._record(cache, E, keys, c, scores, A, H, w)
         return H, (E.per_position(A, c, keys) if need_attention else None)
+
+    def _record(self, cache, E: Input, keys: torch.Tensor, c: torch.Tensor, scores: torch.Tensor | None,
+                A: torch.Tensor, H: torch.Tensor, w: LayerWeights) -> None:
+        """This layer's named activations (``TopicTransformer.ACTIVATIONS``), per key position: at layer 0 the
+        forward works per vocabulary id (``Input``), so the per-position tensors are formed only where asked for."""
+        if scores is not None:
+            cache.put(f"{self.name}.scores", lambda: E.at_key_positions(scores))
+        cache.put(f"{self.name}.attention", lambda: E.per_position(A, c, keys))
+        cache.put(f"{self.name}.values", lambda: E.at_positions(E.table(w.W_V, w.b_V)))
+        cache.put(f"{self.name}.attended", H)
 
 
 class BertTail(nn.Module):
@@ -256,9 +287,10 @@ class BertTail(nn.Module):
 class Block(nn.Module):
     """One layer: the attention (2)–(4), then with ``block = "bert"`` the tail (4b) on the query positions."""
 
-    def __init__(self, d: int, n_heads: int, uniform: bool, bert: bool):
+    def __init__(self, d: int, n_heads: int, uniform: bool, bert: bool, name: str = "layer0"):
         super().__init__()
-        self.attn = SelfAttention(d, n_heads, uniform)
+        self.name = name
+        self.attn = SelfAttention(d, n_heads, uniform, name)
         self.tail = BertTail() if bert else None
 
     def forward(self, E: Input, keys: torch.Tensor, q_pos: torch.Tensor, w: LayerWeights,
@@ -268,6 +300,9 @@ class Block(nn.Module):
         H, A = self.attn(E, keys, q_pos, w, need_attention)
         if self.tail is not None:
             H = self.tail(E_q, H, w)
+            cache = activations.recording(self)
+            if cache is not None:
+                cache.put(f"{self.name}.out", H)
         return H, A
 
 
@@ -283,6 +318,36 @@ def member_size(cfg: TopicModelConfig, V: int) -> int:
 class TopicTransformer(nn.Module):
     """See the module docstring. ``vocab_size``, ``words_per_topic`` and ``num_special`` come from
     the task (the block matrix B needs the vocabulary layout, docs/reproductions/topic.md#model-flags)."""
+
+    #: the forward's named activations (:mod:`tdyn.models.activations`; docs/activations.md), each [S, ...], one
+    #: ``layer<l>.`` set per layer (``activation_names()``: this model's). n_q: the query positions (all L, or
+    #: ``queries``; ``data_loss``: each document's selected positions first, padded). Under a capture, ``data_loss``
+    #: takes the padded-rows path (kernels.selected_query_loss' reference, equal to it bit for bit), so the logits exist.
+    ACTIVATIONS = {
+        "embedding": "E = W_E X, the embedding at every position, [S, B, L, d] (1) (LN(W_E X + T_0) with emb_layernorm)",
+        "layer{l}.scores": "Q K^T/sqrt(d_h) per head at every (query, key position), before the mask, "
+                           "[S, B, heads, n_q, L] (2), (3); not with attention = uniform",
+        "layer{l}.attention": "A = softmax_j(Q K^T/sqrt(d_h) + M) per head on every key position (0 at invisible "
+                              "keys), [S, B, heads, n_q, L] (3)",
+        "layer{l}.values": "V = E W_V^T + b_V at every key position, [S, B, L, d] (2)",
+        "layer{l}.attended": "H = A V, the heads' value outputs concatenated, [S, B, n_q, d] (4)",
+        "layer{l}.out": "the BERT tail's output LN_2(x + FFN(x)), [S, B, n_q, d] (4b); block = bert only",
+        "logits": "H W_dec^T + b_dec at the query positions, [S, B, n_q, |V|] (5)",
+    }
+
+    def activation_names(self) -> dict[str, str]:
+        """This model's named activations: ``ACTIVATIONS`` with ``layer<l>.`` for each layer, without
+        ``scores`` under uniform attention or ``out`` without the BERT tail."""
+        out = {}
+        for name, doc in self.ACTIVATIONS.items():
+            if "{l}" not in name:
+                out[name] = doc
+                continue
+            if (name.endswith(".scores") and self.cfg.attention == "uniform") or \
+                    (name.endswith(".out") and self.cfg.block != "bert"):
+                continue
+            out |= {name.format(l=i): doc for i in range(self.cfg.n_layers)}
+        return out
 
     def __init__(self, cfg: TopicModelConfig, vocab_size: int, words_per_topic: int, num_special: int,
                  S: int = 1):
@@ -329,8 +394,8 @@ class TopicTransformer(nn.Module):
         self.identities = {n for n, is_eye in (("W_E", cfg.embedding == "one_hot" and not cfg.emb_layernorm),
                                                 ("W_V", cfg.value == "identity"), ("W_dec", cfg.decoder == "identity"))
                            if is_eye}
-        self.blocks = nn.ModuleList(Block(d, cfg.n_heads, cfg.attention == "uniform", cfg.block == "bert")
-                                    for _ in range(nl))
+        self.blocks = nn.ModuleList(Block(d, cfg.n_heads, cfg.attention == "uniform", cfg.block == "bert", f"layer{i}")
+                                    for i in range(nl))
         #: the loss computed on the selected query rows only (``kernels.selected_query_loss``): one layer of
         #: trained one-head attention, the identity decoder, cross-entropy
         self.selected_rows = (nl == 1 and cfg.block == "attention" and cfg.attention == "trained" and cfg.n_heads == 1
@@ -433,6 +498,9 @@ class TopicTransformer(nn.Module):
         all_pos = torch.arange(L, device=tokens.device).expand(S, B, L)
         table = self.embed_table()
         E = Input(table, tokens, identity="W_E" in self.identities)                  # E = W_E X      (1)
+        cache = activations.recording(self)                                          # None unless captured
+        if cache is not None:
+            cache.put("embedding", E.dense)
         attns = []
         for layer, block in enumerate(self.blocks):
             q_pos = queries if (queries is not None and layer == len(self.blocks) - 1) else all_pos
@@ -441,6 +509,8 @@ class TopicTransformer(nn.Module):
             E = Input(H)
         W_dec = None if "W_dec" in self.identities else self.W_dec
         logits = affine(H, W_dec, getattr(self, "b_dec", None))                      # H W_decᵀ + b_dec  (5)
+        if cache is not None:
+            cache.put("logits", logits)
         return (logits, attns) if return_attention else logits
 
     @torch.no_grad()
@@ -460,7 +530,8 @@ class TopicTransformer(nn.Module):
         """Per-member loss [S] over the selected positions (labels ≠ −100) (docs/reproductions/topic.md#loss): cross-entropy
         over all |V| ids, or the squared error to one-hot targets averaged over n_sel·|V| entries.
         Only the selected query rows are computed."""
-        if self.selected_rows and not torch.is_autocast_enabled(tokens.device.type):   # selected rows only (kernels)
+        if (self.selected_rows and not torch.is_autocast_enabled(tokens.device.type)   # selected rows only (kernels)
+                and activations.recording(self) is None):                              # (captured: the padded rows)
             w = self.layer_weights(0)
             E = Input(self.embed_table(), tokens, identity="W_E" in self.identities)
             c = E.multiplicity(keys, E.source.dtype)
