@@ -860,8 +860,8 @@ def resume(out: str | Path, *, progress: bool = True) -> list[Path]:
                 runs.check_identity(path, meta, dirs[i], job.identities[i])
         step, states, records, passed = _resume_point(job, todo, sorted(common, reverse=True))
         if passed:
-            log.warning("resuming %s from step %d: passed over %d damaged checkpoint(s): %s", out, step, len(passed),
-                        passed[0])
+            log.warning("resuming %s from step %d: passed over %d newer checkpoint(s) (a damaged checkpoint or "
+                        "metrics line): %s", out, step, len(passed), passed[0])
         for d in dirs:  # temporary files left by a kill mid-write (never another live writer's)
             runs.remove_stale_temps(d)
         for i, (d, run) in enumerate(zip(dirs, member_runs)):
@@ -911,6 +911,6 @@ def _resume_point(job: Job, todo: list[int], candidates: list[int]):
             continue
         return c, states, records, [str(e) for e in passed]
     first = passed[0]
-    more = f" (and {len(passed) - 1} older checkpoint(s) damaged)" if len(passed) > 1 else ""
+    more = f" (and {len(passed) - 1} older checkpoint(s) unusable)" if len(passed) > 1 else ""
     raise runs.CorruptFile(first.path, f"{first.problem}{more}; no intact checkpoint to resume from — start it "
                                        f"again with --force")
