@@ -555,3 +555,36 @@ def test_p_correct_probe_equals_scan_snap_decoder():
     with torch.no_grad():
         mine, shipped = PROBES.get("tests.activations.p_correct")(ctx), PROBES.get("scan_snap.decoder")(ctx)
     assert torch.equal(mine["p_correct"], shipped["p_correct"])
+
+
+def test_attention_entropy_probe():
+    """scan_snap.attention_entropy (shipped, written against the mechanism) equals the entropies computed from
+    Z by Eqn 1 on the probe batch, on the task's support path, and in training."""
+    task, _ = _syn_small_task()
+    batch = task.full_sample(_gens(2, 7))                                     # the probe batch of two streams
+    ctx = ProbeContext(model=task.model, task=task, batch=batch, step=0)
+    with torch.no_grad():
+        got = PROBES.get("scan_snap.attention_entropy")(ctx)
+    x = batch[0]
+    ref = _yz_reference(task.model.double(), x)
+    task.model.float()
+    for key, name in (("entropy", "attention"), ("token_entropy", "context")):
+        p = ref[name]
+        want = -(torch.where(p > 0, p * p.log(), 0.0)).sum(-1).mean(-1)
+        torch.testing.assert_close(got[key], want, rtol=1e-5, atol=1e-6)
+    assert (got["token_entropy"] <= got["entropy"] + 1e-6).all()
+
+
+def test_attention_entropy_probe_in_training(tmp_path):
+    from tdyn import runs
+    from tdyn.papers.scan_snap.data import SYN_SMALL
+    from tdyn.papers.scan_snap.task import yz_config
+    from tdyn.train.trainer import train
+
+    cfg = yz_config(SYN_SMALL | {"batch_size": 8, "seq_len": 16}, steps=3, seeds=[0, 1])
+    cfg["probes"] = {"names": ["scan_snap.attention_entropy"], "every": 1}
+    d = train(cfg, tmp_path / "r", progress=False)[0]
+    rec = runs.read_metrics(d)
+    # zero init: uniform attention over the 15 key positions, ln 15 nats
+    assert rec[0]["scan_snap.attention_entropy/entropy"] == pytest.approx(math.log(15), rel=1e-6)
+    assert rec[-1]["scan_snap.attention_entropy/entropy"] < rec[0]["scan_snap.attention_entropy/entropy"]

@@ -16,6 +16,7 @@ MANIFEST = Paper(
     probes={
         "scan_snap.attention": "tdyn.papers.scan_snap.probes",
         "scan_snap.decoder": "tdyn.papers.scan_snap.probes",
+        "scan_snap.attention_entropy": "tdyn.papers.scan_snap.probes",
     },
     benches={
         "scan_snap_single": "tdyn.papers.scan_snap.bench",

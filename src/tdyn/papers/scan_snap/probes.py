@@ -14,6 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from tdyn.models.activations import capture
 from tdyn.probes import ProbeContext, probe
 
 
@@ -181,3 +182,20 @@ def _decoder(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     p_batch = torch.softmax(ctx.model(x).double(), -1).gather(-1, y[..., None]).squeeze(-1)
     p_lim = p_correct(Y, f_n(Z, f["table"], f["query"]), f["next_token"])
     return {"p_correct": p_batch.mean(-1), "p_correct_limit": p_lim.mean(-1)}
+
+
+@probe("scan_snap.attention_entropy")
+def _attention_entropy(ctx: ProbeContext) -> dict[str, torch.Tensor]:
+    """Entropy (nats) of the query's attention on the probe batch, mean over its sequences: over the key
+    positions (b_T) and over the tokens (Xᵀb_T, the attention summed per token); read through the model's named
+    activations (docs/activations.md)."""
+    x, _, support = ctx.batch
+    with capture(ctx.model, ["attention", "context"]) as cache:
+        ctx.model(x, support)
+    return {"entropy": entropy(cache["attention"].double()).mean(-1),
+            "token_entropy": entropy(cache["context"].double()).mean(-1)}
+
+
+def entropy(p: torch.Tensor) -> torch.Tensor:
+    """−Σ p ln p (nats, 0 ln 0 = 0) over the last axis."""
+    return -torch.special.xlogy(p, p).sum(-1)
