@@ -58,7 +58,8 @@ def test_every_docs_reference_exists():
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("page", sorted(p.name for p in PAGES.glob("*.md")) + ["../../README.md", "../usage.md", "../reliability.md", "../gpu.md"])
+@pytest.mark.parametrize("page", sorted(p.name for p in PAGES.glob("*.md")) + ["../../README.md", "../usage.md", "../reliability.md", "../gpu.md",
+                                                                         "../activations.md"])
 def test_relative_links_of_the_pages_resolve(page):
     p = (PAGES / page).resolve()
     text = _text(p)

@@ -30,7 +30,9 @@ class ProbeContext:
       (``ctx.model.W[i]`` is member i's); for a :class:`tdyn.PlainTask` it is a :class:`tdyn.Stacked`:
       ``ctx.model.map(fn, *args)`` runs ``fn(module, *args_i)`` on every member's plain module (under
       ``torch.func.vmap``, each tensor argument split on its leading axis S) and stacks the results on a
-      leading axis S; ``ctx.model.member(i)`` is member i as a plain module (a copy).
+      leading axis S; ``ctx.model.member(i)`` is member i as a plain module (a copy). Its intermediate tensors
+      (attention, attended vectors, logits) by name: ``tdyn.models.activations.capture(ctx.model, names)``
+      (docs/activations.md).
     * ``task``: the task object (``ctx.task.facts``: what it knows about its distribution).
     * ``batch``: the probe batch, the same at every evaluation of the run: the task's
       ``probe_batch(gen)`` (by default ``sample(gen)``: one training-sized batch) drawn once, before
