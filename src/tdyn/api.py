@@ -9,6 +9,7 @@ inside; an error the layers below word for the command line (``--force``, ``--re
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import re
 from pathlib import Path
@@ -18,9 +19,9 @@ from pydantic import BaseModel
 
 from tdyn import config as _config, runs
 from tdyn.config import RunConfig
-from tdyn.errors import UserError, check_arg, check_path
+from tdyn.errors import SweepFailed, UserError, check_arg, check_path
 from tdyn.runs.ownership import leftover
-from tdyn.sweep import run_sweep
+from tdyn.sweep import failure_line, run_sweep
 from tdyn.train import trainer
 
 if TYPE_CHECKING:
@@ -109,9 +110,10 @@ def train(config: dict | RunConfig | str | os.PathLike, out: str | os.PathLike, 
     check_arg(fn, "force", force, bool)
     check_arg(fn, "resume", resume, bool)
     check_arg(fn, "progress", progress, bool)
-    if not resume:
-        return trainer.train(config, out, dirs=dirs, force=force, progress=progress)
     cfg = config if isinstance(config, RunConfig) else _config.load_config(config)
+    _config.check_extras(cfg)   # TensorBoard / W&B that log: asks for, before anything is written
+    if not resume:
+        return trainer.train(cfg, out, dirs=dirs, force=force, progress=progress)
     if force:
         return trainer.train_or_resume(cfg, out, dirs=dirs, progress=progress)
     out = Path(out)
@@ -129,9 +131,17 @@ def train(config: dict | RunConfig | str | os.PathLike, out: str | os.PathLike, 
     return trainer.resume(out, progress=progress)
 
 
-#: ``tdyn.sweep(spec, out, ...)``: :func:`tdyn.sweep.run_sweep` (its signature and docstring), its errors in
-#: Python's words
-sweep = _speaks_python(run_sweep)
+@_speaks_python
+@functools.wraps(run_sweep)
+def sweep(*args: Any, **kwargs: Any) -> dict[str, str]:
+    # ``tdyn.sweep(spec, out, ...)``: :func:`tdyn.sweep.run_sweep` (its signature and docstring), its errors in
+    # Python's words, and a sweep that leaves a run without a result raises SweepFailed instead of returning
+    status = run_sweep(*args, **kwargs)
+    out = inspect.signature(run_sweep).bind(*args, **kwargs).arguments["out"]
+    line = failure_line(out, status, how="call tdyn.sweep again with the same spec and out to continue them")
+    if line is not None:
+        raise SweepFailed(f"tdyn.sweep: {line}", status, Path(out))
+    return status
 
 
 @_speaks_python

@@ -118,7 +118,7 @@ def _registered(module: str, attr: str, kind: str, names: dict[str, dict[str, st
 
 def _cmd_run(args) -> int:
     _setup(args)
-    from tdyn.config import load_config
+    from tdyn.config import check_extras, load_config
     from tdyn.train import trainer
 
     if args.resume:
@@ -139,6 +139,7 @@ def _cmd_run(args) -> int:
             _no_seeds_set(overrides)
             overrides.append(f"seeds={args.seed}")
         cfg = load_config(args.source, overrides)
+        check_extras(cfg)   # TensorBoard / W&B that log: asks for, before anything is written
         out = Path(args.out or Path("runs") / Path(args.source).stem.replace("/", "_"))
         t0 = time.time()
         dirs = trainer.train(cfg, out, force=args.force, progress=not args.quiet)
@@ -150,7 +151,7 @@ def _cmd_run(args) -> int:
         meta = run.meta
         last = (run.metrics or [{}])[-1]
         loss = last.get("loss")
-        print(f"{d}: {meta['status']}" + (f" (final loss {loss:.4f})" if isinstance(loss, float) else "")
+        print(f"{d}: {meta['status']}" + (f" (final loss {loss:.4g})" if isinstance(loss, float) else "")
               + (f" — {meta['message']}" if meta.get("message") else ""))
     return 0 if all(runs.Run(d).status == "finished" for d in dirs) else 1
 
@@ -292,11 +293,10 @@ def _print_sweep_spec(args) -> int:
     if args.seed is not None:
         raise UserError("--seed goes with a run config; a sweep spec lists its seeds (--set is added to its set:)")
     _setup(args)
-    from tdyn.sweep.spec import SweepSpec, base_config, load_spec, plan
+    from tdyn.sweep.spec import SweepSpec, base_config, load_spec, plan, with_overrides
 
-    spec = load_spec(args.name)
-    spec = SweepSpec.model_validate(spec.model_dump() | {"base": None, "config": base_config(spec),
-                                                          "set": [*spec.set, *(args.set or [])]})
+    spec = with_overrides(load_spec(args.name), list(args.set or []))   # as `tdyn sweep NAME --set` applies them
+    spec = SweepSpec.model_validate(spec.model_dump() | {"base": None, "config": base_config(spec)})
     plan(spec)   # the overrides and the spec's cells validated as `tdyn sweep` validates them
     data = spec.model_dump(mode="json", exclude_defaults=True)
     _dump(yaml, {"config": data.pop("config"), **data})
@@ -481,12 +481,17 @@ def _cmd_sweep(args) -> int:
     from tdyn import sweep
 
     if args.summarize:
-        if args.spec:
-            raise UserError("--summarize DIR takes no sweep spec")
+        if args.spec or args.set or args.multirun is not None:
+            raise UserError("--summarize DIR takes no sweep spec, --set or -m")
         print(sweep.summarize(args.summarize))
         return 0
     if not args.spec or not args.out:
         raise UserError("tdyn sweep needs a spec file and --out DIR (or --summarize DIR)")
+    spec = args.spec
+    if args.multirun is not None:   # hydra's spelling: BASE -m key=a,b key2=x,y
+        from tdyn.sweep.spec import multirun_spec
+
+        spec = multirun_spec(args.spec, args.multirun)
     t0 = time.time()
     slurm = {k: v for k, v in (("partition", args.slurm_partition), ("time_min", args.slurm_time),
                                 ("gpus_per_node", args.slurm_gpus), ("cpus_per_task", args.slurm_cpus),
@@ -495,8 +500,9 @@ def _cmd_sweep(args) -> int:
         if "=" not in item:
             raise UserError(f"--slurm-extra {item!r}: must look like FLAG=VALUE (e.g. qos=high)")
         slurm.setdefault("extra", {})[item.split("=", 1)[0]] = item.split("=", 1)[1]
-    status = sweep.run_sweep(args.spec, args.out, executor=args.executor, workers=args.workers,
-                             address=args.address, progress=not args.quiet, slurm=slurm)
+    status = sweep.run_sweep(spec, args.out, overrides=list(args.set or []), executor=args.executor,
+                             workers=args.workers, address=args.address, gpus_per_job=args.gpus_per_job,
+                             progress=not args.quiet, slurm=slurm)
     counts: dict[str, int] = {}
     for s in status.values():
         counts[s] = counts.get(s, 0) + 1
@@ -615,12 +621,23 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                        description="Expand a sweep spec into runs, train runs that differ only in seed / learning "
                        "rates / init scale as one ensemble job, on a local process pool, Ray or Slurm. Re-running "
                        "skips finished runs and resumes unfinished ones.")
-    s.add_argument("spec", nargs="?", type=_path, help="sweep spec (YAML/JSON) or packaged spec name (syn_small_lr)")
+    s.add_argument("spec", nargs="?", type=_path, help="sweep spec (YAML/JSON) or packaged spec name (syn_small_lr); "
+                   "with -m, the base run config (packaged config name, reproduction config or config file)")
+    s.add_argument("-m", "--multirun", nargs="+", metavar="KEY=A,B",
+                   help="hydra's multirun: SPEC is a run config and each KEY=A,B an axis of the grid (every "
+                        "combination), KEY=V an override, seeds=0,1,2 the seeds: the sweep spec a YAML grid would be")
     s.add_argument("--out", type=_path, help="sweep directory")
-    s.add_argument("--executor", default="local", choices=["local", "ray", "slurm"])
+    s.add_argument("--set", action="append", metavar="KEY.PATH=VALUE",
+                   help="override a value of the spec's base config (repeatable; replaces the spec's own set: entry "
+                        "for that key; a key a sweep axis varies is refused)")
+    s.add_argument("--executor", default="local", choices=["local", "inline", "ray", "slurm"],
+                   help="local: a process pool (default); inline: the jobs one after another in this process; "
+                        "ray; slurm (a job array, requeued and resumed when preempted)")
     s.add_argument("--workers", type=int, help="local pool size / Ray CPUs (default: the cores; locally, divided by --threads)")
     s.add_argument("--address", help="Ray cluster address (default: start a local Ray); every node needs --out on a "
                    "shared filesystem and tdyn (plus any --import module) installed")
+    s.add_argument("--gpus-per-job", dest="gpus_per_job", type=float, metavar="N",
+                   help="with --executor ray: GPUs each job asks Ray for (num_gpus; 0.25: four jobs share a GPU)")
     g = s.add_argument_group("Slurm resources (--executor slurm; override the spec's slurm: section)")
     g.add_argument("--slurm-partition", metavar="NAME")
     g.add_argument("--slurm-time", type=int, metavar="MINUTES", help="time limit per job (default 60)")

@@ -93,7 +93,9 @@ class OptimConfig(Strict):
 
 
 class EnsembleConfig(Strict):
-    """Members = seeds × lr sets × init scales; each member trains as if alone."""
+    """Members = seeds × lr sets × init scales; each member trains as if alone. An entry of ``lrs`` is
+    {group: rate}, or a bare number: that rate for every group (``--set ensemble.lrs=0.001,0.01``;
+    :func:`expand_lrs` writes it out before validation)."""
 
     lrs: list[dict[str, PositiveFloat]] = []
     init_scales: list[PositiveFloat] = []
@@ -163,6 +165,11 @@ class RunConfig(Strict):
     #: same bits, without a launch per kernel. How a run executes, not what it computes (not in its identity).
     cuda_graph: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _lrs_short_form(cls, data: Any) -> Any:
+        return expand_lrs(data)
+
     @model_validator(mode="after")
     def _typed_sections(self):
         spec = get_task(self.task)
@@ -185,6 +192,26 @@ class RunConfig(Strict):
 
     def typed_model(self):
         return get_task(self.task).model_config.model_validate(self.model)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def expand_lrs(raw: Any) -> Any:
+    """The short form of ``ensemble.lrs`` written out: a bare number in the list is one rate for every group
+    of ``optim.groups`` (``[0.001, 0.01]`` → ``[{Y: 0.001, Z: 0.001}, {Y: 0.01, Z: 0.01}]``), so the
+    validated config, a run's identity and its ``config.json`` are those of the long form. ``raw`` is
+    returned as it is where it has no such number (or no groups to expand over: validation names what
+    is missing)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("ensemble"), dict):
+        return raw
+    lrs = raw["ensemble"].get("lrs")
+    groups = (raw.get("optim") or {}).get("groups") if isinstance(raw.get("optim"), dict) else None
+    if not isinstance(lrs, list) or not any(_number(x) for x in lrs) or not isinstance(groups, dict) or not groups:
+        return raw
+    lrs = [{g: x for g in groups} if _number(x) else x for x in lrs]
+    return raw | {"ensemble": raw["ensemble"] | {"lrs": lrs}}
 
 
 def _sub(cls: type[BaseModel], value: dict, prefix: str) -> BaseModel:
@@ -357,7 +384,7 @@ def check_shadowed(raw: dict, overrides: list[str]) -> None:
     """An override that the config's own settings would shadow is an error, never silently dropped:
     ``optim.groups.G.lr`` while ``ensemble.lrs`` gives every member its own rate for G (and
     ``optim.groups.G.lr`` is then unused). ``raw`` is the config after the overrides."""
-    lrs = (raw.get("ensemble") or {}).get("lrs") or []
+    lrs = (expand_lrs(raw).get("ensemble") or {}).get("lrs") or []
     for item in overrides:
         parts = override_key(item).split(".")
         if len(parts) == 4 and parts[0] == "optim" and parts[1] == "groups" and parts[3] == "lr":
@@ -422,6 +449,35 @@ def read_source(source: str | Path | dict, *, what: str = "config") -> dict:
         raise ConfigError(f"{what}: {str(source)!r} is neither a config file nor a packaged config "
                           f"({', '.join(shipped)})")
     return _name_resolver(str(source), what)
+
+
+#: tdyn's optional extras: extra → (the module it provides, the PyPI package that installs it). tdyn itself is
+#: not on PyPI, so a hint names the package (``pip install tensorboard``), and the extra for a clone.
+EXTRAS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"), "ray": ("ray", "ray"),
+          "slurm": ("submitit", "submitit")}
+
+
+def install_hint(extra: str) -> str:
+    """How to install an optional extra: its PyPI package, or the extra from a clone of tdyn."""
+    return f"pip install {EXTRAS[extra][1]} (in a clone of tdyn: pip install '.[{extra}]')"
+
+
+def installed(extra: str) -> bool:
+    """Whether an optional extra's module can be imported here (found, not imported: cheap)."""
+    import importlib.util
+
+    return importlib.util.find_spec(EXTRAS[extra][0]) is not None
+
+
+def check_extras(cfg: RunConfig) -> None:
+    """The optional packages a config's ``log`` section needs, checked before anything is written or trained
+    (``tdyn run``, ``tdyn.train``, and every job of a sweep before its first job starts): a missing one is a
+    one-line ConfigError naming the key and the install command. Not part of validation itself, so that a run
+    trained with ``log.tensorboard: true`` can be read back where TensorBoard is not installed."""
+    for on, extra in ((cfg.log.tensorboard, "tensorboard"), (cfg.log.wandb, "wandb")):
+        if on and not installed(extra):
+            raise ConfigError(f"log.{extra}: true needs the {EXTRAS[extra][1]} package, which is not installed "
+                              f"here: {install_hint(extra)}; or set log.{extra}: false")
 
 
 def load_config(source: str | Path | dict, overrides: list[str] | None = None) -> RunConfig:

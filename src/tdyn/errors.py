@@ -33,6 +33,23 @@ class RegisteredTwice(UserError, RuntimeError):
     registering it again, as a notebook cell run again does, replaces it: :mod:`tdyn.registry`)."""
 
 
+class SweepFailed(RuntimeError):
+    """``tdyn.sweep`` ended with runs that hold no result (failed, or never ran): the message names how many
+    and which, the first job's error and how to continue; ``status`` is every run's status (run name →
+    ``finished``, ``diverged``, ``failed``, ``pending``) and ``out`` the sweep directory, whose ``sweep.json``
+    holds every error. Not a mistake in the input: the command line says the same on one line and exits 1."""
+
+    def __init__(self, message: str, status: dict[str, str], out: Any):
+        super().__init__(message)
+        self.status = status
+        self.out = out
+
+    @property
+    def failed(self) -> list[str]:
+        """The runs without a result."""
+        return [n for n, s in self.status.items() if s not in ("finished", "diverged")]
+
+
 #: errno values that mean the machine, not the input, failed a write: exit 1 (the run failed with this cause)
 ENVIRONMENT_ERRNOS = frozenset(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EIO", "EFBIG", "EROFS")
                                if hasattr(errno, n))

@@ -7,10 +7,12 @@ run ``DIR/<run name>/``, job manifests ``DIR/.jobs/<job>/ensemble.json``, and ``
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import multiprocessing
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,8 +28,11 @@ from tdyn.errors import ConfigError, UserError, check_arg, check_path
 from tdyn.lazy import callable_package
 from tdyn.schema import format_validation_error
 from tdyn.runs import write_csv
-from tdyn.sweep.executors import make_executor
-from tdyn.sweep.spec import JobPlan, SlurmOptions, SweepSpec, load_spec, plan
+from tdyn.config import check_extras, validate_config
+from tdyn.probes import PROBES
+from tdyn.sweep.executors import check_gpus_per_job, make_executor, start_method
+from tdyn.tasks import TASKS
+from tdyn.sweep.spec import JobPlan, SlurmOptions, SweepSpec, load_spec, plan, with_overrides
 from tdyn.train import trainer
 from tdyn.threads import cli_threads
 
@@ -40,7 +45,7 @@ SUBMITIT = ".submitit"   # the slurm executor's folder in a sweep directory (sub
 callable_package(__name__, "tdyn.api:sweep")
 
 
-def run_job(job_dir: str, config: dict, run_dirs: list[str]) -> dict[str, str]:
+def run_job(job_dir: str, config: dict, run_dirs: list[str], progress: bool = False) -> dict[str, str]:
     """Train (or resume, or skip) one ensemble job; return each run's status (and ``"error"`` when it
     failed). Safe to call again after any interruption: finished runs are kept, unfinished ones continue
     from checkpoints. Never raises: whatever goes wrong, in training or around it (making directories,
@@ -50,7 +55,7 @@ def run_job(job_dir: str, config: dict, run_dirs: list[str]) -> dict[str, str]:
     dirs = [Path(d) for d in run_dirs]
     try:
         torch.set_num_threads(cli_threads())   # every executor's worker trains with the driver's --threads
-        res = _run_job(Path(job_dir), config, dirs)
+        res = _run_job(Path(job_dir), config, dirs, progress)
     except Exception as e:
         res = _failed(dirs, e)
     return res | {BUSY: [os.getpid(), time.perf_counter() - t0]}
@@ -80,12 +85,12 @@ def _failed(dirs: list[Path], error: BaseException | str) -> dict[str, str]:
     return {n: (s if s in runs.DONE else "failed") for n, s in run_statuses(dirs).items()} | {"error": msg}
 
 
-def _run_job(job_dir: Path, config: dict, dirs: list[Path]) -> dict[str, str]:
+def _run_job(job_dir: Path, config: dict, dirs: list[Path], progress: bool = False) -> dict[str, str]:
     st = run_statuses(dirs)
     if all(s in runs.DONE for s in st.values()):
         return st
     try:   # a damaged run is repaired here: resumed from an intact checkpoint, or trained again
-        trainer.train_or_resume(config, job_dir, dirs=dirs, progress=False)
+        trainer.train_or_resume(config, job_dir, dirs=dirs, progress=progress)
     except Exception as e:  # the sweep goes on; the job's unfinished runs are marked failed
         return _failed(dirs, e)
     st = run_statuses(dirs, tensors=False)   # just written or verified: each final checkpoint's header, not its tensors again
@@ -160,13 +165,16 @@ def job_cost(job: JobPlan) -> tuple:
     return (len(job.runs) * job.config["optim"]["steps"], *axes)
 
 
-def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, executor: str = "local",
-              workers: int | None = None, address: str | None = None, progress: bool = True,
-              executor_obj: Any = None, slurm: dict[str, Any] | None = None) -> dict[str, str]:
+def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, overrides: list[str] | None = None,
+              executor: str = "local", workers: int | None = None, address: str | None = None,
+              gpus_per_job: float | None = None, progress: bool = True, executor_obj: Any = None,
+              slurm: dict[str, Any] | None = None) -> dict[str, str]:
     """Run (or continue) a sweep into ``out``; returns every planned run's name → status (``finished``,
-    ``diverged``, ``pending``: never ran; ``failed``: its job raised or was lost, the error in ``sweep.json``).
-    Check the statuses: a failed run does not raise (the command line exits 1). Run it again with the same
-    spec to continue: finished runs are kept, unfinished ones resume.
+    ``diverged``: both hold a result). Through ``tdyn.sweep`` a sweep that leaves any run without a result
+    (``failed``: its job raised or was lost, the error in ``sweep.json``; ``pending``: never ran) raises
+    :class:`tdyn.errors.SweepFailed` naming those runs and the first error, its ``.status`` holding every run's
+    status; ``tdyn.sweep.run_sweep`` itself returns the statuses (the command line prints them and exits 1).
+    Run it again with the same spec to continue: finished runs are kept, unfinished ones resume.
 
     ``spec_source``: a dict, a :class:`~tdyn.sweep.spec.SweepSpec`, a YAML/JSON file or a packaged spec's
     name (``"syn_small_lr"``; ``tdyn config syn_small_lr`` prints one). Its keys (docs/usage.md#sweeps):
@@ -180,12 +188,20 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
     * ``seeds``: every cell runs each (default ``[0]``); ``job_members``: the most members per ensemble job;
       ``slurm``: the Slurm resources of :class:`~tdyn.sweep.spec.SlurmOptions`.
 
+    ``overrides``: ``["optim.steps=50", ...]`` applied to the spec's base config (``tdyn sweep SPEC --set``),
+    each replacing the spec's own ``set:`` entry for that key; a key a sweep axis varies is refused.
+
     Runs that differ only in seed, learning rates or init scale train together as one ensemble job.
     ``executor``: ``"local"`` (a process pool of ``workers``, default the cores divided by the torch
-    threads), ``"ray"`` (``address``: a cluster, default a local Ray) or ``"slurm"`` (``slurm``: resources
-    over the spec's ``slurm:`` section); ``executor_obj``: an executor object to use instead (tests).
-    ``progress``: a progress bar. ``out`` is locked while the sweep runs (a second sweep on it is refused
-    naming the first). Read the results with :func:`tdyn.load_sweep` (a DataFrame) and ``out/summary.csv``::
+    threads), ``"inline"`` (the jobs one after another in this process: a notebook's own tasks and probes,
+    which a spawned worker cannot import), ``"ray"`` (``address``: a cluster, default a local Ray;
+    ``gpus_per_job``: Ray's ``num_gpus`` of each job, e.g. 0.25) or ``"slurm"`` (``slurm``: resources over the spec's ``slurm:`` section; the
+    jobs go out as one job array, each requeued and resumed when preempted); ``executor_obj``: an executor
+    object to use instead (tests). Optional packages (TensorBoard or W&B for the configs' ``log``, Ray,
+    submitit) are checked before any job starts. ``progress``: a progress bar over every member's steps, with
+    the latest losses (read from the runs' ``metrics.jsonl``). ``out`` is locked while the sweep runs (a second
+    sweep on it is refused naming the first). Read the results with :func:`tdyn.load_sweep` (a DataFrame) and
+    ``out/summary.csv``::
 
         status = tdyn.sweep({"base": "syn_small", "axes": {"grid": {"optim.groups.Y.lr": [1.0, 3.0]}},
                              "seeds": [0, 1]}, "runs/sw", workers=2)
@@ -201,7 +217,16 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
     check_arg(fn, "progress", progress, bool)
     if slurm is not None:
         check_arg(fn, "slurm", slurm, dict, what="a dict of Slurm options or None")
+    if overrides is not None:
+        check_arg(fn, "overrides", overrides, list, tuple, what="a list of 'KEY.PATH=VALUE' strings")
+        for i, o in enumerate(overrides):
+            check_arg(fn, f"overrides[{i}]", o, str, what="a 'KEY.PATH=VALUE' string")
+    if gpus_per_job is not None:
+        check_arg(fn, "gpus_per_job", gpus_per_job, int, float, what="a number of GPUs or None")
+        check_gpus_per_job(gpus_per_job)
     spec = spec_source if isinstance(spec_source, SweepSpec) else load_spec(spec_source)
+    if overrides:
+        spec = with_overrides(spec, list(overrides))
     out = Path(out)
     if slurm:
         try:
@@ -225,9 +250,13 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
     else:
         _refuse_foreign(out)
     jobs = plan(spec)
+    for j in jobs:   # TensorBoard / W&B where a config logs to them: missing, refused before any job starts
+        check_extras(validate_config(j.config))
 
+    if executor_obj is None and executor == "local":
+        _check_importable(jobs)
     ex = executor_obj or make_executor(executor, workers=workers, address=address, folder=str(out / SUBMITIT),
-                                       slurm=spec.slurm.submitit_parameters())
+                                       slurm=spec.slurm.submitit_parameters(), gpus_per_job=gpus_per_job)
     try:
         with runs.Locks() as locks:
             locks.acquire(out)   # one sweep per directory; made only once spec, plan and executor are valid
@@ -241,6 +270,26 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ex
     finally:
         if executor_obj is None:
             ex.shutdown()
+
+
+def _check_importable(jobs: list[JobPlan]) -> None:
+    """A task or probe registered by code in an interactive ``__main__`` (a notebook's cells: no file) exists
+    only in this process: a spawned pool worker cannot import it (a Jupyter kernel runs threads, so the local
+    pool spawns, :func:`~tdyn.sweep.executors.start_method`). Refused with the fix, before any job starts."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__file__", None) or start_method() != "spawn":
+        return
+    for j in jobs:
+        cfg = j.config
+        named = [("task", TASKS, cfg["task"])] + [("probe", PROBES, p) for p in cfg["probes"]["names"]]
+        for kind, reg, name in named:
+            origin = reg._origins.get(name)
+            if origin and origin[0] == "__main__":
+                raise UserError(f"{kind} {name!r} is defined in this notebook, which the local pool's workers "
+                                f"(spawned: this process runs threads) cannot import; pass executor='inline' (the "
+                                f"jobs trained here, one after another: runs differing only in seed, learning rate "
+                                f"or init scale are one job anyway), or move it into a module and "
+                                f"tdyn.plugins.add it")
 
 
 def _refuse_foreign(out: Path) -> None:
@@ -264,7 +313,9 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
     seen: dict[str, set[str]] = {}     # job → the dead workers (pid@host) already counted
     _record(out, spec, jobs, status, errors, ids=ids)
 
-    bar = trainer.progress_bar(total=len(jobs), desc="sweep jobs", disable=not (progress and trainer.interactive()))
+    bar = trainer.progress_bar(total=sum(len(j.runs) * j.config["optim"]["steps"] for j in jobs), desc="sweep",
+                               unit="step", disable=not (progress and trainer.interactive()))
+    watch = None if bar.disable else Progress(out, jobs, bar)
     pending = dict(args)
 
     def done(jid: str, res: dict) -> None:
@@ -283,15 +334,22 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
         for d in args[jid][2]:   # every run of a job that came back has a status
             status.setdefault(Path(d).name, "failed")
         pending.pop(jid)
-        bar.update(1)
+        if watch is not None:
+            watch.job_done(jid, status)
         _record(out, spec, jobs, status, errors, busy, ids)
 
     try:
         while pending:
-            futures = {ex.submit(run_job, *a): jid for jid, a in pending.items()}
+            many = getattr(ex, "submit_many", None)
+            if many is not None:   # one submission (a Slurm job array)
+                futures = dict(zip(many(run_job, list(pending.values())), pending))
+            elif getattr(ex, "inline", False):   # trained here: the trainer's own bar shows each job's steps
+                futures = {ex.submit(run_job, *a, watch is not None): jid for jid, a in pending.items()}
+            else:
+                futures = {ex.submit(run_job, *a): jid for jid, a in pending.items()}
             log.info("sweep %s: %d job(s) submitted to %s", out, len(futures), getattr(ex, "name", type(ex).__name__))
             broken = []
-            for fut in cf.as_completed(futures):
+            for fut in _completed(futures, watch, ex):
                 jid = futures[fut]
                 try:
                     res = fut.result()
@@ -328,11 +386,108 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
     return {r.name: status.get(r.name, "pending") for j in jobs for r in j.runs}
 
 
-def failure_line(out: str | Path, status: dict[str, str]) -> str | None:
+#: How often (seconds, at least) the progress bar reads the runs' metrics files; the poll's own cost is kept
+#: under ~2% of the driver's time by stretching it (Progress.poll).
+POLL_SECONDS = 0.5
+
+
+def _completed(futures: dict, watch: "Progress | None", ex: Any = None):
+    """``cf.as_completed(futures)``; with a progress bar, the runs' progress is read between completions. An
+    inline executor's jobs are trained here, one at a time, as they are asked for."""
+    if getattr(ex, "inline", False):
+        for f in futures:
+            ex.run(f)
+            yield f
+        return
+    if watch is None:
+        yield from cf.as_completed(futures)
+        return
+    left = set(futures)
+    while left:
+        done, left = cf.wait(left, timeout=watch.interval, return_when=cf.FIRST_COMPLETED)
+        yield from done
+        watch.poll([futures[f] for f in left])
+
+
+class Progress:
+    """The sweep's progress bar over every member's steps (the sum, over the planned runs, of the last step each
+    has recorded; a run with a result counts whole) and the latest losses of the runs training.
+
+    Read from the runs' own ``metrics.jsonl``, which every executor's workers write anyway (a local pool, Ray
+    and Slurm alike, on the shared filesystem a multi-node sweep needs): nothing is sent back and the training
+    loop is unchanged. The driver stats the metrics files of the jobs not yet back (at most every
+    ``POLL_SECONDS``, less often when stat-ing many files takes longer) and reads the last line of those
+    that changed. It advances as the trainer writes its metrics: at every checkpoint and at least every 10 s
+    (the trainer's flush)."""
+
+    def __init__(self, out: Path, jobs: list[JobPlan], bar: Any):
+        self.bar = bar
+        self.steps = {r.name: j.config["optim"]["steps"] for j in jobs for r in j.runs}
+        self.runs = {j.id: [r.name for r in j.runs] for j in jobs}
+        self.files = {n: out / n / runs.METRICS for n in self.steps}
+        self.seen: dict[str, tuple[int, int]] = {}
+        self.at = dict.fromkeys(self.steps, 0)
+        self.loss: dict[str, float] = {}
+        self.jobs_done = 0
+        self.interval = POLL_SECONDS
+        self.poll(list(self.runs))     # a continued sweep starts where its runs are
+
+    def _last(self, name: str) -> None:
+        f = self.files[name]
+        try:
+            st = f.stat()
+        except OSError:
+            return
+        if self.seen.get(name) == (st.st_size, st.st_mtime_ns):
+            return
+        self.seen[name] = (st.st_size, st.st_mtime_ns)
+        try:
+            with open(f, "rb") as fh:
+                fh.seek(max(0, st.st_size - 65536))
+                lines = fh.read().splitlines()
+            rec = json.loads(lines[-1]) if lines else {}
+        except (OSError, ValueError):
+            return      # being replaced, or damaged: the next poll (or the job's end) says
+        if isinstance(rec, dict) and isinstance(rec.get("step"), int):
+            self.at[name] = min(rec["step"], self.steps[name])
+            loss = rec.get("loss")
+            if isinstance(loss, (int, float)) and math.isfinite(loss):
+                self.loss[name] = float(loss)
+
+    def poll(self, job_ids: list[str]) -> None:
+        t0 = time.perf_counter()
+        for jid in job_ids:
+            for n in self.runs[jid]:
+                self._last(n)
+        self.interval = max(POLL_SECONDS, 50 * (time.perf_counter() - t0))
+        self._show()
+
+    def job_done(self, jid: str, status: dict[str, str]) -> None:
+        """A job came back: its runs with a result count whole; the others where their metrics stop."""
+        self.jobs_done += 1
+        for n in self.runs[jid]:
+            self._last(n)
+            if status.get(n) in runs.DONE:
+                self.at[n] = self.steps[n]
+            self.loss.pop(n, None)
+        self._show()
+
+    def _show(self) -> None:
+        self.bar.n = sum(self.at.values())
+        post = {"jobs": f"{self.jobs_done}/{len(self.runs)}"}
+        if self.loss:
+            lo, hi = min(self.loss.values()), max(self.loss.values())
+            post["loss"] = f"{lo:.4g}" + (f"..{hi:.4g}" if hi != lo else "")
+        self.bar.set_postfix(post, refresh=False)
+        self.bar.refresh()
+
+
+def failure_line(out: str | Path, status: dict[str, str],
+                 how: str = "re-run the same command to continue them") -> str | None:
     """The one line that says a sweep did not finish (None when every run holds a result): how many runs are
-    not finished, the first failed job's error (the cause: a full disk, a task's error), how many jobs
-    failed besides it, where every error is (sweep.json) and how to continue."""
-    left = sum(s not in runs.DONE for s in status.values())
+    not finished and which (the first three), the first failed job's error (the cause: a full disk, a task's
+    error), how many jobs failed besides it, where every error is (sweep.json) and ``how`` to continue."""
+    left = [n for n, s in status.items() if s not in runs.DONE]
     if not left:
         return None
     out = Path(out)
@@ -340,8 +495,9 @@ def failure_line(out: str | Path, status: dict[str, str]) -> str | None:
     errors = list(dict(errors).items())   # one per job (its runs share it)
     first = f": job {errors[0][0]} failed: {errors[0][1]}" if errors else ""
     more = f" ({len(errors) - 1} more job(s) failed)" if len(errors) > 1 else ""
-    return (f"{left} of {len(status)} run(s) not finished{first}{more}; errors in {out / runs.SWEEP}; re-run the "
-            f"same command to continue them")
+    names = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+    return (f"{len(left)} of {len(status)} run(s) not finished ({names}){first}{more}; errors in "
+            f"{out / runs.SWEEP}; {how}")
 
 
 def _lost_jobs(broken: list[str], args: dict[str, tuple], seen: dict[str, set[str]]) -> list[str]:

@@ -1,9 +1,17 @@
 """Executors behind one interface: ``submit(fn, *args) -> future`` (``.result()`` blocks).
 
 * ``local`` (default): a process pool sized to the cores (:func:`default_workers`);
-* ``ray``: Ray tasks on ``address`` (or a local Ray instance); a task whose worker dies is retried;
+* ``inline``: the jobs one after another in this process (a notebook's own tasks: :class:`InlineExecutor`);
+* ``ray``: Ray tasks on ``address`` (or a local Ray instance); a task whose worker dies is retried; each task
+  asks for ``num_gpus`` GPUs (``--gpus-per-job``: a fraction shares one GPU between several small jobs);
 * ``slurm``: submitit (``AutoExecutor`` on a Slurm cluster; ``local`` for its local executor, named explicitly:
   where no Slurm is found, ``--executor slurm`` is refused, never run on submitit's local executor unasked).
+  A sweep's jobs go out as one Slurm job array (``submit_many``: submitit's ``map_array``), each a
+  ``submitit.helpers.Checkpointable`` (:func:`requeueable`): preempted or timed out, it is requeued with the
+  same arguments and resumes from its runs' last checkpoints.
+
+An executor may have ``submit_many(fn, calls) -> [future]`` (one submission for many calls); the sweep uses it
+where it exists, else ``submit`` per call.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import torch
 from tqdm.std import TqdmDefaultWriteLock
 
 from tdyn import plugins
+from tdyn.config import install_hint
 from tdyn.errors import UserError
 from tdyn.threads import cli_threads
 from tdyn.train.trainer import progress_bar, stop_all
@@ -164,6 +173,34 @@ class LocalExecutor:
             terminate(pool, grace)
 
 
+class InlineExecutor:
+    """The jobs trained in this process, one after another, each when the sweep waits for it (``executor=
+    "inline"``): for a notebook, whose tasks and probes live in its cells, which a spawned pool worker cannot
+    import (a Jupyter kernel runs threads, so the local pool spawns). A sweep whose runs differ only in seed,
+    learning rates or init scale is one ensemble job anyway; Ctrl-C interrupts the training here as it does
+    ``tdyn.train`` (an interrupt checkpoint: the same call continues it)."""
+
+    name = "inline"
+    retry_broken = False
+    inline = True
+
+    def submit(self, fn: Callable, *args: Any) -> cf.Future:
+        f: cf.Future = cf.Future()
+        f.call = (fn, args)    # run by run(f), in this thread
+        return f
+
+    def run(self, f: cf.Future) -> None:
+        fn, args = f.call
+        if f.set_running_or_notify_cancel():
+            try:
+                f.set_result(_call_with_threads(fn, args))
+            except Exception as e:
+                f.set_exception(e)
+
+    def shutdown(self) -> None:
+        pass
+
+
 def _call_with_threads(fn: Callable, args: tuple) -> Any:
     """``fn(*args)`` with the driver's torch intra-op threads (``cli_threads``; restored after)."""
     old = torch.get_num_threads()
@@ -206,11 +243,13 @@ class RayExecutor:
     name = "ray"
     retry_broken = False
 
-    def __init__(self, address: str | None = None, num_cpus: int | None = None, max_retries: int = 3):
+    def __init__(self, address: str | None = None, num_cpus: int | None = None, max_retries: int = 3,
+                 num_gpus: float | None = None):
+        check_gpus_per_job(num_gpus)
         try:
             import ray
         except ImportError:
-            raise UserError("executor 'ray' needs Ray: pip install 'tdyn[ray]'") from None
+            raise UserError(f"--executor ray needs Ray, which is not installed here: {install_hint('ray')}") from None
         self.ray = ray
         self._owns = not ray.is_initialized()
         if self._owns:
@@ -219,17 +258,62 @@ class RayExecutor:
             ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False, log_to_driver=False,
                      ignore_reinit_error=True, runtime_env={"env_vars": env} if env else None)
         self.max_retries = max_retries
+        self.num_gpus = num_gpus
         self._remotes: dict[Callable, Any] = {}
 
-    def submit(self, fn: Callable, *args: Any):
+    def remote(self, fn: Callable) -> Any:
+        """``fn`` as a Ray remote function: one CPU, ``num_gpus`` GPUs (Ray's fractional GPUs: 0.25 lets four
+        jobs share one GPU, each seeing it as its CUDA device), retried ``max_retries`` times if its worker dies."""
         remote = self._remotes.get(fn)
         if remote is None:
-            remote = self._remotes[fn] = self.ray.remote(max_retries=self.max_retries, num_cpus=1)(fn)
-        return remote.remote(*args).future()
+            opts = {"max_retries": self.max_retries, "num_cpus": 1}
+            if self.num_gpus:
+                opts["num_gpus"] = self.num_gpus
+            remote = self._remotes[fn] = self.ray.remote(**opts)(fn)
+        return remote
+
+    def submit(self, fn: Callable, *args: Any):
+        return self.remote(fn).remote(*args).future()
 
     def shutdown(self) -> None:
         if self._owns:
             self.ray.shutdown()
+
+
+def check_gpus_per_job(gpus: float | None) -> None:
+    """``--gpus-per-job``: what Ray accepts as ``num_gpus`` (a fraction of one GPU, or whole GPUs)."""
+    if gpus is None:
+        return
+    if isinstance(gpus, bool) or not isinstance(gpus, (int, float)) or not gpus > 0 or (gpus > 1 and gpus != int(gpus)):
+        raise UserError(f"--gpus-per-job {gpus!r}: must be a fraction of one GPU (0 < x <= 1, e.g. 0.25: four jobs "
+                        f"share a GPU) or a whole number of GPUs")
+
+
+_REQUEUEABLE: type | None = None
+
+
+def requeueable(fn: Callable) -> Any:
+    """``fn`` as a ``submitit.helpers.Checkpointable`` callable (made on first use: submitit is optional): when
+    Slurm preempts the job or its time runs out, submitit calls its ``checkpoint(*args)``, which resubmits the
+    same callable with the same arguments (Checkpointable's own), and requeues the job. ``fn`` (the sweep's
+    ``run_job``) resumes every unfinished run of the job from its newest intact checkpoint, so a requeued job
+    finishes with the bits of an uninterrupted one (tests/test_sweep.py simulates a preemption on submitit's
+    local executor)."""
+    global _REQUEUEABLE
+    if _REQUEUEABLE is None:
+        import submitit
+
+        class Requeueable(submitit.helpers.Checkpointable):
+            """A sweep job that Slurm may preempt: requeued with the same arguments, it resumes."""
+
+            def __init__(self, fn: Callable):
+                self.fn = fn
+
+            def __call__(self, *args: Any) -> Any:
+                return self.fn(*args)
+
+        _REQUEUEABLE = Requeueable
+    return _REQUEUEABLE(fn)
 
 
 def slurm_available() -> bool:
@@ -248,28 +332,49 @@ class SlurmExecutor:
         try:
             import submitit
         except ImportError:
-            raise UserError("executor 'slurm' needs submitit: pip install 'tdyn[slurm]'") from None
+            raise UserError(f"--executor slurm needs submitit, which is not installed here: "
+                            f"{install_hint('slurm')}") from None
         self.ex = submitit.AutoExecutor(folder=folder, cluster=cluster)
         if params:
             self.ex.update_parameters(**params)
         self._waiter = cf.ThreadPoolExecutor(8)  # turns submitit jobs into concurrent futures
+        self.jobs: list = []                     # the submitit jobs submitted (tests: their ids, their logs)
 
     def submit(self, fn: Callable, *args: Any):
-        return self._waiter.submit(self.ex.submit(fn, *args).result)
+        job = self.ex.submit(requeueable(fn), *args)
+        self.jobs.append(job)
+        return self._waiter.submit(job.result)
+
+    def submit_many(self, fn: Callable, calls: list[tuple]) -> list:
+        """Every call as one task of one Slurm job array (submitit's ``map_array``; on submitit's local executor,
+        one job each), each requeued with its arguments when preempted (:func:`requeueable`)."""
+        if not calls:
+            return []
+        jobs = self.ex.map_array(requeueable(fn), *zip(*calls))
+        self.jobs += jobs
+        return [self._waiter.submit(j.result) for j in jobs]
 
     def shutdown(self) -> None:
         self._waiter.shutdown(wait=True)
 
 
 def make_executor(name: str, *, workers: int | None = None, address: str | None = None,
-                  folder: str | None = None, slurm_cluster: str | None = None, slurm: dict | None = None):
-    """``slurm``: submitit parameters (``SlurmOptions.submitit_parameters()``) for ``name = "slurm"``."""
+                  folder: str | None = None, slurm_cluster: str | None = None, slurm: dict | None = None,
+                  gpus_per_job: float | None = None):
+    """``slurm``: submitit parameters (``SlurmOptions.submitit_parameters()``) for ``name = "slurm"``;
+    ``gpus_per_job``: Ray's ``num_gpus`` of each job (``name = "ray"`` only)."""
     if workers is not None and workers < 1:
         raise UserError(f"--workers {workers}: must be at least 1")
+    if gpus_per_job is not None and name != "ray":
+        raise UserError(f"--gpus-per-job goes with --executor ray (Ray's num_gpus per job); with --executor {name} "
+                        + ("give --slurm-gpus (GPUs per Slurm job)" if name == "slurm" else
+                           "a job uses the device its config names"))
     if name == "local":
         return LocalExecutor(workers)
+    if name == "inline":
+        return InlineExecutor()
     if name == "ray":
-        return RayExecutor(address, num_cpus=workers)
+        return RayExecutor(address, num_cpus=workers, num_gpus=gpus_per_job)
     if name == "slurm":
         return SlurmExecutor(folder or ".submitit", cluster=slurm_cluster, **(slurm or {}))
-    raise UserError(f"--executor {name!r}: allowed: local, ray, slurm")
+    raise UserError(f"--executor {name!r}: allowed: local, inline, ray, slurm")

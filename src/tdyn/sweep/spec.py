@@ -20,8 +20,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from tdyn.config import (apply_overrides, format_validation_error, is_file_source, packaged,
-                         read_config_file, read_source, validate_config)
+from tdyn.config import (_parse_scalar, apply_overrides, check_unique_overrides, format_validation_error,
+                         is_file_source, packaged, read_config_file, read_source, validate_config)
 from tdyn.errors import ConfigError, check_arg
 from tdyn.schema import Strict, check_finite
 from tdyn.train.trainer import check_resources, expand_members
@@ -157,6 +157,17 @@ class SweepSpec(Strict):
         return self
 
     @model_validator(mode="after")
+    def _set_not_swept(self):
+        """A ``set:`` override of a key an axis varies (or of a section holding it, or inside it) would be
+        replaced by every cell's value, silently: refused, naming both."""
+        for o in self.set:
+            hit = swept_by(self.axes, o.split("=", 1)[0])
+            if hit:
+                raise ValueError(f"set: {o!r} sets {hit[1]!r}, which axes.{hit[0]} varies: every run takes the axis' "
+                                 f"value; drop the override or the axis")
+        return self
+
+    @model_validator(mode="after")
     def _size(self):
         """The number of runs, from the axes' lengths (nothing expanded), against :data:`MAX_RUNS`."""
         n = len(self.seeds) * (self.axes.random.n if self.axes.random else 1)
@@ -166,6 +177,48 @@ class SweepSpec(Strict):
         if n > MAX_RUNS:
             raise ValueError(f"the sweep has {n:,} runs (grid × zip × random × seeds); at most {MAX_RUNS:,}")
         return self
+
+
+def _segments(key: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in key.strip().split("."))
+
+
+def swept_by(axes: Axes, key: str) -> tuple[str, str] | None:
+    """(axis kind, axis key) of the axis that varies ``key``, a section holding it or a key inside it; None."""
+    path = _segments(key)
+    kinds = {"grid": axes.grid, "zip": axes.zip, "random": axes.random.params if axes.random else {}}
+    for kind, keys in kinds.items():
+        for k in keys:
+            other = _segments(k)
+            if other[:len(path)] == path or path[:len(other)] == other:
+                return kind, k.strip()
+    return None
+
+
+def with_overrides(spec: SweepSpec, overrides: list[str]) -> SweepSpec:
+    """``spec`` with ``overrides`` (``tdyn sweep SPEC --set K=V``, ``tdyn.sweep(..., overrides=[...])``) applied
+    to its base config: each replaces the spec's own ``set:`` entry for the same key, and is added to ``set:``
+    (so sweep.json records it, and a re-run with the same overrides continues the sweep). An override of a key
+    a sweep axis varies, or of ``seeds`` / ``ensemble`` (the sweep sets them on every job), is a one-line
+    ConfigError naming it, as is a key given twice or a key inside a section also given."""
+    for o in overrides:
+        if not isinstance(o, str) or "=" not in o:
+            raise ConfigError(f"--set {o!r}: must look like key.path=value")
+        key = o.split("=", 1)[0].strip()
+        hit = swept_by(spec.axes, key)
+        if hit:
+            raise ConfigError(f"--set {o}: {hit[1]!r} is an axis of the sweep (axes.{hit[0]}): every run takes the "
+                              f"axis' value, so the override would be shadowed; drop it, or change the axis")
+        top = key.split(".", 1)[0]
+        if top in SWEEP_SETS:
+            raise ConfigError(f"--set {o}: the sweep sets {top!r} of every job itself — {SWEEP_SETS[top]}")
+    check_unique_overrides(list(overrides))
+    mine = {_segments(o.split("=", 1)[0]) for o in overrides}
+    kept = [o for o in spec.set if _segments(o.split("=", 1)[0]) not in mine]
+    try:
+        return SweepSpec.model_validate(spec.model_dump() | {"set": [*kept, *overrides]})
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, SweepSpec).replace("config error", "sweep spec error")) from None
 
 
 def load_spec(source: str | Path | dict) -> SweepSpec:
@@ -189,6 +242,68 @@ def load_spec(source: str | Path | dict) -> SweepSpec:
         return SweepSpec.model_validate(raw)
     except ValidationError as e:
         raise ConfigError(format_validation_error(e, SweepSpec).replace("config error", "sweep spec error")) from None
+
+
+def _split_top(text: str) -> list[str]:
+    """``text`` cut at the commas outside brackets, braces and quotes (``[1,2],[3,4]`` → two values)."""
+    parts, depth, quote, cur = [], 0, None, ""
+    for ch in text:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        cur += ch
+    return parts + [cur]
+
+
+def is_spec_source(source: str | Path) -> bool:
+    """Whether ``source`` names a sweep spec (a packaged one, or a file with ``base``/``config``/``axes`` and no
+    ``task``) rather than a run config."""
+    if not is_file_source(source):
+        return str(source) in packaged("sweep")
+    raw = read_config_file(source)
+    return isinstance(raw, dict) and "task" not in raw and bool({"base", "config", "axes"} & set(raw))
+
+
+def multirun_spec(base: str | Path, items: list[str]) -> SweepSpec:
+    """Hydra's multirun from the command line (``tdyn sweep BASE -m key=a,b key2=x,y``) as the sweep spec a
+    YAML grid would be: ``key=a,b`` (values cut at the commas outside brackets, each read as YAML, as ``--set``
+    reads a value) is an axis of ``axes.grid`` (every combination), ``key=v`` (one value) an override in
+    ``set:``, and ``seeds=0,1,2`` the spec's ``seeds``. ``BASE``: a packaged config name, a reproduction's
+    config (``NAME`` or ``NAME:CONFIG``) or a config file (stored as an absolute path, as a spec file's
+    ``base:`` is); a sweep spec is refused (its axes belong in its ``axes.grid``)."""
+    if is_spec_source(base):
+        raise ConfigError(f"-m: {str(base)!r} is a sweep spec; -m builds a sweep from a run config (BASE: a "
+                          f"packaged config, a reproduction's config or a config file): add the axes to the spec's "
+                          f"axes.grid, or give its base")
+    check_unique_overrides(list(items))
+    grid: dict[str, list[Any]] = {}
+    sets: list[str] = []
+    seeds: list[Any] | None = None
+    for item in items:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise ConfigError(f"-m {item!r}: must look like key.path=a,b (an axis) or key.path=value (an override)")
+        key, text = (x.strip() for x in item.split("=", 1))
+        values = [_parse_scalar(v.strip()) for v in _split_top(text)] if text else [""]
+        if key == "seeds":
+            seeds = [v for x in values for v in (x if isinstance(x, list) else [x])]
+        elif len(values) > 1:
+            grid[key] = values
+        else:
+            sets.append(f"{key}={text}")
+    raw: dict[str, Any] = {"base": str(Path(base).resolve()) if is_file_source(base) else str(base), "set": sets,
+                           "axes": {"grid": grid}}
+    if seeds is not None:
+        raw["seeds"] = seeds
+    return load_spec(raw)
 
 
 def base_config(spec: SweepSpec) -> dict:
