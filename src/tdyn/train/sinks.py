@@ -1,6 +1,6 @@
 """Where else the metric stream goes: TensorBoard and Weights & Biases, fed from the very records that
 go to ``metrics.jsonl`` (one record per member and evaluated step), switched on by the run config's
-``log`` section. Both are optional extras (``pip install 'tdyn[tensorboard]'`` / ``'tdyn[wandb]'``),
+``log`` section. Both are optional extras (``pip install tensorboard`` / ``wandb``: ``config.install_hint``),
 imported only when switched on; ``metrics.jsonl`` stays the record tdyn itself reads.
 
 * TensorBoard: one event directory per member, ``<run dir>/tensorboard/`` (``tensorboard --logdir
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tdyn import runs
+from tdyn.config import install_hint
 from tdyn.errors import UserError
 
 runs.own(trees=("tensorboard", "wandb"))   # what the sinks write into a run directory: --force may clear them
@@ -26,7 +27,7 @@ class TensorBoardSink:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            raise UserError("log.tensorboard: true needs TensorBoard: pip install 'tdyn[tensorboard]'") from None
+            raise UserError(f"log.tensorboard: true needs TensorBoard: {install_hint('tensorboard')}") from None
         self.writers = [SummaryWriter(log_dir=str(d / "tensorboard"), purge_step=start if start else None)
                         for d in dirs]
 
@@ -50,7 +51,7 @@ class WandbSink:
         try:
             import wandb
         except ImportError:
-            raise UserError("log.wandb: true needs wandb: pip install 'tdyn[wandb]'") from None
+            raise UserError(f"log.wandb: true needs wandb: {install_hint('wandb')}") from None
         self.runs = [wandb.init(project=project, name=n, dir=str(d), config=c, mode=mode, reinit="create_new")
                      for d, n, c in zip(dirs, names, configs)]
 

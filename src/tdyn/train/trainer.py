@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 import tdyn
 from tdyn import runs
-from tdyn.config import RunConfig, load_config
+from tdyn.config import RunConfig, check_extras, load_config
 from tdyn.errors import ConfigError, UserCodeError, UserError
 from tdyn.probes import ProbeContext, get_probes
 from tdyn.tasks import DTYPES, Member, build_task, get_task
@@ -259,6 +259,7 @@ class Job:
         self.device = torch.device(cfg.device)
         self.dtype = DTYPES[cfg.dtype]
         check_resources(cfg, members)
+        check_extras(cfg)   # TensorBoard / W&B that log: asks for, before anything is written (a reproduction's jobs too)
         self.task = build_task(cfg, members)
         self.model = self.task.model.to(self.device)
         self.task.facts = self._to_device(self.task.facts)  # probes compare facts with parameters
