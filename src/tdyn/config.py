@@ -165,6 +165,15 @@ class RunConfig(Strict):
     #: same bits, without a launch per kernel. How a run executes, not what it computes (not in its identity).
     cuda_graph: bool = False
 
+    @model_serializer(mode="wrap")
+    def _without_default_graph(self, handler):
+        """``cuda_graph`` is written only when true: a run's config.json (and what a reproduction records of its
+        configs) is the one it was before the key existed."""
+        out = handler(self)
+        if isinstance(out, dict) and out.get("cuda_graph") is False:
+            out.pop("cuda_graph")
+        return out
+
     @model_validator(mode="before")
     @classmethod
     def _lrs_short_form(cls, data: Any) -> Any:
