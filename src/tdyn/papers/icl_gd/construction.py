@@ -109,7 +109,7 @@ def _optimal_rows(grid: Grid, seed: int) -> list[dict]:
                     b = th.gd_poly(E, 1)[:, 0]
                     yb.append(y * b), bb.append(b * b), yy.append(y * y), ls.append(0.5 * (y - os_.eta_star * b) ** 2)
                 cat = {k: torch.cat(v) for k, v in (("yb", yb), ("bb", bb), ("yy", yy), ("ls", ls))}
-                ms = {k: (float(v.mean()), float(v.std() / math.sqrt(len(v)))) for k, v in cat.items()}
+                ms = {k: (float(v.mean()), float(stats.se_along(v, 0))) for k, v in cat.items()}
                 rows.append({"d": d, "N": N, "x_max": a, "noise": sigma, "eta_star": os_.eta_star,
                              "loss_star": os_.loss_star, "loss_zero": os_.loss_zero,
                              "E_yb": os_.E_yb, "E_yb_mc": ms["yb"][0], "E_yb_se": ms["yb"][1],

@@ -30,6 +30,8 @@ import math
 import numpy as np
 import torch
 
+from tdyn import stats
+
 from tdyn.papers.icl_gd import data as icl
 from tdyn.seeding import generator
 
@@ -219,7 +221,7 @@ def gd_loss_mc(steps: int, eta: float, d: int, N: int, x_max: float = 1.0, w_sca
         pred = gd_poly(E, steps) @ torch.tensor([eta ** j for j in range(1, steps + 1)], dtype=F64)
         losses.append(0.5 * (pred - y) ** 2)
     ls = torch.cat(losses)
-    return MCLoss(float(ls.mean()), float(ls.std() / math.sqrt(len(ls))), len(ls))
+    return MCLoss(float(ls.mean()), float(stats.se_along(ls, 0)), len(ls))
 
 
 # ---------------------------------------------------------------- GD++
@@ -294,7 +296,7 @@ def optimal_gdpp(steps: int, d: int, N: int, x_max: float = 1.0, w_scale: float 
     res = minimize(loss, [1.0, 0.0], method="Nelder-Mead", options={"xatol": 1e-6, "fatol": 1e-12, "maxiter": 1000})
     eta, gamma = float(res.x[0] * eta0), float(res.x[1] * eta0)
     ls = losses(eta, gamma)
-    return eta, gamma, MCLoss(float(ls.mean()), float(ls.std() / math.sqrt(len(ls))), len(ls))
+    return eta, gamma, MCLoss(float(ls.mean()), float(stats.se_along(ls, 0)), len(ls))
 
 
 # ---------------------------------------------------------------- weight match
