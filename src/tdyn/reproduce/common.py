@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tdyn import runs, stats
 from tdyn.report import verdicts
@@ -141,3 +142,23 @@ def train_job(out: Path, resume: bool, name: str, cfg, progress: bool = False) -
     if resume:
         return train_or_resume(cfg, out / runs.RUNS / name, progress=progress)
     return train(cfg, out / runs.RUNS / name, force=True, progress=progress)
+
+
+G = TypeVar("G")
+
+
+def with_grid_options(grid: G, options) -> G:
+    """``grid`` (a frozen dataclass of a reproduction's settings) with the typed options the user gave (those
+    not None) in place of its fields of the same name; options that are no field of the grid (e.g. ``workers``)
+    are left out."""
+    if options is None:
+        return grid
+    names = {f.name for f in dataclasses.fields(grid)}
+    given = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in options.model_dump().items()
+             if v is not None and k in names}
+    return dataclasses.replace(grid, **given)
+
+
+def grid_dict(grid) -> dict:
+    """A grid as the plain dict results.json records (nested grids as dicts; tuples and lists kept)."""
+    return dataclasses.asdict(grid)

@@ -8,16 +8,16 @@ docs/reproductions/decision-lists.md#perfect-classification); every output names
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from tdyn import runs
+from tdyn.reproduce.common import grid_dict, with_grid_options  # noqa: F401  (the reproductions import them from here)
 from tdyn.config import validate_config
 from tdyn.papers.decision_list import theory as th
 from tdyn.papers.decision_list.model import DecisionListModel
@@ -27,23 +27,6 @@ from tdyn.train.trainer import expand_members
 
 TIME_UNITS = "paper Eqn 2 normalisation: (1/n) sum_j per sequence, averaged over sequences"
 
-G = TypeVar("G")
-
-
-def with_grid_options(grid: G, options) -> G:
-    """``grid`` (a frozen dataclass) with the typed options the user gave (those not None) in place of its
-    fields of the same name; options that are no field of the grid (e.g. ``workers``) are left out."""
-    if options is None:
-        return grid
-    names = {f.name for f in dataclasses.fields(grid)}
-    given = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in options.model_dump().items()
-             if v is not None and k in names}
-    return dataclasses.replace(grid, **given)
-
-
-def grid_dict(grid) -> dict:
-    """A grid as the plain dict results.json records (nested grids as dicts; tuples and lists kept)."""
-    return dataclasses.asdict(grid)
 
 
 class PlannedJobs:

@@ -5,14 +5,14 @@ and the figures' helpers. The reproductions: ``construction`` (no training), ``o
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
 
 from tdyn import runs
+from tdyn.reproduce.common import grid_dict, with_grid_options  # noqa: F401  (the reproductions import them from here)
 from tdyn.papers.icl_gd import theory as th
 from tdyn.papers.icl_gd.model import LSA
 
@@ -29,21 +29,6 @@ QUOTE_MATCH = "remarkably, the weights found by optimization match the construct
 QUOTE_CURVATURE = ("Building on this insight, we furthermore identify how Transformers surpass the performance of "
                    "plain gradient descent by learning an iterative curvature correction")
 
-G = TypeVar("G")
-
-
-def with_grid_options(grid: G, options) -> G:
-    """``grid`` (a frozen dataclass) with the typed options the user gave (not None) in place of its fields."""
-    if options is None:
-        return grid
-    names = {f.name for f in dataclasses.fields(grid)}
-    given = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in options.model_dump().items()
-             if v is not None and k in names}
-    return dataclasses.replace(grid, **given)
-
-
-def grid_dict(grid) -> dict:
-    return dataclasses.asdict(grid)
 
 
 #: the metrics of the ``icl_gd`` probes a curve holds (probe/key → column)
