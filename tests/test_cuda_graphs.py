@@ -16,6 +16,7 @@ from tdyn.errors import ConfigError
 from conftest import quad_config
 from tdyn.papers.topic.analysis import E4
 from tdyn.papers.topic.task import lda_config
+from tdyn.tasks.base import leaves
 from tdyn.train import graphs, trainer
 from tdyn.train.trainer import train
 
@@ -123,7 +124,7 @@ def test_a_prefetch_joins_its_threads_draws_as_one_pass():
     got = pre.take()
     pre.close()
     assert pre.states is None and pre.pending is None
-    for a, b in zip(graphs._leaves(ref), graphs._leaves(got)):
+    for a, b in zip(leaves(ref), leaves(got)):
         assert torch.equal(a, b)
 
 

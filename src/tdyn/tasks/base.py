@@ -90,18 +90,37 @@ class Task:
         return {}
 
 
-def stack_batches(batches: list[Any]) -> Any:
-    """Batches (tensors in dicts, lists and tuples, or ``None``) stacked on a new leading axis."""
+def stack_batches(batches: list[Any], join: Callable[[list[torch.Tensor]], torch.Tensor] = torch.stack) -> Any:
+    """Batches (tensors in dicts, lists and tuples, or ``None``) stacked on a new leading axis (``join=torch.cat``:
+    batches that already have one, joined on it)."""
     first = batches[0]
     if first is None:
         return None
     if isinstance(first, torch.Tensor):
-        return torch.stack(batches)
+        return join(batches)
     if isinstance(first, dict):
-        return {k: stack_batches([b[k] for b in batches]) for k in first}
+        return {k: stack_batches([b[k] for b in batches], join) for k in first}
     if isinstance(first, (list, tuple)):
-        return type(first)(stack_batches([b[i] for b in batches]) for i in range(len(first)))
+        return type(first)(stack_batches([b[i] for b in batches], join) for i in range(len(first)))
     raise TypeError(f"cannot stack batch of type {type(first).__name__}")
+
+
+def tree_map(fn: Callable[[torch.Tensor], Any], batch: Any) -> Any:
+    """``fn`` applied to every tensor of a batch (nested dicts, lists and tuples); anything else kept."""
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, dict):
+        return {k: tree_map(fn, v) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(tree_map(fn, v) for v in batch)
+    return batch
+
+
+def leaves(batch: Any) -> list[torch.Tensor]:
+    """The tensors of a batch, in :func:`tree_map`'s order."""
+    out: list[torch.Tensor] = []
+    tree_map(out.append, batch)
+    return out
 
 
 def _what(value: Any) -> str:

@@ -26,6 +26,7 @@ from typing import Any, Callable
 import torch
 
 from tdyn.errors import ConfigError
+from tdyn.tasks.base import leaves, stack_batches, tree_map
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class _Replay:
         if self.out is None:
             self.out = now
         else:
-            for dst, src in zip(_leaves(self.out), _leaves(now)):
+            for dst, src in zip(leaves(self.out), leaves(now)):
                 dst.copy_(src)
 
 
@@ -69,28 +70,8 @@ class _CudaGraph:
         self.graph.replay()
 
 
-def _leaves(batch: Any) -> list[torch.Tensor]:
-    if isinstance(batch, torch.Tensor):
-        return [batch]
-    if isinstance(batch, dict):
-        return [t for v in batch.values() for t in _leaves(v)]
-    if isinstance(batch, (list, tuple)):
-        return [t for v in batch for t in _leaves(v)]
-    return []
-
-
 def _signature(batch: Any) -> tuple:
-    return tuple((tuple(t.shape), t.dtype) for t in _leaves(batch))
-
-
-def _clone(batch: Any) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.clone()
-    if isinstance(batch, dict):
-        return {k: _clone(v) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_clone(v) for v in batch)
-    return batch
+    return tuple((tuple(t.shape), t.dtype) for t in leaves(batch))
 
 
 class GraphedStep:
@@ -135,7 +116,7 @@ class GraphedStep:
             with self._side():
                 return self._loss_backward(batch)[0]
         if self.fwd is None:
-            self.static, self.sig = _clone(batch), _signature(batch)
+            self.static, self.sig = tree_map(torch.clone, batch), _signature(batch)
             try:
                 with self._side():
                     self.fwd = self.capture(lambda: self._loss_backward(self.static))
@@ -144,7 +125,7 @@ class GraphedStep:
                 self._stop(f"the loss could not be captured ({type(e).__name__}: {first})")
                 return self._loss_backward(batch)[0]
         else:
-            for dst, src in zip(_leaves(self.static), _leaves(batch)):
+            for dst, src in zip(leaves(self.static), leaves(batch)):
                 dst.copy_(src, non_blocking=True)
         with self._side():
             self.fwd.replay()
@@ -226,18 +207,6 @@ class GraphedStep:
             log.warning(line)
 
 
-def _cat(parts: list[Any]) -> Any:
-    """Batches of consecutive streams (leading axis: streams) joined on that axis."""
-    first = parts[0]
-    if isinstance(first, torch.Tensor):
-        return torch.cat(parts)
-    if isinstance(first, dict):
-        return {k: _cat([p[k] for p in parts]) for k in first}
-    if isinstance(first, (list, tuple)):
-        return type(first)(_cat([p[i] for p in parts]) for i in range(len(first)))
-    return first
-
-
 class Prefetch:
     """The next step's batch drawn while the device runs this step (with ``cuda_graph``).
 
@@ -269,7 +238,7 @@ class Prefetch:
     def take(self) -> Any:
         parts, self.pending, self.states = self.pending, None, None
         parts = parts if self.pool is None else [f.result() for f in parts]
-        return parts[0] if len(parts) == 1 else _cat(parts)
+        return parts[0] if len(parts) == 1 else stack_batches(parts, torch.cat)
 
     def close(self) -> None:
         """Wait for a pending draw (its threads hold the generators) and stop the threads."""

@@ -35,7 +35,7 @@ from tdyn.config import RunConfig, check_extras, load_config
 from tdyn.errors import ConfigError, UserCodeError, UserError
 from tdyn.probes import ProbeContext, get_probes
 from tdyn.tasks import DTYPES, Member, build_task, get_task
-from tdyn.tasks.base import stack_batches
+from tdyn.tasks.base import stack_batches, tree_map
 from tdyn.train.graphs import GraphedStep, Prefetch
 from tdyn.train.optim import EnsembleOptimizer
 from tdyn.seeding import generator
@@ -120,19 +120,9 @@ def member_dirs(out: Path, members: list[Member]) -> list[Path]:
 # ---------------------------------------------------------------- helpers
 
 
-def _tree_map(fn, x):
-    if isinstance(x, torch.Tensor):
-        return fn(x)
-    if isinstance(x, dict):
-        return {k: _tree_map(fn, v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return type(x)(_tree_map(fn, v) for v in x)
-    return x
-
-
 def to_device(batch: Any, device: str | torch.device) -> Any:
     """Every tensor of a batch (nested dicts, lists, tuples) on ``device``."""
-    return _tree_map(lambda t: t.to(device), batch)
+    return tree_map(lambda t: t.to(device), batch)
 
 
 def _select(batch: Any, index: torch.Tensor) -> Any:
@@ -140,7 +130,7 @@ def _select(batch: Any, index: torch.Tensor) -> Any:
     member i has stream i, the batches as they are)."""
     if torch.equal(index, torch.arange(len(index))):
         return batch
-    return _tree_map(lambda t: t.index_select(0, index.to(t.device)), batch)
+    return tree_map(lambda t: t.index_select(0, index.to(t.device)), batch)
 
 
 class Steps:
