@@ -111,7 +111,6 @@ def train(config: dict | RunConfig | str | os.PathLike, out: str | os.PathLike, 
     check_arg(fn, "resume", resume, bool)
     check_arg(fn, "progress", progress, bool)
     cfg = config if isinstance(config, RunConfig) else _config.load_config(config)
-    _config.check_extras(cfg)   # TensorBoard / W&B that log: asks for, before anything is written
     if not resume:
         return trainer.train(cfg, out, dirs=dirs, force=force, progress=progress)
     if force:

@@ -118,7 +118,7 @@ def _registered(module: str, attr: str, kind: str, names: dict[str, dict[str, st
 
 def _cmd_run(args) -> int:
     _setup(args)
-    from tdyn.config import check_extras, load_config
+    from tdyn.config import load_config
     from tdyn.train import trainer
 
     if args.resume:
@@ -139,7 +139,6 @@ def _cmd_run(args) -> int:
             _no_seeds_set(overrides)
             overrides.append(f"seeds={args.seed}")
         cfg = load_config(args.source, overrides)
-        check_extras(cfg)   # TensorBoard / W&B that log: asks for, before anything is written
         out = Path(args.out or Path("runs") / Path(args.source).stem.replace("/", "_"))
         t0 = time.time()
         dirs = trainer.train(cfg, out, force=args.force, progress=not args.quiet)
@@ -243,7 +242,7 @@ def _cmd_config(args) -> int:
     headed by the ``NAME:CONFIG`` that prints it alone (and that ``tdyn run`` trains)."""
     import yaml
 
-    from tdyn.reproduce.registry import EXPERIMENTS, catalog
+    from tdyn.reproduce.registry import EXPERIMENTS
 
     from tdyn import plugins
 

@@ -480,7 +480,8 @@ def installed(extra: str) -> bool:
 
 def check_extras(cfg: RunConfig) -> None:
     """The optional packages a config's ``log`` section needs, checked before anything is written or trained
-    (``tdyn run``, ``tdyn.train``, and every job of a sweep before its first job starts): a missing one is a
+    (by the trainer as it builds a job: ``tdyn run``, ``tdyn.train``, a reproduction's jobs; by a sweep for every
+    job before its first starts): a missing one is a
     one-line ConfigError naming the key and the install command. Not part of validation itself, so that a run
     trained with ``log.tensorboard: true`` can be read back where TensorBoard is not installed."""
     for on, extra in ((cfg.log.tensorboard, "tensorboard"), (cfg.log.wandb, "wandb")):
