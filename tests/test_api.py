@@ -33,7 +33,7 @@ def test_train_load_run_and_load_sweep(tmp_path):
     df = run.df
     assert list(df["step"]) == [0, 1, 2, 3, 4] and "decision_list.classify/err_sup" in df  # checkpoints add steps
     table = tdyn.load_sweep(tmp_path / "e")
-    assert sorted(set(table["run"])) == ["seed0", "seed1"] and len(table["step"]) == 10
+    assert sorted(set(table["run"])) == ["seed=0", "seed=1"] and len(table["step"]) == 10
     assert set(table["lr.all"]) == {1.0}
     with pytest.raises(tdyn.runs.UserError if hasattr(tdyn.runs, "UserError") else Exception, match="holds 2 runs"):
         tdyn.load_run(tmp_path / "e")

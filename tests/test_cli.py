@@ -76,10 +76,10 @@ def test_force_deletes_only_what_tdyn_wrote(cli, tmp_path):
     assert cli("report", run).returncode == 0
     assert cli("run", "syn_small", "--out", run, "--set", "optim.steps=3", "--set", "seeds=[0,1]", "--quiet",
                "--force").returncode == 0                               # its own runs and report: cleared
-    (run / "seed1" / "notes.txt").write_text("mine")
+    (run / "seed=1" / "notes.txt").write_text("mine")
     r = cli("run", "syn_small", "--out", run, "--set", "optim.steps=3", "--quiet", "--force")
-    assert r.returncode == 2 and "seed1/notes.txt" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert (run / "seed1" / "notes.txt").read_text() == "mine" and (run / "seed0" / "metrics.jsonl").exists()
+    assert r.returncode == 2 and "seed=1/notes.txt" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert (run / "seed=1" / "notes.txt").read_text() == "mine" and (run / "seed=0" / "metrics.jsonl").exists()
     # the report's page counts as tdyn's where tdyn recorded writing it (runs.record), not by its name
     other = tmp_path / "other"
     assert cli("run", "syn_small", "--out", other, "--set", "optim.steps=3", "--quiet").returncode == 0
@@ -92,7 +92,7 @@ def test_run_experiment_by_name(cli, tmp_path):
     r = cli("run", "scan-snap/fig4", "--out", tmp_path / "r", "--set", "optim.steps=5", "--quiet")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "r" / "ensemble.json").exists()
-    assert len(list((tmp_path / "r").glob("seed0_*/metrics.jsonl"))) == 2
+    assert len(list((tmp_path / "r").glob("*__seed=0/metrics.jsonl"))) == 2
 
 
 def test_packaged_configs_by_name_outside_a_clone(cli, tmp_path):

@@ -220,10 +220,10 @@ CASES = [
     ("unfinished, steps below checkpoints", "unfinished", "config.json", "set:optim.steps=12", "resume", None),
     ("ensemble manifest truncated", "ensemble", "ensemble.json", "truncate", "resume", None),
     ("ensemble config not an object", "ensemble", "ensemble.json", "set:config=5", "resume", None),
-    ("ensemble dirs not a list", "ensemble", "ensemble.json", "set:dirs=\"seed0\"", "resume", None),
-    ("ensemble member meta garbled", "ensemble", "seed1/meta.json", "garble", "resume", None),
-    ("ensemble member config edited", "ensemble", "seed1/config.json", "set:optim.groups.Y.lr=3.0", "resume", None),
-    ("ensemble member final bit flipped", "ensemble", "seed0/checkpoints/final.safetensors", "bitflip", "resume", None),
+    ("ensemble dirs not a list", "ensemble", "ensemble.json", "set:dirs=\"seed=0\"", "resume", None),
+    ("ensemble member meta garbled", "ensemble", "seed=1/meta.json", "garble", "resume", None),
+    ("ensemble member config edited", "ensemble", "seed=1/config.json", "set:optim.groups.Y.lr=3.0", "resume", None),
+    ("ensemble member final bit flipped", "ensemble", "seed=0/checkpoints/final.safetensors", "bitflip", "resume", None),
     ("report: metrics garbled", "run", "metrics.jsonl", "garble", "report", None),
     ("report: checkpoint bit flipped", "run", "checkpoints/step-0000005.safetensors", "bitflip", "report", None),
     ("sweep record truncated", "sweep", "sweep.json", "truncate", "sweep", None),
@@ -233,8 +233,8 @@ CASES = [
     # files and runs of another run (issue 36): each file carries its run's identity, checked where it is read
     ("finished run's lr edited", "run", "config.json", "set:optim.groups.Y.lr=2.0", "resume", None),
     ("finished run's lr edited, report", "run", "config.json", "set:optim.groups.Y.lr=2.0", "report", None),
-    ("meta's identity edited", "run", "meta.json", f"set:identity=\"seed0@{'0' * 16}\"", "resume", None),
-    ("meta's identity edited and resealed", "run", "meta.json", f"sealset:identity=\"seed0@{'0' * 16}\"", "resume",
+    ("meta's identity edited", "run", "meta.json", f"set:identity=\"seed=0@{'0' * 16}\"", "resume", None),
+    ("meta's identity edited and resealed", "run", "meta.json", f"sealset:identity=\"seed=0@{'0' * 16}\"", "resume",
      "config.json"),
     ("final copied from another run", "run", FINAL, f"copyfrom:run2/{FINAL}", "resume", None),
     ("final copied from another run, report", "run", FINAL, f"copyfrom:run2/{FINAL}", "report", None),
@@ -247,12 +247,12 @@ CASES = [
     ("unfinished: older checkpoint from another run", "unfinished", STEP5, f"copyfrom:run2/{STEP5}", "resume", None),
     ("unfinished: metrics of another run", "unfinished", "metrics.jsonl", "copyfrom:run2/metrics.jsonl", "resume", None),
     ("unfinished: config of another run", "unfinished", "config.json", "copyfrom:run2/config.json", "resume", None),
-    ("ensemble members swapped", "ensemble", "seed0", "swap:seed1", "report", "seed0"),
-    ("ensemble members swapped, resume", "ensemble", "seed0", "swap:seed1", "resume", "seed0"),
-    ("ensemble member replaced by another", "ensemble", "seed0", "copyfrom:ensemble/seed1", "report", "seed0"),
-    ("ensemble metrics of another member", "ensemble", "seed0/metrics.jsonl", "copyfrom:ensemble/seed1/metrics.jsonl",
+    ("ensemble members swapped", "ensemble", "seed=0", "swap:seed=1", "report", "seed=0"),
+    ("ensemble members swapped, resume", "ensemble", "seed=0", "swap:seed=1", "resume", "seed=0"),
+    ("ensemble member replaced by another", "ensemble", "seed=0", "copyfrom:ensemble/seed=1", "report", "seed=0"),
+    ("ensemble metrics of another member", "ensemble", "seed=0/metrics.jsonl", "copyfrom:ensemble/seed=1/metrics.jsonl",
      "report", None),
-    ("ensemble final of another member", "ensemble", f"seed0/{FINAL}", f"copyfrom:ensemble/seed1/{FINAL}", "resume", None),
+    ("ensemble final of another member", "ensemble", f"seed=0/{FINAL}", f"copyfrom:ensemble/seed=1/{FINAL}", "resume", None),
     ("sweep final swapped between runs", "sweep", f"{R1}/{FINAL}", f"swap:{R2}/{FINAL}", "sweep", None),
     ("sweep final symlinked to another run's", "sweep", f"{R1}/{FINAL}", f"symlink:{R2}/{FINAL}", "sweep", None),
     ("sweep final from another run, report", "sweep", f"{R1}/{FINAL}", f"copyfrom:sweep/{R2}/{FINAL}", "report", None),
@@ -266,7 +266,7 @@ CASES = [
     ("sweep run deleted, summarize", "sweep", R1, "delete", "summarize", R1),
     ("sweep run of another sweep", "sweep", R1, f"copyfrom:sweep2/{R1}", "summarize", R1),
     ("sweep run of another sweep, re-run", "sweep", R1, f"copyfrom:sweep2/{R1}", "sweep", R1),
-    ("sweep record's identity edited", "sweep", "sweep.json", f"set:runs.0.identity=\"seed0_lrY1@{'0' * 16}\"",
+    ("sweep record's identity edited", "sweep", "sweep.json", f"set:runs.0.identity=\"optim.groups.Y.lr=1__seed=0@{'0' * 16}\"",
      "summarize", R1),
     ("meta a FIFO, report", "run", "meta.json", "fifo", "report", None),
     ("metrics a FIFO, report", "run", "metrics.jsonl", "fifo", "report", None),
@@ -275,7 +275,7 @@ CASES = [
     ("meta over the size limit, report", "run", "meta.json", "sparse", "report", "64.0 MB"),
     ("meta nested too deep, report", "run", "meta.json", "deep", "report", "nested too deep"),
     ("sweep record nested too deep", "sweep", "sweep.json", "deep", "summarize", "nested too deep"),
-    ("ensemble member deleted, report", "ensemble", "seed1", "delete", "report", "seed1"),
+    ("ensemble member deleted, report", "ensemble", "seed=1", "delete", "report", "seed=1"),
     ("final is an older state, report", "run", FINAL, "copy:step-0000015.safetensors", "report", None),
     # checksums (issue 36): a change that leaves metrics.jsonl or meta.json valid, found by its checksum
     ("metrics digit changed, report", "run", "metrics.jsonl", "digit:6", "report", "metrics.jsonl' line 6 fails"),
@@ -286,13 +286,13 @@ CASES = [
     ("metrics line dropped, report", "run", "metrics.jsonl", "drop_line:8", "report", "line 8 fails"),
     ("metrics line repeated, report", "run", "metrics.jsonl", "dup_line:8", "report", "line 9 fails"),
     ("metrics two lines swapped, report", "run", "metrics.jsonl", "swap_lines:6", "report", "line 6 fails"),
-    ("ensemble member meta edited, resume", "ensemble", "seed0/meta.json", 'sub:"status": "finished"=>"status": "running"',
-     "resume", "seed0/meta.json' fails its checksum"),
+    ("ensemble member meta edited, resume", "ensemble", "seed=0/meta.json", 'sub:"status": "finished"=>"status": "running"',
+     "resume", "seed=0/meta.json' fails its checksum"),
     ("metrics last line dropped, report", "run", "metrics.jsonl", "drop_line:21", "report", "last lines are lost"),
     ("metrics last line dropped, summarize", "sweep", f"{R1}/metrics.jsonl", "drop_line:5", "summarize", "lost"),
     ("metrics line without its checksum, report", "run", "metrics.jsonl", "uncrc:4", "report", "line 4 has no checksum"),
     ("metrics checksum lengthened, report", "run", "metrics.jsonl", 'sub:"crc": "=>"crc": "0', "report", "line 1"),
-    ("ensemble member metrics digit changed", "ensemble", "seed1/metrics.jsonl", "digit:9", "report", "line 9 fails"),
+    ("ensemble member metrics digit changed", "ensemble", "seed=1/metrics.jsonl", "digit:9", "report", "line 9 fails"),
     ("meta digit changed, report", "run", "meta.json", 'sub:"seed": 0=>"seed": 1', "report", "checksum"),
     ("meta digit changed, resume", "run", "meta.json", 'sub:"seed": 0=>"seed": 1', "resume", "checksum"),
     ("meta status edited, summarize", "sweep", f"{R1}/meta.json", 'sub:"finished"=>"diverged"', "summarize", "checksum"),
@@ -453,13 +453,13 @@ def test_metrics_lines_keep_the_write_path_cheap_and_the_bytes_stable(tmp_path):
     metrics_file) give the same bytes, each line ``{...json..., "crc": "<8 hex>"}``; a record may not use the
     checksum's key; an empty record has a line too."""
     recs = [{"step": s, "loss": 1.0 / (s + 1)} for s in range(50)]
-    lines = runs.MetricsLines("seed0@" + "0" * 16)
+    lines = runs.MetricsLines("seed=0@" + "0" * 16)
     grown: list[dict] = []
     for r in recs:
         grown.append(r)
         data = lines.file(tmp_path, grown)[1]
-    assert data == runs.metrics_file(tmp_path, recs, "seed0@" + "0" * 16)[1]
-    assert all(re.fullmatch(r'\{"step": \d+, "loss": [0-9.e-]+(, "run": "seed0@0+")?, "crc": "[0-9a-f]{8}"\}', x)
+    assert data == runs.metrics_file(tmp_path, recs, "seed=0@" + "0" * 16)[1]
+    assert all(re.fullmatch(r'\{"step": \d+, "loss": [0-9.e-]+(, "run": "seed=0@0+")?, "crc": "[0-9a-f]{8}"\}', x)
                for x in data.decode().splitlines())
     with pytest.raises(runs.UserError, match="'crc'"):
         runs.write_metrics(tmp_path, [{"step": 0, "crc": 1.0}])
@@ -633,7 +633,7 @@ def test_the_digest_is_computed_once_per_member(tmp_path, monkeypatch):
     monkeypatch.setattr(runs, "make_identity", lambda c, m: f"{m}@{identity.config_digest(c)}")
     train(dict(CFG, seeds=[0, 1], checkpoint={"schedule": "none", "every": 1}), tmp_path / "e", progress=False)
     assert len(calls) == 2
-    assert len(list((tmp_path / "e" / "seed1" / runs.CKPT_DIR).iterdir())) == 21
+    assert len(list((tmp_path / "e" / "seed=1" / runs.CKPT_DIR).iterdir())) == 21
 
 
 def _strip_checksums(d: Path) -> None:

@@ -90,8 +90,8 @@ def test_the_notebook_walkthrough_runs(tmp_path):
     sweep = [d for d in (out / "sweep").iterdir() if d.is_dir() and not d.name.startswith(".")]
     assert len(sweep) == 12
     assert re.search(r"0\.030\s+\d", r.stdout) and "gap_to_gd" in r.stdout
-    assert "seed0_lrall0.01" in r.stdout and "seed0_lrall0.03" in r.stdout
-    noisy = json.loads((out / "noisy/seed0_lrall0.01/config.json").read_text())
+    assert "optim.groups.all.lr=0.01__seed=0" in r.stdout and "optim.groups.all.lr=0.03__seed=0" in r.stdout
+    noisy = json.loads((out / "noisy/optim.groups.all.lr=0.01__seed=0/config.json").read_text())
     assert noisy["data"]["noise"] == 0.5                     # the edited task's default reached the run
     assert (out / "icl_loss.png").stat().st_size > 10_000
     print(f"walkthrough: {time.time() - t0:.1f} s")

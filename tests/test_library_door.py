@@ -207,7 +207,7 @@ def test_pandas_is_a_dependency_and_tables_are_dataframes(tmp_path):
     assert "pandas" in {Requirement(d).name for d in deps}
     dirs = tdyn.train(dict(SS, seeds=[0, 1]), tmp_path / "e", progress=False)
     table = tdyn.load_sweep(tmp_path / "e")
-    assert isinstance(table, pd.DataFrame) and sorted(table["run"].unique()) == ["seed0", "seed1"]
+    assert isinstance(table, pd.DataFrame) and sorted(table["run"].unique()) == ["seed=0", "seed=1"]
     assert table["loss"].notna().all() and set(table["lr.Y"]) == {1.0}
     df = tdyn.load_run(dirs[0]).df
     assert isinstance(df, pd.DataFrame) and df["step"].iloc[-1] == SS["optim"]["steps"]

@@ -82,11 +82,11 @@ def test_force_stops_at_a_member_another_process_writes(built, tmp_path):
     shutil.copytree(built["ensemble"], e)
     (tmp_path / "c.json").write_text(json.dumps(dict(CFG, seeds=[0, 1])))
     with runs.Locks() as locks:
-        locks.acquire(e / "seed1")
+        locks.acquire(e / "seed=1")
         before = tree_state(tmp_path)
         r = tdyn_cli("run", tmp_path / "c.json", "--out", e, "--force", "--quiet")
         assert_rejected(r, ME, before, tree_state(tmp_path))
-        assert "seed1" in r.stderr
+        assert "seed=1" in r.stderr
 
 
 def test_stale_lock_of_a_dead_process_is_taken_over(built, tmp_path):

@@ -141,8 +141,8 @@ def test_autocast_config_trains_in_bf16_with_a_float32_master_copy(tmp_path):
            "checkpoint": {"schedule": "none"}}
     train(validate_config(cfg), tmp_path / "fp32", progress=False)
     train(validate_config(cfg | {"autocast": "bfloat16"}), tmp_path / "bf16", progress=False)
-    a = runs.read_checkpoint(runs.checkpoint_path(tmp_path / "fp32" / "seed0", "final"))[0]
-    b = runs.read_checkpoint(runs.checkpoint_path(tmp_path / "bf16" / "seed0", "final"))[0]
+    a = runs.read_checkpoint(runs.checkpoint_path(tmp_path / "fp32" / "seed=0", "final"))[0]
+    b = runs.read_checkpoint(runs.checkpoint_path(tmp_path / "bf16" / "seed=0", "final"))[0]
     assert all(b[k].dtype == torch.float32 for k in b if k.startswith("param/"))
     moved = [k for k in a if k.startswith("param/") and not torch.equal(a[k], b[k])]
     assert moved and all(torch.allclose(a[k], b[k], atol=1e-2) for k in moved)   # bf16 rounding, not a new model

@@ -103,14 +103,14 @@ def _link_out(p: Path, root: Path) -> None:
 # (case, the directory --force is given, the planted path (glob) below it, kind, the path the refusal names)
 FOREIGN = [
     # ---- checkpoints/
-    ("checkpoints: user file", "run", "seed0/checkpoints/MY_NOTES.txt", "file", None),
-    ("checkpoints: user subdirectory", "run", "seed0/checkpoints/mine", "dir", None),
-    ("checkpoints: symlink", "run", "seed0/checkpoints/link.safetensors", "link", None),
-    ("checkpoints: symlink named like a checkpoint", "run", "seed1/checkpoints/step-0000009.safetensors", "link", None),
-    ("checkpoints: another's model as final.safetensors", "run", "seed0/checkpoints/final.safetensors", "safetensors", None),
-    ("checkpoints: another's model as an extra step", "run", "seed1/checkpoints/step-0000100.safetensors", "safetensors", None),
-    ("checkpoints: text named like a checkpoint", "run", "seed0/checkpoints/step-0000001.safetensors", "text:" + NOTE, None),
-    ("checkpoints: temp-like name of another file", "run", "seed0/checkpoints/.notes.txt.tdyn-1@h.x.tmp", "file", None),
+    ("checkpoints: user file", "run", "seed=0/checkpoints/MY_NOTES.txt", "file", None),
+    ("checkpoints: user subdirectory", "run", "seed=0/checkpoints/mine", "dir", None),
+    ("checkpoints: symlink", "run", "seed=0/checkpoints/link.safetensors", "link", None),
+    ("checkpoints: symlink named like a checkpoint", "run", "seed=1/checkpoints/step-0000009.safetensors", "link", None),
+    ("checkpoints: another's model as final.safetensors", "run", "seed=0/checkpoints/final.safetensors", "safetensors", None),
+    ("checkpoints: another's model as an extra step", "run", "seed=1/checkpoints/step-0000100.safetensors", "safetensors", None),
+    ("checkpoints: text named like a checkpoint", "run", "seed=0/checkpoints/step-0000001.safetensors", "text:" + NOTE, None),
+    ("checkpoints: temp-like name of another file", "run", "seed=0/checkpoints/.notes.txt.tdyn-1@h.x.tmp", "file", None),
     # ---- .jobs/
     ("jobs: user file", "sw", ".jobs/MY_NOTES.txt", "file", None),
     ("jobs: user subdirectory", "sw", ".jobs/mine", "dir", None),
@@ -119,20 +119,20 @@ FOREIGN = [
     ("jobs: ensemble.json of the user's", "sw", ".jobs/job0000/ensemble.json", 'text:{"accuracy": 0.9}', None),
     ("jobs: ensemble.json not JSON", "sw", ".jobs/job0000/ensemble.json", "text:" + NOTE, None),
     # ---- tensorboard/
-    ("tensorboard: user file", "run", "seed0/tensorboard/MY_NOTES.txt", "file", None),
-    ("tensorboard: user subdirectory", "run", "seed1/tensorboard/mine", "dir", None),
-    ("tensorboard: symlink", "run", "seed0/tensorboard/events.out.tfevents.1.host.2.3", "link", None),
-    ("tensorboard: text named like an event file", "run", "seed0/tensorboard/events.out.tfevents.*", "text:" + NOTE * 5, None),
+    ("tensorboard: user file", "run", "seed=0/tensorboard/MY_NOTES.txt", "file", None),
+    ("tensorboard: user subdirectory", "run", "seed=1/tensorboard/mine", "dir", None),
+    ("tensorboard: symlink", "run", "seed=0/tensorboard/events.out.tfevents.1.host.2.3", "link", None),
+    ("tensorboard: text named like an event file", "run", "seed=0/tensorboard/events.out.tfevents.*", "text:" + NOTE * 5, None),
     # ---- wandb/
-    ("wandb: user file", "run", "seed0/wandb/MY_NOTES.txt", "file", None),
-    ("wandb: user subdirectory", "run", "seed0/wandb/mine", "dir", None),
-    ("wandb: user file in a run folder", "run", "seed1/wandb/offline-run-*/notes.txt", "file", None),
-    ("wandb: user file in a run's logs", "run", "seed0/wandb/offline-run-*/logs/notes.txt", "file", None),
-    ("wandb: symlink", "run", "seed0/wandb/link", "link", None),
-    ("wandb: latest-run pointing elsewhere", "run", "seed0/wandb/latest-run", "retarget", None),
-    ("wandb: transaction log of other content", "run", "seed0/wandb/offline-run-*/run-*.wandb", "text:" + NOTE, None),
-    ("wandb: run-like folder without wandb's log", "run", "seed0/wandb/offline-run-20240101_000000-abc123/files", "dir",
-     "seed0/wandb/offline-run-20240101_000000-abc123"),
+    ("wandb: user file", "run", "seed=0/wandb/MY_NOTES.txt", "file", None),
+    ("wandb: user subdirectory", "run", "seed=0/wandb/mine", "dir", None),
+    ("wandb: user file in a run folder", "run", "seed=1/wandb/offline-run-*/notes.txt", "file", None),
+    ("wandb: user file in a run's logs", "run", "seed=0/wandb/offline-run-*/logs/notes.txt", "file", None),
+    ("wandb: symlink", "run", "seed=0/wandb/link", "link", None),
+    ("wandb: latest-run pointing elsewhere", "run", "seed=0/wandb/latest-run", "retarget", None),
+    ("wandb: transaction log of other content", "run", "seed=0/wandb/offline-run-*/run-*.wandb", "text:" + NOTE, None),
+    ("wandb: run-like folder without wandb's log", "run", "seed=0/wandb/offline-run-20240101_000000-abc123/files", "dir",
+     "seed=0/wandb/offline-run-20240101_000000-abc123"),
     # ---- report_files/ (recorded by the report)
     ("report_files: user file", "run", "report_files/MY_NOTES.txt", "file", None),
     ("report_files: user subdirectory", "run", "report_files/mine", "dir", None),
@@ -190,16 +190,16 @@ def test_a_users_entry_in_a_tree_is_refused(made, preloaded_cli, tmp_path, case,
 OWN = [
     ("as made: run with checkpoints, tensorboard, wandb, report, evidence", "run", "", ""),
     ("as made: sweep with .jobs and .submitit", "sw", "", ""),
-    ("checkpoint temp file of a killed write", "run", "seed0/checkpoints/.final.safetensors.tdyn-99999@host.ab12.tmp", "file"),
-    ("checkpoint with a damaged header", "run", "seed0/checkpoints/final.safetensors", "damaged"),
-    ("checkpoint empty", "run", "seed0/checkpoints/step-0000001.safetensors", "text:"),
-    ("checkpoints: empty directory", "run", "seed0/checkpoints/empty", "emptydir"),
-    ("checkpoints: a file browser's litter", "run", "seed0/checkpoints/.DS_Store", "file"),
+    ("checkpoint temp file of a killed write", "run", "seed=0/checkpoints/.final.safetensors.tdyn-99999@host.ab12.tmp", "file"),
+    ("checkpoint with a damaged header", "run", "seed=0/checkpoints/final.safetensors", "damaged"),
+    ("checkpoint empty", "run", "seed=0/checkpoints/step-0000001.safetensors", "text:"),
+    ("checkpoints: empty directory", "run", "seed=0/checkpoints/empty", "emptydir"),
+    ("checkpoints: a file browser's litter", "run", "seed=0/checkpoints/.DS_Store", "file"),
     ("jobs: a killed job's lock and temp manifest", "sw", ".jobs/job0000/.ensemble.json.tdyn-99999@host.ab12.tmp", "lock"),
     ("jobs: a job stopped before its manifest", "sw", ".jobs/job0007", "emptydir"),
-    ("tensorboard: an event file not yet flushed", "run", "seed1/tensorboard/events.out.tfevents.1795760025.vm.1.9", "text:"),
-    ("wandb: a synced run's marker", "run", "seed0/wandb/offline-run-*/run-*.wandb", "synced"),
-    ("wandb: files wandb keeps for a run", "run", "seed0/wandb/offline-run-*/files/wandb-summary.json", "file"),
+    ("tensorboard: an event file not yet flushed", "run", "seed=1/tensorboard/events.out.tfevents.1795760025.vm.1.9", "text:"),
+    ("wandb: a synced run's marker", "run", "seed=0/wandb/offline-run-*/run-*.wandb", "synced"),
+    ("wandb: files wandb keeps for a run", "run", "seed=0/wandb/offline-run-*/files/wandb-summary.json", "file"),
 ]
 
 
@@ -225,7 +225,7 @@ def test_tdyns_own_trees_are_cleared_by_force(made, preloaded_cli, tmp_path, cas
     assert runs.foreign_entry(root) is None, case
     r = preloaded_cli("run", "syn_small", "--out", root, *RUN_ARGS, "--force")
     assert r.returncode == 0, f"[{case}] {r.stderr}"
-    assert runs.is_run_dir(root) and not (root / "seed0").exists() and not (root / runs.JOBS).exists()
+    assert runs.is_run_dir(root) and not (root / "seed=0").exists() and not (root / runs.JOBS).exists()
     assert not (root / "report_files").exists() and not (root / ".submitit").exists()
 
 

@@ -230,10 +230,10 @@ def test_resume_equals_uninterrupted(tmp_path):
     train(base | {"probes": _stop_at(-1, "ref")}, tmp_path / "ref", progress=False)
     with pytest.raises(KeyboardInterrupt):
         train(base | {"probes": _stop_at(13, str(tmp_path))}, tmp_path / "cut", progress=False)
-    assert runs.read_meta(tmp_path / "cut" / "seed0")["status"] == "running"
-    assert max(runs.checkpoint_steps(tmp_path / "cut" / "seed0")) == 10
+    assert runs.read_meta(tmp_path / "cut" / "seed=0")["status"] == "running"
+    assert max(runs.checkpoint_steps(tmp_path / "cut" / "seed=0")) == 10
     resume(tmp_path / "cut", progress=False)
-    for m in ("seed0", "seed1"):
+    for m in ("seed=0", "seed=1"):
         a, b = tmp_path / "ref" / m, tmp_path / "cut" / m
         assert runs.read_meta(b)["status"] == "finished"
         assert _metric_lines(a) == _metric_lines(b)
@@ -268,9 +268,9 @@ def test_ctrl_c_then_resume_leaves_the_uninterrupted_run_directory(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         train(base | {"probes": opts | {"options": {"test.sigint_at": {"at": 12, "key": str(tmp_path)}}}},
               tmp_path / "cut", progress=False)
-    assert runs.checkpoint_steps(tmp_path / "cut" / "seed0")[-1] == 13
+    assert runs.checkpoint_steps(tmp_path / "cut" / "seed=0")[-1] == 13
     resume(tmp_path / "cut", progress=False)
-    a, b = tmp_path / "ref" / "seed0", tmp_path / "cut" / "seed0"
+    a, b = tmp_path / "ref" / "seed=0", tmp_path / "cut" / "seed=0"
     assert runs.checkpoint_steps(b) == runs.checkpoint_steps(a) == [0, 5, 10, 15]
     assert _metric_lines(a) == _metric_lines(b)
     fa, fb = runs.load_checkpoint(a), runs.load_checkpoint(b)
@@ -290,7 +290,7 @@ def test_a_probe_running_the_forward_leaves_training_unchanged(tmp_path):
     base = net_config(seeds=[0, 1])
     train(base | {"probes": {"names": [], "every": 2}}, tmp_path / "plain", progress=False)
     train(base | {"probes": {"names": ["test.heldout_loss"], "every": 2}}, tmp_path / "probed", progress=False)
-    for m in ("seed0", "seed1"):
+    for m in ("seed=0", "seed=1"):
         a, b = runs.read_metrics(tmp_path / "plain" / m), runs.read_metrics(tmp_path / "probed" / m)
         assert [(r["step"], r["loss"]) for r in a] == [(r["step"], r["loss"]) for r in b]
         fa, fb = runs.load_checkpoint(tmp_path / "plain" / m), runs.load_checkpoint(tmp_path / "probed" / m)

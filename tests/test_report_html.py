@@ -139,10 +139,10 @@ def test_run_report_ensemble_curves_and_heatmaps(tmp_path):
     imgs = {r for r in p.refs if r.endswith(".png")}
     assert {f"{html.ASSETS}/curves_loss.png", f"{html.ASSETS}/heatmap_param_Z.png", f"{html.ASSETS}/heatmap_param_Y.png"} <= imgs
     text = page.read_text()
-    assert "seed0" in text and "seed1" in text and "finished" in text
-    assert html._strip_steps(out / "seed0") == [0, 2, 4, "final"]
+    assert "seed=0" in text and "seed=1" in text and "finished" in text
+    assert html._strip_steps(out / "seed=0") == [0, 2, 4, "final"]
     # one run directory on its own
-    check_links(html.build_run_report(out / "seed1"))
+    check_links(html.build_run_report(out / "seed=1"))
 
 
 class _InlineExecutor:

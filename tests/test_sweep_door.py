@@ -47,8 +47,8 @@ def test_ensemble_lrs_short_form_is_one_rate_for_every_group():
 def test_ensemble_lrs_short_form_from_the_command_line(cli, tmp_path):
     r = cli("run", "syn_small", "--set", "optim.steps=3", "--set", "ensemble.lrs=0.001,0.01", "--out", tmp_path / "r")
     assert r.returncode == 0, r.stderr
-    assert sorted(p.name for p in (tmp_path / "r").iterdir() if p.is_dir()) == ["seed0_lrY0.001_lrZ0.001",
-                                                                                 "seed0_lrY0.01_lrZ0.01"]
+    assert sorted(p.name for p in (tmp_path / "r").iterdir() if p.is_dir()) == [
+        "optim.groups.Y.lr=0.001__optim.groups.Z.lr=0.001__seed=0", "optim.groups.Y.lr=0.01__optim.groups.Z.lr=0.01__seed=0"]
     assert re.search(r"final loss \d\.\d{3}\)", r.stdout)      # four significant digits
 
 

@@ -2,7 +2,8 @@
 directories of jobs, sweeps and reproductions around them. One owner of the format; callers use
 ``from tdyn import runs`` and ``runs.<name>`` whichever module below defines it.
 
-* :mod:`~tdyn.runs.names` — every file name (``runs.CONFIG``, ``runs.META``, …) and the run statuses;
+* :mod:`~tdyn.runs.names` — every file name (``runs.CONFIG``, ``runs.META``, …), the run statuses, and the one
+  scheme of run directory names (:func:`run_name`: ``optim.groups.Y.lr=0.001__seed=0``);
 * :mod:`~tdyn.runs.machine` — this process and machine: ``pid@host``, time stamps, git commit;
 * :mod:`~tdyn.runs.atomic` — atomic, durable writes (temp file, fsync or one syncfs, rename; now or in a
   :class:`GroupCommit`), stale temps;
@@ -41,7 +42,8 @@ from tdyn.runs.locks import LockError, Locks, _held, held_lock_files, holder_gon
 from tdyn.runs.machine import git_commit, host, machine_info, now, pid_alive, writer_tag  # noqa: F401
 from tdyn.runs.names import (CHECKSUM, CKPT_DIR, CONFIG, DONE, ENSEMBLE, FINAL, JOBS, LINE_CRC, LOCK, MARKERS,  # noqa: F401
                              META, METRICS, REPRODUCE, REPRODUCING, RESULTS, RUNS, SEAL, SEALED, STATUSES, SUMMARY,
-                             SWEEP, WRITTEN)
+                             SWEEP, WRITTEN, INIT_AXIS, LR_AXIS, format_value, legacy_member_name, member_axes,
+                             run_name)
 from tdyn.runs.ownership import (OS_LITTER, OWN_FILES, OWN_TREES, check_own, clear_own, foreign_entry,  # noqa: F401
                                  is_tdyn_dir, own, prepare_dir, record, reproduction_of, written)
 from tdyn.runs.reader import Run, load_run, load_sweep  # noqa: F401

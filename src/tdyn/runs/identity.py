@@ -1,6 +1,8 @@
 """Run identities: which run wrote a file (issue 36).
 
-A run's identity is ``<member>@<digest>``: the member's name (``seed0``, ``seed1_lrY0.5``, ...) and the
+A run's identity is ``<member>@<digest>``: the member's name (``seed=0``, ``optim.groups.Y.lr=0.5__seed=1``, ...:
+:func:`tdyn.runs.run_name`; ``seed0``, ``seed1_lrY0.5`` in runs an older tdyn wrote, which keep them, as resume
+reads each run's identity from its files and a sweep accepts the older form, :func:`tdyn.sweep.check_runs`) and the
 first 16 hex digits of the SHA-256 of its ``config.json`` as written (keys sorted, compact JSON), the config
 that determines its trajectory (all of it but where it runs, ``device``, whether its steps replay as CUDA
 graphs, ``cuda_graph``, and where its metrics are copied, ``log``: :data:`EXECUTION_KEYS`). The trainer computes it once per member and writes it into every file of

@@ -100,25 +100,51 @@ def _run_job(job_dir: Path, config: dict, dirs: list[Path], progress: bool = Fal
     return st
 
 
-def identities(jobs: list[JobPlan]) -> dict[str, str]:
-    """Each planned run's name → the identity (:mod:`tdyn.runs.identity`) its job's trainer gives it."""
+def identities(jobs: list[JobPlan], *, legacy: bool = False) -> dict[str, str]:
+    """Each planned run's name → the identity (:mod:`tdyn.runs.identity`) its job's trainer gives it;
+    ``legacy``: the one an older tdyn's trainer gave it (its member named ``seed0_lrY0.001``, not
+    ``optim.groups.Y.lr=0.001__seed=0``: :func:`tdyn.train.trainer.legacy_member_names`), which its files carry."""
     ids = {}
     for j in jobs:
         cfg = trainer.load_config(j.config)
         members = trainer.expand_members(cfg)
-        for r, m, c in zip(j.runs, members, trainer.member_configs(cfg, members)):
-            ids[r.name] = runs.make_identity(c, m.name)
+        names = trainer.legacy_member_names(cfg) if legacy else [m.name for m in members]
+        for r, n, c in zip(j.runs, names, trainer.member_configs(cfg, members)):
+            ids[r.name] = runs.make_identity(c, n)
     return ids
 
 
-def check_runs(out: Path, ids: dict[str, str]) -> None:
+def keep_recorded_names(out: Path, jobs: list[JobPlan]) -> None:
+    """A sweep continued in ``out`` keeps the run names its ``sweep.json`` records (each run found by its axes and
+    seed): a sweep an older tdyn wrote, whose names differ from this tdyn's, continues under its own, never
+    renamed or trained twice (a one-line notice says so)."""
+    def key(axes, seed):
+        return json.dumps(axes, sort_keys=True), seed
+
+    recorded = {key(r["axes"], r.get("seed")): r["name"] for r in runs.read_sweep(out)["runs"]}
+    kept = []
+    for j in jobs:
+        for r in j.runs:
+            name = recorded.get(key(r.axes, r.seed))
+            if name is not None and name != r.name:
+                kept.append((name, r.name))
+                r.name = name
+    if kept:
+        log.warning("sweep %s names %d run(s) as an older tdyn did (%s, ...): they keep those names (new sweeps "
+                    "name them %s, ...)", str(out), len(kept), kept[0][0], kept[0][1])
+
+
+def check_runs(out: Path, ids: dict[str, str], legacy: dict[str, str] | None = None) -> dict[str, str]:
     """Before a sweep trains again in ``out``: every run directory there holds the run the sweep expects
-    under its name (its identity), with its config as the run wrote it and, for a run with a result, its
-    final checkpoint and metrics its own (headers and first line only). A run of another cell or another
-    sweep, or a file of another run, is a ForeignFile (exit 2) naming both; damage is left to the job's
-    repair; a run recorded with a result whose directory is gone is named in a warning and trained again."""
-    owner = {v: k for k, v in ids.items()}
+    under its name (its identity ``ids``, or the one an older tdyn gave it, ``legacy``), with its config as the
+    run wrote it and, for a run with a result, its final checkpoint and metrics its own (headers and first line
+    only). A run of another cell or another sweep, or a file of another run, is a ForeignFile (exit 2) naming
+    both; damage is left to the job's repair; a run recorded with a result whose directory is gone is named in a
+    warning and trained again. Returns each run's identity as found (``ids``, or the older form its files carry)."""
+    legacy = legacy or {}
+    owner = {v: k for k, v in ids.items()} | {v: k for k, v in legacy.items()}
     old = {r["name"]: r["status"] for r in runs.read_sweep(out)["runs"]} if (out / runs.SWEEP).exists() else {}
+    found_ids = dict(ids)
     for name, want in ids.items():
         d = out / name
         if not runs.is_run_dir(d):
@@ -127,6 +153,8 @@ def check_runs(out: Path, ids: dict[str, str]) -> None:
             continue
         try:
             found = runs.run_identity(d)
+            if found is not None and found == legacy.get(name):   # an older tdyn's run: its identity as written
+                found_ids[name] = want = found
             if found is not None and found != want:
                 whose = f"run {owner[found]!r} of this sweep" if found in owner else "a run of another sweep or config"
                 raise runs.ForeignFile(d, f"holds {whose} ({found}), not run {name!r} ({want}) that the sweep "
@@ -143,6 +171,20 @@ def check_runs(out: Path, ids: dict[str, str]) -> None:
             raise
         except runs.CorruptFile:   # damaged: the job repairs it
             continue
+    return found_ids
+
+
+def _settle(dirs: list[str], ids: dict[str, str], want: dict[str, str]) -> None:
+    """After a job came back: a run recorded under an older tdyn's identity that its job trained afresh (a
+    repair) now carries this tdyn's (``want``), which ``ids`` (sweep.json's record) takes."""
+    for d in map(Path, dirs):
+        if ids.get(d.name) == want.get(d.name):
+            continue
+        try:
+            if runs.is_run_dir(d) and runs.run_identity(d) == want[d.name]:
+                ids[d.name] = want[d.name]
+        except runs.CorruptFile:
+            pass
 
 
 def _record(out: Path, spec: SweepSpec, jobs: list[JobPlan], status: dict[str, str], errors: dict[str, str],
@@ -250,6 +292,8 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ov
     else:
         _refuse_foreign(out)
     jobs = plan(spec)
+    if (out / runs.SWEEP).exists():   # its runs keep the names it recorded (an older tdyn's, too)
+        keep_recorded_names(out, jobs)
     for j in jobs:   # TensorBoard / W&B where a config logs to them: missing, refused before any job starts
         check_extras(validate_config(j.config))
 
@@ -264,9 +308,10 @@ def run_sweep(spec_source: str | Path | dict | SweepSpec, out: str | Path, *, ov
                 _refuse_foreign(out)     # again, now that no other tdyn writes it
             if executor == "slurm":
                 runs.record(out, SUBMITIT)   # submitit's folder there is tdyn's (for --force)
-            ids = identities(jobs)
-            check_runs(out, ids)
-            return _run(spec, jobs, out, ex, progress, ids)
+            want = identities(jobs)
+            legacy = identities(jobs, legacy=True) if (out / runs.SWEEP).exists() else None
+            ids = check_runs(out, want, legacy)
+            return _run(spec, jobs, out, ex, progress, ids, want)
     finally:
         if executor_obj is None:
             ex.shutdown()
@@ -303,7 +348,7 @@ def _refuse_foreign(out: Path) -> None:
 
 
 def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: bool,
-         ids: dict[str, str] | None = None) -> dict[str, str]:
+         ids: dict[str, str] | None = None, want: dict[str, str] | None = None) -> dict[str, str]:
     status: dict[str, str] = {}
     errors: dict[str, str] = {}
     args = {j.id: (str(out / runs.JOBS / j.id), j.config, [str(out / r.name) for r in j.runs])
@@ -333,6 +378,8 @@ def _run(spec: SweepSpec, jobs: list[JobPlan], out: Path, ex: Any, progress: boo
         status.update(res)
         for d in args[jid][2]:   # every run of a job that came back has a status
             status.setdefault(Path(d).name, "failed")
+        if ids is not None and want is not None:
+            _settle(args[jid][2], ids, want)
         pending.pop(jid)
         if watch is not None:
             watch.job_done(jid, status)

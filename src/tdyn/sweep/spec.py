@@ -2,7 +2,8 @@
 
 A spec names a base (experiment or config file, or an inline ``config``), base overrides, axes
 (``grid``: product; ``zip``: lists taken together; ``random``: ``n`` seeded samples) and ``seeds``.
-Every cell × seed is one run with a stable directory name derived from its overrides. Runs that
+Every cell × seed is one run with a stable directory name derived from its overrides
+(:func:`tdyn.runs.run_name`, which names an ensemble's members too). Runs that
 differ only in seed, learning rates (``optim.groups.<g>.lr``) or init scale are trained as one
 ensemble job.
 """
@@ -22,12 +23,13 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tdyn.config import (_parse_scalar, apply_overrides, check_unique_overrides, format_validation_error,
                          is_file_source, packaged, read_config_file, read_source, validate_config)
+from tdyn.runs import INIT_AXIS, LR_AXIS, run_name
 from tdyn.errors import ConfigError, check_arg
 from tdyn.schema import Strict, check_finite
 from tdyn.train.trainer import check_resources, expand_members
 
-_LR_KEY = re.compile(r"^optim\.groups\.([^.]+)\.lr$")
-INIT_KEY = "init_scale"
+_LR_KEY = re.compile("^" + re.escape(LR_AXIS).replace(re.escape("{}"), "([^.]+)") + "$")   # optim.groups.<g>.lr
+INIT_KEY = INIT_AXIS
 
 
 class RandomAxis(Strict):
@@ -333,16 +335,6 @@ def cells(spec: SweepSpec) -> list[dict[str, Any]]:
     return [g | z | r for g in grid for z in zipped for r in rand]
 
 
-def _fmt(v: Any) -> str:
-    return f"{v:g}" if isinstance(v, float) else json.dumps(v, separators=(",", ":")) if isinstance(v, (list, dict)) else str(v)
-
-
-def run_name(axes: dict[str, Any], seed: int) -> str:
-    """A stable, filesystem-safe directory name from a run's overrides."""
-    parts = [f"{k}={_fmt(v)}" for k, v in axes.items()] + [f"seed={seed}"]
-    return re.sub(r"[^A-Za-z0-9_.,=+-]", "-", "__".join(parts))
-
-
 @dataclasses.dataclass
 class Run:
     name: str
@@ -432,5 +424,6 @@ def plan(spec: SweepSpec) -> list[JobPlan]:
                 jobs.append(JobPlan(f"job{len(jobs):04d}", d, runs_))
     names = [r.name for j in jobs for r in j.runs]
     if len(set(names)) != len(names):
-        raise ConfigError("sweep: two runs have the same overrides; axes must not repeat values")
+        same = next(n for n in names if names.count(n) > 1)
+        raise ConfigError(f"sweep: two runs are named {same!r} (the same overrides); axes must not repeat values")
     return jobs

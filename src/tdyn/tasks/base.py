@@ -57,7 +57,8 @@ from tdyn.seeding import generator, global_rng
 
 @dataclasses.dataclass(frozen=True)
 class Member:
-    """One ensemble member: a seed, its learning rates per parameter group, and an init scale."""
+    """One ensemble member: a seed, its learning rates per parameter group, and an init scale; ``name``: its
+    run directory's name in an ensemble (:func:`tdyn.runs.run_name`, ``optim.groups.Y.lr=0.001__seed=0``)."""
 
     seed: int
     lrs: dict[str, float]

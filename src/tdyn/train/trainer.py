@@ -14,6 +14,7 @@ e.g. running statistics), optimizer state (``optim/...``), random streams (``rng
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import json
@@ -68,29 +69,52 @@ class progress_bar(tqdm):
 # ---------------------------------------------------------------- members and directories
 
 
-def _fmt(v: float) -> str:
-    return f"{v:g}"
+def _member_grid(cfg: RunConfig):
+    """Each member's (seed, learning rates by group, init scale) and what its name shows: the rates its
+    ``ensemble.lrs`` entry sets (None: no ``ensemble.lrs``) and its init scale (None: no ``ensemble.init_scales``)."""
+    base = {g: gc.lr for g, gc in cfg.optim.groups.items()}
+    for seed in cfg.seeds:
+        for lrs in cfg.ensemble.lrs or [{}]:
+            for scale in cfg.ensemble.init_scales or [1.0]:
+                yield seed, base | lrs, scale, (lrs if cfg.ensemble.lrs else None), (
+                    scale if cfg.ensemble.init_scales else None)
 
 
 def expand_members(cfg: RunConfig) -> list[Member]:
-    """Members = seeds × lr sets × init scales, in that order."""
-    base = {g: gc.lr for g, gc in cfg.optim.groups.items()}
-    lr_sets = cfg.ensemble.lrs or [{}]
-    scales = cfg.ensemble.init_scales or [1.0]
-    members = []
-    for seed in cfg.seeds:
-        for lrs in lr_sets:
-            for scale in scales:
-                parts = [f"seed{seed}"]
-                if cfg.ensemble.lrs:
-                    parts += [f"lr{g}{_fmt(v)}" for g, v in sorted(lrs.items())]
-                if cfg.ensemble.init_scales:
-                    parts.append(f"init{_fmt(scale)}")
-                members.append(Member(seed, base | lrs, scale, "_".join(parts)))
+    """Members = seeds × lr sets × init scales, in that order; each named by :func:`tdyn.runs.run_name`
+    (``optim.groups.Y.lr=0.001__init_scale=10__seed=0``), as a sweep names its runs."""
+    members = [Member(seed, lrs, scale, runs.run_name(runs.member_axes(shown, shown_scale), seed))
+               for seed, lrs, scale, shown, shown_scale in _member_grid(cfg)]
     names = [m.name for m in members]
     if len(set(names)) != len(names):
         raise ConfigError("seeds / ensemble.lrs / ensemble.init_scales: members repeat; each must be distinct")
     return members
+
+
+def legacy_member_names(cfg: RunConfig) -> list[str]:
+    """The names an older tdyn gave ``cfg``'s members (``seed0_lrY0.001_init10``), in member order: what a job
+    it wrote records in its ``ensemble.json``, and what its runs' identities carry."""
+    return [runs.legacy_member_name(seed, shown, shown_scale) for seed, _, _, shown, shown_scale in _member_grid(cfg)]
+
+
+def recorded_members(cfg: RunConfig, members: list[Member], recorded: list[str], where: Path) -> list[Member]:
+    """``members`` under the names a job's ``ensemble.json`` (``where``) records: this tdyn's, or an older tdyn's
+    (:func:`legacy_member_names`; the job then continues under them, with a one-line notice, never renamed);
+    any other list is a :class:`tdyn.runs.CorruptFile`."""
+    if recorded == [m.name for m in members]:
+        return members
+    if recorded == legacy_member_names(cfg):
+        global _legacy_noticed
+        if not _legacy_noticed:
+            _legacy_noticed = True
+            log.warning("%s names its members as an older tdyn did (%s, ...): they keep those names "
+                        "(new jobs name them %s, ...)", str(where), recorded[0], members[0].name)
+        return [dataclasses.replace(m, name=r) for m, r in zip(members, recorded)]
+    raise runs.CorruptFile(where, f"lists members {', '.join(recorded)}, but its config makes "
+                                  f"{', '.join(m.name for m in members)}")
+
+
+_legacy_noticed = False
 
 
 def member_configs(cfg: RunConfig, members: list[Member]) -> list[dict]:
@@ -806,9 +830,8 @@ def resume(out: str | Path, *, progress: bool = True) -> list[Path]:
             cfg = runs.load_run_config(out)
             dirs = [out]
         members = expand_members(cfg)
-        if manifest and ens["members"] != [m.name for m in members]:
-            raise runs.CorruptFile(cfg_path, f"lists members {', '.join(ens['members'])}, but its config makes "
-                                             f"{', '.join(m.name for m in members)}")
+        if manifest:   # an older tdyn's job continues under the names it recorded
+            members = recorded_members(cfg, members, ens["members"], cfg_path)
         member_runs = [runs.Run(d) for d in dirs]
         for d in dirs:
             if not locks.holds(d):
