@@ -388,6 +388,10 @@ def plan(spec: SweepSpec) -> list[JobPlan]:
     base = apply_overrides(base_config(spec), spec.set)
     groups: dict[str, list[dict]] = {}
     all_cells = cells(spec)
+    names = sorted(run_name(c, seed) for c in all_cells for seed in spec.seeds)
+    same = [a for a, b in zip(names, names[1:]) if a == b]
+    if same:   # e.g. a rate given twice (1e-3 and 0.001): never one run trained for two, or two in one directory
+        raise ConfigError(f"sweep: two runs are named {same[0]!r} (the same overrides); axes must not repeat values")
     for cell in all_cells:
         fixed = {k: v for k, v in cell.items() if not _LR_KEY.match(k) and k != INIT_KEY}
         groups.setdefault(json.dumps(fixed, sort_keys=True, default=str), []).append(cell)
@@ -422,8 +426,4 @@ def plan(spec: SweepSpec) -> list[JobPlan]:
                 runs_ = [by_member[(m.seed, tuple(sorted({g: m.lrs[g] for g in dict(lr_sets[0])}.items())),
                                     m.init_scale)] for m in members]
                 jobs.append(JobPlan(f"job{len(jobs):04d}", d, runs_))
-    names = [r.name for j in jobs for r in j.runs]
-    if len(set(names)) != len(names):
-        same = next(n for n in names if names.count(n) > 1)
-        raise ConfigError(f"sweep: two runs are named {same!r} (the same overrides); axes must not repeat values")
     return jobs
