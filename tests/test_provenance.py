@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = sorted((ROOT / "docs" / "results").glob("*/results.json"))
 SHARED = ROOT.parent / "shared"
 #: evidence of papers whose text is not among shared/'s: their quotes cannot be checked here, only by hand against
-#: what tdyn could read (icl-gd: the abstract, docs/reproductions/icl-gd.md#paper-and-code)
-NO_TEXT = {"icl-gd"}
+#: what tdyn could read (icl-gd: the abstract, docs/reproductions/icl-gd.md#paper-and-code; birth: the abstract and
+#: the introduction's opening, docs/reproductions/birth.md#paper-and-code)
+NO_TEXT = {"icl-gd", "birth"}
 
 
 def _claims():

@@ -20,7 +20,7 @@ from tdyn.manifest import Paper, Reproduction
 
 #: The built-in papers, in the order the report and the docs show them.
 BUILTIN = ("tdyn.papers.scan_snap", "tdyn.papers.topic", "tdyn.papers.decision_list", "tdyn.papers.real_text",
-           "tdyn.papers.icl_gd")
+           "tdyn.papers.icl_gd", "tdyn.papers.birth")
 
 _PAPERS: dict[str, Paper] = {}
 _builtin_done = False

@@ -1,0 +1,106 @@
+"""Bietti et al. 2023 (docs/reproductions/birth.md): what the reproductions share — the words they quote, a run's
+metrics as rows, the readings of "formed" (the step a curve first reaches a level), paired timing comparisons,
+and the figures' helpers. The reproductions: ``memories``, ``induction``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tdyn import runs, stats
+from tdyn.reproduce.common import grid_dict, reading, with_grid_options  # noqa: F401  (re-exported)
+
+#: where the quoted words stand: the paper's abstract and the first paragraphs of its introduction (its full text
+#: was not available to tdyn; docs/reproductions/birth.md#paper-and-code)
+PAPER = "Bietti et al. 2023"
+QUOTE_BIGRAMS_FIRST = ("By a careful empirical analysis of the training process on a simplified two-layer "
+                       "transformer, we illustrate the fast learning of global bigrams and the slower development "
+                       "of an \u201cinduction head\u201d mechanism for the in-context bigrams.")
+QUOTE_SUCCEED = ("While one-layer transformers fail to reliably predict the in-context bigrams, we find that "
+                 "two-layer transformers succeed by developing an induction head mechanism")
+QUOTE_MEMORIES = ("We highlight the role of weight matrices as associative memories, provide theoretical insights "
+                  "on how gradients enable their learning during training")
+
+#: the probe metrics a row holds (probe/key → column)
+CURVE_KEYS = {"birth.memory/W_O2": "recall_W_O2", "birth.memory/W_K2": "recall_W_K2",
+              "birth.memory/W_K1": "recall_W_K1", "birth.memory/W_K1_64": "recall_W_K1_64",
+              "birth.memory/bigram_kl": "bigram_kl",
+              "birth.icl/loss_out": "loss_out", "birth.icl/acc_out": "acc_out", "birth.icl/acc_first": "acc_first",
+              "birth.icl/loss_bigram": "loss_bigram", "birth.icl/loss_all": "loss_all",
+              "birth.icl/attn1_prev": "attn1_prev", "birth.icl/attn2_ind": "attn2_ind",
+              "birth.icl/acc_out_ood": "acc_out_ood", "birth.icl/loss_out_ood": "loss_out_ood"}
+COLUMNS = ["seed", "step", "train_loss"] + list(CURVE_KEYS.values())
+
+
+def rows_of(run_dir) -> list[dict]:
+    """A run's probe metrics as table rows (NaN where a metric is absent, e.g. bigram_kl without W_F)."""
+    run = runs.Run(run_dir)
+    a = run.arrays()
+    nan = np.full(len(a["step"]), np.nan)
+    cols = {"train_loss": a.get("loss", nan)} | {c: a.get(k, nan) for k, c in CURVE_KEYS.items()}
+    return [{"seed": run.seed, "step": int(s), **{c: float(v[i]) for c, v in cols.items()}}
+            for i, s in enumerate(a["step"])]
+
+
+def by_seed(rows: list[dict], key: str) -> tuple[np.ndarray, list[int], np.ndarray]:
+    """(steps, seeds, values (seeds, steps)) of column ``key``."""
+    steps = np.array(sorted({r["step"] for r in rows}))
+    seeds = sorted({r["seed"] for r in rows})
+    val = {(r["seed"], r["step"]): r[key] for r in rows}
+    return steps, seeds, np.array([[val.get((s, t), np.nan) for t in steps] for s in seeds], dtype=float)
+
+
+def first_step(steps: np.ndarray, values: np.ndarray, level: float, *, above: bool = True) -> float:
+    """The first step at which ``values`` reaches ``level`` (≥ when ``above``, else ≤); NaN if never."""
+    hit = values >= level if above else values <= level
+    idx = np.flatnonzero(hit)
+    return float(steps[idx[0]]) if idx.size else float("nan")
+
+
+def formation_step(steps: np.ndarray, values: np.ndarray, reading_: str, *, above: bool = True) -> float:
+    """The step a curve is "formed" under one reading: ``"abs:L"`` the first step it reaches the level L;
+    ``"rel:f"`` the first step it has made the fraction f of its change from the first to the last value."""
+    kind, x = reading_.split(":")
+    x = float(x)
+    if kind == "abs":
+        return first_step(steps, values, x, above=above)
+    v0, v1 = values[0], values[-1]
+    if not (np.isfinite(v0) and np.isfinite(v1)) or (v1 <= v0 if above else v1 >= v0):
+        return float("nan")       # the curve did not move the claimed way: no formation to time
+    return first_step(steps, values, v0 + x * (v1 - v0), above=above)
+
+
+def ordered(first: list[float], second: list[float], label: str, definition: str) -> dict:
+    """A reading "``first`` forms before ``second``": paired over seeds, t_second − t_first > 0 by 2 SE
+    (:func:`tdyn.stats.decide`); inconclusive with its reason where some seed never formed one of them."""
+    a, b = np.asarray(first, float), np.asarray(second, float)
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return reading(definition, None, name=label, reason="some seed never reached the level in this run",
+                       t_first=list(a), t_second=list(b))
+    m, se = stats.paired(b, a)
+    return reading(definition, stats.decide(m, se), name=label, t_first=list(a), t_second=list(b), mean_gap=m,
+                   se=se, **stats.margin(m, se))
+
+
+def final(rows: list[dict], key: str) -> list[float]:
+    """``key`` at each seed's last step, in seed order."""
+    _, _, v = by_seed(rows, key)
+    return [float(x) for x in v[:, -1]]
+
+
+def initial(rows: list[dict], key: str) -> list[float]:
+    _, _, v = by_seed(rows, key)
+    return [float(x) for x in v[:, 0]]
+
+
+# ---------------------------------------------------------------- figures
+def figure_title(text: str, quick: bool) -> str:
+    """A figure's title, marked when the run used the quick settings."""
+    return text + ("\n[QUICK settings: a pipeline check, not the evidence]" if quick else "")
+
+
+def band(ax, steps, values: np.ndarray, color, label: str, **kw) -> None:
+    """values (seeds, steps): the seed mean as a line and the min–max over seeds as a band."""
+    ax.plot(steps, np.nanmean(values, 0), color=color, label=label, **kw)
+    if values.shape[0] > 1:
+        ax.fill_between(steps, np.nanmin(values, 0), np.nanmax(values, 0), color=color, alpha=0.2, lw=0)

@@ -1,0 +1,163 @@
+"""The bigram language with triggers of Bietti et al. 2023 (docs/reproductions/birth.md#data).
+
+Each sequence z_1 … z_{T+1} over a vocabulary of N tokens is drawn as the authors' ``ihead_data.Dataset.gen_seq``
+draws it:
+
+* K trigger tokens q_1 … q_K: fixed for every sequence (``fixed_triggers``, the authors' ``fixed_special_toks``:
+  the K most frequent tokens of the unigram law π_u) or drawn per sequence from π_u without replacement;
+* one output token o_k per trigger and per sequence, uniform over the output pool (the whole vocabulary; the first
+  ⌊0.75 N⌋ tokens for ``outputs="train"``, the rest for ``outputs="test"``, the authors' ``train_test`` split;
+  or from the trigger's bigram conditional π_b(·|q_k) for ``outputs="bigram"``, their ``bigram_outs``);
+* z_1 ~ π_u, then z_{t+1} = o_k when z_t = q_k, else z_{t+1} ~ π_b(·|z_t).
+
+The model reads x = z_{1..T} and predicts y = z_{2..T+1}. ``occ[t]`` is the authors' ``outputs_seq`` counter: 0 where
+z_t is no trigger, else how many times the trigger z_t has occurred up to t (1: first occurrence, whose next token
+cannot be known from the context; ≥ 2: the in-context bigrams an induction head predicts).
+
+The bigram statistics π_u, π_b (:func:`tables`): ``"tinyshakespeare"`` (default) are the character unigram and
+bigram counts of tiny Shakespeare as the authors' ``data/prepare.py`` counts them, shipped with tdyn as
+``tinyshakespeare_counts.json`` (65 characters; read from the authors' ``data/meta.pkl``, no download at run time);
+``"dirichlet"`` is a synthetic stand-in: π_u and every row of π_b drawn from a symmetric Dirichlet(α) of
+``dirichlet_seed`` over ``vocab`` tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from importlib import resources
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field, model_validator
+
+from tdyn.schema import Strict
+
+#: the shipped counts (docs/reproductions/birth.md#data)
+COUNTS_FILE = "tinyshakespeare_counts.json"
+#: the authors' train/test split of the output tokens: the first 75 % of the vocabulary for training
+TRAIN_FRACTION = 0.75
+
+
+class BirthData(Strict):
+    """The run config's ``data`` section of the ``birth`` task."""
+
+    bigrams: Literal["tinyshakespeare", "dirichlet"] = Field(
+        "tinyshakespeare", description="the global bigram law: tiny Shakespeare's character counts (the authors') "
+                                       "or a synthetic Dirichlet one")
+    vocab: int = Field(65, ge=4, le=4096, description="N for bigrams = dirichlet (tinyshakespeare: 65, fixed)")
+    dirichlet_alpha: float = Field(0.1, gt=0, description="α of the synthetic Dirichlet(α) rows")
+    dirichlet_seed: int = Field(0, description="seed of the synthetic bigram law (one law for every member)")
+    k: int = Field(5, ge=0, le=64, description="K, trigger tokens per sequence (the authors' data_args.k)")
+    fixed_triggers: bool = Field(True, description="the K most frequent tokens for every sequence (the authors' "
+                                                   "fixed_special_toks); false: drawn per sequence from π_u")
+    outputs: Literal["uniform", "train", "test", "bigram"] = Field(
+        "uniform", description="output tokens: uniform over the vocabulary, over its first 75 % (train) or last "
+                               "25 % (test), or from the trigger's bigram conditional")
+    ood_outputs: Literal["none", "test", "bigram"] = Field(
+        "none", description="a second probe set whose output tokens come from this pool (held-out outputs)")
+    T: int = Field(256, ge=2, le=8192, description="sequence length (the authors' seq_length)")
+    batch_size: int = Field(512, ge=1, le=1 << 20, description="sequences per training step")
+    loss_on: Literal["outputs", "all"] = Field(
+        "outputs", description="the training loss on positions with occ ≥ 2 (the authors' loss_head_only) or on "
+                               "every position")
+    probe_size: int = Field(512, ge=1, le=1 << 16, description="sequences of the fixed probe set (the authors' "
+                                                                "test batch: 512 from rng 0)")
+    probe_seed: int = Field(0, description="seed of the probe set, the same for every member")
+
+    @model_validator(mode="after")
+    def _check(self):
+        N = 65 if self.bigrams == "tinyshakespeare" else self.vocab
+        if self.k > N:
+            raise ValueError(f"k = {self.k} triggers: more than the vocabulary's N = {N} tokens")
+        if self.outputs in ("train", "test") and int(TRAIN_FRACTION * N) in (0, N):
+            raise ValueError(f"outputs = {self.outputs!r}: N = {N} tokens leave an empty train or test pool")
+        return self
+
+
+@dataclasses.dataclass(frozen=True)
+class Tables:
+    """π_u (N,), π_b (N, N) rows summing to 1, float64; ``chars``: the tokens' characters ('' if synthetic)."""
+    unigram: torch.Tensor
+    bigram: torch.Tensor
+    chars: str
+
+    @property
+    def N(self) -> int:
+        return self.unigram.shape[0]
+
+
+@functools.lru_cache(maxsize=1)
+def _counts() -> dict:
+    return json.loads(resources.files("tdyn.papers.birth").joinpath(COUNTS_FILE).read_text(encoding="utf-8"))
+
+
+def tables(dc: BirthData) -> Tables:
+    """The global unigram and bigram laws of the config (see the module docstring)."""
+    if dc.bigrams == "tinyshakespeare":
+        c = _counts()
+        uni = torch.tensor(c["unigrams"], dtype=torch.float64)
+        big = torch.tensor(c["bigrams"], dtype=torch.float64)
+        return Tables(uni / uni.sum(), big / big.sum(1, keepdim=True), c["chars"])
+
+    rows = torch.from_numpy(np.random.default_rng(dc.dirichlet_seed).dirichlet(
+        np.full(dc.vocab, dc.dirichlet_alpha), size=dc.vocab + 1))
+    rows = rows / rows.sum(-1, keepdim=True)
+    return Tables(rows[0], rows[1:], "")
+
+
+def triggers_fixed(tb: Tables, k: int) -> torch.Tensor:
+    """The K most frequent tokens (the authors' ``marginal.argsort()[N − K:]``, in that order), (K,)."""
+    return tb.unigram.argsort()[tb.N - k:]
+
+
+def output_pool(N: int, outputs: str) -> tuple[int, int]:
+    """[lo, hi) of the tokens an output is drawn from uniformly (``outputs`` uniform / train / test)."""
+    n_train = int(TRAIN_FRACTION * N)
+    return {"uniform": (0, N), "train": (0, n_train), "test": (n_train, N)}[outputs]
+
+
+def sample(n: int, T: int, tb: Tables, k: int, gen: torch.Generator, *, fixed_triggers: bool = True,
+           outputs: str = "uniform") -> dict[str, torch.Tensor]:
+    """``n`` sequences: ``x`` (n, T) tokens z_1..z_T, ``y`` (n, T) the next tokens z_2..z_{T+1}, ``occ`` (n, T) the
+    trigger-occurrence counter (int64), ``q`` (n, K) the triggers and ``o`` (n, K) their outputs.
+
+    Drawn from ``gen`` in this order: the triggers (when not fixed: Gumbel top-K of log π_u, which is sampling
+    without replacement ∝ π_u), the outputs, z_1, then T uniforms for the chain (inverse CDF of π_b(·|z_t))."""
+    N = tb.N
+    if k and fixed_triggers:
+        q = triggers_fixed(tb, k).expand(n, k)
+    elif k:
+        gumbel = -torch.log(-torch.log(torch.rand(n, N, generator=gen, dtype=torch.float64)))
+        q = (tb.unigram.log() + gumbel).topk(k, dim=1).indices
+    else:
+        q = torch.zeros(n, 0, dtype=torch.long)
+    if outputs == "bigram":
+        cdf = tb.bigram.cumsum(1)[q]                                  # (n, K, N)
+        u = torch.rand(n, k, 1, generator=gen, dtype=torch.float64)
+        o = (u > cdf).sum(-1).clamp_max(N - 1)
+    else:
+        lo, hi = output_pool(N, outputs)
+        o = torch.randint(lo, hi, (n, k), generator=gen)
+    # out_of[b, v] = the output of token v in sequence b (−1: v is no trigger there)
+    out_of = torch.full((n, N), -1, dtype=torch.long)
+    out_of.scatter_(1, q, o)
+    cdf_u = tb.unigram.cumsum(0)
+    cdf_b = tb.bigram.cumsum(1)
+    z = torch.empty(n, T + 1, dtype=torch.long)
+    z[:, 0] = torch.searchsorted(cdf_u, torch.rand(n, generator=gen, dtype=torch.float64)).clamp_max(N - 1)
+    u = torch.rand(n, T, generator=gen, dtype=torch.float64)
+    occ = torch.zeros(n, T, dtype=torch.long)
+    seen = torch.zeros(n, N, dtype=torch.long)
+    rows = torch.arange(n)
+    for t in range(T):
+        last = z[:, t]
+        forced = out_of[rows, last]
+        is_trig = forced >= 0
+        seen[rows, last] += is_trig.long()
+        occ[:, t] = torch.where(is_trig, seen[rows, last], 0)
+        nxt = (u[:, t, None] > cdf_b[last]).sum(1).clamp_max(N - 1)
+        z[:, t + 1] = torch.where(is_trig, forced, nxt)
+    return {"x": z[:, :T].clone(), "y": z[:, 1:].clone(), "occ": occ, "q": q.clone(), "o": o}

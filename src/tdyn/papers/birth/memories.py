@@ -1,0 +1,186 @@
+"""Bietti et al. 2023, the memories' formation over training (``birth/memories``;
+docs/reproductions/birth.md#birthmemories).
+
+Phases: ``plan`` trains one ensemble of seeds on the authors' README task (K = 5 fixed triggers, loss on the
+in-context outputs, SGD with momentum); ``measure`` reads each member's probes (table memories: the recall of
+W_O², W_K², W_K¹, the in-context accuracy and the attention probes every ``probe_every`` steps); ``judge`` and
+``draw`` read that table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from pydantic import Field
+
+from tdyn import stats
+from tdyn.papers.birth.analysis import (COLUMNS, PAPER, QUOTE_MEMORIES, QUOTE_SUCCEED, band, by_seed, figure_title,
+                                        final, formation_step, grid_dict, initial, ordered, reading, rows_of,
+                                        with_grid_options)
+from tdyn.papers.birth.task import birth_config
+from tdyn.reproduce.common import claim
+from tdyn.reproduce.phases import Phases, Tables, register_phases
+from tdyn.reproduce.registry import ReproduceContext
+from tdyn.report import style
+from tdyn.schema import Strict
+
+#: tdyn's readings, fixed before any run (docs/reproductions/birth.md#claims)
+ACC_MIN = 0.9                                      # "reliably predict": in-context accuracy at the end
+FORMED = ("abs:0.5", "abs:0.9", "rel:0.5")         # readings of "formed" (see analysis.formation_step)
+MEMORIES = ("W_O2", "W_K2", "W_K1")                # the order the claim states
+LABELS = {"W_O2": "W_O²", "W_K2": "W_K²", "W_K1": "W_K¹"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The runs: seeds, SGD steps and rate, model width, sequence length, batch, probe cadence and set size."""
+    seeds: list[int]
+    steps: int
+    lr: float
+    d: int
+    T: int
+    batch_size: int
+    probe_every: int
+    probe_size: int
+
+
+QUICK = Settings(seeds=[0, 1], steps=200, lr=0.2, d=64, T=64, batch_size=32, probe_every=10, probe_size=64)
+FULL = Settings(seeds=[0, 1, 2], steps=600, lr=0.2, d=128, T=128, batch_size=64, probe_every=10, probe_size=128)
+
+
+class Options(Strict):
+    """The runs (None: the full or --quick setting)."""
+
+    seeds: list[int] | None = Field(None, description="seeds (one ensemble)")
+    steps: int | None = Field(None, ge=1, description="SGD steps")
+    lr: float | None = Field(None, gt=0, description="SGD learning rate (the authors' README: 0.03 at batch 512)")
+    d: int | None = Field(None, ge=2, description="embedding dimension (the paper: 256)")
+    T: int | None = Field(None, ge=2, description="sequence length (the paper: 256)")
+    batch_size: int | None = Field(None, ge=1, description="sequences per step (the paper: 512)")
+
+
+def settings(ctx: ReproduceContext) -> Settings:
+    return with_grid_options(QUICK if ctx.quick else FULL, ctx.options)
+
+
+def plan(ctx: ReproduceContext) -> dict[str, dict]:
+    st = settings(ctx)
+    return {"memories": birth_config(seeds=st.seeds, steps=st.steps, lr=st.lr, d=st.d, T=st.T,
+                                     batch_size=st.batch_size, probe_every=st.probe_every, probe_size=st.probe_size)}
+
+
+def measure(ctx: ReproduceContext, trained: dict) -> Tables:
+    rows = [r for d in trained["memories"] for r in rows_of(d)]
+    rows.sort(key=lambda r: (r["seed"], r["step"]))
+    return {"memories": rows}
+
+
+def setting_text(st: Settings) -> str:
+    return (f"d = {st.d}, T = {st.T}, K = 5 fixed triggers, tiny Shakespeare bigrams, loss on the in-context outputs, "
+            f"SGD (lr {st.lr:g}, momentum 0.9, weight decay 1e-4), batch {st.batch_size}, {st.steps} steps, seeds "
+            f"{st.seeds}; probes every {st.probe_every} steps on {st.probe_size} fixed sequences")
+
+
+def judge(ctx: ReproduceContext, tables: Tables) -> dict:
+    st = settings(ctx)
+    rows = tables["memories"]
+    setting = setting_text(st)
+    acc, first = final(rows, "acc_out"), final(rows, "acc_first")
+    m, se = stats.mean_se(acc)
+    a1 = stats.paired(final(rows, "attn1_prev"), initial(rows, "attn1_prev"))
+    a2 = stats.paired(final(rows, "attn2_ind"), initial(rows, "attn2_ind"))
+    claims = [claim(
+        "induction_head_forms",
+        f"The two-layer model predicts the in-context bigrams reliably by an induction head ({setting})",
+        source="paper", quote=QUOTE_SUCCEED, paper=PAPER + ", introduction",
+        readings=[reading(f"in-context accuracy (occ ≥ 2) at the end ≥ {ACC_MIN}", stats.decide(m - ACC_MIN, se),
+                          name="accuracy", mean=m, se=se, values=acc, first_occurrence_accuracy=first,
+                          **stats.margin(m - ACC_MIN, se)),
+                  reading("the mechanism: layer-1 attention on the previous token after a trigger, and layer-2 "
+                          "attention on the token after an earlier occurrence, both rise from their init "
+                          "(paired, 2 SE each)",
+                          stats.every_cell({"layer 1": stats.decide(a1[0], a1[1]),
+                                           "layer 2": stats.decide(a2[0], a2[1])})[0],
+                          name="attention", attn1_gain=a1[0], attn1_se=a1[1], attn2_gain=a2[0], attn2_se=a2[1],
+                          attn1_final=final(rows, "attn1_prev"), attn2_final=final(rows, "attn2_ind"))],
+        definition="accuracy: top-1 next-token accuracy at the positions whose token is a trigger seen before in the "
+                   "sequence (occ ≥ 2, the authors' acc_end); first occurrences (occ = 1) cannot be predicted from the "
+                   f"context and are reported beside it. {ACC_MIN} is tdyn's reading of 'reliably', fixed before the runs",
+        measured="final in-context accuracy; attention probes' gain over training", expected=f"≥ {ACC_MIN}; gains > 0")]
+    rec = {mem: final(rows, f"recall_{mem}") for mem in MEMORIES}
+    rec0 = {mem: initial(rows, f"recall_{mem}") for mem in MEMORIES}
+    rds = []
+    for mem in MEMORIES:
+        dm, dse = stats.paired(rec[mem], rec0[mem])
+        rds.append(reading(f"recall of {mem} rises from init to the end (paired, 2 SE)", stats.decide(dm, dse),
+                           name=mem, initial=rec0[mem], final=rec[mem], **stats.margin(dm, dse)))
+    claims.append(claim(
+        "memories_are_learned",
+        f"Each trained matrix becomes an associative memory of its pairs: its recall rises over training ({setting})",
+        readings=rds, source="paper", quote=QUOTE_MEMORIES, paper=PAPER + ", abstract",
+        definition="recall (theory.recall_scores, the authors' memory probes): W_O²: fraction of output tokens k with "
+                   "argmax_j W_U(j)ᵀ W_O² W_V² w_E(k) = k; W_K²: fraction of triggers k with argmax_k' w_E(k)ᵀ W_K² "
+                   "W_O¹ W_V¹ w_E(k') = k (chance 1/K); W_K¹: fraction of positions t+1 with argmax_s p_{t+1}ᵀ W_K¹ p_s "
+                   "= t (chance 1/(T−1))", measured="final − initial recall per matrix", expected="> 0 by 2 SE"))
+    order_rds = []
+    times = {}
+    for rd in FORMED:
+        t = {}
+        for mem in MEMORIES:
+            steps, _, v = by_seed(rows, f"recall_{mem}")
+            t[mem] = [formation_step(steps, v[i], rd) for i in range(v.shape[0])]
+        times[rd] = t
+        what = (f"recall first ≥ {rd.split(':')[1]}" if rd.startswith("abs") else
+                f"recall first past {float(rd.split(':')[1]):.0%} of its rise from init to the end")
+        a = ordered(t["W_O2"], t["W_K2"], f"{rd}: W_O2 before W_K2", f"formed = {what}; W_O² before W_K²")
+        b = ordered(t["W_K2"], t["W_K1"], f"{rd}: W_K2 before W_K1", f"formed = {what}; W_K² before W_K¹")
+        order_rds += [a, b]
+    claims.append(claim(
+        "memory_order",
+        f"The memories form in the order W_O² (output), then W_K² (induction key-query), then W_K¹ (previous-token "
+        f"key-query) ({setting})", readings=order_rds, source="derived",
+        derived="the issue's reading of the paper (its theory's top-down gradient steps and its recall probes over "
+                "training), which tdyn could not read in full: the order as measured on trained ensembles, each "
+                "reading of 'formed' side by side",
+        paper=PAPER + ", abstract: " + QUOTE_MEMORIES,
+        definition="for each reading of 'formed' (first step with recall ≥ 0.5; ≥ 0.9; past half of its rise), the "
+                   "formation steps of two memories compared per seed (paired, 2 SE, at the probe cadence); a reading "
+                   "holds when both comparisons hold; readings combined by tdyn.stats.combine",
+        measured="formation steps per memory and seed", expected="t(W_O²) < t(W_K²) < t(W_K¹)",
+        formation_steps=times))
+    return {"experiment": "birth/memories", "claims": claims, "settings": grid_dict(st),
+            "final": {k: final(rows, k) for k in ("recall_W_O2", "recall_W_K2", "recall_W_K1", "acc_out", "acc_first",
+                                                  "loss_out", "attn1_prev", "attn2_ind")},
+            "definitions": {"occ": "the authors' outputs_seq counter: how many times the current trigger has occurred",
+                            "loss": "cross-entropy of the next token at occ ≥ 2 (the authors' loss_head_only)"}}
+
+
+def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    rows = tables["memories"]
+    style.apply()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for i, mem in enumerate(MEMORIES):
+        steps, _, v = by_seed(rows, f"recall_{mem}")
+        band(a1, steps, v, style.PALETTE[i], f"{LABELS[mem]} recall")
+    a1.set(xlabel="training step", ylabel="memory recall", ylim=(-0.02, 1.02), title="Memory recall probes")
+    a1.legend(fontsize=8)
+    for i, (key, lab) in enumerate((("acc_out", "in-context accuracy (occ ≥ 2)"), ("acc_first", "first occurrences"),
+                                    ("attn1_prev", "layer-1 attention on previous token"),
+                                    ("attn2_ind", "layer-2 induction attention"))):
+        steps, _, v = by_seed(rows, key)
+        band(a2, steps, v, style.PALETTE[i + 3], lab)
+    a2.set(xlabel="training step", ylabel="fraction", ylim=(-0.02, 1.02), title="In-context prediction")
+    a2.legend(fontsize=8)
+    fig.suptitle(figure_title("Birth of the induction head: memories over training (lines: seed mean; bands: "
+                              "min–max)", ctx.quick))
+    fig.subplots_adjust(top=0.8 if ctx.quick else 0.86, wspace=0.3)
+    style.save(fig, Path(ctx.out) / "memories.png")
+    return ["memories.png"]
+
+
+PHASES = Phases(plan=plan, measure=measure, judge=judge, draw=draw, tables=("memories",),
+                columns={"memories": COLUMNS})
+register_phases("birth/memories", PHASES, options=Options)

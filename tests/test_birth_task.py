@@ -1,0 +1,86 @@
+"""The ``birth`` task through the trainer, the reproductions end to end at small settings, the CLI's refusals
+(docs/reproductions/birth.md#tests)."""
+
+import json
+
+import pytest
+import torch
+
+from tdyn import runs
+from tdyn.papers.birth.task import birth_config
+from tdyn.train.trainer import train
+
+
+def _cfg(seeds, steps=6, **kw):
+    return birth_config(seeds=seeds, steps=steps, d=16, T=16, batch_size=8, probe_every=3, probe_size=8, lr=0.2, **kw)
+
+
+def test_an_ensemble_member_equals_its_run_alone(tmp_path):
+    both = train(_cfg([0, 1], final_ffn=True, loss_on="all"), tmp_path / "both", progress=False)
+    alone = train(_cfg([1], final_ffn=True, loss_on="all"), tmp_path / "alone", progress=False)
+    # the same trajectory to float32 rounding (batched products of S members round differently from one)
+    for ra, rb in zip(runs.Run(both[1]).metrics, runs.Run(alone[0]).metrics):
+        for k in ("loss", "birth.icl/loss_out", "birth.icl/acc_out", "birth.memory/bigram_kl"):
+            assert ra[k] == pytest.approx(rb[k], rel=1e-4, abs=1e-5), (ra["step"], k)
+    for name, p in runs.Run(alone[0]).params().items():
+        torch.testing.assert_close(p, runs.Run(both[1]).params()[name], rtol=1e-4, atol=1e-5)
+    assert [r["loss"] for r in runs.Run(both[0]).metrics] != [r["loss"] for r in runs.Run(both[1]).metrics]
+
+
+def test_training_lowers_the_loss_and_logs_the_probes(tmp_path):
+    cfg = birth_config(seeds=[0], steps=60, d=32, T=32, batch_size=16, probe_every=20, probe_size=16, lr=0.2,
+                       data={"ood_outputs": "test", "outputs": "train"})
+    (d,) = train(cfg, tmp_path / "r", progress=False)
+    m = runs.Run(d).metrics
+    assert m[-1]["birth.icl/loss_out"] < m[0]["birth.icl/loss_out"] - 0.2
+    keys = {"birth.memory/W_O2", "birth.memory/W_K2", "birth.memory/W_K1", "birth.memory/W_K1_64",
+            "birth.icl/acc_out", "birth.icl/acc_first", "birth.icl/attn1_prev", "birth.icl/attn2_ind",
+            "birth.icl/acc_out_ood", "birth.icl/loss_out_ood"}
+    assert keys <= set(m[-1])
+    assert "birth.memory/bigram_kl" not in m[-1]            # no W_F, no bigram memory to measure
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,table", [("birth/memories", "memories"), ("birth/induction", "induction")])
+def test_reproduction_runs_end_to_end(tmp_path, cli, name, table):
+    out = tmp_path / "r"
+    r = cli("reproduce", name, "--quick", "--out", str(out), "--quiet", "--steps", "20")
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads((out / "results.json").read_text())
+    assert {c["source"] for c in res["claims"]} == {"paper", "derived"}
+    assert all(c["verdict"] in ("holds", "fails", "inconclusive") for c in res["claims"])
+    assert (out / f"{table}.csv").exists() and (out / f"{table}.png").exists()
+    j = cli("reproduce", name, "--judge-only", "--out", str(out), "--quiet")
+    assert j.returncode == 0, j.stderr[-2000:]
+
+
+@pytest.mark.parametrize("args,words", [
+    (["reproduce", "birth/memories", "--steps", "0"], "steps"),
+    (["reproduce", "birth/induction", "--d", "1"], "d"),
+    (["reproduce", "birth/memories", "--lr", "-1"], "lr"),
+])
+def test_bad_options_exit_2_with_one_line(tmp_path, cli, args, words):
+    r = cli(*args, "--out", str(tmp_path / "x"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("setting,words", [("data.k=70", "data.k"), ("data.bigrams=bogus", "data.bigrams"),
+                                           ("model.d=1", "model.d"), ("data.outputs=half", "data.outputs")])
+def test_bad_configs_exit_2_with_one_line(tmp_path, cli, setting, words):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(_cfg([0])))
+    r = cli("run", str(cfg), "--set", setting, "--out", str(tmp_path / "x"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
+
+
+def test_the_dirichlet_vocabulary_check_exits_2(tmp_path, cli):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(_cfg([0], data={"bigrams": "dirichlet", "vocab": 8, "k": 9})))
+    r = cli("run", str(cfg), "--out", str(tmp_path / "x"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "vocabulary" in r.stderr, r.stderr
+
+
+def test_the_paper_is_listed(cli):
+    r = cli("list")
+    assert r.returncode == 0
+    assert "birth/memories" in r.stdout and "birth/induction" in r.stdout and "birth.memory" in r.stdout
