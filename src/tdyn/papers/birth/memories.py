@@ -133,9 +133,12 @@ def judge(ctx: ReproduceContext, tables: Tables) -> dict:
         times[rd] = t
         what = (f"recall first ≥ {rd.split(':')[1]}" if rd.startswith("abs") else
                 f"recall first past {float(rd.split(':')[1]):.0%} of its rise from init to the end")
-        a = ordered(t["W_O2"], t["W_K2"], f"{rd}: W_O2 before W_K2", f"formed = {what}; W_O² before W_K²")
-        b = ordered(t["W_K2"], t["W_K1"], f"{rd}: W_K2 before W_K1", f"formed = {what}; W_K² before W_K¹")
-        order_rds += [a, b]
+        a = ordered(t["W_O2"], t["W_K2"], "W_O2 before W_K2", f"formed = {what}; W_O² before W_K²")
+        b = ordered(t["W_K2"], t["W_K1"], "W_K2 before W_K1", f"formed = {what}; W_K² before W_K¹")
+        held, why = stats.every_cell({a["name"]: a["held"], b["name"]: b["held"]})
+        order_rds.append(reading(f"formed = {what}: W_O² before W_K² and W_K² before W_K¹ (both comparisons)", held,
+                                 name=rd, reason=why if held is None else None,
+                                 comparisons={"W_O2 before W_K2": a, "W_K2 before W_K1": b}))
     claims.append(claim(
         "memory_order",
         f"The memories form in the order W_O² (output), then W_K² (induction key-query), then W_K¹ (previous-token "
@@ -146,7 +149,8 @@ def judge(ctx: ReproduceContext, tables: Tables) -> dict:
         paper=PAPER + ", abstract: " + QUOTE_MEMORIES,
         definition="for each reading of 'formed' (first step with recall ≥ 0.5; ≥ 0.9; past half of its rise), the "
                    "formation steps of two memories compared per seed (paired, 2 SE, at the probe cadence); a reading "
-                   "holds when both comparisons hold; readings combined by tdyn.stats.combine",
+                   "holds when both comparisons hold and fails when either fails (tdyn.stats.every_cell); the readings "
+                   "combined by tdyn.stats.combine",
         measured="formation steps per memory and seed", expected="t(W_O²) < t(W_K²) < t(W_K¹)",
         formation_steps=times))
     return {"experiment": "birth/memories", "claims": claims, "settings": grid_dict(st),
