@@ -90,6 +90,38 @@ def test_train_and_test_pools_and_random_triggers():
     assert all(len(set(r.tolist())) == 7 for r in q)                            # without replacement
 
 
+@pytest.mark.parametrize("pool,lo,hi", [("train", 0, 48), ("test", 48, 65)])
+def test_trigger_pools_draw_only_from_their_tokens(pool, lo, hi):
+    # brute force over 4000 sequences of K = 5: every trigger inside the pool, 5 distinct per sequence, the occurrence
+    # counter fires only on them, and every pool token with π_u mass ≥ 1e-3 is drawn at least once
+    b = bd.sample(4000, 24, TB, 5, torch.Generator().manual_seed(6), fixed_triggers=False, triggers=pool)
+    q = b["q"]
+    assert int(q.min()) >= lo and int(q.max()) < hi
+    assert all(len(set(r.tolist())) == 5 for r in q)
+    inside = torch.zeros(len(q), TB.N, dtype=torch.bool)
+    inside.scatter_(1, q, True)
+    trig_at = torch.gather(inside, 1, b["x"])                      # is z_t one of its sequence's triggers
+    assert torch.equal(trig_at, b["occ"] > 0)
+    drawn = set(q.flatten().tolist())
+    frequent = {v for v in range(lo, hi) if float(TB.unigram[v]) >= 1e-3}
+    assert frequent <= drawn and len(frequent) >= 5
+
+
+def test_a_trigger_pool_is_pi_u_restricted_to_it():
+    # K = 1: one draw from π_u conditioned on the pool, within 5 standard errors per token on 20000 draws
+    n = 20000
+    for pool, (lo, hi) in (("train", (0, 48)), ("test", (48, 65))):
+        q = bd.sample(n, 2, TB, 1, torch.Generator().manual_seed(7), fixed_triggers=False, triggers=pool)["q"][:, 0]
+        freq = torch.bincount(q, minlength=TB.N).to(F64) / n
+        law = torch.zeros(TB.N, dtype=F64)
+        law[lo:hi] = TB.unigram[lo:hi] / TB.unigram[lo:hi].sum()
+        assert float((freq - law).abs().max()) < 5 * math.sqrt(0.25 / n), pool
+    # the pool "all" keeps the draws of the sampler without a pool (the committed evidence's streams)
+    a = bd.sample(50, 8, TB, 5, torch.Generator().manual_seed(8), fixed_triggers=False)
+    c = bd.sample(50, 8, TB, 5, torch.Generator().manual_seed(8), fixed_triggers=False, triggers="all")
+    assert all(torch.equal(a[k], c[k]) for k in a)
+
+
 def test_sampling_is_seeded_and_the_dirichlet_law_is_a_law():
     a = bd.sample(8, 16, TB, 5, torch.Generator().manual_seed(5))
     b = bd.sample(8, 16, TB, 5, torch.Generator().manual_seed(5))
@@ -102,6 +134,13 @@ def test_sampling_is_seeded_and_the_dirichlet_law_is_a_law():
 def test_bad_data_configs_are_refused():
     with pytest.raises(ValueError, match="more than the vocabulary"):
         bd.BirthData(bigrams="dirichlet", vocab=8, k=9)
+    with pytest.raises(ValueError, match="data.fixed_triggers = false"):
+        bd.BirthData(triggers="train")
+    with pytest.raises(ValueError, match="data.triggers = 'train'"):
+        bd.BirthData(fixed_triggers=False, ood_triggers="test")
+    with pytest.raises(ValueError, match="17 tokens of the trigger pool 'test'"):
+        bd.BirthData(fixed_triggers=False, triggers="train", ood_triggers="test", k=18)
+    bd.BirthData(fixed_triggers=False, triggers="train", ood_triggers="test", k=17)     # the largest K that fits
 
 
 # ---------------------------------------------------------------- associative memories

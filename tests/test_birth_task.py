@@ -40,6 +40,38 @@ def test_training_lowers_the_loss_and_logs_the_probes(tmp_path):
     assert "birth.memory/bigram_kl" not in m[-1]            # no W_F, no bigram memory to measure
 
 
+def test_held_out_trigger_probes(tmp_path):
+    # the probe set of held-out triggers holds only tokens 48–64 as triggers, the training one only 0–47, and both
+    # are measured (a quick run of the heldout-triggers setting)
+    from tdyn.config import load_config
+    from tdyn.tasks import build_task
+    from tdyn.train.trainer import expand_members
+    cfg = _cfg([0], data={"fixed_triggers": False, "triggers": "train", "ood_triggers": "test"})
+    rc = load_config(cfg)
+    task = build_task(rc, expand_members(rc))
+    ps = task.probe_set
+    assert int(ps["x"][ps["occ"] > 0].max()) < 48 and int(ps["x_tood"][ps["occ_tood"] > 0].min()) >= 48
+    assert (ps["occ_tood"] >= 2).any()
+    assert task.triggers.tolist() == list(range(48)) and task.triggers_ood.tolist() == list(range(48, 65))
+    (d,) = train(cfg, tmp_path / "r", progress=False)
+    last = runs.Run(d).metrics[-1]
+    for k in ("birth.icl/acc_out_tood", "birth.icl/loss_out_tood", "birth.icl/attn2_ind_tood",
+              "birth.memory/W_K2_ood"):
+        assert 0 <= last[k] < 10, k
+
+
+def test_heldout_triggers_runs_end_to_end(tmp_path, cli):
+    out = tmp_path / "r"
+    r = cli("reproduce", "birth/heldout-triggers", "--quick", "--out", str(out), "--quiet", "--steps", "10",
+            "--d", "16", "--T", "16", "--batch-size", "8")
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads((out / "results.json").read_text())
+    assert [c["id"] for c in res["claims"]] == ["induction_with_random_triggers", "induction_on_heldout_triggers"]
+    assert all(c["source"] == "derived" and c["verdict"] in ("holds", "fails", "inconclusive") for c in res["claims"])
+    assert (out / "triggers.csv").exists() and (out / "triggers.png").exists()
+    assert "acc_out_tood" in (out / "triggers.csv").read_text().splitlines()[0]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name,table", [("birth/memories", "memories"), ("birth/induction", "induction")])
 def test_reproduction_runs_end_to_end(tmp_path, cli, name, table):
@@ -58,6 +90,8 @@ def test_reproduction_runs_end_to_end(tmp_path, cli, name, table):
     (["reproduce", "birth/memories", "--steps", "0"], "steps"),
     (["reproduce", "birth/induction", "--d", "1"], "d"),
     (["reproduce", "birth/memories", "--lr", "-1"], "lr"),
+    (["reproduce", "birth/heldout-triggers", "--steps", "0"], "steps"),
+    (["reproduce", "birth/heldout-triggers", "--batch-size", "0"], "batch"),
 ])
 def test_bad_options_exit_2_with_one_line(tmp_path, cli, args, words):
     r = cli(*args, "--out", str(tmp_path / "x"))
@@ -65,7 +99,10 @@ def test_bad_options_exit_2_with_one_line(tmp_path, cli, args, words):
 
 
 @pytest.mark.parametrize("setting,words", [("data.k=70", "data.k"), ("data.bigrams=bogus", "data.bigrams"),
-                                           ("model.d=1", "model.d"), ("data.outputs=half", "data.outputs")])
+                                           ("model.d=1", "model.d"), ("data.outputs=half", "data.outputs"),
+                                           ("data.triggers=train", "data.triggers"),
+                                           ("data.triggers=half", "data.triggers"),
+                                           ("data.ood_triggers=test", "data.ood_triggers")])
 def test_bad_configs_exit_2_with_one_line(tmp_path, cli, setting, words):
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps(_cfg([0])))
@@ -84,3 +121,4 @@ def test_the_paper_is_listed(cli):
     r = cli("list")
     assert r.returncode == 0
     assert "birth/memories" in r.stdout and "birth/induction" in r.stdout and "birth.memory" in r.stdout
+    assert "birth/heldout-triggers" in r.stdout

@@ -5,7 +5,7 @@ matrices behave as associative memories; the induction head forms from three of 
 The package: ``data`` (the distribution, with tiny Shakespeare's character statistics shipped as
 ``tinyshakespeare_counts.json``), ``model`` (the equations), ``kernels`` (the fused speed path), ``task``,
 ``probes`` (memory recall, in-context measures), ``theory`` (associative memories, the induction-head memories),
-``analysis`` (what the reproductions share), the reproductions (``memories``, ``induction``, each as phases),
+``analysis`` (what the reproductions share), the reproductions (``memories``, ``induction``, ``heldout_triggers``, each as phases),
 ``bench``, and this manifest (read without importing any of them)."""
 
 from tdyn.manifest import Paper, Reproduction
@@ -32,6 +32,9 @@ MANIFEST = Paper(
         "birth/induction": Reproduction("tdyn.papers.birth.induction",
             "Global bigrams learnt before the induction head (loss on every token, with W_F); held-out output tokens",
             "reproduces the paper's global-bigrams-first dynamics and the induction head's out-of-distribution accuracy"),
+        "birth/heldout-triggers": Reproduction("tdyn.papers.birth.heldout_triggers",
+            "The induction head on trigger tokens never seen as triggers in training (random triggers, held-out pool)",
+            "extends the paper's induction-head claim to held-out triggers (is W_K²'s memory trigger-specific?)"),
     },
     exports={
         "models": {"MemoryTransformer": "tdyn.papers.birth.model", "BirthModelConfig": "tdyn.papers.birth.model"},

@@ -30,6 +30,11 @@ CURVE_KEYS = {"birth.memory/W_O2": "recall_W_O2", "birth.memory/W_K2": "recall_W
               "birth.icl/attn1_prev": "attn1_prev", "birth.icl/attn2_ind": "attn2_ind",
               "birth.icl/acc_out_ood": "acc_out_ood", "birth.icl/loss_out_ood": "loss_out_ood"}
 COLUMNS = ["seed", "step", "train_loss"] + list(CURVE_KEYS.values())
+#: with held-out triggers (birth/heldout-triggers): W_K²'s recall over them and the in-context measures on them
+TRIGGER_KEYS = {"birth.memory/W_K2_ood": "recall_W_K2_ood", "birth.icl/acc_out_tood": "acc_out_tood",
+                "birth.icl/loss_out_tood": "loss_out_tood", "birth.icl/attn2_ind_tood": "attn2_ind_tood"}
+CURVE_KEYS |= TRIGGER_KEYS
+COLUMNS_TRIGGERS = COLUMNS + list(TRIGGER_KEYS.values())
 
 
 def rows_of(run_dir) -> list[dict]:

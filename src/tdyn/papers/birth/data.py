@@ -4,7 +4,9 @@ Each sequence z_1 … z_{T+1} over a vocabulary of N tokens is drawn as the auth
 draws it:
 
 * K trigger tokens q_1 … q_K: fixed for every sequence (``fixed_triggers``, the authors' ``fixed_special_toks``:
-  the K most frequent tokens of the unigram law π_u) or drawn per sequence from π_u without replacement;
+  the K most frequent tokens of the unigram law π_u) or drawn per sequence from π_u without replacement, over the
+  whole vocabulary or (``triggers``, tdyn's: the authors' code has no such option) over its first ⌊0.75 N⌋ tokens
+  (``"train"``) or the rest (``"test"``), the output split applied to triggers, for held-out triggers;
 * one output token o_k per trigger and per sequence, uniform over the output pool (the whole vocabulary; the first
   ⌊0.75 N⌋ tokens for ``outputs="train"``, the rest for ``outputs="test"``, the authors' ``train_test`` split;
   or from the trigger's bigram conditional π_b(·|q_k) for ``outputs="bigram"``, their ``bigram_outs``);
@@ -26,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 from importlib import resources
 from typing import Literal
 
@@ -58,6 +61,12 @@ class BirthData(Strict):
                                "25 % (test), or from the trigger's bigram conditional")
     ood_outputs: Literal["none", "test", "bigram"] = Field(
         "none", description="a second probe set whose output tokens come from this pool (held-out outputs)")
+    triggers: Literal["all", "train", "test"] = Field(
+        "all", description="with fixed_triggers false: the pool triggers are drawn from, the whole vocabulary or its "
+                           "first 75 % (train) or last 25 % (test) (tdyn's; held-out triggers)")
+    ood_triggers: Literal["none", "test"] = Field(
+        "none", description="a second probe set whose triggers come from the last 25 % of the vocabulary (held-out "
+                            "triggers; needs triggers = train)")
     T: int = Field(256, ge=2, le=8192, description="sequence length (the authors' seq_length)")
     batch_size: int = Field(512, ge=1, le=1 << 20, description="sequences per training step")
     loss_on: Literal["outputs", "all"] = Field(
@@ -74,6 +83,18 @@ class BirthData(Strict):
             raise ValueError(f"k = {self.k} triggers: more than the vocabulary's N = {N} tokens")
         if self.outputs in ("train", "test") and int(TRAIN_FRACTION * N) in (0, N):
             raise ValueError(f"outputs = {self.outputs!r}: N = {N} tokens leave an empty train or test pool")
+        if self.fixed_triggers and (self.triggers != "all" or self.ood_triggers != "none"):
+            raise ValueError(f"data.triggers = {self.triggers!r}, data.ood_triggers = {self.ood_triggers!r}: a "
+                             "trigger pool needs data.fixed_triggers = false (triggers drawn per sequence)")
+        if self.ood_triggers != "none" and self.triggers != "train":
+            raise ValueError(f"data.ood_triggers = {self.ood_triggers!r} holds out the last 25 % of the tokens only "
+                             f"when training triggers come from the first 75 % (data.triggers = 'train', not "
+                             f"{self.triggers!r})")
+        for pool in {self.triggers, "test" if self.ood_triggers != "none" else "all"}:
+            lo, hi = output_pool(N, "uniform" if pool == "all" else pool)
+            if self.k > hi - lo:
+                raise ValueError(f"data.k = {self.k} triggers: more than the {hi - lo} tokens of the trigger pool "
+                                 f"{pool!r} (N = {N})")
         return self
 
 
@@ -120,18 +141,26 @@ def output_pool(N: int, outputs: str) -> tuple[int, int]:
 
 
 def sample(n: int, T: int, tb: Tables, k: int, gen: torch.Generator, *, fixed_triggers: bool = True,
-           outputs: str = "uniform") -> dict[str, torch.Tensor]:
+           outputs: str = "uniform", triggers: str = "all") -> dict[str, torch.Tensor]:
     """``n`` sequences: ``x`` (n, T) tokens z_1..z_T, ``y`` (n, T) the next tokens z_2..z_{T+1}, ``occ`` (n, T) the
     trigger-occurrence counter (int64), ``q`` (n, K) the triggers and ``o`` (n, K) their outputs.
 
     Drawn from ``gen`` in this order: the triggers (when not fixed: Gumbel top-K of log π_u, which is sampling
-    without replacement ∝ π_u), the outputs, z_1, then T uniforms for the chain (inverse CDF of π_b(·|z_t))."""
+    without replacement ∝ π_u; ``triggers`` train / test: restricted to that pool of :func:`output_pool`, i.e. ∝ π_u
+    on the pool), the outputs, z_1, then T uniforms for the chain (inverse CDF of π_b(·|z_t))."""
     N = tb.N
     if k and fixed_triggers:
         q = triggers_fixed(tb, k).expand(n, k)
     elif k:
         gumbel = -torch.log(-torch.log(torch.rand(n, N, generator=gen, dtype=torch.float64)))
-        q = (tb.unigram.log() + gumbel).topk(k, dim=1).indices
+        logp = tb.unigram.log()
+        if triggers != "all":
+            lo, hi = output_pool(N, triggers)
+            if k > hi - lo:
+                raise ValueError(f"k = {k} triggers: more than the {hi - lo} tokens of the trigger pool {triggers!r}")
+            logp = torch.full_like(logp, -math.inf)
+            logp[lo:hi] = tb.unigram[lo:hi].log()
+        q = (logp + gumbel).topk(k, dim=1).indices
     else:
         q = torch.zeros(n, 0, dtype=torch.long)
     if outputs == "bigram":

@@ -75,12 +75,16 @@ def bigram_kl(model: MemoryTransformer, bigram: torch.Tensor, skip: torch.Tensor
 @probe("birth.memory")
 def _memory(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     """Memory recall of W_O², W_K², W_K¹ (the authors' test_wo1, test_wk1, test_wk0; W_K1_64: the first 64
-    positions), and the global-bigram memory's KL when the model has W_F."""
+    positions; W_K2_ood: W_K² over the held-out trigger tokens, with ``ood_triggers``), and the global-bigram
+    memory's KL when the model has W_F."""
     f = ctx.task.facts
     r = th.recall_scores(ctx.model, out_tokens=f["out_tokens"], triggers=f["triggers"])
     out = {"W_O2": r["W_O2"], "W_K2": r["W_K2"], "W_K1": r["W_K1"],
            "W_K1_64": th.recall_scores(ctx.model, out_tokens=f["out_tokens"][:1], triggers=f["triggers"][:1],
                                        cutoff=64)["W_K1"]}
+    if f.get("triggers_ood") is not None:
+        out["W_K2_ood"] = th.recall_scores(ctx.model, out_tokens=f["out_tokens"][:1],
+                                           triggers=f["triggers_ood"], cutoff=2)["W_K2"]
     if ctx.model.cfg.final_ffn:
         out["bigram_kl"] = bigram_kl(ctx.model, f["bigram"], f["triggers"] if ctx.task.data.fixed_triggers
                                      else f["triggers"][:0])
@@ -90,10 +94,15 @@ def _memory(ctx: ProbeContext) -> dict[str, torch.Tensor]:
 @probe("birth.icl")
 def _icl(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     """In-context measures on the probe set (:func:`icl_measures`); with held-out outputs, ``acc_out_ood`` and
-    ``loss_out_ood`` on the second set."""
+    ``loss_out_ood`` on the second set; with held-out triggers, ``acc_out_tood``, ``loss_out_tood`` and
+    ``attn2_ind_tood`` on the set whose triggers are held out."""
     b = ctx.batch
     out = icl_measures(ctx.model, b["x"], b["y"], b["occ"])
     if "x_ood" in b:
         ood = icl_measures(ctx.model, b["x_ood"], b["y_ood"], b["occ_ood"])
         out |= {"acc_out_ood": ood["acc_out"], "loss_out_ood": ood["loss_out"]}
+    if "x_tood" in b:
+        tood = icl_measures(ctx.model, b["x_tood"], b["y_tood"], b["occ_tood"])
+        out |= {"acc_out_tood": tood["acc_out"], "loss_out_tood": tood["loss_out"],
+                "attn2_ind_tood": tood["attn2_ind"]}
     return out

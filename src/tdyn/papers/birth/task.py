@@ -7,7 +7,8 @@ the output tokens from their second occurrence on, occ ≥ 2; or every position)
 Each member draws its matrices from its ``init`` stream in :data:`~tdyn.papers.birth.model.INIT_ORDER` (frozen and
 trained alike, so a member's embeddings depend on its seed only); the member's init scale multiplies the trained
 ones. The probe set is one fixed draw of ``probe_size`` sequences from ``probe_seed`` (the authors' one test
-batch), with a second set whose outputs come from the held-out pool when ``ood_outputs`` is set.
+batch), with a second set whose outputs come from the held-out pool when ``ood_outputs`` is set, and one whose
+triggers come from the held-out pool when ``ood_triggers`` is set (keys ``*_ood`` and ``*_tood``).
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ class BirthTask(Task):
         for i, m in enumerate(members):
             init_member(self.model, i, m.seed, m.init_scale)
         N = tb.N
-        #: the tokens the W_K² recall runs over: the fixed triggers, or every token
-        self.triggers = bd.triggers_fixed(tb, dc.k) if dc.fixed_triggers else torch.arange(N)
+        #: the tokens the W_K² recall runs over: the fixed triggers, or every token of the trigger pool
+        lo, hi = bd.output_pool(N, "uniform" if dc.triggers == "all" else dc.triggers)
+        self.triggers = bd.triggers_fixed(tb, dc.k) if dc.fixed_triggers else torch.arange(lo, hi)
         #: the tokens the W_O² recall runs over: the training output pool (the authors' range(n_train_toks))
         lo, hi = bd.output_pool(N, "train" if dc.outputs == "train" else "uniform")
         self.out_tokens = torch.arange(lo, hi)
@@ -71,12 +73,20 @@ class BirthTask(Task):
         if dc.ood_outputs != "none":
             ood = self._draw(dc.probe_size, g, dc.ood_outputs)
             self.probe_set |= {f"{k}_ood": v for k, v in ood.items()}
-        self.facts = {"triggers": self.triggers, "out_tokens": self.out_tokens,
+        if dc.ood_triggers != "none":
+            tood = self._draw(dc.probe_size, g, dc.outputs, triggers=dc.ood_triggers)
+            self.probe_set |= {f"{k}_tood": v for k, v in tood.items()}
+        #: the held-out trigger tokens (a second W_K² recall runs over them), if any
+        self.triggers_ood = (torch.arange(*bd.output_pool(N, dc.ood_triggers)) if dc.ood_triggers != "none"
+                             else None)
+        self.facts = {"triggers": self.triggers, "triggers_ood": self.triggers_ood, "out_tokens": self.out_tokens,
                       "bigram": tb.bigram.to(dtype), "unigram": tb.unigram.to(dtype)}
 
-    def _draw(self, n: int, gen: torch.Generator, outputs: str) -> dict[str, torch.Tensor]:
+    def _draw(self, n: int, gen: torch.Generator, outputs: str, triggers: str | None = None
+              ) -> dict[str, torch.Tensor]:
         dc = self.data
-        b = bd.sample(n, dc.T, self.tables, dc.k, gen, fixed_triggers=dc.fixed_triggers, outputs=outputs)
+        b = bd.sample(n, dc.T, self.tables, dc.k, gen, fixed_triggers=dc.fixed_triggers, outputs=outputs,
+                      triggers=triggers or dc.triggers)
         return {"x": b["x"], "y": b["y"], "occ": b["occ"]}
 
     def sample(self, gen):
