@@ -122,3 +122,49 @@ def test_the_paper_is_listed(cli):
     assert r.returncode == 0
     assert "birth/memories" in r.stdout and "birth/induction" in r.stdout and "birth.memory" in r.stdout
     assert "birth/heldout-triggers" in r.stdout
+
+
+# ---------------------------------------------------------------- the authors' code in tdyn bench
+def test_the_authors_bench_is_registered_and_skips_without_its_checkout(monkeypatch):
+    from tdyn.bench import BENCHES
+    from tdyn.papers.birth import MANIFEST
+
+    assert MANIFEST.benches["birth_authors"] == "tdyn.papers.birth.bench" and "birth_authors" in BENCHES.table
+    monkeypatch.delenv("TDYN_ANCHOR_BIRTH", raising=False)
+    out = BENCHES.get("birth_authors")(True)
+    assert set(out) == {"skipped"} and "TDYN_ANCHOR_BIRTH" in out["skipped"]
+
+
+def test_the_authors_bench_refuses_a_wrong_checkout_with_one_line(tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("TDYN_ANCHOR_BIRTH", str(tmp_path / "nowhere"))
+    r = cli("bench", "--quick", "--only", "birth_authors", "--out", str(tmp_path / "b.json"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "TDYN_ANCHOR_BIRTH" in r.stderr, r.stderr
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_the_patch_script_applies_the_three_patches_once(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "birth_authors_patch.py"
+    spec = importlib.util.spec_from_file_location("birth_authors_patch", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(SystemExit, match="no checkout"):
+        mod.patch(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "meta.pkl").write_bytes(b"")
+    main = tmp_path / "ihead_basic_main.py"
+    main.write_text("x = torch.zeros(2).cuda()\n    model = Transformer(cfg.model_args)\n    model.cuda()\n"
+                    "    json.dump(dict(cfg), f, sort_keys=True)\n")
+    assert not mod.is_patched(tmp_path)
+    mod.patch(tmp_path)
+    once = main.read_text()
+    assert once == ("x = torch.zeros(2)\n    torch.manual_seed(cfg.seed)\n    model = Transformer(cfg.model_args)\n"
+                    "    model\n    json.dump(OmegaConf.to_container(cfg), f, sort_keys=True)\n")
+    assert mod.is_patched(tmp_path)
+    mod.patch(tmp_path)
+    assert main.read_text() == once                                     # idempotent
+    main.write_text("print('another script')\n")
+    with pytest.raises(SystemExit, match="165e11a"):
+        mod.patch(tmp_path)

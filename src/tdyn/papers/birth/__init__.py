@@ -24,6 +24,7 @@ MANIFEST = Paper(
     benches={
         "birth_steps": "tdyn.papers.birth.bench",
         "birth_data": "tdyn.papers.birth.bench",
+        "birth_authors": "tdyn.papers.birth.bench",
     },
     reproductions={
         "birth/memories": Reproduction("tdyn.papers.birth.memories",

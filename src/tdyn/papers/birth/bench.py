@@ -61,3 +61,102 @@ def _data(quick: bool) -> dict:
         s = seconds(lambda: bd.sample(B, T, tb, 5, g), n)
         out[f"B{B}_T{T}"] = {"batches_per_s": n / s, "sequences_per_s": B * n / s}
     return out
+
+
+#: the environment variable naming a patched checkout of the authors' code (benchmarks/birth_authors_patch.py)
+ANCHOR_ENV = "TDYN_ANCHOR_BIRTH"
+#: an interpreter with torch, numpy and omegaconf for their script (default: this one)
+ANCHOR_PYTHON_ENV = "TDYN_ANCHOR_BIRTH_PYTHON"
+#: the side-by-side setting of docs/reproductions/birth.md#authors-code-side-by-side: d = T = 64, K = 5 fixed
+#: triggers, loss at occ ≥ 2, SGD (lr 0.2, momentum 0.9, weight decay 1e-4), batch 64, one member
+SIDE = {"d": 64, "T": 64, "batch": 64, "lr": 0.2}
+
+
+def authors_command(steps: int, seed: int = 0) -> list[str]:
+    """Their ``ihead_basic_main.py`` arguments at :data:`SIDE` for ``steps`` training steps (steps 0 … steps; only
+    step 0 evaluates), one sampling worker."""
+    s = SIDE
+    return ["ihead_basic_main.py", f"max_iters={steps + 1}", "eval_delta=100000", "log_probes=False",
+            "loss_head_only=True", "data_args.k=5", "data_args.fixed_special_toks=True",
+            f"data_args.seq_length={s['T']}", f"model_args.max_length={s['T']}", "optim_args.use_sgd=True",
+            f"optim_args.learning_rate={s['lr']}", "optim_args.weight_decay=1e-4",
+            f"optim_args.batch_size={s['batch']}", "model_args.final_ffn=False", "model_args.freeze_embeddings=True",
+            "model_args.freeze_output=True", f"model_args.dim={s['d']}", "num_data_workers=1", f"seed={seed}"]
+
+
+def _authors_wall(checkout: str, python: str, steps: int) -> float:
+    """Wall seconds of their script for ``steps`` + 1 training steps (start-up and step 0's evaluation included)."""
+    import os
+    import subprocess
+    import time
+
+    from tdyn.errors import UserError
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    t0 = time.perf_counter()
+    r = subprocess.run([python, *authors_command(steps)], cwd=checkout, env=env, capture_output=True, text=True,
+                       timeout=600 + 5 * steps)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0 or "INFO:root:0 " not in r.stderr:
+        tail = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"{ANCHOR_ENV}: their script failed (exit {r.returncode}): {tail[:300]}")
+    return wall
+
+
+def _authors(checkout: str, steps: int, base: int) -> dict:
+    """Their script in a subprocess, one torch thread, run twice: ``base`` and ``base + steps`` steps after step 0;
+    seconds per step = the difference of the two walls / ``steps`` (start-up, step 0's evaluation and the first
+    ``base`` steps cancel; their script logs no time for a step it does not evaluate)."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from tdyn.errors import UserError
+
+    main = Path(checkout) / "ihead_basic_main.py"
+    if not main.is_file() or not (Path(checkout) / "data" / "meta.pkl").is_file():
+        raise UserError(f"{ANCHOR_ENV}={checkout}: no ihead_basic_main.py and data/meta.pkl there (a checkout of "
+                        "albietz/transformer-birth, patched by benchmarks/birth_authors_patch.py)")
+    src = main.read_text(encoding="utf-8")
+    if ".cuda()" in src or "torch.manual_seed(cfg.seed)" not in src:
+        raise UserError(f"{ANCHOR_ENV}={checkout}: ihead_basic_main.py is not patched (run "
+                        "benchmarks/birth_authors_patch.py on it)")
+    python = os.environ.get(ANCHOR_PYTHON_ENV) or sys.executable
+    short = _authors_wall(checkout, python, base)
+    long = _authors_wall(checkout, python, base + steps)
+    return {"steps": steps, "s_per_step": (long - short) / steps, "wall_short_s": short, "wall_long_s": long,
+            "steps_short": base + 1, "steps_long": base + steps + 1, "python": python}
+
+
+@register_bench("birth_authors")
+def _authors_vs_tdyn(quick: bool) -> dict:
+    """The authors' ``ihead_basic_main.py`` against tdyn at the docs page's side-by-side setting (d = T = 64, K = 5
+    fixed triggers, loss at occ ≥ 2, SGD, batch 64, one member, one thread): seconds per training step of each and
+    their ratio. Theirs in a subprocess from the checkout ``$TDYN_ANCHOR_BIRTH`` names (patched by
+    benchmarks/birth_authors_patch.py; their sampling runs in one worker process beside the step); tdyn's the
+    trainer's step by the speed path plus its sampler's batch (drawn in the same thread). Without the variable:
+    skipped, with the reason."""
+    import os
+
+    checkout = os.environ.get(ANCHOR_ENV)
+    if not checkout:
+        return {"skipped": f"{ANCHOR_ENV} is not set: point it at a checkout of albietz/transformer-birth (commit "
+                           "165e11a) patched by benchmarks/birth_authors_patch.py to time the authors' code"}
+    steps = 30 if quick else 200
+    theirs = _authors(checkout, steps, base=5)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        s = SIDE
+        rc = load_config(birth_config(seeds=[0], d=s["d"], T=s["T"], batch_size=s["batch"], lr=s["lr"], steps=2))
+        task = build_task(rc, expand_members(rc))
+        step = 1.0 / step_rate(task, rc, steps)
+        g = torch.Generator().manual_seed(0)
+        n = max(10, steps // 4)
+        draw = seconds(lambda: task.sample(g), n) / n
+    finally:
+        torch.set_num_threads(threads)
+    ours = step + draw
+    return {"setting": dict(SIDE, k=5, members=1, threads=1), "authors": theirs,
+            "tdyn": {"steps": steps, "s_per_step": ours, "train_step_s": step, "sample_s": draw},
+            "authors_over_tdyn": theirs["s_per_step"] / ours}
