@@ -469,15 +469,20 @@ def test_hessian_blocks_and_closed_form_hvp_vs_dense_hessian(L, n, M, sampler, c
     assert float(v @ H @ v) == pytest.approx(bb.lower, rel=1e-12)
 
 
-def test_probe_lambda_max_agrees_with_lanczos_and_decides_by_bracket_where_tight():
-    """The probe's λ_max (block bracket when its width is ≤ 1e-10, else Lanczos) equals Lanczos to 1e-10; at a
-    large c (result (2)'s regime) the bracket decides, at a small c Lanczos does."""
+@pytest.mark.parametrize("dense_max", [0, 400])
+def test_probe_lambda_max_agrees_with_lanczos_and_decides_by_bracket_where_tight(dense_max, monkeypatch):
+    """The probe's λ_max (the dense closed-form Hessian's top eigenvalue where 2L² ≤ DENSE_MAX, else the block
+    bracket when its width is ≤ 1e-10, else Lanczos) equals Lanczos to 1e-10; with the dense path off, at a large c
+    (result (2)'s regime) the bracket decides, at a small c Lanczos does; with it on (L = 8: 2L² = 128), the dense
+    eigenvalue at both."""
+    from tdyn.papers.decision_list import probes
     from tdyn.papers.decision_list.probes import BRACKET_TOL, lambda_max
 
+    monkeypatch.setattr(probes, "DENSE_MAX", dense_max)
     L, n, M = 8, 7, 2
     task = dl.make_task(L, M, seed=0)
     types = th.enumerate_types(task, n, "B")
-    for c, method in ((1e9, "blocks"), (2.0, "lanczos")):
+    for c, method in ((1e9, "dense" if dense_max else "blocks"), (2.0, "dense" if dense_max else "lanczos")):
         model = _model(L)
         with torch.no_grad():
             model.V.copy_(c * task.P + torch.rand(L, L, generator=torch.Generator().manual_seed(3),

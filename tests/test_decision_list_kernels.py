@@ -75,6 +75,24 @@ def test_kernel_blocks_equal_reference(L, n, M, sampler, scale):
     assert abs(float(np.dot(new.vector, ref.vector))) == pytest.approx(1.0, abs=1e-8)
 
 
+@pytest.mark.parametrize("L,n,M,sampler", [(6, 3, 2, "A"), (8, 3, 2, "B"), (9, 7, 3, "B"), (10, 4, 3, "A")])
+def test_kernel_blocks_by_chunks_of_queries_equal_all_at_once(L, n, M, sampler, monkeypatch):
+    """The kernel works on a few queries' rows at a time (``_CHUNK_ROWS``): one query per chunk gives the same
+    blocks' bracket as all rows at once (to rounding: the products see other row counts) and as the reference,
+    the cheap and the exact β included (the bracket made wide by a small c)."""
+    task = dl.make_task(L, M, seed=1)
+    types = th.enumerate_types(task, n, sampler)
+    model = _model(L, 1.0, 3 * task.P, seed=L)
+    whole = kernels.hessian_blocks(model, task, types)
+    monkeypatch.setattr(kernels, "_CHUNK_ROWS", 1)
+    split = kernels.hessian_blocks(model, task, types)
+    ref = th.hessian_blocks(model, task, types)
+    for new in (whole, split):
+        assert new.lower == pytest.approx(ref.lower, rel=1e-12) and new.c_up == pytest.approx(ref.c_up, rel=1e-12)
+        assert new.beta <= ref.beta * (1 + 1e-8)
+    assert split.beta == pytest.approx(whole.beta, rel=1e-12) and split.upper == pytest.approx(whole.upper, rel=1e-12)
+
+
 def test_kernel_blocks_on_monte_carlo_types_and_after_the_rows_are_cached():
     """Monte Carlo types (sorted samples with repeats, weight 1/N): the same as the reference; a second call with
     other parameters (the rows come from the cache) too."""
@@ -97,3 +115,195 @@ def test_kernel_blocks_fall_back_to_the_reference_where_exp_would_underflow():
         model.W[0, 0, 1] = 400.0
     ref, new = th.hessian_blocks(model, task, types), kernels.hessian_blocks(model, task, types)
     assert (new.lower, new.upper, new.beta, new.c_up) == (ref.lower, ref.upper, ref.beta, ref.c_up)
+
+
+# ---------------------------------------------------------------- the token-space loss, its gradient, classification
+EPS = float(torch.finfo(torch.float64).eps)
+
+
+def _members(L: int, task, scales: list[tuple[float, float]], seed: int = 0) -> DecisionListModel:
+    """An ensemble (S = len(scales)) with W = w·N(0, 1), V = c·P + N(0, 1) per member."""
+    g = torch.Generator().manual_seed(seed)
+    model = DecisionListModel(DecisionListModelConfig(L), S=len(scales))
+    with torch.no_grad():
+        for i, (w, c) in enumerate(scales):
+            model.W[i] = w * torch.randn(L, L, generator=g, dtype=torch.float64)
+            model.V[i] = c * task.P + torch.randn(L, L, generator=g, dtype=torch.float64)
+    return model
+
+
+def _grads(model, loss_fn, go):
+    model.W.grad = model.V.grad = None
+    loss = loss_fn()
+    (loss * go).sum().backward()
+    out = loss.detach().clone(), model.W.grad.clone(), model.V.grad.clone()
+    model.W.grad = model.V.grad = None
+    return out
+
+
+def _close(new, ref, tol):
+    assert float((new - ref).abs().max()) <= tol * float(ref.abs().max()), float((new - ref).abs().max() / ref.abs().max())
+
+
+LOSS_CASES = [(L, n, M, s) for (L, n, M), s in itertools.product(
+    [(6, 3, 2), (8, 3, 2), (10, 4, 3), (9, 7, 3), (12, 11, 2), (16, 4, 3)], ["A", "B"]) if not (s == "A" and L > 10)]
+
+
+@pytest.mark.parametrize("L,n,M,sampler", LOSS_CASES)
+def test_token_loss_and_gradient_equal_the_model(L, n, M, sampler):
+    """``kernels.population_loss`` (one row per (type, query token), closed-form backward) against
+    ``theory.population_loss`` and its autograd gradient, members at W = 0 / 0.5 / 3 × N(0, 1) and c = 0 … 10⁶, with
+    the members' upstream gradients 1, 0.5, 0 (the trainer's mask of a diverged member). Tolerance: 1e-13 of the
+    largest entry, plus n·ε·max|V| — the rounding of logits z = V α̃ of size up to max|V| (the two paths sum them in
+    other orders; at W = 0 the loss depends on O(1) differences of logits of size c/n, measured ≤ 1.3e-11 relative at
+    c = 10⁶ against the bound's 6.7e-10)."""
+    task = dl.make_task(L, M, seed=1)
+    types = th.enumerate_types(task, n, sampler)
+    for w, c in itertools.product([0.0, 0.5, 3.0], [0.0, 3.0, 1e3, 1e6]):
+        model = _members(L, task, [(w, c), (w, c), (w, c)], seed=L + int(c))
+        go = torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64)
+        ref = _grads(model, lambda: th.population_loss(model, task, types), go)
+        new = _grads(model, lambda: kernels.population_loss(model, task, types), go)
+        tol = 1e-13 + n * EPS * float(model.V.detach().abs().max())
+        for a, b in zip(new, ref):
+            _close(a, b, tol)
+
+
+@pytest.mark.parametrize("sampler", ["A", "B"])
+def test_token_loss_equals_brute_force_over_every_sequence(sampler):
+    """The token-space loss over the enumerated types equals the model's loss summed over every ordered sequence of
+    the support with its probability (``theory.all_sequences``), and so does its gradient."""
+    L, n, M = 6, 3, 2
+    task = dl.make_task(L, M, seed=3)
+    model = _members(L, task, [(1.0, 3.0), (0.2, 20.0)], seed=5)
+    go = torch.ones(2, dtype=torch.float64)
+    new = _grads(model, lambda: kernels.population_loss(model, task, th.enumerate_types(task, n, sampler)), go)
+    brute = th.all_sequences(task, n, sampler)
+    ref = _grads(model, lambda: th.population_loss(model, task, brute), go)
+    for a, b in zip(new, ref):
+        _close(a, b, 1e-13)
+
+
+def test_token_loss_on_monte_carlo_types_and_classification():
+    """Monte Carlo types (sorted samples with repeats, weight 1/N): loss, gradient and classification as the model's."""
+    L, n, M = 8, 5, 3
+    task = dl.make_task(L, M, seed=2)
+    types = th.sampled_types(task, n, "A", 300, torch.Generator().manual_seed(0))
+    model = _members(L, task, [(1.0, 5.0), (0.1, 50.0)], seed=7)
+    go = torch.ones(2, dtype=torch.float64)
+    for a, b in zip(_grads(model, lambda: kernels.population_loss(model, task, types), go),
+                    _grads(model, lambda: th.population_loss(model, task, types), go)):
+        _close(a, b, 1e-13)
+    ref, new = th.classify(model, task, types), kernels.classify(model, task, types)
+    assert torch.equal(new.err_sup, ref.err_sup)
+    assert torch.allclose(new.acc_pop, ref.acc_pop, rtol=1e-13, atol=0)
+    assert torch.allclose(new.min_margin, ref.min_margin, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("L,n,M,sampler", LOSS_CASES)
+def test_token_classification_equals_the_model(L, n, M, sampler):
+    """``kernels.classify`` (a row's margin z_y − max_{l≠y} z_l stands for its positions) against
+    ``theory.classify``: Err_sup equal, Acc_pop to 1e-13, the minimum margin to n·ε·max|V| (the logits' rounding)."""
+    task = dl.make_task(L, M, seed=1)
+    types = th.enumerate_types(task, n, sampler)
+    model = _members(L, task, [(0.0, 3.0), (0.5, 1e3), (3.0, 1e6), (0.0, 1e6)], seed=L)
+    ref, new = th.classify(model, task, types), kernels.classify(model, task, types)
+    assert torch.equal(new.err_sup, ref.err_sup)
+    assert torch.allclose(new.acc_pop, ref.acc_pop, rtol=1e-13, atol=0)
+    tol = n * EPS * model.V.detach().flatten(1).abs().amax(1)
+    assert ((new.min_margin - ref.min_margin).abs() <= tol).all()
+
+
+def test_token_forward_is_shared_while_the_parameters_are_unchanged():
+    """The probes of one evaluation and the training step at the same iterate share one forward; an update (in place,
+    or a replaced tensor) computes a new one; the loss's backward is first order only."""
+    L, n, M = 8, 3, 2
+    task = dl.make_task(L, M, seed=0)
+    types = th.enumerate_types(task, n, "B")
+    model = _members(L, task, [(0.5, 3.0), (0.5, 3.0)])
+    a = kernels.token_forward(model, task, types)
+    assert kernels.token_forward(model, task, types) is a
+    with torch.no_grad():
+        model.W[1, 0, 0] += 1e-3
+    b = kernels.token_forward(model, task, types)
+    assert b is not a and not torch.equal(b.z[1], a.z[1]) and torch.equal(b.z[0], a.z[0])
+    model.V.data = model.V.data.clone() * 2
+    assert kernels.token_forward(model, task, types) is not b
+    loss = kernels.population_loss(model, task, types).sum()
+    gW, = torch.autograd.grad(loss, model.W, create_graph=True)
+    with pytest.raises(RuntimeError):
+        torch.autograd.grad(gW.sum(), model.W)
+
+
+def test_token_paths_fall_back_to_the_reference_where_exp_could_underflow():
+    """A W column spanning more than SPAN_MAX: loss, gradient and classification are the reference's, bit for bit."""
+    L, n, M = 6, 3, 2
+    task = dl.make_task(L, M, seed=0)
+    types = th.enumerate_types(task, n, "B")
+    model = _members(L, task, [(1.0, 3.0)])
+    with torch.no_grad():
+        model.W[0, 0, 1] = kernels.SPAN_MAX + 100
+    go = torch.ones(1, dtype=torch.float64)
+    for a, b in zip(_grads(model, lambda: kernels.population_loss(model, task, types), go),
+                    _grads(model, lambda: th.population_loss(model, task, types), go)):
+        assert torch.equal(a, b)
+    ref, new = th.classify(model, task, types), kernels.classify(model, task, types)
+    assert all(torch.equal(x, y) for x, y in ((ref.err_sup, new.err_sup), (ref.acc_pop, new.acc_pop),
+                                              (ref.min_margin, new.min_margin)))
+
+
+def test_exp_nonpositive_is_exp_with_subnormals_flushed():
+    x = torch.tensor([0.0, -1.0, -700.0, -708.0, -708.5, -745.0, -1e6, -torch.inf], dtype=torch.float64)
+    want = torch.where(x >= -708.0, torch.exp(x), torch.zeros_like(x))
+    assert torch.equal(kernels.exp_nonpositive(x), want)
+    assert torch.equal(kernels.exp_nonpositive(x[:3]), torch.exp(x[:3]))
+
+
+# ---------------------------------------------------------------- the dense closed-form Hessian, λ on the probe's path
+@pytest.mark.parametrize("L,n,M,sampler", [(6, 3, 2, "A"), (6, 3, 2, "B"), (7, 5, 2, "B")])
+def test_dense_closed_form_hessian_equals_autograd(L, n, M, sampler):
+    """``kernels.dense_hessian`` at the model's logits (``model_forward``) against ``theory.dense_hessian`` (one
+    double-backprop HVP per basis vector): 1e-13 of its Frobenius norm (measured ≤ 1.5e-14 over W up to
+    3 × N(0, 1) and c up to 10⁶); at the token-space logits within n·ε·max|V| (their rounding)."""
+    task = dl.make_task(L, M, seed=1)
+    types = th.enumerate_types(task, n, sampler)
+    for w, c in ((0.0, 1e6), (1.0, 3.0), (3.0, 1e3)):
+        model = _model(L, w, c * task.P, seed=L + int(w))
+        H = th.dense_hessian(model, task, types)
+        H = 0.5 * (H + H.T)
+        Hm = kernels.dense_hessian(kernels.model_forward(model, task, types))
+        assert float((Hm - H).norm()) <= 1e-13 * float(H.norm())
+        Ht = kernels.dense_hessian(kernels.token_forward(model, task, types))
+        assert float((Ht - H).norm()) <= (1e-13 + n * EPS * float(model.V.detach().abs().max())) * float(H.norm())
+
+
+@pytest.mark.parametrize("L,n,M,c", [(10, 9, 2, 1e9), (10, 9, 2, 4e7), (40, 38, 3, 4e7)])
+def test_probe_lambda_at_the_token_space_logits(L, n, M, c):
+    """The probe measures λ_max at the training loss's token-space logits, the plan's λ_max(0) (and the dense autograd
+    Hessian) at the model's: the two differ by the logits' rounding only, ≤ ε·max|z| relative (here at W = 0, where
+    p is least peaked and λ most sensitive to z; measured 0.1–0.15 of it). At result (2)'s L = 40, c = 4·10⁷
+    (z ≈ 10⁶) that is ≤ 2.4e-10, inside the η check's 1e-9; both brackets are certified (width ≤ 1e-10)."""
+    task = dl.make_task(L, M, seed=0)
+    types = th.enumerate_types(task, n, "B")
+    model = _model(L, 0.0, c * task.P, seed=3)
+    fm, ft = kernels.model_forward(model, task, types), kernels.token_forward(model, task, types)
+    bm = kernels.hessian_blocks(model, task, types, fw=fm)
+    bt = kernels.hessian_blocks(model, task, types, fw=ft)
+    assert bm.rel_width <= 1e-10 and bt.rel_width <= 1e-10
+    assert abs(bt.lower - bm.lower) <= EPS * float(ft.z.abs().max()) * bm.lower
+
+
+def test_probe_lambda_dense_path_at_the_token_space_logits():
+    """The dense path (2L² ≤ DENSE_MAX) at the token-space logits against the model's (the default): within ε·max|z|."""
+    from tdyn.papers.decision_list.probes import lambda_max
+
+    L, n, M = 6, 5, 2
+    task = dl.make_task(L, M, seed=0)
+    types = th.enumerate_types(task, n, "B")
+    for w, c in ((0.0, 1e3), (1.0, 1e6)):
+        model = _model(L, w, c * task.P, seed=3)
+        lam_m, up_m, how = lambda_max(model, task, types)
+        fw = kernels.token_forward(model, task, types)
+        lam_t, up_t, _ = lambda_max(model, task, types, fw)
+        assert how == "dense" and lam_m == up_m and lam_t == up_t
+        assert abs(lam_t - lam_m) <= EPS * float(fw.z.abs().max()) * abs(lam_m)

@@ -23,6 +23,7 @@ MANIFEST = Paper(
         "decision_list_popgrad_L32_n4": "tdyn.papers.decision_list.bench",
         "decision_list_popgrad_L16_n5": "tdyn.papers.decision_list.bench",
         "decision_list_hessian_blocks_L40": "tdyn.papers.decision_list.bench",
+        "decision_list_claim2_step_L40": "tdyn.papers.decision_list.bench",
         "decision_list_reduced_ode_L10000": "tdyn.papers.decision_list.bench",
         "decision_list_task_and_samples_L10000": "tdyn.papers.decision_list.bench",
         "decision_list_claim1": "tdyn.papers.decision_list.bench",

@@ -1,6 +1,7 @@
 """Decision lists: the benchmark entries (``tdyn bench``; results and history in benchmarks/README.md): the
-exact population gradient, the per-query Hessian blocks of the λ_max probe, the reduced W-only flow, claim1's data
-at its largest L, and ``decision-list/claim1`` end to end."""
+exact population gradient, the per-query Hessian blocks of the λ_max probe, one step of claim2's largest job in
+token space against the model's path, the reduced W-only flow, claim1's data at its largest L, and
+``decision-list/claim1`` end to end."""
 
 from __future__ import annotations
 
@@ -65,6 +66,61 @@ def _b_blocks(quick: bool) -> dict:
     ref = seconds(lambda: th.hessian_blocks(model, task, types), reps) / reps
     return {"kernel_seconds": new, "reference_seconds": ref, "speedup": ref / new,
             "classify_seconds": seconds(lambda: th.classify(model, task, types), reps) / reps}
+
+
+@register_bench("decision_list_claim2_step_L40")
+def _b_step(quick: bool) -> dict:
+    """One step of decision-list/claim2's largest inside job (L = 40, n = 38, M = 3, sampler B: 29,640 (set, query)
+    rows; 3 members at V = cP + E with its c and a small drawn W): the probes' evaluation and the training step, each
+    part in token space (``kernels``: one forward shared by the classification, the λ_max probe and the loss) against
+    the model's path (``theory.population_loss`` with autograd, ``theory.classify``, the blocks at the model's
+    logits), seconds per step of the 3 members."""
+    L, n, M, S = 40, 38, 3, 3
+    task = dl.make_task(L, M, seed=0)
+    types = th.enumerate_types(task, n, "B")
+    model = DecisionListModel(DecisionListModelConfig(L), S=S)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for i in range(S):
+            model.V[i] = 3.97e7 * task.P + 7.6 * (torch.rand(L, L, generator=g, dtype=torch.float64) - 0.5)
+            model.W[i] = 1e-6 * torch.randn(L, L, generator=g, dtype=torch.float64)
+    members = [_member(model, i) for i in range(S)]
+
+    def token_step():
+        kernels._LAST[0] = None                                  # a new iterate: the forward is computed once
+        kernels.classify(model, task, types)
+        fw = kernels.token_forward(model, task, types)
+        for i in range(S):
+            kernels.hessian_blocks(members[i], task, types, fw=fw.member(i))
+        model.W.grad = model.V.grad = None
+        kernels.population_loss(model, task, types).sum().backward()
+
+    def model_step():
+        th.classify(model, task, types)
+        for i in range(S):
+            kernels.hessian_blocks(members[i], task, types)      # at the model's logits
+        model.W.grad = model.V.grad = None
+        th.population_loss(model, task, types).sum().backward()
+
+    token_step(), model_step()                                   # warm-up (and the cached rows)
+    reps = 1 if quick else 3
+    new = seconds(token_step, reps) / reps
+    ref = seconds(model_step, reps) / reps
+    parts = {}
+    fw = kernels.token_forward(model, task, types)
+    for name, fn in (("forward", lambda: kernels._compute_forward(model.W.detach(), model.V.detach(), fw.rows)),
+                     ("classify", lambda: kernels.classify(model, task, types)),
+                     ("lambda_per_member", lambda: kernels.hessian_blocks(members[0], task, types, fw=fw.member(0))),
+                     ("gradient", lambda: kernels._population_grad(fw, torch.ones(S, dtype=torch.float64)))):
+        parts[f"{name}_seconds"] = seconds(fn, reps) / reps
+    return {"token_seconds": new, "model_seconds": ref, "speedup": ref / new, **parts}
+
+
+def _member(model: DecisionListModel, i: int) -> DecisionListModel:
+    one = DecisionListModel(model.cfg, S=1)
+    with torch.no_grad():
+        one.W[0], one.V[0] = model.W[i], model.V[i]
+    return one
 
 
 @register_bench("decision_list_reduced_ode_L10000")

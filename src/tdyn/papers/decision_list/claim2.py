@@ -25,7 +25,7 @@ from tdyn.papers.decision_list import theory as th
 from tdyn.papers.decision_list.analysis import (TIME_UNITS, PlannedJobs, curve, figure_title, grid_dict, is_quick,
                                                 lambda_max0, log_ticks, page_rc, panel_grid, symlog_ticks, tables_in)
 from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModelConfig, uniform_perturbation
-from tdyn.papers.decision_list.probes import BRACKET_TOL
+from tdyn.papers.decision_list.probes import BRACKET_TOL, DENSE_MAX
 from tdyn.papers.decision_list.task import decision_list_config
 from tdyn.reproduce.common import claim, reading
 from tdyn.reproduce.phases import Phases, Tables, register_phases
@@ -60,7 +60,7 @@ def fixed_point_c(task, types, n: int, eps: float, delta: float, E: torch.Tensor
     return c, iters, False
 
 
-ETA_TOL = 1e-9   # η·λ ≤ 1 + ETA_TOL counts as η ≤ 1/λ (λ's certified upper end: within 1e-10 relative, or Lanczos to 1e-12)
+ETA_TOL = 1e-9   # η·λ ≤ 1 + ETA_TOL counts as η ≤ 1/λ (λ's certified upper end: within 1e-10 relative, the dense eigenvalue, or Lanczos to 1e-12)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,7 +356,8 @@ DEFINITIONS = {"sampler": "B (n distinct tokens), uniform, equal lists m = M",
                "lambda_max": "largest algebraic Hessian eigenvalue over (W, V) at every step t < k* (the "
                              "iterates GD steps from on its way to k*), then every lambda_every steps: the "
                              "per-query block bracket (largest W–W block eigenvalue ≤ λ_max ≤ a closed-form "
-                             f"upper bound) when its relative width is ≤ {BRACKET_TOL:g}, else Lanczos "
+                             f"upper bound) when its relative width is ≤ {BRACKET_TOL:g}, else (2L² ≤ "
+                             f"{DENSE_MAX}) the top eigenvalue of the dense closed-form Hessian, else Lanczos "
                              "(ARPACK) on Hessian-vector products to 1e-12 relative "
                              "(docs/reproductions/decision-lists.md#hessian-blocks); the η check uses the "
                              "bracket's upper end; η = f/λ_max(0) with λ_max(0) by Lanczos",

@@ -18,6 +18,9 @@ once with its multiplicity (its positions have the same column).
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import torch
 
 from tdyn.papers.decision_list import theory as th
@@ -56,6 +59,7 @@ class _Rows:
         self.omega = torch.where(valid, types.prob.to(torch.float64)[t_idx[src]] * mult / n, 0.0).to(dtype)[:, None]
         self.y = labels(task, s)[t_idx[src], j_idx[src]]
         self.q = torch.arange(L).repeat_interleave(G)
+        self.y_flat = torch.arange(L * G) * L + self.y                          # the label's entry of each row (N·L)
         # c = b·1 + e with e sparse: its nonzeros per row (token, value), ≤ k per row
         self.b = 1.0 if float((c != 0).sum(1).double().mean()) > L / 2 else 0.0
         e = self.c - self.b
@@ -69,9 +73,30 @@ class _Rows:
             tok = torch.where(ok, tok, 0)
             val = torch.where(ok, e.gather(1, tok), torch.zeros((), dtype=dtype))
             self.tok, self.val = tok, val
+            self.row_tok = (self.q[:, None] * L + tok).reshape(-1)                 # (query, token) of each nonzero
             idx = (self.q[:, None, None] * L + tok[:, :, None]) * L + tok[:, None, :]
             self.keep = (ok[:, :, None] & ok[:, None, :] & valid[:, None, None]).reshape(-1)
-            self.pair_idx = idx.reshape(-1)[self.keep]
+            self.pair_full = idx.reshape(-1)                                     # (query, token, token) of each pair
+            self.pair_idx = self.pair_full[self.keep]
+        self.nq, self.q0 = L, 0                                                  # the queries it holds (all)
+
+    def chunk(self, q0: int, q1: int) -> "_Rows":
+        """The rows of queries q0 … q1 − 1 (a contiguous slice: rows are grouped by query), with the indices of
+        their (query, token) scatters relative to q0: what the Hessian blocks' kernel works on, a few queries at a
+        time, so that its per-row temporaries stay in cache (2–3× faster per pass at L = 40 than over all rows)."""
+        c = object.__new__(_Rows)
+        G, L = self.G, self.L
+        r0, r1 = q0 * G, q1 * G
+        c.L, c.G, c.b, c.k, c.nq, c.q0 = L, G, self.b, self.k, q1 - q0, q0
+        c.valid, c.omega, c.y, c.c = self.valid[r0:r1], self.omega[r0:r1], self.y[r0:r1], self.c[r0:r1]
+        c.q = self.q[r0:r1] - q0
+        if self.k:
+            k = self.k
+            c.tok, c.val = self.tok[r0:r1], self.val[r0:r1]
+            c.row_tok = self.row_tok[r0 * k:r1 * k] - q0 * L
+            c.keep = self.keep[r0 * k * k:r1 * k * k]
+            c.pair_idx = self.pair_full[r0 * k * k:r1 * k * k][c.keep] - q0 * L * L
+        return c
 
     _cache: dict = {}
 
@@ -87,55 +112,333 @@ class _Rows:
         return hit[2]
 
 
-def hessian_blocks(model: DecisionListModel, task: DecisionListTask, types):
+def exp_nonpositive(x: torch.Tensor) -> torch.Tensor:
+    """exp(x) for x ≤ 0 with the results below float64's normal range (x < −708) set to 0 instead of subnormal:
+    torch's vectorised exp leaves its fast path where it underflows (30–140 ms instead of 3–5 ms per 10⁶ entries
+    on this CPU), and an output row's absent labels sit at z − max z ≈ −10⁶ in result (2)'s regime. A subnormal
+    (< 2.3e-308) is below the rounding of every sum and product it enters."""
+    if x.numel() == 0 or float(x.amin()) >= _EXP_MIN:       # nothing underflows (small logits): exp as it is
+        return torch.exp(x)
+    return torch.exp(x.clamp_min(_EXP_MIN)).masked_fill_(x < _EXP_MIN, 0.0)
+
+
+_EXP_MIN = -708.0
+
+
+def _softmax_nonpositive(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """softmax of rows whose maximum is 0 (x = z − max z): torch.softmax's operations (exp, sum, divide), with
+    :func:`exp_nonpositive`."""
+    e = exp_nonpositive(x)
+    return e.div_(e.sum(dim, keepdim=True))
+
+
+#: a W column spanning more than this (max − min over the keys of one query) takes the reference paths: f = exp(W[:, q]
+#: − max) could underflow on a row's present tokens (and f·f/Z² in the Hessian blocks)
+SPAN_MAX = 300.0
+
+
+@dataclasses.dataclass
+class TokenForward:
+    """The forward pass of every member in token space, one row per distinct (type, query token) (:class:`_Rows`):
+    α̃ = f ⊙ c / Z (f = exp(W[:, q] − max_t W[t, q]) shared by the rows of query q, c the type's counts,
+    Z = f·c), the logits z = V α̃ (one matrix product, as the model's z = V X σ(Xᵀ W X) sums the same terms), and
+    the row's log-partition relative to its top logit. Shapes (S, N, ·), N = L·G rows."""
+
+    rows: _Rows
+    W: torch.Tensor       # (S, L, L) the parameters it was computed at (its cache key)
+    V: torch.Tensor
+    f: torch.Tensor       # (S, L_query, L_token)
+    Z: torch.Tensor       # (S, N, 1)
+    at: torch.Tensor      # (S, N, L) α̃
+    z: torch.Tensor       # (S, N, L) logits
+    zs: torch.Tensor      # (S, N, L) z − max_l z
+    e: torch.Tensor       # (S, N, L) exp(zs) (``exp_nonpositive``)
+    se: torch.Tensor      # (S, N, 1) Σ_l exp(zs_l) (≥ 1: the top logit's term is exp(0) = 1)
+
+    @property
+    def losses(self) -> torch.Tensor:
+        """F per member (S,): Σ_rows ω (log Σ exp z − z_y), ω = P(type)·(count of q)/n (Eqn 2, exact)."""
+        R = self.rows
+        zy = self.zs.gather(2, R.y.view(1, -1, 1).expand(self.zs.shape[0], -1, 1))
+        return ((self.se.log() - zy) * R.omega).sum((1, 2))
+
+    def p(self) -> torch.Tensor:
+        """The output distribution softmax(z) per row, (S, N, L) (torch.softmax's exp, sum and divide)."""
+        return self.e / self.se
+
+    def member(self, i: int) -> "TokenForward":
+        sl = slice(i, i + 1)
+        return TokenForward(self.rows, self.W[sl], self.V[sl], self.f[sl], self.Z[sl], self.at[sl], self.z[sl],
+                            self.zs[sl], self.e[sl], self.se[sl])
+
+
+def _compute_forward(W: torch.Tensor, V: torch.Tensor, R: _Rows) -> TokenForward:
+    S, L = W.shape[0], W.shape[-1]
+    G, N = R.G, L * R.G
+    Wq = W.transpose(1, 2)                                            # (S, query, token)
+    f = torch.exp(Wq - Wq.amax(2, keepdim=True))
+    num = R.c.view(1, L, G, L) * f[:, :, None, :]                     # c ⊙ f per row, rows grouped by query
+    Z = num.sum(3, keepdim=True)
+    at = num.div_(Z).view(S, N, L)
+    z = at @ V.transpose(1, 2)                                        # z = V α̃ per row
+    zs = z - z.amax(2, keepdim=True)
+    e = exp_nonpositive(zs)
+    return TokenForward(R, W.clone(), V.clone(), f, Z.view(S, N, 1), at, z, zs, e, e.sum(2, keepdim=True))
+
+
+def _chunks(R: _Rows) -> list[tuple[int, int]]:
+    """The query ranges [q0, q1) of ≈ ``_CHUNK_ROWS`` rows each (whole queries)."""
+    step = max(1, _CHUNK_ROWS // R.G)
+    return [(q0, min(R.L, q0 + step)) for q0 in range(0, R.L, step)]
+
+
+_LAST: list = [None]   # the last forward computed (its rows' cache holds task and types alive)
+
+
+def token_forward(model: DecisionListModel, task: DecisionListTask, types) -> TokenForward | None:
+    """The members' :class:`TokenForward` at the model's current (W, V); None where a W column spans more than
+    ``SPAN_MAX`` (the callers then take the model's path). The last one is kept and handed out again while W and
+    V are bitwise the same and the task and types the same objects: the probes of one evaluation and the training
+    step at the same iterate share it (the trainer measures, then steps, at θ_t)."""
+    W, V = model.W.detach(), model.V.detach()
+    Wq = W.transpose(1, 2)
+    if float((Wq.amax(2) - Wq.amin(2)).max()) > SPAN_MAX:
+        return None
+    R = _Rows.of(task, types, W.shape[-1], W.dtype)
+    last = _LAST[0]
+    if (last is not None and last.rows is R and last.W.shape == W.shape and last.W.dtype == W.dtype
+            and torch.equal(last.W, W) and torch.equal(last.V, V)):
+        return last
+    _LAST[0] = None                         # free the old one before the new one is built
+    _LAST[0] = fw = _compute_forward(W, V, R)
+    return fw
+
+
+class _PopulationLoss(torch.autograd.Function):
+    """F(W, V) per member from a :class:`TokenForward`, with the closed-form gradient (module docstring of
+    :func:`population_loss`). First order only: a double backward raises."""
+
+    @staticmethod
+    def forward(ctx, W, V, fw):
+        ctx.fw = fw
+        return fw.losses
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, go):
+        fw = ctx.fw
+        dW, dV = _population_grad(fw, go)
+        return dW, dV, None
+
+
+def _population_grad(fw: TokenForward, go: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(∂/∂W, ∂/∂V) of Σ_s go_s F_s. With r = p − e_y and ρ = go·ω·r per row:
+
+        ∂F/∂V = Σ_rows ρ α̃ᵀ,   ∂F/∂W[:, q] = Σ_{rows of q} α̃ ⊙ (Vᵀρ − ρ·z),
+
+    (ρ·z = α̃·Vᵀρ). Where the rows hold few tokens (b = 0: c = e) as two products over the rows; where they hold
+    most (b = 1: e marks the few absent tokens) summed in token space through c = 1 + e: α̃ = f ⊙ (1 + e) / Z gives
+    Σ_rows (ρ/Z)(1 + e)ᵀ ⊙ f per query, the 1 part one sum over the query's rows and the e part a scatter of the rows
+    over their k tokens (N·k·L work instead of N·L²), and Vᵀρ is needed at those k tokens only."""
+    R = fw.rows
+    S, N, L = fw.z.shape
+    G = R.G
+    W, V = fw.W, fw.V
+    r = fw.p()
+    flat = r.view(-1)
+    iy = (torch.arange(S)[:, None] * (N * L) + R.y_flat).reshape(-1)    # each row's label entry
+    flat[iy] = flat[iy] - 1.0                                            # r = p − e_y
+    rho = r.mul_(go.to(r.dtype).view(S, 1, 1) * R.omega)                 # ρ = go·ω·(p − e_y)
+    gbar = (rho * fw.zs).sum(2, keepdim=True)                            # ρ·z (Σρ = 0: z's shift drops out)
+    f = fw.f
+    if not R.b:         # c = e with up to n of L tokens: the two N·L² products are cheaper than the scatters
+        dV = rho.transpose(1, 2) @ fw.at                                 # Σ_rows ρ α̃ᵀ
+        g = rho @ V                                                      # Vᵀρ per row
+        dW = (fw.at * (g - gbar)).view(S, L, G, L).sum(2)                # Σ_rows∈q α̃ ⊙ (Vᵀρ − ρ·z), (S, q, t)
+        return dW.transpose(1, 2).contiguous(), dV
+    rz = rho.div_(fw.Z)                                                  # ρ/Z
+    gz = gbar.div_(fw.Z)                                                 # (ρ·z)/Z
+    Sq = rz.view(S, L, G, L).sum(2)                                      # (S, q, l): Σ_rows∈q ρ/Z
+    gq = gz.view(S, L, G).sum(2)                                         # (S, q)
+    dV = torch.zeros(S, L, L, dtype=V.dtype)
+    B = torch.zeros(S, L, L, dtype=V.dtype)                              # (S, q, t) before the factor f
+    if R.b:
+        dV += R.b * (Sq.transpose(1, 2) @ f)                             # Σ_q (Σ ρ/Z) f_qᵀ
+        B += R.b * (Sq @ V - gq[:, :, None])                             # Σ_rows (Vᵀρ − ρ·z)/Z
+    if R.k:
+        k = R.k
+        fe = f[:, R.q[:, None], R.tok] * R.val                           # (S, N, k): e_j f_q[t_j]
+        src = (fe[:, :, :, None] * rz[:, :, None, :]).reshape(S, N * k, L)
+        idx = (torch.arange(S)[:, None] * L + R.tok.reshape(1, -1)).reshape(-1)
+        dVe = torch.zeros(S * L, L, dtype=V.dtype).index_add_(0, idx, src.reshape(-1, L))
+        dV += dVe.view(S, L, L).transpose(1, 2)                          # dV[l, t_j] += e_j f_q[t_j] ρ_l/Z
+        Vt = V.transpose(1, 2)                                           # (S, token, l)
+        gt = (Vt[:, R.tok] * rz[:, :, None, :]).sum(3)                   # (S, N, k): (Vᵀρ)_{t_j}/Z
+        val = (gt - gz) * R.val                                          # e_j ((Vᵀρ)_{t_j} − ρ·z)/Z
+        idx = ((torch.arange(S)[:, None] * L + R.q.repeat_interleave(k)[None, :]) * L
+               + R.tok.reshape(1, -1)).reshape(-1)
+        B += torch.zeros(S * L * L, dtype=V.dtype).index_add_(0, idx, val.reshape(-1)).view(S, L, L)
+    dW = (B * f).transpose(1, 2)                                         # (S, key t, query q)
+    return dW.contiguous(), dV
+
+
+def population_loss(model: DecisionListModel, task: DecisionListTask, types) -> torch.Tensor:
+    """:func:`theory.population_loss` (per member, (S,)) in token space: one row per distinct (type, query token)
+    instead of every position, the logits as one product z = V α̃, and a closed-form backward instead of autograd
+    through the model's gathers and strided softmaxes (docs/reproductions/decision-lists.md#token-space-loss).
+    Equal to the reference to float64 rounding (tests/test_decision_list_kernels.py). Where a W column spans more
+    than ``SPAN_MAX``: the reference."""
+    fw = token_forward(model, task, types)
+    if fw is None:
+        return th.population_loss(model, task, types)
+    return _PopulationLoss.apply(model.W, model.V, fw)
+
+
+def classify(model: DecisionListModel, task: DecisionListTask, types) -> th.Classification:
+    """:func:`theory.classify` on the token-space logits: a row's margin z_y − max_{l≠y} z_l is the margin of each
+    of its positions (they share the column), so Err_sup = the share of rows with margin ≤ 0, Acc_pop = Σ ω·1[> 0]
+    and the minimum margin over the rows."""
+    fw = token_forward(model, task, types)
+    if fw is None:
+        return th.classify(model, task, types)
+    R = fw.rows
+    S = fw.z.shape[0]
+    y = R.y.view(1, -1, 1).expand(S, -1, 1)
+    zy = fw.z.gather(2, y).squeeze(2)
+    other = fw.z.scatter(2, y, -torch.inf).amax(2)
+    mg = zy - other                                                      # (S, N)
+    ok = mg > 0
+    valid = R.valid
+    wrong = (~ok & valid).sum(1)
+    acc = (ok.to(R.omega.dtype) * R.omega[:, 0]).sum(1).double()
+    mins = torch.where(valid, mg, torch.inf).amin(1)
+    return th.Classification(wrong / int(valid.sum()), acc, mins)
+
+
+def model_forward(model: DecisionListModel, task: DecisionListTask, types) -> TokenForward | None:
+    """Member 0's :class:`TokenForward` with the attention and logits by the model's own products
+    (``DecisionListModel.logits``: σ over keys of Xᵀ W X, then V X σ), so that z rounds as the model's loss that
+    λ_max(0)'s Lanczos differentiates (at c = 10⁶ the two roundings of z move λ by ~3e-12 relative); f and Z in
+    token space. None where a W column spans more than ``SPAN_MAX``."""
+    W, V = model.W.detach()[:1], model.V.detach()[:1]
+    Wq = W.transpose(1, 2)
+    if float((Wq.amax(2) - Wq.amin(2)).max()) > SPAN_MAX:
+        return None
+    L = W.shape[-1]
+    R = _Rows.of(task, types, L, W.dtype)
+    fw = _compute_forward(W, V, R)
+    s = R.s
+    Ak = torch.softmax(W[0][s[:, :, None], s[:, None, :]], dim=1)           # (T, n_key, n_query)
+    zk = V[0][:, s].permute(1, 0, 2) @ Ak                                    # (T, L, n_query)
+    fw.z = zk.transpose(1, 2)[R.t_src, R.j_src][None]                        # logits per row
+    fw.at = torch.zeros(L * R.G, L, dtype=W.dtype).scatter_add_(
+        1, R.keys, Ak.transpose(1, 2)[R.t_src, R.j_src])[None]                # α̃ = X α
+    fw.zs = fw.z - fw.z.amax(2, keepdim=True)
+    fw.e = exp_nonpositive(fw.zs)
+    fw.se = fw.e.sum(2, keepdim=True)
+    return fw
+
+
+def hessian_blocks(model: DecisionListModel, task: DecisionListTask, types, fw: TokenForward | None = None):
     """:func:`theory.hessian_blocks` (member 0): the same :class:`theory.BlockBound` (lower = the largest per-query
     W–W block eigenvalue, the closed-form upper bound, the top eigenvector), the blocks assembled in token space
-    (module docstring); sums over outputs taken relative to each row's top output (below), where the reference
+    (module docstring) from the forward ``fw`` (one member: the probe passes the training loss's
+    :func:`token_forward`; by default member 0's logits by the model's own products, :func:`model_forward`); sums over outputs taken relative to each row's top output (below), where the reference
     centres each row: both free of the cancellation a peaked p would cause (tested against the dense Hessian at
     c up to 4·10⁷)."""
-    W, V = model.W.detach()[0], model.V.detach()[0]
-    L, dt = W.shape[-1], W.dtype
-    Wq = W.T                                                     # (query, token)
-    if float((Wq.amax(1) - Wq.amin(1)).max()) > 300:             # f·f/Z² could underflow: the reference path
-        return th.hessian_blocks(model, task, types)
-    R = _Rows.of(task, types, L, dt)
-    G, om = R.G, R.omega
-    N = L * G
+    if fw is None:
+        fw = model_forward(model, task, types)
+        if fw is None:                                           # f·f/Z² could underflow: the reference path
+            return th.hessian_blocks(model, task, types)
+    R = fw.rows
+    L, G = R.L, R.G
+    chunks = _chunks(R)
+    parts = [_block_chunk(fw, R.chunk(q0, q1) if len(chunks) > 1 else R) for q0, q1 in chunks]
+    A = torch.cat([x[0] for x in parts])
+    beta_q = torch.cat([x[1] for x in parts])
+    bb = th.block_bound(A, beta_q, sum(x[2] for x in parts))
+    if bb.rel_width <= _BETA_EXACT_ABOVE:
+        return bb
+    exact_q = torch.cat([_block_chunk(fw, R.chunk(q0, q1) if len(chunks) > 1 else R, exact=True)[3]
+                         for q0, q1 in chunks])
+    return bb.with_beta(float(torch.minimum(beta_q, exact_q).norm()))
+
+
+#: rows per chunk of the Hessian blocks' kernel (whole queries): a chunk's (rows × L) temporaries stay in cache
+_CHUNK_ROWS = 3000
+
+
+def _block_chunk(fw: TokenForward, R: _Rows, exact: bool = False):
+    """The W–W blocks of the queries of ``R`` (a :meth:`_Rows.chunk`, or all rows), their cheap β per query, their
+    share of c_up and, with ``exact``, their exact β per query: (A (nq, L, L), β_q, c_up part, exact β_q or None)."""
+    r0, r1 = R.q0 * R.G, (R.q0 + R.nq) * R.G
+    V = fw.V[0]
+    L, G = R.L, R.G
+    om = R.omega
+    N = R.nq * G
     ar = torch.arange(N)
-    # the attention and logits by the model's own products (DecisionListModel.logits: σ over keys of Xᵀ W X, then
-    # V X σ), so z has the rounding of the loss that λ_max(0)'s Lanczos and the trainer differentiate: at result
-    # (2)'s c (V ≈ 4·10⁷ at L = 40) z's rounding moves λ by ~1e-11 relative, and by ~1e-9 at c = 10⁹
-    s = R.s
-    Ak = torch.softmax(W[s[:, :, None], s[:, None, :]], dim=1)  # (T, n_key, n_query)
-    zk = V[:, s].permute(1, 0, 2) @ Ak                           # (T, L, n_query)
-    z = zk.transpose(1, 2)[R.t_src, R.j_src]                     # logits per row
-    at = torch.zeros(N, L, dtype=dt).scatter_add_(1, R.keys, Ak.transpose(1, 2)[R.t_src, R.j_src])   # α̃ = X α
-    # the same attention as f ⊙ c / Z, f = exp(W[:, q] − max_t W[t, q]) (for the main term)
-    f_all = torch.exp(Wq - Wq.amax(1, keepdim=True))             # (L, L): f per query
-    Z = (R.c.view(L, G, L) * f_all[:, None, :]).view(N, L).sum(1, keepdim=True)
+    z, at, f_all, Z = fw.z[0, r0:r1], fw.at[0, r0:r1], fw.f[0, R.q0:R.q0 + R.nq], fw.Z[0, r0:r1]
     # sums over outputs l relative to the row's top output ŷ (Σ_p ignores a shift of V's rows or of z): V[l] − V[ŷ]
     # and z − z_ŷ stand in, p's ŷ entry dropped (p̄) and 1 − p_ŷ summed from the rest, so that where p is peaked
     # nothing of size V² cancels to a result of size (1 − p_ŷ)·V² (the reference centres each row instead)
-    yh = z.argmax(1)
-    z1 = z - z[ar, yh][:, None]                                  # z' = z − z_ŷ ≤ 0
-    pt = torch.softmax(z1, dim=1)
+    z1 = fw.zs[0, r0:r1]                                         # z' = z − z_ŷ ≤ 0 (ŷ = argmax z: its entry is 0)
+    yh = z1.argmax(1)
+    se = fw.se[0, r0:r1]
+    pt = fw.e[0, r0:r1] / se                                     # p = softmax(z) (exp(z'_ŷ) = 1)
     py = pt[ar, yh][:, None]                                     # p_ŷ
     pb = pt.clone()
     pb[ar, yh] = 0                                               # p̄
-    q1 = pb.sum(1, keepdim=True)                                 # 1 − p_ŷ
+    q1 = (se - 1) / se                                           # 1 − p_ŷ = Σ_{l≠ŷ} p_l (exactly: Σe − 1 over Σe)
     Vy = V[yh]                                                   # V[ŷ] per row
-    nb = pb @ V                                                  # Σ_{l≠ŷ} p_l V[l]
-    m1 = nb - q1 * Vy                                            # m − V[ŷ] = Σ_l p_l (V[l] − V[ŷ])
     mu = (pb * z1).sum(1, keepdim=True)                          # p·z'
     zeta = z1 - mu                                               # ζ = z − p·z
     pzeta = pt * zeta
-    kap = pzeta @ V - pzeta.sum(1, keepdim=True) * Vy            # κ = Σ_l p_l ζ_l (V[l] − V[ŷ])
+    nk = torch.cat([pb, pzeta]) @ V                              # Σ_{l≠ŷ} p_l V[l], Σ_l p_l ζ_l V[l]: one product
+    nb, kap = nk[:N], nk[N:]
+    m1 = nb - q1 * Vy                                            # m − V[ŷ] = Σ_l p_l (V[l] − V[ŷ])
+    kap -= pzeta.sum(1, keepdim=True) * Vy                       # κ = Σ_l p_l ζ_l (V[l] − V[ŷ])
     sig2 = py * mu * mu + (pb * zeta * zeta).sum(1, keepdim=True)    # σ² = Σ_l p_l ζ_l²
     g = m1 + Vy - V[R.y]                                         # Vᵀ r = m − V[y], r = p − e_y
-    a = at * (g - (at * g).sum(1, keepdim=True))                 # ã
-    # --- the bracket's closed-form ends (theory.hessian_blocks), from the same ŷ-relative quantities
+    ag = (at * g).sum(1, keepdim=True)
+    a = at * (g - ag)                                            # ã
+    # --- the bracket's cheap ends (the exact β of theory.hessian_blocks below, only where this one is too wide)
     pb2 = pb * pb
     sp2 = pb2.sum(1, keepdim=True)
+    a2 = at * at
+    s2 = a2.sum(1)
+    J_F = (s2 - 2 * (a2 * at).sum(1) + s2 * s2).clamp_min(0).sqrt()
+    hn2 = s2
+    py_y = pt[ar, R.y]
+    one_minus_py = torch.where(R.y == yh, q1[:, 0], 1 - py_y)
+    rn = (sp2[:, 0] + py[:, 0] * py[:, 0] - py_y * py_y + one_minus_py * one_minus_py).clamp_min(0).sqrt()   # ‖p − e_y‖
+    omv = om[:, 0]
+    c_up = float((omv * (q1[:, 0] * (1 + py[:, 0]) - sp2[:, 0]) * s2).sum())       # 1 − ‖p‖² = q̄(1 + p_ŷ) − Σp̄²
+    # --- the blocks: Σ_rows ω [main − (α̃⊙m)(α̃⊙m)ᵀ − (α̃⊙κ)α̃ᵀ − α̃(α̃⊙κ)ᵀ + σ²α̃α̃ᵀ + diag(ã) − ãα̃ᵀ − α̃ãᵀ], with
+    # main − (α̃⊙m)(α̃⊙m)ᵀ = Σ_l p̄_l (α̃⊙V[l])(α̃⊙V[l])ᵀ − p_ŷ (v nnᵀ + nn vᵀ) + (1 − p_ŷ) p_ŷ v vᵀ − nn nnᵀ,
+    # v = α̃ ⊙ V[ŷ], nn = α̃ ⊙ Σ_{l≠ŷ} p_l V[l] (every term of size (1 − p_ŷ)·V²)
+    def outer_sum(x: torch.Tensor, y_: torch.Tensor) -> torch.Tensor:
+        """Σ_rows∈q x yᵀ for every q: (nq, L, L)."""
+        return x.view(-1, G, L).transpose(1, 2) @ y_.view(-1, G, L)
+
+    v, nn = at * Vy, at * nb
+    A = outer_sum(om * (sig2 * at - 2 * (at * kap) - 2 * a), at) + outer_sum(om * py * (q1 * v - 2 * nn), v)
+    A = 0.5 * (A + A.transpose(1, 2))
+    A -= outer_sum(om * nn, nn)
+    A += torch.diag_embed((om * a).view(-1, G, L).sum(1))
+    A += _main_term(R, f_all, V, om * pb / (Z * Z))
+    # ‖∇²_{WV}F‖ per query ≤ Σ_rows ω (‖Σ_p G̃‖_F ‖h‖ + ‖r‖ ‖J̃‖_F) (theory.hessian_blocks); ‖Σ_p G̃‖_F² ≤
+    # λ_max(Σ_p)·tr(G̃ᵀΣ_pG̃) with λ_max(Σ_p) ≤ max_l 2 p_l (1 − p_l) (Gershgorin) ≤ λ̂ = 2 max(p_ŷ (1 − p_ŷ), max p̄),
+    # and by Cauchy–Schwarz Σ ω √(λ̂ tr) ‖h‖ ≤ √(Σ ω λ̂ ‖h‖²) √(Σ ω tr), Σ_rows∈q ω tr(G̃ᵀΣ_pG̃) being the trace of the
+    # block's Gauss–Newton part: tr A_q less the trace of its Σ ω (diag ã − ãα̃ᵀ − α̃ãᵀ) (a margin of 1e-9 of the
+    # two traces covers their rounding)
+    lam_hat = 2 * torch.maximum(py[:, 0] * q1[:, 0], pb.amax(1))
+    trA = torch.diagonal(A, dim1=1, dim2=2).sum(1)
+    trD = (omv * (a.sum(1) - 2 * (a * at).sum(1))).view(-1, G).sum(1)
+    trGN = (trA - trD).clamp_min(0) + 1e-9 * (trA.abs() + trD.abs())
+    beta_q = ((omv * lam_hat * hn2).view(-1, G).sum(1) * trGN).sqrt() + (omv * rn * J_F).view(-1, G).sum(1)
+    if not exact:
+        return A, beta_q, c_up, None
+    # the exact per-row ‖Σ_p G̃‖_F (three more products over the rows), where the cheap β leaves the bracket wide
     x_mean = m1 - mu                                             # p·x_t, x_t = V[:, t] − V[ŷ, t] − z' (x_ŷ = 0)
     pb2z = pb2 * z1
     s_xx = pb2 @ (V * V) - 2 * (pb2z @ V) + (pb2z * z1).sum(1, keepdim=True)            # Σ p̄² (V[:, t] − z')²
@@ -143,48 +446,106 @@ def hessian_blocks(model: DecisionListModel, task: DecisionListTask, types):
     x2 = s_xx - 2 * Vy * s_x + Vy * Vy * sp2                     # Σ_l p̄_l² x_lt²
     x1 = s_x - Vy * sp2                                          # Σ_l p̄_l² x_lt
     col2 = (x2 - 2 * x_mean * x1 + x_mean * x_mean * (sp2 + py * py)).clamp_min(0)      # ‖Σ_p x_t‖²
-    a2 = at * at
     S_F = (a2 * col2).sum(1).sqrt()
-    s2 = a2.sum(1)
-    J_F = (s2 - 2 * (a2 * at).sum(1) + s2 * s2).clamp_min(0).sqrt()
-    hn = s2.sqrt()
-    py_y = pt[ar, R.y]
-    one_minus_py = torch.where(R.y == yh, q1[:, 0], 1 - py_y)
-    rn = ((pt * pt).sum(1) - py_y * py_y + one_minus_py * one_minus_py).clamp_min(0).sqrt()   # ‖p − e_y‖
-    beta_q = (om[:, 0] * (S_F * hn + rn * J_F)).view(L, G).sum(1)
-    c_up = float((om[:, 0] * (q1[:, 0] * (1 + py[:, 0]) - sp2[:, 0]) * s2).sum())          # 1 − ‖p‖² = q̄(1 + p_ŷ) − Σp̄²
-    # --- the blocks: Σ_rows ω [main − (α̃⊙m)(α̃⊙m)ᵀ − (α̃⊙κ)α̃ᵀ − α̃(α̃⊙κ)ᵀ + σ²α̃α̃ᵀ + diag(ã) − ãα̃ᵀ − α̃ãᵀ], with
-    # main − (α̃⊙m)(α̃⊙m)ᵀ = Σ_l p̄_l (α̃⊙V[l])(α̃⊙V[l])ᵀ − p_ŷ (v nnᵀ + nn vᵀ) + (1 − p_ŷ) p_ŷ v vᵀ − nn nnᵀ,
-    # v = α̃ ⊙ V[ŷ], nn = α̃ ⊙ Σ_{l≠ŷ} p_l V[l] (every term of size (1 − p_ŷ)·V²)
-    def outer_sum(x: torch.Tensor, y_: torch.Tensor) -> torch.Tensor:
-        """Σ_rows∈q x yᵀ for every q: (L, L, L)."""
-        return x.view(L, G, L).transpose(1, 2) @ y_.view(L, G, L)
+    exact_q = (omv * (S_F * hn2.sqrt() + rn * J_F)).view(-1, G).sum(1)
+    return A, beta_q, c_up, exact_q
 
-    v, nn = at * Vy, at * nb
-    A = outer_sum(om * (sig2 * at - 2 * (at * kap) - 2 * a), at) + outer_sum(om * py * (q1 * v - 2 * nn), v)
-    A = 0.5 * (A + A.transpose(1, 2))
-    A -= outer_sum(om * nn, nn)
-    A += torch.diag_embed((om * a).view(L, G, L).sum(1))
-    A += _main_term(R, f_all, V, om * pb / (Z * Z))
-    return th.block_bound(A, beta_q, c_up)
+
+#: the cheap β (above) decides the bracket's upper end unless the bracket is wider than this; then the exact β
+#: (the reference's) is computed too and the smaller of the two per query used (both bound the same norm)
+_BETA_EXACT_ABOVE = 1e-10
+
+
+def _scatter_rows(R: _Rows, x: torch.Tensor) -> torch.Tensor:
+    """Σ_rows∈q e_i x_row for every query q and token i, (L, L, L) = (q, i, ·): each row's vector x (N, L) added,
+    times e's value, at its query and each of e's ≤ k nonzero tokens (N·k·L work, where the dense product eᵀx
+    per query is N·L²)."""
+    L = R.L
+    out = torch.zeros(R.nq * L, x.shape[1], dtype=x.dtype)
+    if R.k:
+        src = (R.val[:, :, None] * x[:, None, :]).reshape(-1, x.shape[1])
+        out.index_add_(0, R.row_tok, src)
+    return out.view(R.nq, L, x.shape[1])
 
 
 def _main_term(R: _Rows, f_all: torch.Tensor, V: torch.Tensor, wl: torch.Tensor) -> torch.Tensor:
     """(f fᵀ) ⊙ Σ_l (V[l] V[l]ᵀ) ⊙ Q_l per query, Q_l = Σ_rows∈q w_l c cᵀ (w = ω p / Z²), with c = b·1 + e:
     Q_l = b² S0_l 11ᵀ + b (S1_l 1ᵀ + 1 S1_lᵀ) + Σ w_l e eᵀ, S0 = Σ w, S1 = Σ w_l e; the last term contracted with
     V[l] V[l]ᵀ row by row over e's nonzero pairs only."""
-    L, G = R.L, R.G
+    L, G, nq = R.L, R.G, R.nq
     Vt = V.T                                                     # (token, l)
-    main = torch.zeros(L * L * L, dtype=V.dtype)
+    main = torch.zeros(nq * L * L, dtype=V.dtype)
     if R.k:
         right = Vt[R.tok] * R.val[:, :, None]                    # (N, k, L): e_j V[:, j]
         sc = (right * wl[:, None, :]) @ right.transpose(1, 2)    # (N, k, k): Σ_l w_l e_i e_j V_li V_lj
         main.index_add_(0, R.pair_idx, sc.reshape(-1)[R.keep])
-    main = main.view(L, L, L)
+    main = main.view(nq, L, L)
     if R.b:
-        S0 = wl.view(L, G, L).sum(1)                             # (q, l)
+        S0 = wl.view(nq, G, L).sum(1)                            # (q, l)
         main += (Vt[None] * S0[:, None, :]) @ V                  # Vᵀ diag(S0_q) V
-        S1 = R.e.transpose(1, 2) @ wl.view(L, G, L)              # (q, i, l): Σ w_l e_i
+        S1 = _scatter_rows(R, wl)                                # (q, i, l): Σ w_l e_i
         M1 = (S1 * Vt[None]) @ V                                 # Σ_l S1[q,i,l] V_li V_lj
         main += M1 + M1.transpose(1, 2)
     return main * f_all[:, :, None] * f_all[:, None, :]
+
+
+def dense_hessian(fw: TokenForward) -> torch.Tensor:
+    """The full population Hessian ∇²F over the flattened (W, V) of one member (2L² × 2L², the order of
+    :func:`theory.dense_hessian`), in closed form from the token-space forward ``fw`` (one member), per row
+    (docs/reproductions/decision-lists.md#closed-form-gradients): with X = V − z1ᵀ (column t: V[:, t] − z), C its
+    columns centred under p (C = X − 1 pᵀX), K = Σ_p G̃ (G̃ = X diag α̃, so K[l, t] = p_l α̃_t C[l, t]), J̃ = diag α̃ − α̃α̃ᵀ,
+    r = p − e_y and ã = α̃ ⊙ (Vᵀr − α̃·Vᵀr), a row of query q adds ω times
+
+        W[:, q]–W[:, q]:  G̃ᵀ Σ_p G̃ + diag ã − ãα̃ᵀ − α̃ãᵀ     (G̃ᵀ Σ_p G̃ = diag(α̃) Cᵀ diag(p) C diag(α̃), centred)
+        W[t, q]–V[l, m]:  K[l, t] α̃_m + r_l J̃[m, t]
+        V[l, m]–V[l', m']: Σ_p[l, l'] α̃_m α̃_m'
+
+    N·L⁴ work: for the small L of decision-list/claim2's exploratory runs (2L² ≤ ``DENSE_MAX``), where the
+    per-query bracket is wide, the exact λ_max is then one symmetric eigenvalue problem (:func:`lambda_max`)."""
+    R = fw.rows
+    V = fw.V[0]
+    L, G, dt = V.shape[0], R.G, V.dtype
+    N = L * G
+    at, z = fw.at[0], fw.z[0]
+    p = fw.p()[0]
+    om = R.omega                                                 # (N, 1)
+    ar = torch.arange(N)
+    r = p.clone()
+    r[ar, R.y] = 0
+    r[ar, R.y] = -r.sum(1)                                       # r_y = −Σ_{l≠y} p_l: no cancellation at p_y ≈ 1
+    X = V[None] - z[:, :, None]                                  # (N, l, t)
+    C = X - (p[:, None, :] @ X)                                  # centred under p
+    g = (r[:, None, :] @ V)[:, 0]                                # Vᵀr
+    a = at * (g - (at * g).sum(1, keepdim=True))                 # ã
+    # W–W: per query Σ_rows ω (diag α̃ Cᵀ diag p C diag α̃ + diag ã − ãα̃ᵀ − α̃ãᵀ)
+    Mr = ((om * p).sqrt()[:, :, None] * C * at[:, None, :])      # (N, l, t)
+    Mq = Mr.view(L, G * L, L)
+    Aq = Mq.transpose(1, 2) @ Mq                                 # (q, t, u)
+    wa = (om * a).view(L, G, L)
+    atq = at.view(L, G, L)
+    Aq += torch.diag_embed(wa.sum(1)) - wa.transpose(1, 2) @ atq - atq.transpose(1, 2) @ wa
+    # W–V: T[q, t, l, m] = Σ_rows ω (p_l α̃_t C[l, t] α̃_m + r_l α̃_m δ_mt − r_l α̃_m α̃_t)
+    Y = (om[:, :, None] * p[:, :, None] * C * at[:, None, :]).transpose(1, 2)       # (N, t, l)
+    T = (Y.reshape(L, G, L * L).transpose(1, 2) @ atq).view(L, L, L, L)            # (q, t, l, m)
+    wr = (om * r).view(L, G, L)
+    U = wr.transpose(1, 2) @ atq                                                   # (q, l, m): Σ ω r_l α̃_m
+    ar_t = torch.arange(L)
+    T[:, ar_t, :, ar_t] += U.permute(2, 0, 1)                                      # δ_mt: T[q, t, l, t]
+    aa = (at[:, :, None] * at[:, None, :]).view(L, G, L * L)                       # α̃_t α̃_m
+    T -= (aa.transpose(1, 2) @ wr).view(L, L, L, L).permute(0, 1, 3, 2)            # Σ ω r_l α̃_m α̃_t → (q, t, l, m)
+    # V–V: δ_ll' Σ ω p_l α̃_m α̃_m' − Σ ω (p_l α̃_m)(p_l' α̃_m')
+    am = (at[:, :, None] * at[:, None, :]).reshape(N, L * L)
+    T1 = ((om * p).T @ am).view(L, L, L)                                            # (l, m, m')
+    Yv = (om.sqrt() * p)[:, :, None] * at[:, None, :]                              # (N, l, m)
+    HVV = -(Yv.reshape(N, L * L).T @ Yv.reshape(N, L * L)).view(L, L, L, L)        # (l, m, l', m')
+    HVV[ar_t, :, ar_t, :] += T1
+    LL = L * L
+    H = torch.zeros(2 * LL, 2 * LL, dtype=dt)
+    HWW = torch.zeros(L, L, L, L, dtype=dt)                                         # (t, q, u, q')
+    HWW[:, ar_t, :, ar_t] = Aq                                                     # block-diagonal over q
+    H[:LL, :LL] = HWW.reshape(LL, LL)
+    HWV = T.permute(1, 0, 2, 3).reshape(LL, LL)                                    # rows (t, q), columns (l, m)
+    H[:LL, LL:] = HWV
+    H[LL:, :LL] = HWV.T
+    H[LL:, LL:] = HVV.reshape(LL, LL)
+    return 0.5 * (H + H.T)

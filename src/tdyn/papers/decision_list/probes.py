@@ -41,7 +41,7 @@ def member_model(model: DecisionListModel, i: int) -> DecisionListModel:
 
 def _classification(ctx: ProbeContext) -> th.Classification:
     """The members' classification at this evaluation, computed once for the classify and Hessian probes."""
-    return ctx.once("decision_list.classification", lambda: th.classify(ctx.model, ctx.task.dist, ctx.task.types))
+    return ctx.once("decision_list.classification", lambda: kernels.classify(ctx.model, ctx.task.dist, ctx.task.types))
 
 
 @probe("decision_list.classify")
@@ -65,15 +65,35 @@ def _v(ctx: ProbeContext) -> dict[str, torch.Tensor]:
 #: a block bracket no wider than this (relative) is taken as λ_max; wider: Lanczos. 10× inside the 1e-9 margin
 #: of result (2)'s check η·λ_max ≤ 1 (docs/reproductions/decision-lists.md#hessian-blocks)
 BRACKET_TOL = 1e-10
+#: up to this many parameters (2L², L ≤ 14) λ_max is the top eigenvalue of the dense closed-form Hessian
+#: (``kernels.dense_hessian``): exact to rounding, and there cheaper than the bracket (rarely tight at such L: c is
+#: small) with Lanczos behind it
+DENSE_MAX = 400
 
 
-def lambda_max(model: DecisionListModel, task, types) -> tuple[float, float, str]:
-    """λ_max of one member's population Hessian over (W, V) as (value, certified upper end, method): the per-query
-    block bracket (``kernels.hessian_blocks``, equal to ``th.hessian_blocks`` to rounding: the largest W–W block eigenvalue, a lower bound, and a closed-form upper
-    bound) when its relative width is ≤ ``BRACKET_TOL``; otherwise Lanczos to 1e-12, started from the block's top
-    eigenvector (value = upper end). Depends on the iterate only (no warm start carried between steps), so a
-    resumed run measures the same λ as the uninterrupted one."""
-    bb = kernels.hessian_blocks(model, task, types)
+def lambda_max(model: DecisionListModel, task, types, fw: kernels.TokenForward | None = None) -> tuple[float, float, str]:
+    """λ_max of one member's population Hessian over (W, V) as (value, certified upper end, method), at the
+    forward ``fw`` of that member: the probe passes the training loss's token-space one
+    (``kernels.token_forward``); by default member 0's with the logits by the model's own products
+    (``kernels.model_forward``, rounded as the autograd Hessian of ``theory.population_loss``). ``model`` is that
+    member as a model of its own, for the fallbacks.
+
+    * 2L² ≤ ``DENSE_MAX``: the top eigenvalue of the dense closed-form Hessian (``kernels.dense_hessian``, one
+      symmetric eigenvalue problem, exact to rounding; value = upper end): "dense";
+    * else the per-query block bracket (``kernels.hessian_blocks``, equal to ``th.hessian_blocks`` to rounding: the
+      largest W–W block eigenvalue, a lower bound, and a closed-form upper bound) when its relative width is
+      ≤ ``BRACKET_TOL``: "blocks";
+    * else Lanczos to 1e-12, started from the block's top eigenvector (value = upper end): "lanczos".
+
+    Depends on the iterate only (no warm start carried between steps), so a resumed run measures the same λ as the
+    uninterrupted one."""
+    if fw is None:
+        fw = kernels.model_forward(model, task, types)
+    L = model.W.shape[-1]
+    if fw is not None and 2 * L * L <= DENSE_MAX:
+        lam = float(torch.linalg.eigvalsh(kernels.dense_hessian(fw))[-1])
+        return lam, lam, "dense"
+    bb = kernels.hessian_blocks(model, task, types, fw=fw)
     if bb.rel_width <= BRACKET_TOL:
         return bb.lower, bb.upper, "blocks"
     lam = th.top_hessian_eigenvalue(model, task, types, v0=bb.vector, closed_form=True)
@@ -90,8 +110,10 @@ def _hessian(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     perfect = _classification(ctx).perfect
     lam = torch.full((len(perfect),), math.nan, dtype=torch.float64)
     up = lam.clone()
+    fw = kernels.token_forward(ctx.model, ctx.task.dist, ctx.task.types)     # the classification's (shared)
     with torch.enable_grad():   # the trainer measures under no_grad; the Lanczos fallback's HVPs need autograd
         for i in range(len(perfect)):
             if not perfect[i] or (every and ctx.step % every == 0):
-                lam[i], up[i], _ = lambda_max(member_model(ctx.model, i), ctx.task.dist, ctx.task.types)
+                lam[i], up[i], _ = lambda_max(member_model(ctx.model, i), ctx.task.dist, ctx.task.types,
+                                              None if fw is None else fw.member(i))
     return {"lambda_max": lam, "lambda_max_upper": up}

@@ -15,6 +15,7 @@ import torch
 from pydantic import Field
 
 from tdyn.papers.decision_list import data as dl
+from tdyn.papers.decision_list import kernels
 from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModelConfig, member_size, uniform_perturbation
 from tdyn.schema import Strict
 from tdyn.tasks.base import Member, Task, register_task
@@ -66,7 +67,9 @@ class DecisionListTrainTask(Task):
         return None
 
     def loss(self, batch):
-        return th.population_loss(self.model, self.dist, self.types)
+        """F per member in token space with its closed-form gradient (``kernels.population_loss``; the
+        reference ``theory.population_loss`` where a W column spans more than ``kernels.SPAN_MAX``)."""
+        return kernels.population_loss(self.model, self.dist, self.types)
 
 
 def _size(cfg) -> int:

@@ -651,6 +651,10 @@ class BlockBound:
     def rel_width(self) -> float:
         return (self.upper - self.lower) / abs(self.lower) if self.lower else math.inf
 
+    def with_beta(self, beta: float) -> "BlockBound":
+        """The same bracket with another bound β on ‖∇²_{WV}F‖ (the upper end recomputed)."""
+        return dataclasses.replace(self, beta=beta, upper=bracket_upper(self.lower, beta, self.c_up))
+
 
 def hessian_blocks(model: DecisionListModel, task: DecisionListTask, types: Types) -> BlockBound:
     """The W–W blocks of ∇²F (member 0) in closed form, one per query q, and the bounds of :class:`BlockBound`
@@ -708,6 +712,12 @@ def hessian_blocks(model: DecisionListModel, task: DecisionListTask, types: Type
     return block_bound(A, beta_q, c_up)
 
 
+def bracket_upper(lower: float, beta: float, c_up: float) -> float:
+    """The bracket's upper end: the largest eigenvalue of [[lower, β], [β, c_up]] (:class:`BlockBound`)."""
+    mid, half = 0.5 * (lower + c_up), 0.5 * (lower - c_up)
+    return max(lower, mid + math.sqrt(half * half + beta * beta))
+
+
 def block_bound(A: torch.Tensor, beta_q: torch.Tensor, c_up: float) -> BlockBound:
     """The :class:`BlockBound` of the per-query W–W blocks ``A`` (L × L × L, symmetrised here), the per-query
     bounds ``beta_q`` on ‖∇²_{WV}F‖ and ``c_up`` ≥ λ_max(∇²_{VV}F)."""
@@ -717,8 +727,7 @@ def block_bound(A: torch.Tensor, beta_q: torch.Tensor, c_up: float) -> BlockBoun
     qstar = int(evals[:, -1].argmax())
     lower = float(evals[qstar, -1])
     beta = float(beta_q.norm())
-    mid, half = 0.5 * (lower + c_up), 0.5 * (lower - c_up)
-    upper = max(lower, mid + math.sqrt(half * half + beta * beta))
+    upper = bracket_upper(lower, beta, c_up)
     vec = torch.zeros(2, L, L, dtype=torch.float64)
     vec[0, :, qstar] = evecs[qstar, :, -1]
     return BlockBound(lower, upper, beta, c_up, vec.reshape(-1).numpy())
