@@ -5,10 +5,44 @@ and the figures' helpers. The reproductions: ``memories``, ``induction``.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+from pydantic import Field
 
 from tdyn import runs, stats
 from tdyn.reproduce.common import grid_dict, reading, with_grid_options  # noqa: F401  (re-exported)
+from tdyn.schema import Strict
+
+
+# The runs every birth reproduction starts from (the memories' setting; the others change a few of its fields).
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The runs: seeds, SGD steps and rate, model width, sequence length, batch, probe cadence and set size."""
+    seeds: list[int]
+    steps: int
+    lr: float
+    d: int
+    T: int
+    batch_size: int
+    probe_every: int
+    probe_size: int
+
+
+QUICK = Settings(seeds=[0, 1], steps=200, lr=0.2, d=64, T=64, batch_size=32, probe_every=10, probe_size=64)
+FULL = Settings(seeds=[0, 1, 2], steps=600, lr=0.2, d=128, T=128, batch_size=64, probe_every=10, probe_size=128)
+
+
+class Options(Strict):
+    """The runs (None: the full or --quick setting)."""
+
+    seeds: list[int] | None = Field(None, description="seeds (one ensemble)")
+    steps: int | None = Field(None, ge=1, description="SGD steps")
+    lr: float | None = Field(None, gt=0, description="SGD learning rate (the authors' README: 0.03 at batch 512)")
+    d: int | None = Field(None, ge=2, description="embedding dimension (the paper: 256)")
+    T: int | None = Field(None, ge=2, description="sequence length (the paper: 256)")
+    batch_size: int | None = Field(None, ge=1, description="sequences per step (the paper: 512)")
+
 
 #: where the quoted words stand: the paper's abstract and the first paragraphs of its introduction (its full text
 #: was not available to tdyn; docs/reproductions/birth.md#paper-and-code)

@@ -16,7 +16,7 @@ from pathlib import Path
 from tdyn import stats
 from tdyn.papers.birth.analysis import (COLUMNS_TRIGGERS, PAPER, QUOTE_SUCCEED, band, by_seed, figure_title, final,
                                         grid_dict, rows_of, with_grid_options)
-from tdyn.papers.birth.memories import FULL as MEM_FULL, QUICK, Options, Settings
+from tdyn.papers.birth.analysis import FULL as MEM_FULL, QUICK, Options, Settings
 from tdyn.papers.birth.task import birth_config
 from tdyn.reproduce.common import claim
 from tdyn.reproduce.phases import Phases, Tables, register_phases

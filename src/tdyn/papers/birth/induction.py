@@ -12,12 +12,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from pydantic import Field
-
 from tdyn import stats
-from tdyn.papers.birth.analysis import (COLUMNS, PAPER, QUOTE_BIGRAMS_FIRST, band, by_seed, figure_title, final,
-                                        formation_step, grid_dict, ordered, reading, rows_of, with_grid_options)
-from tdyn.papers.birth.memories import QUICK as MEM_QUICK, FULL as MEM_FULL, Options, Settings
+from tdyn.papers.birth.analysis import (COLUMNS, PAPER, QUOTE_BIGRAMS_FIRST, Options, Settings, band, by_seed,
+                                        figure_title, final, formation_step, grid_dict, ordered, rows_of,
+                                        with_grid_options)
+from tdyn.papers.birth.analysis import FULL as MEM_FULL, QUICK as MEM_QUICK
 from tdyn.papers.birth.task import birth_config
 from tdyn.reproduce.common import claim
 from tdyn.reproduce.phases import Phases, Tables, register_phases

@@ -9,55 +9,23 @@ W_O², W_K², W_K¹, the in-context accuracy and the attention probes every ``pr
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
-from pydantic import Field
-
 from tdyn import stats
-from tdyn.papers.birth.analysis import (COLUMNS, PAPER, QUOTE_MEMORIES, QUOTE_SUCCEED, band, by_seed, figure_title,
-                                        final, formation_step, grid_dict, initial, ordered, reading, rows_of,
-                                        with_grid_options)
+from tdyn.papers.birth.analysis import (COLUMNS, FULL, PAPER, QUICK, QUOTE_MEMORIES, QUOTE_SUCCEED, Options, Settings,
+                                        band, by_seed, figure_title, final, formation_step, grid_dict, initial,
+                                        ordered, reading, rows_of, with_grid_options)
 from tdyn.papers.birth.task import birth_config
 from tdyn.reproduce.common import claim
 from tdyn.reproduce.phases import Phases, Tables, register_phases
 from tdyn.reproduce.registry import ReproduceContext
 from tdyn.report import style
-from tdyn.schema import Strict
 
 #: tdyn's readings, fixed before any run (docs/reproductions/birth.md#claims)
 ACC_MIN = 0.9                                      # "reliably predict": in-context accuracy at the end
 FORMED = ("abs:0.5", "abs:0.9", "rel:0.5")         # readings of "formed" (see analysis.formation_step)
 MEMORIES = ("W_O2", "W_K2", "W_K1")                # the order the claim states
 LABELS = {"W_O2": "W_O²", "W_K2": "W_K²", "W_K1": "W_K¹"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """The runs: seeds, SGD steps and rate, model width, sequence length, batch, probe cadence and set size."""
-    seeds: list[int]
-    steps: int
-    lr: float
-    d: int
-    T: int
-    batch_size: int
-    probe_every: int
-    probe_size: int
-
-
-QUICK = Settings(seeds=[0, 1], steps=200, lr=0.2, d=64, T=64, batch_size=32, probe_every=10, probe_size=64)
-FULL = Settings(seeds=[0, 1, 2], steps=600, lr=0.2, d=128, T=128, batch_size=64, probe_every=10, probe_size=128)
-
-
-class Options(Strict):
-    """The runs (None: the full or --quick setting)."""
-
-    seeds: list[int] | None = Field(None, description="seeds (one ensemble)")
-    steps: int | None = Field(None, ge=1, description="SGD steps")
-    lr: float | None = Field(None, gt=0, description="SGD learning rate (the authors' README: 0.03 at batch 512)")
-    d: int | None = Field(None, ge=2, description="embedding dimension (the paper: 256)")
-    T: int | None = Field(None, ge=2, description="sequence length (the paper: 256)")
-    batch_size: int | None = Field(None, ge=1, description="sequences per step (the paper: 512)")
 
 
 def settings(ctx: ReproduceContext) -> Settings:
