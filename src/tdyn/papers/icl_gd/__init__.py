@@ -24,6 +24,7 @@ MANIFEST = Paper(
     benches={
         "icl_gd_one_layer_steps": "tdyn.papers.icl_gd.bench",
         "icl_gd_data": "tdyn.papers.icl_gd.bench",
+        "icl_gd_authors": "tdyn.papers.icl_gd.bench",
     },
     reproductions={
         "icl-gd/construction": Reproduction("tdyn.papers.icl_gd.construction",

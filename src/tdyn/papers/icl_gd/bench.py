@@ -1,13 +1,21 @@
 """von Oswald et al. 2023: the benchmark entries (``tdyn bench``): the training step of the LSA ensemble at the
 authors' sizes (speed path against the attention as ``model.py`` writes it), the whole trainer loop, and the data
-sampler (docs/reproductions/icl-gd.md#speed)."""
+sampler (docs/reproductions/icl-gd.md#speed); and the authors' JAX code against tdyn's step when a checkout of it is
+named (docs/reproductions/icl-gd.md#authors-code-side-by-side)."""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
 
 import torch
 
 from tdyn.bench import register_bench, seconds, step_rate, timed_train
 from tdyn.config import load_config
+from tdyn.errors import UserError
 from tdyn.papers.icl_gd import data as icl
 from tdyn.papers.icl_gd.task import icl_gd_config
 from tdyn.tasks import build_task
@@ -58,3 +66,85 @@ def _data(quick: bool) -> dict:
     icl.sample(2048, 10, 10, g)
     s = seconds(lambda: icl.sample(2048, 10, 10, g), n)
     return {"batches_per_s": n / s, "sequences_per_s": 2048 * n / s}
+
+
+#: the environment variables naming a checkout of the authors' ``transformers_learn_icl_by_gd`` folder (patched by
+#: benchmarks/icl_gd_authors.py) and an interpreter with JAX, dm-haiku, optax, ml_collections and pytz for it
+ANCHOR_ENV = "TDYN_ANCHOR_ICL_GD"
+ANCHOR_PYTHON_ENV = "TDYN_ANCHOR_ICL_GD_PYTHON"
+#: the driver (tdyn's file, run in the anchor's interpreter); found beside the source tree
+DRIVER = Path(__file__).resolve().parents[4] / "benchmarks" / "icl_gd_authors.py"
+#: the side-by-side setting of docs/reproductions/icl-gd.md#authors-code-side-by-side: one recurrent LSA layer,
+#: d = N = 10, x ~ U(−½, ½), Adam at 1e-3 (clip 1e-3), batch 2048, one member, one thread
+SIDE = {"layers": 1, "d": 10, "N": 10, "x_max": 0.5, "batch": 2048}
+#: one thread for XLA (and OpenMP) in their subprocess
+ONE_THREAD = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+              "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _authors_run(checkout: str, python: str, steps: int) -> tuple[float, dict]:
+    """Wall seconds of the driver for ``steps`` training steps (start-up and compilation included) and its JSON."""
+    env = dict(os.environ, **ONE_THREAD)
+    t0 = time.perf_counter()
+    r = subprocess.run([python, str(DRIVER), "run", str(Path(checkout).resolve()), str(steps)], env=env,
+                       capture_output=True, text=True, timeout=600 + steps)
+    wall = time.perf_counter() - t0
+    lines = r.stdout.strip().splitlines()
+    if r.returncode != 0 or not lines:
+        tail = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"{ANCHOR_ENV}: their training failed (exit {r.returncode}): {tail[:300]}")
+    return wall, json.loads(lines[-1])
+
+
+def _authors(checkout: str, python: str, steps: int, base: int) -> dict:
+    """Their training in a subprocess, one thread, run twice: ``base`` and ``base + steps`` steps; seconds per step
+    = the difference of the two walls / ``steps`` (start-up, compilation and the first ``base`` steps cancel)."""
+    if not DRIVER.is_file():
+        raise UserError(f"{ANCHOR_ENV}: the driver {DRIVER} is missing (run tdyn from its source checkout)")
+    if not (Path(checkout) / "src" / "train.py").is_file() or not (Path(checkout) / "src" / "data.py").is_file():
+        raise UserError(f"{ANCHOR_ENV}={checkout}: no src/train.py and src/data.py there (the folder "
+                        "transformers_learn_icl_by_gd of google-research/self-organising-systems)")
+    if "jnp.DeviceArray" in (Path(checkout) / "src" / "train.py").read_text(encoding="utf-8"):
+        raise UserError(f"{ANCHOR_ENV}={checkout}: src/train.py is not patched (run benchmarks/icl_gd_authors.py "
+                        "patch on it)")
+    short, js = _authors_run(checkout, python, base)
+    long, jl = _authors_run(checkout, python, base + steps)
+    return {"steps": steps, "s_per_step": (long - short) / steps, "wall_short_s": short, "wall_long_s": long,
+            "steps_short": base, "steps_long": base + steps,
+            "in_loop_s_per_step": (jl["loop_s"] - js["loop_s"]) / steps, "jax": jl.get("jax"), "python": python}
+
+
+@register_bench("icl_gd_authors")
+def _authors_vs_tdyn(quick: bool) -> dict:
+    """The authors' JAX training against tdyn at the docs page's side-by-side setting (one recurrent LSA layer,
+    d = N = 10, x ~ U(−½, ½), batch 2048, Adam, one member, one thread): seconds per training step (sampling
+    included) of each and their ratio. Theirs in a subprocess by benchmarks/icl_gd_authors.py from the checkout
+    ``$TDYN_ANCHOR_ICL_GD`` names, in the interpreter ``$TDYN_ANCHOR_ICL_GD_PYTHON``; tdyn's the trainer's step by
+    the speed path plus its sampler's batch, in this process on one torch thread. Also tdyn's two-member ensemble
+    per member-step (as the docs page's table ran it). Without the variables: skipped, with the reason."""
+    checkout, python = os.environ.get(ANCHOR_ENV), os.environ.get(ANCHOR_PYTHON_ENV)
+    if not checkout or not python:
+        return {"skipped": f"{ANCHOR_ENV} and {ANCHOR_PYTHON_ENV} are not both set: point them at the authors' "
+                           "transformers_learn_icl_by_gd folder patched by benchmarks/icl_gd_authors.py and at a "
+                           "Python with jax 0.10.2, dm-haiku, optax, ml_collections and pytz to time the authors' code"}
+    steps = 60 if quick else 400
+    theirs = _authors(checkout, python, steps, base=10)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ours = {}
+        n = max(10, steps // 4)
+        for S in (1, 2):
+            rc = load_config(icl_gd_config(layers=SIDE["layers"], seeds=list(range(S)), steps=2,
+                                           x_max=SIDE["x_max"], batch_size=SIDE["batch"]))
+            task = build_task(rc, expand_members(rc))
+            step = 1.0 / step_rate(task, rc, n)
+            g = torch.Generator().manual_seed(0)
+            draw = seconds(lambda: task.sample(g), n) / n
+            ours[S] = {"s_per_member_step": (step + S * draw) / S, "train_step_s": step, "sample_s": draw}
+    finally:
+        torch.set_num_threads(threads)
+    return {"setting": dict(SIDE, members=1, threads=1), "authors": theirs,
+            "tdyn": {"steps": n, "s_per_step": ours[1]["s_per_member_step"], **ours[1]},
+            "tdyn_2_members": ours[2],
+            "authors_over_tdyn": theirs["s_per_step"] / ours[1]["s_per_member_step"]}
