@@ -4,10 +4,17 @@ paper's size and at tdyn's full setting (speed path against ``model.py``'s atten
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import torch
 
 from tdyn.bench import register_bench, seconds, step_rate
 from tdyn.config import load_config
+from tdyn.errors import UserError
 from tdyn.papers.birth import data as bd
 from tdyn.papers.birth.task import birth_config, loss_mask
 from tdyn.papers.birth import kernels
@@ -86,12 +93,6 @@ def authors_command(steps: int, seed: int = 0) -> list[str]:
 
 def _authors_wall(checkout: str, python: str, steps: int) -> float:
     """Wall seconds of their script for ``steps`` + 1 training steps (start-up and step 0's evaluation included)."""
-    import os
-    import subprocess
-    import time
-
-    from tdyn.errors import UserError
-
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     t0 = time.perf_counter()
     r = subprocess.run([python, *authors_command(steps)], cwd=checkout, env=env, capture_output=True, text=True,
@@ -107,12 +108,6 @@ def _authors(checkout: str, steps: int, base: int) -> dict:
     """Their script in a subprocess, one torch thread, run twice: ``base`` and ``base + steps`` steps after step 0;
     seconds per step = the difference of the two walls / ``steps`` (start-up, step 0's evaluation and the first
     ``base`` steps cancel; their script logs no time for a step it does not evaluate)."""
-    import os
-    import sys
-    from pathlib import Path
-
-    from tdyn.errors import UserError
-
     main = Path(checkout) / "ihead_basic_main.py"
     if not main.is_file() or not (Path(checkout) / "data" / "meta.pkl").is_file():
         raise UserError(f"{ANCHOR_ENV}={checkout}: no ihead_basic_main.py and data/meta.pkl there (a checkout of "
@@ -136,8 +131,6 @@ def _authors_vs_tdyn(quick: bool) -> dict:
     benchmarks/birth_authors_patch.py; their sampling runs in one worker process beside the step); tdyn's the
     trainer's step by the speed path plus its sampler's batch (drawn in the same thread). Without the variable:
     skipped, with the reason."""
-    import os
-
     checkout = os.environ.get(ANCHOR_ENV)
     if not checkout:
         return {"skipped": f"{ANCHOR_ENV} is not set: point it at a checkout of albietz/transformer-birth (commit "
