@@ -11,6 +11,7 @@ import numpy as np
 from pydantic import Field
 
 from tdyn import runs, stats
+from tdyn.report import style
 from tdyn.reproduce.common import grid_dict, reading, with_grid_options  # noqa: F401  (re-exported)
 from tdyn.schema import Strict
 
@@ -143,3 +144,13 @@ def band(ax, steps, values: np.ndarray, color, label: str, **kw) -> None:
     ax.plot(steps, np.nanmean(values, 0), color=color, label=label, **kw)
     if values.shape[0] > 1:
         ax.fill_between(steps, np.nanmin(values, 0), np.nanmax(values, 0), color=color, alpha=0.2, lw=0)
+
+
+def curves(ax, rows: list[dict], series, color0: int = 0, **axes) -> None:
+    """One panel: each (metric, label) of ``series`` over training as :func:`band` (colours from the palette's
+    ``color0``-th on), the axes set by ``axes`` (xlabel, ylabel, ylim, title), and the legend."""
+    for i, (key, label) in enumerate(series):
+        steps, _, v = by_seed(rows, key)
+        band(ax, steps, v, style.PALETTE[color0 + i], label)
+    ax.set(**axes)
+    ax.legend(fontsize=8)

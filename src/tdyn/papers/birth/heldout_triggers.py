@@ -14,7 +14,7 @@ import dataclasses
 from pathlib import Path
 
 from tdyn import stats
-from tdyn.papers.birth.analysis import (COLUMNS_TRIGGERS, PAPER, QUOTE_SUCCEED, band, by_seed, figure_title, final,
+from tdyn.papers.birth.analysis import (curves, COLUMNS_TRIGGERS, PAPER, QUOTE_SUCCEED, figure_title, final,
                                         grid_dict, rows_of, with_grid_options)
 from tdyn.papers.birth.analysis import FULL as MEM_FULL, QUICK, Options, Settings
 from tdyn.papers.birth.task import birth_config
@@ -107,21 +107,15 @@ def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
     rows = tables["triggers"]
     style.apply()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for i, (key, lab) in enumerate((("acc_out", "in-context accuracy, seen triggers"),
-                                    ("acc_out_tood", "in-context accuracy, held-out triggers"),
-                                    ("attn2_ind", "layer-2 induction attention, seen"),
-                                    ("attn2_ind_tood", "layer-2 induction attention, held-out"))):
-        steps, _, v = by_seed(rows, key)
-        band(a1, steps, v, style.PALETTE[i], lab)
-    a1.set(xlabel="training step", ylabel="fraction", ylim=(-0.02, 1.02), title="In-context prediction")
-    a1.legend(fontsize=8)
-    for i, (key, lab) in enumerate((("recall_W_K2", "W_K² recall, seen triggers (of 48)"),
-                                    ("recall_W_K2_ood", "W_K² recall, held-out triggers (of 17)"),
-                                    ("recall_W_O2", "W_O² recall"), ("recall_W_K1", "W_K¹ recall"))):
-        steps, _, v = by_seed(rows, key)
-        band(a2, steps, v, style.PALETTE[i + 4], lab)
-    a2.set(xlabel="training step", ylabel="recall", ylim=(-0.02, 1.02), title="Memory recall probes")
-    a2.legend(fontsize=8)
+    curves(a1, rows, (("acc_out", "in-context accuracy, seen triggers"),
+                      ("acc_out_tood", "in-context accuracy, held-out triggers"),
+                      ("attn2_ind", "layer-2 induction attention, seen"),
+                      ("attn2_ind_tood", "layer-2 induction attention, held-out")), 0,
+           xlabel="training step", ylabel="fraction", ylim=(-0.02, 1.02), title="In-context prediction")
+    curves(a2, rows, (("recall_W_K2", "W_K² recall, seen triggers (of 48)"),
+                      ("recall_W_K2_ood", "W_K² recall, held-out triggers (of 17)"),
+                      ("recall_W_O2", "W_O² recall"), ("recall_W_K1", "W_K¹ recall")), 4,
+           xlabel="training step", ylabel="recall", ylim=(-0.02, 1.02), title="Memory recall probes")
     fig.suptitle(figure_title("The induction head on held-out triggers (lines: seed mean; bands: min–max)",
                               ctx.quick))
     fig.subplots_adjust(top=0.8 if ctx.quick else 0.86, wspace=0.3)

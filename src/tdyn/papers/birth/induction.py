@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 
 from tdyn import stats
-from tdyn.papers.birth.analysis import (COLUMNS, PAPER, QUOTE_BIGRAMS_FIRST, Options, Settings, band, by_seed,
+from tdyn.papers.birth.analysis import (curves, COLUMNS, PAPER, QUOTE_BIGRAMS_FIRST, Options, Settings, by_seed,
                                         figure_title, final, formation_step, grid_dict, ordered, rows_of,
                                         with_grid_options)
 from tdyn.papers.birth.analysis import FULL as MEM_FULL, QUICK as MEM_QUICK
@@ -118,20 +118,14 @@ def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
     rows = tables["induction"]
     style.apply()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for i, (key, lab) in enumerate((("loss_bigram", "loss on non-trigger tokens (global bigrams)"),
-                                    ("loss_out", "loss on in-context outputs (occ ≥ 2)"),
-                                    ("bigram_kl", "KL of the W_F memory to the bigrams"))):
-        steps, _, v = by_seed(rows, key)
-        band(a1, steps, v, style.PALETTE[i], lab)
-    a1.set(xlabel="training step", ylabel="nats", title="Losses")
-    a1.legend(fontsize=8)
-    for i, (key, lab) in enumerate((("acc_out", "in-context accuracy, seen outputs"),
-                                    ("acc_out_ood", "in-context accuracy, held-out outputs"),
-                                    ("recall_W_K1", "W_K¹ recall"), ("recall_W_O2", "W_O² recall"))):
-        steps, _, v = by_seed(rows, key)
-        band(a2, steps, v, style.PALETTE[i + 3], lab)
-    a2.set(xlabel="training step", ylabel="fraction", ylim=(-0.02, 1.02), title="Induction head")
-    a2.legend(fontsize=8)
+    curves(a1, rows, (("loss_bigram", "loss on non-trigger tokens (global bigrams)"),
+                      ("loss_out", "loss on in-context outputs (occ ≥ 2)"),
+                      ("bigram_kl", "KL of the W_F memory to the bigrams")), 0,
+           xlabel="training step", ylabel="nats", title="Losses")
+    curves(a2, rows, (("acc_out", "in-context accuracy, seen outputs"),
+                      ("acc_out_ood", "in-context accuracy, held-out outputs"),
+                      ("recall_W_K1", "W_K¹ recall"), ("recall_W_O2", "W_O² recall")), 3,
+           xlabel="training step", ylabel="fraction", ylim=(-0.02, 1.02), title="Induction head")
     fig.suptitle(figure_title("Global bigrams first, the induction head later (lines: seed mean; bands: min–max)",
                               ctx.quick))
     fig.subplots_adjust(top=0.8 if ctx.quick else 0.86, wspace=0.3)

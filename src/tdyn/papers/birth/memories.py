@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tdyn import stats
-from tdyn.papers.birth.analysis import (COLUMNS, FULL, PAPER, QUICK, QUOTE_MEMORIES, QUOTE_SUCCEED, Options, Settings,
-                                        band, by_seed, figure_title, final, formation_step, grid_dict, initial,
+from tdyn.papers.birth.analysis import (curves, COLUMNS, FULL, PAPER, QUICK, QUOTE_MEMORIES, QUOTE_SUCCEED, Options,
+                                        Settings, by_seed, figure_title, final, formation_step, grid_dict, initial,
                                         ordered, reading, rows_of, with_grid_options)
 from tdyn.papers.birth.task import birth_config
 from tdyn.reproduce.common import claim
@@ -134,18 +134,12 @@ def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
     rows = tables["memories"]
     style.apply()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for i, mem in enumerate(MEMORIES):
-        steps, _, v = by_seed(rows, f"recall_{mem}")
-        band(a1, steps, v, style.PALETTE[i], f"{LABELS[mem]} recall")
-    a1.set(xlabel="training step", ylabel="memory recall", ylim=(-0.02, 1.02), title="Memory recall probes")
-    a1.legend(fontsize=8)
-    for i, (key, lab) in enumerate((("acc_out", "in-context accuracy (occ ≥ 2)"), ("acc_first", "first occurrences"),
-                                    ("attn1_prev", "layer-1 attention on previous token"),
-                                    ("attn2_ind", "layer-2 induction attention"))):
-        steps, _, v = by_seed(rows, key)
-        band(a2, steps, v, style.PALETTE[i + 3], lab)
-    a2.set(xlabel="training step", ylabel="fraction", ylim=(-0.02, 1.02), title="In-context prediction")
-    a2.legend(fontsize=8)
+    curves(a1, rows, [(f"recall_{mem}", f"{LABELS[mem]} recall") for mem in MEMORIES], 0,
+           xlabel="training step", ylabel="memory recall", ylim=(-0.02, 1.02), title="Memory recall probes")
+    curves(a2, rows, (("acc_out", "in-context accuracy (occ ≥ 2)"), ("acc_first", "first occurrences"),
+                      ("attn1_prev", "layer-1 attention on previous token"),
+                      ("attn2_ind", "layer-2 induction attention")), 3,
+           xlabel="training step", ylabel="fraction", ylim=(-0.02, 1.02), title="In-context prediction")
     fig.suptitle(figure_title("Birth of the induction head: memories over training (lines: seed mean; bands: "
                               "min–max)", ctx.quick))
     fig.subplots_adjust(top=0.8 if ctx.quick else 0.86, wspace=0.3)
