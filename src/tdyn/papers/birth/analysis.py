@@ -6,6 +6,7 @@ and the figures' helpers. The reproductions: ``memories``, ``induction``.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 from pydantic import Field
@@ -154,3 +155,21 @@ def curves(ax, rows: list[dict], series, color0: int = 0, **axes) -> None:
         band(ax, steps, v, style.PALETTE[color0 + i], label)
     ax.set(**axes)
     ax.legend(fontsize=8)
+
+
+UNIT = (-0.02, 1.02)   # the y range of a panel of fractions
+
+
+def two_panels(ctx, rows: list[dict], left: tuple, right: tuple, title: str, name: str) -> list[str]:
+    """Every birth reproduction's figure: two :func:`curves` panels side by side (``left`` and ``right`` are
+    ``(series, color0, axes)``, over training steps), the title (marked when quick) and the file ``name`` in the output directory."""
+    import matplotlib.pyplot as plt
+
+    style.apply()
+    fig, axs = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, (series, color0, axes) in zip(axs, (left, right)):
+        curves(ax, rows, series, color0, xlabel="training step", **axes)
+    fig.suptitle(figure_title(title + " (lines: seed mean; bands: min–max)", ctx.quick))
+    fig.subplots_adjust(top=0.8 if ctx.quick else 0.86, wspace=0.3)
+    style.save(fig, Path(ctx.out) / name)
+    return [name]

@@ -11,17 +11,15 @@ that were never triggers in training; ``measure`` reads each member's probes (ta
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 from tdyn import stats
-from tdyn.papers.birth.analysis import (curves, COLUMNS_TRIGGERS, PAPER, QUOTE_SUCCEED, figure_title, final,
-                                        grid_dict, rows_of, with_grid_options)
+from tdyn.papers.birth.analysis import (COLUMNS_TRIGGERS, PAPER, QUOTE_SUCCEED, final,
+                                        grid_dict, rows_of, with_grid_options, UNIT, two_panels)
 from tdyn.papers.birth.analysis import FULL as MEM_FULL, QUICK, Options, Settings
 from tdyn.papers.birth.task import birth_config
 from tdyn.reproduce.common import claim
 from tdyn.reproduce.phases import Phases, Tables, register_phases
 from tdyn.reproduce.registry import ReproduceContext
-from tdyn.report import style
 
 #: tdyn's readings, fixed before any run (docs/reproductions/birth.md#claims)
 ACC_MIN = 0.9       # the head formed on the training pool's triggers: in-context accuracy at the end
@@ -102,26 +100,15 @@ def judge(ctx: ReproduceContext, tables: Tables) -> dict:
 
 
 def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
-    import matplotlib.pyplot as plt
-
-    rows = tables["triggers"]
-    style.apply()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    curves(a1, rows, (("acc_out", "in-context accuracy, seen triggers"),
-                      ("acc_out_tood", "in-context accuracy, held-out triggers"),
-                      ("attn2_ind", "layer-2 induction attention, seen"),
-                      ("attn2_ind_tood", "layer-2 induction attention, held-out")), 0,
-           xlabel="training step", ylabel="fraction", ylim=(-0.02, 1.02), title="In-context prediction")
-    curves(a2, rows, (("recall_W_K2", "W_K² recall, seen triggers (of 48)"),
-                      ("recall_W_K2_ood", "W_K² recall, held-out triggers (of 17)"),
-                      ("recall_W_O2", "W_O² recall"), ("recall_W_K1", "W_K¹ recall")), 4,
-           xlabel="training step", ylabel="recall", ylim=(-0.02, 1.02), title="Memory recall probes")
-    fig.suptitle(figure_title("The induction head on held-out triggers (lines: seed mean; bands: min–max)",
-                              ctx.quick))
-    fig.subplots_adjust(top=0.8 if ctx.quick else 0.86, wspace=0.3)
-    style.save(fig, Path(ctx.out) / "triggers.png")
-    return ["triggers.png"]
-
+    icl = [("acc_out", "in-context accuracy, seen triggers"), ("acc_out_tood", "in-context accuracy, held-out triggers"),
+           ("attn2_ind", "layer-2 induction attention, seen"), ("attn2_ind_tood", "layer-2 induction attention, held-out")]
+    recalls = [("recall_W_K2", "W_K² recall, seen triggers (of 48)"),
+               ("recall_W_K2_ood", "W_K² recall, held-out triggers (of 17)"),
+               ("recall_W_O2", "W_O² recall"), ("recall_W_K1", "W_K¹ recall")]
+    return two_panels(ctx, tables["triggers"],
+                      (icl, 0, dict(ylabel="fraction", ylim=UNIT, title="In-context prediction")),
+                      (recalls, 4, dict(ylabel="recall", ylim=UNIT, title="Memory recall probes")),
+                      "The induction head on held-out triggers", "triggers.png")
 
 PHASES = Phases(plan=plan, measure=measure, judge=judge, draw=draw, tables=("triggers",),
                 columns={"triggers": COLUMNS_TRIGGERS})

@@ -10,18 +10,16 @@ authors' ``train_test="train"``) and a second probe set whose outputs come from 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 from tdyn import stats
-from tdyn.papers.birth.analysis import (curves, COLUMNS, PAPER, QUOTE_BIGRAMS_FIRST, Options, Settings, by_seed,
-                                        figure_title, final, formation_step, grid_dict, ordered, rows_of,
-                                        with_grid_options)
+from tdyn.papers.birth.analysis import (COLUMNS, PAPER, QUOTE_BIGRAMS_FIRST, Options, Settings, by_seed,
+                                        final, formation_step, grid_dict, ordered, rows_of,
+                                        with_grid_options, UNIT, two_panels)
 from tdyn.papers.birth.analysis import FULL as MEM_FULL, QUICK as MEM_QUICK
 from tdyn.papers.birth.task import birth_config
 from tdyn.reproduce.common import claim
 from tdyn.reproduce.phases import Phases, Tables, register_phases
 from tdyn.reproduce.registry import ReproduceContext
-from tdyn.report import style
 
 #: tdyn's readings, fixed before any run (docs/reproductions/birth.md#claims)
 OOD_MIN = 0.9       # held-out / in-distribution in-context accuracy
@@ -113,25 +111,13 @@ def judge(ctx: ReproduceContext, tables: Tables) -> dict:
 
 
 def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
-    import matplotlib.pyplot as plt
-
-    rows = tables["induction"]
-    style.apply()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    curves(a1, rows, (("loss_bigram", "loss on non-trigger tokens (global bigrams)"),
-                      ("loss_out", "loss on in-context outputs (occ ≥ 2)"),
-                      ("bigram_kl", "KL of the W_F memory to the bigrams")), 0,
-           xlabel="training step", ylabel="nats", title="Losses")
-    curves(a2, rows, (("acc_out", "in-context accuracy, seen outputs"),
-                      ("acc_out_ood", "in-context accuracy, held-out outputs"),
-                      ("recall_W_K1", "W_K¹ recall"), ("recall_W_O2", "W_O² recall")), 3,
-           xlabel="training step", ylabel="fraction", ylim=(-0.02, 1.02), title="Induction head")
-    fig.suptitle(figure_title("Global bigrams first, the induction head later (lines: seed mean; bands: min–max)",
-                              ctx.quick))
-    fig.subplots_adjust(top=0.8 if ctx.quick else 0.86, wspace=0.3)
-    style.save(fig, Path(ctx.out) / "induction.png")
-    return ["induction.png"]
-
+    losses = [("loss_bigram", "loss on non-trigger tokens (global bigrams)"),
+              ("loss_out", "loss on in-context outputs (occ ≥ 2)"), ("bigram_kl", "KL of the W_F memory to the bigrams")]
+    head = [("acc_out", "in-context accuracy, seen outputs"), ("acc_out_ood", "in-context accuracy, held-out outputs"),
+            ("recall_W_K1", "W_K¹ recall"), ("recall_W_O2", "W_O² recall")]
+    return two_panels(ctx, tables["induction"], (losses, 0, dict(ylabel="nats", title="Losses")),
+                      (head, 3, dict(ylabel="fraction", ylim=UNIT, title="Induction head")),
+                      "Global bigrams first, the induction head later", "induction.png")
 
 PHASES = Phases(plan=plan, measure=measure, judge=judge, draw=draw, tables=("induction",),
                 columns={"induction": COLUMNS})

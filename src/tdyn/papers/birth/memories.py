@@ -9,17 +9,14 @@ W_O², W_K², W_K¹, the in-context accuracy and the attention probes every ``pr
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from tdyn import stats
-from tdyn.papers.birth.analysis import (curves, COLUMNS, FULL, PAPER, QUICK, QUOTE_MEMORIES, QUOTE_SUCCEED, Options,
-                                        Settings, by_seed, figure_title, final, formation_step, grid_dict, initial,
-                                        ordered, reading, rows_of, with_grid_options)
+from tdyn.papers.birth.analysis import (COLUMNS, FULL, PAPER, QUICK, QUOTE_MEMORIES, QUOTE_SUCCEED, Options,
+                                        Settings, by_seed, final, formation_step, grid_dict, initial,
+                                        ordered, reading, rows_of, with_grid_options, UNIT, two_panels)
 from tdyn.papers.birth.task import birth_config
 from tdyn.reproduce.common import claim
 from tdyn.reproduce.phases import Phases, Tables, register_phases
 from tdyn.reproduce.registry import ReproduceContext
-from tdyn.report import style
 
 #: tdyn's readings, fixed before any run (docs/reproductions/birth.md#claims)
 ACC_MIN = 0.9                                      # "reliably predict": in-context accuracy at the end
@@ -129,23 +126,13 @@ def judge(ctx: ReproduceContext, tables: Tables) -> dict:
 
 
 def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
-    import matplotlib.pyplot as plt
-
-    rows = tables["memories"]
-    style.apply()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    curves(a1, rows, [(f"recall_{mem}", f"{LABELS[mem]} recall") for mem in MEMORIES], 0,
-           xlabel="training step", ylabel="memory recall", ylim=(-0.02, 1.02), title="Memory recall probes")
-    curves(a2, rows, (("acc_out", "in-context accuracy (occ ≥ 2)"), ("acc_first", "first occurrences"),
-                      ("attn1_prev", "layer-1 attention on previous token"),
-                      ("attn2_ind", "layer-2 induction attention")), 3,
-           xlabel="training step", ylabel="fraction", ylim=(-0.02, 1.02), title="In-context prediction")
-    fig.suptitle(figure_title("Birth of the induction head: memories over training (lines: seed mean; bands: "
-                              "min–max)", ctx.quick))
-    fig.subplots_adjust(top=0.8 if ctx.quick else 0.86, wspace=0.3)
-    style.save(fig, Path(ctx.out) / "memories.png")
-    return ["memories.png"]
-
+    recalls = [(f"recall_{mem}", f"{LABELS[mem]} recall") for mem in MEMORIES]
+    icl = [("acc_out", "in-context accuracy (occ ≥ 2)"), ("acc_first", "first occurrences"),
+           ("attn1_prev", "layer-1 attention on previous token"), ("attn2_ind", "layer-2 induction attention")]
+    return two_panels(ctx, tables["memories"],
+                      (recalls, 0, dict(ylabel="memory recall", ylim=UNIT, title="Memory recall probes")),
+                      (icl, 3, dict(ylabel="fraction", ylim=UNIT, title="In-context prediction")),
+                      "Birth of the induction head: memories over training", "memories.png")
 
 PHASES = Phases(plan=plan, measure=measure, judge=judge, draw=draw, tables=("memories",),
                 columns={"memories": COLUMNS})
