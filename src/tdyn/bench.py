@@ -149,6 +149,48 @@ def reference_matmul(n: int = 1024, seconds: float = 1.0, device: str = "cpu") -
     return out
 
 
+def one_thread_step(cfg: dict, steps: int, draws: int) -> dict:
+    """Seconds of one training step (the trainer's, over ``steps`` steps) and of one batch draw (mean of ``draws``)
+    of the run config ``cfg``, on one torch thread: tdyn's side of a comparison with an authors' single-threaded
+    code."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rc = load_config(cfg)
+        task = build_task(rc, expand_members(rc))
+        step = 1.0 / step_rate(task, rc, steps)
+        g = torch.Generator().manual_seed(0)
+        draw = seconds(lambda: task.sample(g), draws) / draws
+    finally:
+        torch.set_num_threads(threads)
+    return {"train_step_s": step, "sample_s": draw}
+
+
+def timed_run(cmd: list[str], what: str, *, env: dict | None = None, cwd: str | None = None,
+              timeout: float = 600) -> tuple[float, Any]:
+    """Wall seconds of the program ``cmd`` (environment: this one plus ``env``) and its completed process (text
+    stdout and stderr). A non-zero exit is a UserError naming ``what`` and the last line it wrote to stderr."""
+    import os
+    import subprocess
+
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, cwd=cwd, env=dict(os.environ, **(env or {})), capture_output=True, text=True,
+                       timeout=timeout)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        tail = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"{what} failed (exit {r.returncode}): {tail[:300]}")
+    return wall, r
+
+
+def per_step_by_difference(wall_of: Callable[[int], float], steps: int, base: int) -> dict:
+    """Seconds per step of a program that does not time its own steps: ``wall_of(n)`` (its wall for n steps) at
+    ``base`` and at ``base + steps``, their difference over ``steps`` (start-up, compilation and the first ``base``
+    steps cancel)."""
+    short, long = wall_of(base), wall_of(base + steps)
+    return {"steps": steps, "s_per_step": (long - short) / steps, "wall_short_s": short, "wall_long_s": long}
+
+
 def wall_python(code: str, reps: int) -> float:
     import statistics
     import subprocess

@@ -5,14 +5,12 @@ paper's size and at tdyn's full setting (speed path against ``model.py``'s atten
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-from tdyn.bench import register_bench, seconds, step_rate
+from tdyn.bench import one_thread_step, per_step_by_difference, register_bench, seconds, step_rate, timed_run
 from tdyn.config import load_config
 from tdyn.errors import UserError
 from tdyn.papers.birth import data as bd
@@ -93,14 +91,11 @@ def authors_command(steps: int, seed: int = 0) -> list[str]:
 
 def _authors_wall(checkout: str, python: str, steps: int) -> float:
     """Wall seconds of their script for ``steps`` + 1 training steps (start-up and step 0's evaluation included)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    t0 = time.perf_counter()
-    r = subprocess.run([python, *authors_command(steps)], cwd=checkout, env=env, capture_output=True, text=True,
-                       timeout=600 + 5 * steps)
-    wall = time.perf_counter() - t0
-    if r.returncode != 0 or "INFO:root:0 " not in r.stderr:
-        tail = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise UserError(f"{ANCHOR_ENV}: their script failed (exit {r.returncode}): {tail[:300]}")
+    wall, r = timed_run([python, *authors_command(steps)], f"{ANCHOR_ENV}: their script", cwd=checkout,
+                        env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}, timeout=600 + 5 * steps)
+    if "INFO:root:0 " not in r.stderr:
+        raise UserError(f"{ANCHOR_ENV}: their script logged no step 0 (not albietz/transformer-birth's "
+                        "ihead_basic_main.py?)")
     return wall
 
 
@@ -117,9 +112,7 @@ def _authors(checkout: str, steps: int, base: int) -> dict:
         raise UserError(f"{ANCHOR_ENV}={checkout}: ihead_basic_main.py is not patched (run "
                         "benchmarks/birth_authors_patch.py on it)")
     python = os.environ.get(ANCHOR_PYTHON_ENV) or sys.executable
-    short = _authors_wall(checkout, python, base)
-    long = _authors_wall(checkout, python, base + steps)
-    return {"steps": steps, "s_per_step": (long - short) / steps, "wall_short_s": short, "wall_long_s": long,
+    return {**per_step_by_difference(lambda n: _authors_wall(checkout, python, n), steps, base),
             "steps_short": base + 1, "steps_long": base + steps + 1, "python": python}
 
 
@@ -137,18 +130,10 @@ def _authors_vs_tdyn(quick: bool) -> dict:
                            "165e11a) patched by benchmarks/birth_authors_patch.py to time the authors' code"}
     steps = 30 if quick else 200
     theirs = _authors(checkout, steps, base=5)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        s = SIDE
-        rc = load_config(birth_config(seeds=[0], d=s["d"], T=s["T"], batch_size=s["batch"], lr=s["lr"], steps=2))
-        task = build_task(rc, expand_members(rc))
-        step = 1.0 / step_rate(task, rc, steps)
-        g = torch.Generator().manual_seed(0)
-        n = max(10, steps // 4)
-        draw = seconds(lambda: task.sample(g), n) / n
-    finally:
-        torch.set_num_threads(threads)
+    s = SIDE
+    t = one_thread_step(birth_config(seeds=[0], d=s["d"], T=s["T"], batch_size=s["batch"], lr=s["lr"], steps=2),
+                        steps, max(10, steps // 4))
+    step, draw = t["train_step_s"], t["sample_s"]
     ours = step + draw
     return {"setting": dict(SIDE, k=5, members=1, threads=1), "authors": theirs,
             "tdyn": {"steps": steps, "s_per_step": ours, "train_step_s": step, "sample_s": draw},

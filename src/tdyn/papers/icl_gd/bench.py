@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import time
 from pathlib import Path
 
 import torch
 
-from tdyn.bench import register_bench, seconds, step_rate, timed_train
+from tdyn.bench import (one_thread_step, per_step_by_difference, register_bench, seconds, step_rate, timed_run,
+                        timed_train)
 from tdyn.config import load_config
 from tdyn.errors import UserError
 from tdyn.papers.icl_gd import data as icl
@@ -84,15 +83,11 @@ ONE_THREAD = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallel
 
 def _authors_run(checkout: str, python: str, steps: int) -> tuple[float, dict]:
     """Wall seconds of the driver for ``steps`` training steps (start-up and compilation included) and its JSON."""
-    env = dict(os.environ, **ONE_THREAD)
-    t0 = time.perf_counter()
-    r = subprocess.run([python, str(DRIVER), "run", str(Path(checkout).resolve()), str(steps)], env=env,
-                       capture_output=True, text=True, timeout=600 + steps)
-    wall = time.perf_counter() - t0
+    wall, r = timed_run([python, str(DRIVER), "run", str(Path(checkout).resolve()), str(steps)],
+                        f"{ANCHOR_ENV}: their training", env=ONE_THREAD, timeout=600 + steps)
     lines = r.stdout.strip().splitlines()
-    if r.returncode != 0 or not lines:
-        tail = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise UserError(f"{ANCHOR_ENV}: their training failed (exit {r.returncode}): {tail[:300]}")
+    if not lines:
+        raise UserError(f"{ANCHOR_ENV}: their training printed no result")
     return wall, json.loads(lines[-1])
 
 
@@ -107,10 +102,15 @@ def _authors(checkout: str, python: str, steps: int, base: int) -> dict:
     if "jnp.DeviceArray" in (Path(checkout) / "src" / "train.py").read_text(encoding="utf-8"):
         raise UserError(f"{ANCHOR_ENV}={checkout}: src/train.py is not patched (run benchmarks/icl_gd_authors.py "
                         "patch on it)")
-    short, js = _authors_run(checkout, python, base)
-    long, jl = _authors_run(checkout, python, base + steps)
-    return {"steps": steps, "s_per_step": (long - short) / steps, "wall_short_s": short, "wall_long_s": long,
-            "steps_short": base, "steps_long": base + steps,
+    out = {}                                                      # steps → the driver's JSON
+
+    def wall_of(n: int) -> float:
+        wall, out[n] = _authors_run(checkout, python, n)
+        return wall
+
+    timed = per_step_by_difference(wall_of, steps, base)
+    js, jl = out[base], out[base + steps]
+    return {**timed, "steps_short": base, "steps_long": base + steps,
             "in_loop_s_per_step": (jl["loop_s"] - js["loop_s"]) / steps, "jax": jl.get("jax"), "python": python}
 
 
@@ -129,21 +129,12 @@ def _authors_vs_tdyn(quick: bool) -> dict:
                            "Python with jax 0.10.2, dm-haiku, optax, ml_collections and pytz to time the authors' code"}
     steps = 60 if quick else 400
     theirs = _authors(checkout, python, steps, base=10)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        ours = {}
-        n = max(10, steps // 4)
-        for S in (1, 2):
-            rc = load_config(icl_gd_config(layers=SIDE["layers"], seeds=list(range(S)), steps=2,
-                                           x_max=SIDE["x_max"], batch_size=SIDE["batch"]))
-            task = build_task(rc, expand_members(rc))
-            step = 1.0 / step_rate(task, rc, n)
-            g = torch.Generator().manual_seed(0)
-            draw = seconds(lambda: task.sample(g), n) / n
-            ours[S] = {"s_per_member_step": (step + S * draw) / S, "train_step_s": step, "sample_s": draw}
-    finally:
-        torch.set_num_threads(threads)
+    ours = {}
+    n = max(10, steps // 4)
+    for S in (1, 2):
+        t = one_thread_step(icl_gd_config(layers=SIDE["layers"], seeds=list(range(S)), steps=2, x_max=SIDE["x_max"],
+                                          batch_size=SIDE["batch"]), n, n)
+        ours[S] = {"s_per_member_step": (t["train_step_s"] + S * t["sample_s"]) / S, **t}
     return {"setting": dict(SIDE, members=1, threads=1), "authors": theirs,
             "tdyn": {"steps": n, "s_per_step": ours[1]["s_per_member_step"], **ours[1]},
             "tdyn_2_members": ours[2],
