@@ -9,7 +9,6 @@ prints a table.
 
 from __future__ import annotations
 
-import math
 import shutil
 import tempfile
 import time
@@ -17,8 +16,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from tdyn import runs
 from tdyn.config import RunConfig, load_config

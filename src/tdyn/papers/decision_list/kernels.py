@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import torch
 
 from tdyn.papers.decision_list import theory as th
@@ -243,7 +242,7 @@ def _population_grad(fw: TokenForward, go: torch.Tensor) -> tuple[torch.Tensor, 
     R = fw.rows
     S, N, L = fw.z.shape
     G = R.G
-    W, V = fw.W, fw.V
+    V = fw.V
     r = fw.p()
     flat = r.view(-1)
     iy = (torch.arange(S)[:, None] * (N * L) + R.y_flat).reshape(-1)    # each row's label entry
@@ -351,7 +350,6 @@ def hessian_blocks(model: DecisionListModel, task: DecisionListTask, types, fw: 
         if fw is None:                                           # f·f/Z² could underflow: the reference path
             return th.hessian_blocks(model, task, types)
     R = fw.rows
-    L, G = R.L, R.G
     chunks = _chunks(R)
     parts = [_block_chunk(fw, R.chunk(q0, q1) if len(chunks) > 1 else R) for q0, q1 in chunks]
     A = torch.cat([x[0] for x in parts])
@@ -377,7 +375,7 @@ def _block_chunk(fw: TokenForward, R: _Rows, exact: bool = False):
     om = R.omega
     N = R.nq * G
     ar = torch.arange(N)
-    z, at, f_all, Z = fw.z[0, r0:r1], fw.at[0, r0:r1], fw.f[0, R.q0:R.q0 + R.nq], fw.Z[0, r0:r1]
+    at, f_all, Z = fw.at[0, r0:r1], fw.f[0, R.q0:R.q0 + R.nq], fw.Z[0, r0:r1]
     # sums over outputs l relative to the row's top output ŷ (Σ_p ignores a shift of V's rows or of z): V[l] − V[ŷ]
     # and z − z_ŷ stand in, p's ŷ entry dropped (p̄) and 1 − p_ŷ summed from the rest, so that where p is peaked
     # nothing of size V² cancels to a result of size (1 − p_ŷ)·V² (the reference centres each row instead)
