@@ -14,6 +14,7 @@ from pydantic import Field
 from tdyn import runs, stats
 from tdyn.report import style
 from tdyn.reproduce.common import grid_dict, reading, with_grid_options  # noqa: F401  (re-exported)
+from tdyn.papers.birth.task import birth_config
 from tdyn.schema import Strict
 
 
@@ -33,6 +34,12 @@ class Settings:
 
 QUICK = Settings(seeds=[0, 1], steps=200, lr=0.2, d=64, T=64, batch_size=32, probe_every=10, probe_size=64)
 FULL = Settings(seeds=[0, 1, 2], steps=600, lr=0.2, d=128, T=128, batch_size=64, probe_every=10, probe_size=128)
+
+
+def run_config(st: Settings, **changes) -> dict:
+    """The run config of the settings ``st`` (seeds, steps, rate, sizes, probes), with a reproduction's ``changes``."""
+    return birth_config(seeds=st.seeds, steps=st.steps, lr=st.lr, d=st.d, T=st.T, batch_size=st.batch_size,
+                        probe_every=st.probe_every, probe_size=st.probe_size, **changes)
 
 
 class Options(Strict):
@@ -162,7 +169,8 @@ UNIT = (-0.02, 1.02)   # the y range of a panel of fractions
 
 def two_panels(ctx, rows: list[dict], left: tuple, right: tuple, title: str, name: str) -> list[str]:
     """Every birth reproduction's figure: two :func:`curves` panels side by side (``left`` and ``right`` are
-    ``(series, color0, axes)``, over training steps), the title (marked when quick) and the file ``name`` in the output directory."""
+    ``(series, color0, axes)``, over training steps), the title (marked when quick) and the file ``name`` in the
+    output directory."""
     import matplotlib.pyplot as plt
 
     style.apply()

@@ -14,9 +14,8 @@ import dataclasses
 
 from tdyn import stats
 from tdyn.papers.birth.analysis import (COLUMNS_TRIGGERS, PAPER, QUOTE_SUCCEED, final,
-                                        grid_dict, rows_of, with_grid_options, UNIT, two_panels)
+                                        grid_dict, rows_of, with_grid_options, UNIT, run_config, two_panels)
 from tdyn.papers.birth.analysis import FULL as MEM_FULL, QUICK, Options, Settings
-from tdyn.papers.birth.task import birth_config
 from tdyn.reproduce.common import claim
 from tdyn.reproduce.phases import Phases, Tables, register_phases
 from tdyn.reproduce.registry import ReproduceContext
@@ -35,9 +34,8 @@ def settings(ctx: ReproduceContext) -> Settings:
 
 def plan(ctx: ReproduceContext) -> dict[str, dict]:
     st = settings(ctx)
-    return {"triggers": birth_config(seeds=st.seeds, steps=st.steps, lr=st.lr, d=st.d, T=st.T,
-                                     batch_size=st.batch_size, probe_every=st.probe_every, probe_size=st.probe_size,
-                                     data={"fixed_triggers": False, "triggers": "train", "ood_triggers": "test"})}
+    return {"triggers": run_config(st, data={"fixed_triggers": False, "triggers": "train",
+                                             "ood_triggers": "test"})}
 
 
 def measure(ctx: ReproduceContext, trained: dict) -> Tables:
@@ -100,8 +98,10 @@ def judge(ctx: ReproduceContext, tables: Tables) -> dict:
 
 
 def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
-    icl = [("acc_out", "in-context accuracy, seen triggers"), ("acc_out_tood", "in-context accuracy, held-out triggers"),
-           ("attn2_ind", "layer-2 induction attention, seen"), ("attn2_ind_tood", "layer-2 induction attention, held-out")]
+    icl = [("acc_out", "in-context accuracy, seen triggers"),
+           ("acc_out_tood", "in-context accuracy, held-out triggers"),
+           ("attn2_ind", "layer-2 induction attention, seen"),
+           ("attn2_ind_tood", "layer-2 induction attention, held-out")]
     recalls = [("recall_W_K2", "W_K² recall, seen triggers (of 48)"),
                ("recall_W_K2_ood", "W_K² recall, held-out triggers (of 17)"),
                ("recall_W_O2", "W_O² recall"), ("recall_W_K1", "W_K¹ recall")]

@@ -14,9 +14,8 @@ import dataclasses
 from tdyn import stats
 from tdyn.papers.birth.analysis import (COLUMNS, PAPER, QUOTE_BIGRAMS_FIRST, Options, Settings, by_seed,
                                         final, formation_step, grid_dict, ordered, rows_of,
-                                        with_grid_options, UNIT, two_panels)
+                                        with_grid_options, UNIT, run_config, two_panels)
 from tdyn.papers.birth.analysis import FULL as MEM_FULL, QUICK as MEM_QUICK
-from tdyn.papers.birth.task import birth_config
 from tdyn.reproduce.common import claim
 from tdyn.reproduce.phases import Phases, Tables, register_phases
 from tdyn.reproduce.registry import ReproduceContext
@@ -39,10 +38,8 @@ def settings(ctx: ReproduceContext) -> Settings:
 
 def plan(ctx: ReproduceContext) -> dict[str, dict]:
     st = settings(ctx)
-    return {"induction": birth_config(seeds=st.seeds, steps=st.steps, lr=st.lr, d=st.d, T=st.T,
-                                      batch_size=st.batch_size, probe_every=st.probe_every, probe_size=st.probe_size,
-                                      final_ffn=True, loss_on="all",
-                                      data={"outputs": "train", "ood_outputs": "test"})}
+    return {"induction": run_config(st, final_ffn=True, loss_on="all",
+                                    data={"outputs": "train", "ood_outputs": "test"})}
 
 
 def measure(ctx: ReproduceContext, trained: dict) -> Tables:
@@ -112,7 +109,8 @@ def judge(ctx: ReproduceContext, tables: Tables) -> dict:
 
 def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
     losses = [("loss_bigram", "loss on non-trigger tokens (global bigrams)"),
-              ("loss_out", "loss on in-context outputs (occ ≥ 2)"), ("bigram_kl", "KL of the W_F memory to the bigrams")]
+              ("loss_out", "loss on in-context outputs (occ ≥ 2)"),
+              ("bigram_kl", "KL of the W_F memory to the bigrams")]
     head = [("acc_out", "in-context accuracy, seen outputs"), ("acc_out_ood", "in-context accuracy, held-out outputs"),
             ("recall_W_K1", "W_K¹ recall"), ("recall_W_O2", "W_O² recall")]
     return two_panels(ctx, tables["induction"], (losses, 0, dict(ylabel="nats", title="Losses")),

@@ -12,8 +12,7 @@ from __future__ import annotations
 from tdyn import stats
 from tdyn.papers.birth.analysis import (COLUMNS, FULL, PAPER, QUICK, QUOTE_MEMORIES, QUOTE_SUCCEED, Options,
                                         Settings, by_seed, final, formation_step, grid_dict, initial,
-                                        ordered, reading, rows_of, with_grid_options, UNIT, two_panels)
-from tdyn.papers.birth.task import birth_config
+                                        ordered, reading, rows_of, with_grid_options, UNIT, run_config, two_panels)
 from tdyn.reproduce.common import claim
 from tdyn.reproduce.phases import Phases, Tables, register_phases
 from tdyn.reproduce.registry import ReproduceContext
@@ -31,8 +30,7 @@ def settings(ctx: ReproduceContext) -> Settings:
 
 def plan(ctx: ReproduceContext) -> dict[str, dict]:
     st = settings(ctx)
-    return {"memories": birth_config(seeds=st.seeds, steps=st.steps, lr=st.lr, d=st.d, T=st.T,
-                                     batch_size=st.batch_size, probe_every=st.probe_every, probe_size=st.probe_size)}
+    return {"memories": run_config(st)}
 
 
 def measure(ctx: ReproduceContext, trained: dict) -> Tables:
