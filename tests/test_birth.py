@@ -131,6 +131,52 @@ def test_sampling_is_seeded_and_the_dirichlet_law_is_a_law():
     assert torch.equal(syn.bigram, bd.tables(bd.BirthData(bigrams="dirichlet", vocab=30, dirichlet_seed=1)).bigram)
 
 
+@pytest.mark.parametrize("fixed", [True, False])
+def test_the_chain_is_its_rule_written_per_sequence_and_position(fixed):
+    """data.chain (one NumPy loop over t for every row) against the rule as plain Python, sequence by sequence:
+    z_{t+1} = o_k if z_t = q_k else the first j with u_t ≤ CDF(π_b(·|z_t))_j; occ counts each trigger."""
+    dr = bd.draws(12, 20, TB, 5, torch.Generator().manual_seed(6), fixed_triggers=fixed)
+    got = bd.chain(dr, TB)
+    cdf = TB.bigram.cumsum(1).tolist()
+    for b in range(12):
+        out = dict(zip(dr["q"][b].tolist(), dr["o"][b].tolist()))
+        z, seen, occ = [int(dr["z1"][b])], {}, []
+        for t in range(20):
+            v = z[-1]
+            if v in out:
+                seen[v] = seen.get(v, 0) + 1
+                occ.append(seen[v])
+                z.append(out[v])
+            else:
+                occ.append(0)
+                u = float(dr["u"][b, t])
+                z.append(min(sum(c < u for c in cdf[v]), TB.N - 1))
+        assert got["x"][b].tolist() == z[:20] and got["y"][b].tolist() == z[1:] and got["occ"][b].tolist() == occ
+    assert int((got["occ"] >= 2).sum()) > 0
+
+
+@pytest.mark.parametrize("data", [{}, {"fixed_triggers": False, "triggers": "train", "ood_triggers": "test"},
+                                  {"outputs": "bigram"}])
+def test_the_tasks_batched_streams_are_each_stream_sampled_alone(data):
+    """BirthTask.sample_streams (every stream's draws, one chain over their rows) gives the bits of sample(g) per
+    stream, stacked (the trainer's default), step after step."""
+    from tdyn.config import load_config
+    from tdyn.papers.birth.task import birth_config
+    from tdyn.tasks import build_task
+    from tdyn.tasks.base import Task
+    from tdyn.train.trainer import expand_members
+
+    rc = load_config(birth_config(seeds=[0, 1, 2], d=8, T=24, batch_size=5, data=data))
+    task = build_task(rc, expand_members(rc))
+    ga = [torch.Generator().manual_seed(s) for s in (0, 1, 2)]
+    gb = [torch.Generator().manual_seed(s) for s in (0, 1, 2)]
+    for _ in range(3):
+        a, b = task.sample_streams(ga), Task.sample_streams(task, gb)
+        assert set(a) == set(b) == {"x", "y", "occ"}
+        assert all(torch.equal(a[k], b[k]) for k in a)
+        assert not torch.equal(a["x"][0], a["x"][1])
+
+
 def test_bad_data_configs_are_refused():
     with pytest.raises(ValueError, match="more than the vocabulary"):
         bd.BirthData(bigrams="dirichlet", vocab=8, k=9)
@@ -219,6 +265,58 @@ def test_speed_path_equals_the_model_values_and_gradients(final_ffn):
     torch.testing.assert_close(fast, slow, rtol=1e-10, atol=1e-12)
     for a, c in zip(ga, gb):
         torch.testing.assert_close(a, c, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("final_ffn", [False, True])
+@pytest.mark.parametrize("loss_on", ["all", "outputs"])
+def test_fused_loss_equals_the_model_values_and_gradients(final_ffn, loss_on):
+    """kernels.masked_loss (its backward written by hand) against autograd through model.py, float64, with a
+    different upstream weight per member (the trainer's zeroed diverged members included): equal to 1e-12."""
+    m = _model(d=12, T=10, S=3, final_ffn=final_ffn)
+    b = bd.sample(4, 10, TB, 5, torch.Generator().manual_seed(2))
+    z, y = b["x"].expand(3, -1, -1), b["y"].expand(3, -1, -1)
+    mask = (torch.ones_like(z, dtype=torch.bool) if loss_on == "all" else (b["occ"] >= 2).expand(3, -1, -1))
+    assert 0 < int(mask[0].sum()) < mask[0].numel() or loss_on == "all"
+    w = torch.tensor([1.0, 0.0, 2.5], dtype=F64)
+    fast = kernels.masked_loss(m, z, y, mask)
+    ga = torch.autograd.grad((fast * w).sum(), list(m.parameters()))
+    slow = kernels.masked_ce(m(z), y, mask)
+    gb = torch.autograd.grad((slow * w).sum(), list(m.parameters()))
+    torch.testing.assert_close(fast, slow, rtol=1e-12, atol=1e-12)
+    assert [n for n, _ in m.named_parameters()] == list(m.cfg.trained)
+    for a, c in zip(ga, gb):
+        assert float(c.abs().max()) > 1e-3                  # every trained matrix has a gradient to compare
+        torch.testing.assert_close(a, c, rtol=1e-10, atol=1e-12)
+    assert float(ga[0][1].abs().max()) == 0.0               # member 1's weight 0: no gradient
+
+
+def test_fused_forward_equals_the_model_layers_and_shared_tokens():
+    """kernels.forward: the logits and both attentions equal model.layers (float64, to 1e-12); tokens (B, T)
+    shared by the members give the same as the same tokens expanded to (S, B, T)."""
+    m = _model(d=8, T=9, S=2, final_ffn=True)
+    z = bd.sample(3, 9, TB, 5, torch.Generator().manual_seed(4))["x"]
+    f, L = kernels.forward(m, z), m.layers(z)
+    torch.testing.assert_close(f["xi"], m(z), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(f["beta1"].view(2, 3, 9, 9), L["beta1"], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(f["beta2"].view(2, 3, 9, 9), L["beta2"], rtol=1e-12, atol=1e-12)
+    assert torch.equal(kernels.forward(m, z.expand(2, -1, -1))["xi"], f["xi"])
+
+
+def test_fused_loss_float32_at_the_full_shape_is_the_model_to_float32_rounding():
+    """At d = T = 32, batch 8, float32 (the reproductions' dtype): the fused loss and gradients within float32
+    rounding of model.py's (relative 1e-4 of each gradient's largest entry)."""
+    m = MemoryTransformer(BirthModelConfig(TB.N, 32, d=32), S=2)
+    for i in range(2):
+        init_member(m, i, i)
+    b = bd.sample(8, 32, TB, 5, torch.Generator().manual_seed(5))
+    mask = b["occ"] >= 2
+    fast = kernels.masked_loss(m, b["x"], b["y"], mask)
+    ga = torch.autograd.grad(fast.sum(), list(m.parameters()))
+    slow = kernels.masked_ce(m(b["x"]), b["y"].expand(2, -1, -1), mask.expand(2, -1, -1))
+    gb = torch.autograd.grad(slow.sum(), list(m.parameters()))
+    torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-6)
+    for a, c in zip(ga, gb):
+        torch.testing.assert_close(a, c, rtol=0, atol=1e-4 * float(c.abs().max()))
 
 
 def test_masked_ce_by_hand():

@@ -143,11 +143,17 @@ def output_pool(N: int, outputs: str) -> tuple[int, int]:
 def sample(n: int, T: int, tb: Tables, k: int, gen: torch.Generator, *, fixed_triggers: bool = True,
            outputs: str = "uniform", triggers: str = "all") -> dict[str, torch.Tensor]:
     """``n`` sequences: ``x`` (n, T) tokens z_1..z_T, ``y`` (n, T) the next tokens z_2..z_{T+1}, ``occ`` (n, T) the
-    trigger-occurrence counter (int64), ``q`` (n, K) the triggers and ``o`` (n, K) their outputs.
+    trigger-occurrence counter (int64), ``q`` (n, K) the triggers and ``o`` (n, K) their outputs: :func:`draws`
+    from ``gen``, then :func:`chain`."""
+    return chain(draws(n, T, tb, k, gen, fixed_triggers=fixed_triggers, outputs=outputs, triggers=triggers), tb)
 
-    Drawn from ``gen`` in this order: the triggers (when not fixed: Gumbel top-K of log π_u, which is sampling
-    without replacement ∝ π_u; ``triggers`` train / test: restricted to that pool of :func:`output_pool`, i.e. ∝ π_u
-    on the pool), the outputs, z_1, then T uniforms for the chain (inverse CDF of π_b(·|z_t))."""
+
+def draws(n: int, T: int, tb: Tables, k: int, gen: torch.Generator, *, fixed_triggers: bool = True,
+          outputs: str = "uniform", triggers: str = "all") -> dict[str, torch.Tensor]:
+    """The random numbers of :func:`sample`'s ``n`` sequences, drawn from ``gen`` in this order: the triggers ``q``
+    (n, K) (when not fixed: Gumbel top-K of log π_u, which is sampling without replacement ∝ π_u; ``triggers`` train
+    / test: restricted to that pool of :func:`output_pool`, i.e. ∝ π_u on the pool), the outputs ``o`` (n, K), the
+    first tokens ``z1`` (n,) ~ π_u, then ``u`` (n, T) uniforms for the chain (inverse CDF of π_b(·|z_t))."""
     N = tb.N
     if k and fixed_triggers:
         q = triggers_fixed(tb, k).expand(n, k)
@@ -170,23 +176,35 @@ def sample(n: int, T: int, tb: Tables, k: int, gen: torch.Generator, *, fixed_tr
     else:
         lo, hi = output_pool(N, outputs)
         o = torch.randint(lo, hi, (n, k), generator=gen)
-    # out_of[b, v] = the output of token v in sequence b (−1: v is no trigger there)
-    out_of = torch.full((n, N), -1, dtype=torch.long)
-    out_of.scatter_(1, q, o)
-    cdf_u = tb.unigram.cumsum(0)
-    cdf_b = tb.bigram.cumsum(1)
-    z = torch.empty(n, T + 1, dtype=torch.long)
-    z[:, 0] = torch.searchsorted(cdf_u, torch.rand(n, generator=gen, dtype=torch.float64)).clamp_max(N - 1)
+    z1 = torch.searchsorted(tb.unigram.cumsum(0), torch.rand(n, generator=gen, dtype=torch.float64)).clamp_max(N - 1)
     u = torch.rand(n, T, generator=gen, dtype=torch.float64)
-    occ = torch.zeros(n, T, dtype=torch.long)
-    seen = torch.zeros(n, N, dtype=torch.long)
-    rows = torch.arange(n)
+    return {"q": q.clone(), "o": o, "z1": z1, "u": u}
+
+
+def chain(dr: dict[str, torch.Tensor], tb: Tables) -> dict[str, torch.Tensor]:
+    """The sequences of :func:`draws`' numbers ``dr`` (rows independent, so the draws of several generators
+    concatenated give their sequences concatenated): z_{t+1} = o_k when z_t = q_k, else the inverse CDF of
+    π_b(·|z_t) at u_t; ``occ`` counts each trigger's occurrences. The loop over t in NumPy (exact comparisons and
+    integer counts: the same bits as the same loop in torch, at a tenth of its per-step overhead)."""
+    q, o, u = dr["q"].numpy(), dr["o"].numpy(), dr["u"].numpy()
+    n, T = u.shape
+    N = tb.N
+    out_of = np.full((n, N), -1, dtype=np.int64)      # out_of[b, v] = the output of token v in sequence b (−1: none)
+    np.put_along_axis(out_of, q, o, 1)
+    cdf_b = tb.bigram.cumsum(1).numpy()
+    z = np.empty((n, T + 1), dtype=np.int64)
+    z[:, 0] = dr["z1"].numpy()
+    occ = np.zeros((n, T), dtype=np.int64)
+    seen = np.zeros((n, N), dtype=np.int64)
+    rows = np.arange(n)
     for t in range(T):
         last = z[:, t]
         forced = out_of[rows, last]
         is_trig = forced >= 0
-        seen[rows, last] += is_trig.long()
-        occ[:, t] = torch.where(is_trig, seen[rows, last], 0)
-        nxt = (u[:, t, None] > cdf_b[last]).sum(1).clamp_max(N - 1)
-        z[:, t + 1] = torch.where(is_trig, forced, nxt)
-    return {"x": z[:, :T].clone(), "y": z[:, 1:].clone(), "occ": occ, "q": q.clone(), "o": o}
+        seen[rows, last] += is_trig
+        occ[:, t] = np.where(is_trig, seen[rows, last], 0)
+        nxt = np.minimum((u[:, t, None] > cdf_b[last]).sum(1), N - 1)
+        z[:, t + 1] = np.where(is_trig, forced, nxt)
+    z = torch.from_numpy(z)
+    return {"x": z[:, :T].clone(), "y": z[:, 1:].clone(), "occ": torch.from_numpy(occ), "q": dr["q"],
+            "o": dr["o"]}

@@ -9,8 +9,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from tdyn.papers.birth import kernels
 from tdyn.papers.birth import theory as th
-from tdyn.papers.birth.model import MemoryTransformer, _bmm
+from tdyn.papers.birth.model import MemoryTransformer
 from tdyn.probes import ProbeContext, probe
 
 #: sequences per chunk of the probe's forward pass (the dense T × T attention of every member is kept)
@@ -24,7 +25,8 @@ def _masked_mean(v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def icl_measures(model: MemoryTransformer, x: torch.Tensor, y: torch.Tensor, occ: torch.Tensor
                  ) -> dict[str, torch.Tensor]:
-    """Per member (S,), on sequences x, y, occ (S, n, T), through ``model.py``'s equations:
+    """Per member (S,), on sequences x, y, occ (S, n, T), through the speed path's forward (``kernels.forward``,
+    tested equal to ``model.py``'s equations):
 
     * ``loss_out`` / ``acc_out``: cross-entropy and top-1 accuracy on the in-context outputs (occ ≥ 2: the authors'
       ``loss_head`` and ``acc_end``); ``acc_first``: accuracy on first occurrences (occ = 1, not predictable from
@@ -40,14 +42,14 @@ def icl_measures(model: MemoryTransformer, x: torch.Tensor, y: torch.Tensor, occ
     acc = {k: [] for k in ("ce", "hit", "a1", "a2")}
     for lo in range(0, n, CHUNK):
         xs, ys = x[:, lo:lo + CHUNK], y[:, lo:lo + CHUNK]
-        L = model.layers(xs)
-        xi = _bmm(L["h2"], model.W_U)
+        L = kernels.forward(model, xs)
+        xi = L["xi"]
         acc["ce"].append(F.cross_entropy(xi.flatten(0, -2).float(), ys.flatten(), reduction="none").view(ys.shape))
         acc["hit"].append(xi.argmax(-1) == ys)
-        T = xs.shape[-1]
+        S, c, T = xs.shape
         t = torch.arange(T, device=x.device)
-        acc["a1"].append(L["beta1"].argmax(-1) == (t - 1).clamp_min(0))
-        s2 = L["beta2"].argmax(-1)                                              # (S, c, T)
+        acc["a1"].append(L["beta1"].view(S, c, T, T).argmax(-1) == (t - 1).clamp_min(0))
+        s2 = L["beta2"].view(S, c, T, T).argmax(-1)                             # (S, c, T)
         prev = torch.gather(xs, 2, (s2 - 1).clamp_min(0))                       # z_{s−1}
         acc["a2"].append((s2 >= 1) & (prev == xs))
     ce, hit, a1, a2 = (torch.cat(acc[k], 1) for k in ("ce", "hit", "a1", "a2"))

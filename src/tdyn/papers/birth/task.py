@@ -92,15 +92,25 @@ class BirthTask(Task):
     def sample(self, gen):
         return self._draw(self.data.batch_size, gen, self.data.outputs)
 
+    def sample_streams(self, gens):
+        """``sample(g)`` of every generator stacked (S_streams, B, T): each stream's numbers drawn from its own
+        generator as ``sample`` draws them, then one chain over all their rows (``data.chain``: rows are
+        independent, so the same bits as one chain per stream)."""
+        dc, n = self.data, self.data.batch_size
+        dr = [bd.draws(n, dc.T, self.tables, dc.k, g, fixed_triggers=dc.fixed_triggers, outputs=dc.outputs,
+                       triggers=dc.triggers) for g in gens]
+        b = bd.chain({k: torch.cat([d[k] for d in dr]) for k in dr[0]}, self.tables)
+        return {k: b[k].view(len(gens), n, dc.T) for k in ("x", "y", "occ")}
+
     def probe_batch(self, gen):
         """The fixed probe set (``gen``, the member's probe stream, is not used: every member sees one set)."""
         return self.probe_set
 
     def loss(self, batch):
-        """Mean cross-entropy per member over the positions of ``loss_on``: the speed path (``kernels.logits``),
-        equal to ``model(x)`` (tested)."""
-        xi = kernels.logits(self.model, batch["x"])
-        return kernels.masked_ce(xi, batch["y"], loss_mask(batch["occ"], self.data.loss_on))
+        """Mean cross-entropy per member over the positions of ``loss_on``: the fused speed path
+        (``kernels.masked_loss``, its backward by hand), equal to ``masked_ce(model(x), …)`` and its gradients
+        (tested)."""
+        return kernels.masked_loss(self.model, batch["x"], batch["y"], loss_mask(batch["occ"], self.data.loss_on))
 
 
 def _size(cfg) -> int:
