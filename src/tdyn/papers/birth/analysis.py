@@ -42,6 +42,22 @@ def run_config(st: Settings, **changes) -> dict:
                         probe_every=st.probe_every, probe_size=st.probe_size, **changes)
 
 
+def per_seed(ctx, name: str, cfg: dict) -> dict[str, dict]:
+    """A reproduction's plan: run config ``cfg`` as one job per seed (``NAME-seedS``), which the local pool trains
+    on every core (``reproduce.phases.train_plan``); a member's bits do not depend on the ensemble it trains in
+    (kernels.masked_loss computes each member's products alone; tests/test_birth_task.py), so the tables are those
+    of one job of every seed. One job when the user's ``--set`` names the seeds."""
+    if len(cfg["seeds"]) < 2 or any(o.split("=", 1)[0].strip() == "seeds" for o in ctx.overrides):
+        return {name: cfg}
+    return {f"{name}-seed{s}": cfg | {"seeds": [s]} for s in cfg["seeds"]}
+
+
+def trained_rows(trained: dict) -> list[dict]:
+    """Every trained member's rows (:func:`rows_of`) of a plan's jobs, sorted by seed and step."""
+    rows = [r for dirs in trained.values() for d in dirs for r in rows_of(d)]
+    return sorted(rows, key=lambda r: (r["seed"], r["step"]))
+
+
 class Options(Strict):
     """The runs (None: the full or --quick setting)."""
 

@@ -14,7 +14,8 @@ import dataclasses
 
 from tdyn import stats
 from tdyn.papers.birth.analysis import (COLUMNS_TRIGGERS, PAPER, QUOTE_SUCCEED, final,
-                                        grid_dict, rows_of, with_grid_options, UNIT, run_config, two_panels)
+                                        grid_dict, per_seed, trained_rows, with_grid_options, UNIT, run_config,
+                                        two_panels)
 from tdyn.papers.birth.analysis import FULL as MEM_FULL, QUICK, Options, Settings
 from tdyn.reproduce.common import claim
 from tdyn.reproduce.phases import Phases, Tables, register_phases
@@ -34,14 +35,12 @@ def settings(ctx: ReproduceContext) -> Settings:
 
 def plan(ctx: ReproduceContext) -> dict[str, dict]:
     st = settings(ctx)
-    return {"triggers": run_config(st, data={"fixed_triggers": False, "triggers": "train",
-                                             "ood_triggers": "test"})}
+    return per_seed(ctx, "triggers", run_config(st, data={"fixed_triggers": False, "triggers": "train",
+                                                          "ood_triggers": "test"}))
 
 
 def measure(ctx: ReproduceContext, trained: dict) -> Tables:
-    rows = [r for d in trained["triggers"] for r in rows_of(d)]
-    rows.sort(key=lambda r: (r["seed"], r["step"]))
-    return {"triggers": rows}
+    return {"triggers": trained_rows(trained)}
 
 
 def judge(ctx: ReproduceContext, tables: Tables) -> dict:

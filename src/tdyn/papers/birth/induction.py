@@ -13,8 +13,8 @@ import dataclasses
 
 from tdyn import stats
 from tdyn.papers.birth.analysis import (COLUMNS, PAPER, QUOTE_BIGRAMS_FIRST, Options, Settings, by_seed,
-                                        final, formation_step, grid_dict, ordered, rows_of,
-                                        with_grid_options, UNIT, run_config, two_panels)
+                                        final, formation_step, grid_dict, ordered, per_seed,
+                                        trained_rows, with_grid_options, UNIT, run_config, two_panels)
 from tdyn.papers.birth.analysis import FULL as MEM_FULL, QUICK as MEM_QUICK
 from tdyn.reproduce.common import claim
 from tdyn.reproduce.phases import Phases, Tables, register_phases
@@ -38,14 +38,12 @@ def settings(ctx: ReproduceContext) -> Settings:
 
 def plan(ctx: ReproduceContext) -> dict[str, dict]:
     st = settings(ctx)
-    return {"induction": run_config(st, final_ffn=True, loss_on="all",
-                                    data={"outputs": "train", "ood_outputs": "test"})}
+    return per_seed(ctx, "induction", run_config(st, final_ffn=True, loss_on="all",
+                                                 data={"outputs": "train", "ood_outputs": "test"}))
 
 
 def measure(ctx: ReproduceContext, trained: dict) -> Tables:
-    rows = [r for d in trained["induction"] for r in rows_of(d)]
-    rows.sort(key=lambda r: (r["seed"], r["step"]))
-    return {"induction": rows}
+    return {"induction": trained_rows(trained)}
 
 
 def judge(ctx: ReproduceContext, tables: Tables) -> dict:

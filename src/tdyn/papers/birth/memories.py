@@ -12,7 +12,8 @@ from __future__ import annotations
 from tdyn import stats
 from tdyn.papers.birth.analysis import (COLUMNS, FULL, PAPER, QUICK, QUOTE_MEMORIES, QUOTE_SUCCEED, Options,
                                         Settings, by_seed, final, formation_step, grid_dict, initial,
-                                        ordered, reading, rows_of, with_grid_options, UNIT, run_config, two_panels)
+                                        ordered, reading, per_seed, trained_rows, with_grid_options, UNIT,
+                                        run_config, two_panels)
 from tdyn.reproduce.common import claim
 from tdyn.reproduce.phases import Phases, Tables, register_phases
 from tdyn.reproduce.registry import ReproduceContext
@@ -30,13 +31,11 @@ def settings(ctx: ReproduceContext) -> Settings:
 
 def plan(ctx: ReproduceContext) -> dict[str, dict]:
     st = settings(ctx)
-    return {"memories": run_config(st)}
+    return per_seed(ctx, "memories", run_config(st))
 
 
 def measure(ctx: ReproduceContext, trained: dict) -> Tables:
-    rows = [r for d in trained["memories"] for r in rows_of(d)]
-    rows.sort(key=lambda r: (r["seed"], r["step"]))
-    return {"memories": rows}
+    return {"memories": trained_rows(trained)}
 
 
 def setting_text(st: Settings) -> str:
