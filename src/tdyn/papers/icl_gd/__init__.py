@@ -36,6 +36,9 @@ MANIFEST = Paper(
         "icl-gd/k-layers": Reproduction("tdyn.papers.icl_gd.k_layers",
             "K trained (recurrent) LSA layers vs K steps of GD and of GD++: the trained model beats plain GD",
             "reproduces the paper's multi-layer comparison with K steps of GD and GD++"),
+        "icl-gd/k-layers-untied": Reproduction("tdyn.papers.icl_gd.k_layers",
+            "K trained separate (untied) LSA layers vs K steps of GD and of GD++ (2,000 Adam steps; the authors': 50,000)",
+            "reproduces the paper's multi-layer comparison for untied layers, at fewer steps than the authors'"),
     },
     exports={
         "models": {"LSA": "tdyn.papers.icl_gd.model", "LSAConfig": "tdyn.papers.icl_gd.model"},

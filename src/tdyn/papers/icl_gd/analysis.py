@@ -60,7 +60,8 @@ def outputs(model: LSA, E: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """ŷ (n,) and ∂ŷ/∂x_q (n, d) of a one-member model on tokens E (float64)."""
     with torch.no_grad():
         E = E.to(th.F64)
-        return model.predict(E)[0], model.sensitivity(E)[0]
+        pred, sens = model.outputs(E)
+        return pred[0], sens[0]
 
 
 # ---------------------------------------------------------------- figures

@@ -133,6 +133,10 @@ class LSA(nn.Module):
         """R (S, B, D, D) with e_q after K layers = R e_q: R = Π_l (I + P W_V C_l W_Kᵀ W_Q), C_l = Σ_i e_i e_iᵀ
         over the context tokens entering layer l (the query is neither key nor value, so the context
         evolves without it)."""
+        return self._query_map(E)[0]
+
+    def _query_map(self, E: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(R, the tokens after K layers): the layers run once for both (the same operations as ``forward``)."""
         if E.dim() == 3:
             E = E.expand(self.W_K.shape[0], *E.shape)
         eye = torch.eye(self.cfg.D, dtype=E.dtype, device=E.device)
@@ -144,8 +148,14 @@ class LSA(nn.Module):
             M = P @ W_V @ C @ W_K.transpose(-1, -2) @ W_Q
             R = (eye + M) @ R
             E = self.layer(E, layer)
-        return R
+        return R, E
 
     def sensitivity(self, E: torch.Tensor) -> torch.Tensor:
         """∂ŷ/∂x_q (S, B, d), exact: ŷ = −[R (x_q, 0)]_y is linear in x_q, so the gradient is −R[y, :d]."""
         return -self.query_map(E)[..., -1, :-1]
+
+    def outputs(self, E: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ŷ (S, B), ∂ŷ/∂x_q (S, B, d)) from one pass through the layers: bit for bit ``predict(E)`` and
+        ``sensitivity(E)`` (the tokens go through the same ``layer`` calls; tested), at the cost of one of them."""
+        R, E = self._query_map(E)
+        return -E[..., -1, -1], -R[..., -1, :-1]

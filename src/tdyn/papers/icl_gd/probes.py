@@ -48,10 +48,11 @@ def layer_match(model: LSA, eta_star: float, N: int) -> dict[str, torch.Tensor]:
 
 
 def _model_outputs(ctx: ProbeContext) -> tuple[torch.Tensor, torch.Tensor]:
-    """The members' predictions (S, n) and sensitivities (S, n, d) on the probe set, computed once per evaluation."""
+    """The members' predictions (S, n) and sensitivities (S, n, d) on the probe set, computed once per evaluation
+    in one pass through the layers (``LSA.outputs``, bit for bit ``predict`` and ``sensitivity``)."""
     def run():
         E, _ = ctx.batch
-        return ctx.model.predict(E), ctx.model.sensitivity(E)
+        return ctx.model.outputs(E)
     return ctx.once("icl_gd.outputs", run)
 
 
