@@ -69,8 +69,9 @@ def _attend(Q: torch.Tensor, K: torch.Tensor, scale: float, causal: torch.Tensor
 
 
 def _softmax_back(beta: torch.Tensor, dbeta: torch.Tensor) -> torch.Tensor:
-    """The scores' gradient β ⊙ (dβ − Σ_s β_s dβ_s), in place of dβ (masked entries: β = 0, so 0)."""
-    return dbeta.sub_((dbeta * beta).sum(-1, keepdim=True)).mul_(beta)
+    """The scores' gradient β ⊙ (dβ − Σ_s β_s dβ_s) (masked entries: β = 0, so 0), by softmax's own backward
+    kernel (one pass instead of four)."""
+    return torch.ops.aten._softmax_backward_data(dbeta, beta, -1, beta.dtype)
 
 
 def forward(model: MemoryTransformer, z: torch.Tensor) -> dict[str, torch.Tensor]:
