@@ -252,6 +252,71 @@ def test_token_paths_fall_back_to_the_reference_where_exp_could_underflow():
                                               (ref.min_margin, new.min_margin)))
 
 
+@pytest.mark.parametrize("L,n,M,sampler", LOSS_CASES)
+def test_token_forward_by_count_rows_equals_the_alpha_form(L, n, M, sampler):
+    """The forward without α̃ (z = C_q diag(f_q) Vᵀ / Z per query) against the form through α̃ (z = α̃ Vᵀ), three
+    different members (W = 0 / 0.5 / 3 × N(0, 1), c = 3 … 10⁶): Z and α̃ (computed on demand) to 4L·ε relative, z and
+    zs to 4L·ε·max|V| (sums of L products in another order), exp(zs) and Σ exp(zs) to that times their size, the loss to
+    1e-13 of its size plus n·ε·max|V| (as test_token_loss_and_gradient_equal_the_model)."""
+    task = dl.make_task(L, M, seed=1)
+    types = th.enumerate_types(task, n, sampler)
+    model = _members(L, task, [(0.0, 3.0), (0.5, 1e3), (3.0, 1e6)], seed=L)
+    W, V = model.W.detach(), model.V.detach()
+    R = kernels._Rows.of(task, types, L, W.dtype)
+    new, ref = kernels._compute_forward(W, V, R), kernels._compute_forward_alpha(W, V, R)
+    assert new.at_ is None                                  # the training step never forms α̃
+    for i in range(3):
+        vmax = float(V[i].abs().max())
+        zt = 4 * L * EPS * vmax
+        assert float((new.Z[i] - ref.Z[i]).abs().max()) <= 4 * L * EPS * float(ref.Z[i].abs().max())
+        assert float((new.at[i] - ref.at[i]).abs().max()) <= 4 * L * EPS
+        assert float((new.z[i] - ref.z[i]).abs().max()) <= zt
+        assert float((new.zs[i] - ref.zs[i]).abs().max()) <= 2 * zt
+        assert float((new.e[i] - ref.e[i]).abs().max()) <= 2 * zt + 4 * EPS
+        assert float((new.se[i] - ref.se[i]).abs().max()) <= L * (2 * zt + 4 * EPS) * float(ref.se[i].max())
+        assert abs(float(new.losses[i] - ref.losses[i])) <= 1e-13 * abs(float(ref.losses[i])) + n * EPS * vmax
+
+
+@pytest.mark.parametrize("L,n,M,sampler", [c for c in LOSS_CASES if c[1] <= c[0] // 2])
+def test_gradient_by_count_rows_equals_the_alpha_form(L, n, M, sampler):
+    """Small subsets (c = e, the tokens present): the gradient read off M_q = Σ_rows∈q (ρ/Z) cᵀ (one product) against
+    the form through α̃ (Σ ρ α̃ᵀ and Vᵀρ per row), both at the same forward, upstream gradients 1, 0.5, 0: to
+    1e-13 of the largest entry (the autograd reference is test_token_loss_and_gradient_equal_the_model)."""
+    task = dl.make_task(L, M, seed=1)
+    types = th.enumerate_types(task, n, sampler)
+    model = _members(L, task, [(0.0, 3.0), (0.5, 1e3), (3.0, 30.0)], seed=L + 1)
+    W, V = model.W.detach(), model.V.detach()
+    R = kernels._Rows.of(task, types, L, W.dtype)
+    assert not R.b
+    go = torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64)
+    fw = kernels._compute_forward(W, V, R)
+    ref = kernels._grad_alpha(fw, go)
+    new = kernels._population_grad(kernels._compute_forward(W, V, R), go)
+    for a, b in zip(new, ref):
+        _close(a, b, 1e-13)
+    assert torch.equal(new[0][2], torch.zeros(L, L, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("L,n,M", [(8, 3, 2), (9, 7, 3)])
+def test_members_of_an_ensemble_train_as_if_alone(L, n, M):
+    """The forward and gradient run member by member: an ensemble member's loss and gradient are those of the same
+    parameters trained alone (S = 1), to 4ε of the largest entry: MKL's products round by the operands' alignment
+    (a member's view of the ensemble's tensors starts 32 bytes off a cache line: 1 ulp in ∂F/∂V at c = 10⁴). Both
+    count forms: n ≤ L/2 and n close to L."""
+    task = dl.make_task(L, M, seed=4)
+    types = th.enumerate_types(task, n, "B")
+    model = _members(L, task, [(0.5, 3.0), (2.0, 1e4), (0.1, 1e6)], seed=9)
+    go = torch.tensor([1.0, 0.25, 2.0], dtype=torch.float64)
+    together = _grads(model, lambda: kernels.population_loss(model, task, types), go)
+    for i in range(3):
+        one = _members(L, task, [(0.0, 0.0)])
+        with torch.no_grad():
+            one.W[0], one.V[0] = model.W[i], model.V[i]
+        alone = _grads(one, lambda: kernels.population_loss(one, task, types), go[i:i + 1])
+        for a, b in zip(together, alone):
+            _close(a[i], b[0], 4 * EPS)
+
+
 def test_exp_nonpositive_is_exp_with_subnormals_flushed():
     x = torch.tensor([0.0, -1.0, -700.0, -708.0, -708.5, -745.0, -1e6, -torch.inf], dtype=torch.float64)
     want = torch.where(x >= -708.0, torch.exp(x), torch.zeros_like(x))

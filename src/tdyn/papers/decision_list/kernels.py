@@ -111,14 +111,14 @@ class _Rows:
         return hit[2]
 
 
-def exp_nonpositive(x: torch.Tensor) -> torch.Tensor:
+def exp_nonpositive(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """exp(x) for x ≤ 0 with the results below float64's normal range (x < −708) set to 0 instead of subnormal:
     torch's vectorised exp leaves its fast path where it underflows (30–140 ms instead of 3–5 ms per 10⁶ entries
     on this CPU), and an output row's absent labels sit at z − max z ≈ −10⁶ in result (2)'s regime. A subnormal
     (< 2.3e-308) is below the rounding of every sum and product it enters."""
     if x.numel() == 0 or float(x.amin()) >= _EXP_MIN:       # nothing underflows (small logits): exp as it is
-        return torch.exp(x)
-    return torch.exp(x.clamp_min(_EXP_MIN)).masked_fill_(x < _EXP_MIN, 0.0)
+        return torch.exp(x, out=out)
+    return torch.exp(x.clamp_min(_EXP_MIN), out=out).masked_fill_(x < _EXP_MIN, 0.0)
 
 
 _EXP_MIN = -708.0
@@ -148,7 +148,7 @@ class TokenForward:
     V: torch.Tensor
     f: torch.Tensor       # (S, L_query, L_token)
     Z: torch.Tensor       # (S, N, 1)
-    at: torch.Tensor      # (S, N, L) α̃
+    at_: torch.Tensor | None  # (S, N, L) α̃, or None: computed on first use (:attr:`at`)
     z: torch.Tensor       # (S, N, L) logits
     zs: torch.Tensor      # (S, N, L) z − max_l z
     e: torch.Tensor       # (S, N, L) exp(zs) (``exp_nonpositive``)
@@ -161,17 +161,59 @@ class TokenForward:
         zy = self.zs.gather(2, R.y.view(1, -1, 1).expand(self.zs.shape[0], -1, 1))
         return ((self.se.log() - zy) * R.omega).sum((1, 2))
 
+    @property
+    def at(self) -> torch.Tensor:
+        """α̃ = c ⊙ f_q / Z per row, (S, N, L): the training step does not need it (:func:`_compute_forward`), the
+        Hessian probes do; computed once, on first use."""
+        if self.at_ is None:
+            R = self.rows
+            S, L = self.f.shape[0], R.L
+            num = R.c.view(1, L, R.G, L) * self.f[:, :, None, :]
+            self.at_ = num.div_(self.Z.view(S, L, R.G, 1)).view(S, -1, L)
+        return self.at_
+
+    @at.setter
+    def at(self, value: torch.Tensor) -> None:
+        self.at_ = value
+
     def p(self) -> torch.Tensor:
         """The output distribution softmax(z) per row, (S, N, L) (torch.softmax's exp, sum and divide)."""
         return self.e / self.se
 
     def member(self, i: int) -> "TokenForward":
         sl = slice(i, i + 1)
-        return TokenForward(self.rows, self.W[sl], self.V[sl], self.f[sl], self.Z[sl], self.at[sl], self.z[sl],
+        return TokenForward(self.rows, self.W[sl], self.V[sl], self.f[sl], self.Z[sl],
+                            None if self.at_ is None else self.at_[sl], self.z[sl],
                             self.zs[sl], self.e[sl], self.se[sl])
 
 
 def _compute_forward(W: torch.Tensor, V: torch.Tensor, R: _Rows) -> TokenForward:
+    """The members' :class:`TokenForward` at (W, V), its logits without α̃: a row of query q has z = V α̃ =
+    V diag(f_q) c / Z, so the rows of q take z = (C_q U_q)/Z with C_q their (G, L) count rows (fixed) and
+    U_q = diag(f_q) Vᵀ (L × L): one product per query, as many multiply-adds as α̃'s product with Vᵀ, without the two
+    passes that form c ⊙ f and divide it by Z. α̃ itself is left to the probes that read it (:attr:`TokenForward.at`).
+    Rounds differently from :func:`_compute_forward_alpha` (the division by Z after the sum over tokens instead of
+    before it): equal to rounding (tested)."""
+    S, L = W.shape[0], W.shape[-1]
+    G, N = R.G, L * R.G
+    Wq = W.transpose(1, 2)                                            # (S, query, token)
+    f = torch.exp(Wq - Wq.amax(2, keepdim=True))
+    C = R.c.view(L, G, L)
+    z, zs, e = (torch.empty(S, N, L, dtype=W.dtype) for _ in range(3))
+    Z, se = torch.empty(S, N, 1, dtype=W.dtype), torch.empty(S, N, 1, dtype=W.dtype)
+    for i in range(S):      # member by member: a member's (N, L) passes stay nearer the cache (UA's 5 members: 2×)
+        Zi, zi = Z[i].view(L, G, 1), z[i].view(L, G, L)
+        torch.matmul(C, f[i, :, :, None], out=Zi)                     # Z = c · f_q per row
+        torch.matmul(C, f[i, :, :, None] * V[i].T[None], out=zi)      # C_q diag(f_q) Vᵀ
+        zi.div_(Zi)
+        torch.sub(z[i], z[i].amax(1, keepdim=True), out=zs[i])
+        exp_nonpositive(zs[i], out=e[i])
+        torch.sum(e[i], 1, keepdim=True, out=se[i])
+    return TokenForward(R, W.clone(), V.clone(), f, Z, None, z, zs, e, se)
+
+
+def _compute_forward_alpha(W: torch.Tensor, V: torch.Tensor, R: _Rows) -> TokenForward:
+    """:func:`_compute_forward` through α̃ (z = α̃ Vᵀ per row): the form before it, the tests' reference."""
     S, L = W.shape[0], W.shape[-1]
     G, N = R.G, L * R.G
     Wq = W.transpose(1, 2)                                            # (S, query, token)
@@ -239,6 +281,10 @@ def _population_grad(fw: TokenForward, go: torch.Tensor) -> tuple[torch.Tensor, 
     most (b = 1: e marks the few absent tokens) summed in token space through c = 1 + e: α̃ = f ⊙ (1 + e) / Z gives
     Σ_rows (ρ/Z)(1 + e)ᵀ ⊙ f per query, the 1 part one sum over the query's rows and the e part a scatter of the rows
     over their k tokens (N·k·L work instead of N·L²), and Vᵀρ is needed at those k tokens only."""
+    S = fw.z.shape[0]
+    if S > 1:           # member by member: the same bits, and a member's (N, L) passes stay nearer the cache (at
+        parts = [_population_grad(fw.member(i), go[i:i + 1]) for i in range(S)]    # L = 40: 0.27 → 0.14 s, 3 members)
+        return torch.cat([x[0] for x in parts]), torch.cat([x[1] for x in parts])
     R = fw.rows
     S, N, L = fw.z.shape
     G = R.G
@@ -250,11 +296,8 @@ def _population_grad(fw: TokenForward, go: torch.Tensor) -> tuple[torch.Tensor, 
     rho = r.mul_(go.to(r.dtype).view(S, 1, 1) * R.omega)                 # ρ = go·ω·(p − e_y)
     gbar = (rho * fw.zs).sum(2, keepdim=True)                            # ρ·z (Σρ = 0: z's shift drops out)
     f = fw.f
-    if not R.b:         # c = e with up to n of L tokens: the two N·L² products are cheaper than the scatters
-        dV = rho.transpose(1, 2) @ fw.at                                 # Σ_rows ρ α̃ᵀ
-        g = rho @ V                                                      # Vᵀρ per row
-        dW = (fw.at * (g - gbar)).view(S, L, G, L).sum(2)                # Σ_rows∈q α̃ ⊙ (Vᵀρ − ρ·z), (S, q, t)
-        return dW.transpose(1, 2).contiguous(), dV
+    if not R.b:         # c = e with up to n of L tokens: one N·L² product is cheaper than the scatters
+        return _grad_counts(fw, rho, gbar)
     rz = rho.div_(fw.Z)                                                  # ρ/Z
     gz = gbar.div_(fw.Z)                                                 # (ρ·z)/Z
     Sq = rz.view(S, L, G, L).sum(2)                                      # (S, q, l): Σ_rows∈q ρ/Z
@@ -279,6 +322,49 @@ def _population_grad(fw: TokenForward, go: torch.Tensor) -> tuple[torch.Tensor, 
         B += torch.zeros(S * L * L, dtype=V.dtype).index_add_(0, idx, val.reshape(-1)).view(S, L, L)
     dW = (B * f).transpose(1, 2)                                         # (S, key t, query q)
     return dW.contiguous(), dV
+
+
+def _grad_counts(fw: TokenForward, rho: torch.Tensor, gbar: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_population_grad` from ρ and ρ·z through the count rows C_q (the form of :func:`_compute_forward`): with
+    α̃ = f_q ⊙ c / Z, both gradients are read off one (L × L) matrix per query,
+
+        M_q = Σ_rows∈q (ρ/Z) cᵀ,   ∂F/∂V = Σ_q M_q diag(f_q),
+        ∂F/∂W[t, q] = f_q[t] (Σ_l V[l, t] M_q[l, t] − Σ_rows∈q c_t (ρ·z)/Z),
+
+    one N·L² product where :func:`_grad_alpha` takes two (Σ ρ α̃ᵀ and Vᵀρ per row) and two passes over α̃."""
+    R = fw.rows
+    S, N, L = rho.shape
+    G = R.G
+    C = R.c.view(L, G, L)
+    rz = rho.div_(fw.Z).view(S, L, G, L)                                 # ρ/Z
+    gz = gbar.div_(fw.Z).view(S, L, G, 1)                                # (ρ·z)/Z
+    Ct = C.transpose(1, 2)                                               # (q, t, row)
+    M = torch.empty(S, L, L, L, dtype=rho.dtype)                         # (S, q, t, l): M_q transposed
+    cg = torch.empty(S, L, L, 1, dtype=rho.dtype)                        # (S, q, t): Σ_rows c_t (ρ·z)/Z
+    for i in range(S):                                                   # (the broadcast product would copy C per member)
+        torch.matmul(Ct, rz[i], out=M[i])
+        torch.matmul(Ct, gz[i], out=cg[i])
+    f = fw.f                                                             # (S, q, t)
+    dV = (M * f[:, :, :, None]).sum(1).transpose(1, 2)                   # Σ_q f_q[t] M_q[l, t] → (S, l, t)
+    dW = f * ((M * fw.V.transpose(1, 2)[:, None]).sum(3) - cg[..., 0])  # (S, q, t)
+    return dW.transpose(1, 2).contiguous(), dV.contiguous()
+
+
+def _grad_alpha(fw: TokenForward, go: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_population_grad`'s form for small subsets before :func:`_grad_counts` (through α̃: ∂F/∂V = Σ_rows ρ α̃ᵀ,
+    ∂F/∂W[:, q] = Σ_rows∈q α̃ ⊙ (Vᵀρ − ρ·z)): the tests' reference."""
+    R = fw.rows
+    S, N, L = fw.z.shape
+    r = fw.p()
+    flat = r.view(-1)
+    iy = (torch.arange(S)[:, None] * (N * L) + R.y_flat).reshape(-1)
+    flat[iy] = flat[iy] - 1.0
+    rho = r.mul_(go.to(r.dtype).view(S, 1, 1) * R.omega)
+    gbar = (rho * fw.zs).sum(2, keepdim=True)
+    dV = rho.transpose(1, 2) @ fw.at
+    g = rho @ fw.V
+    dW = (fw.at * (g - gbar)).view(S, L, R.G, L).sum(2)
+    return dW.transpose(1, 2).contiguous(), dV
 
 
 def population_loss(model: DecisionListModel, task: DecisionListTask, types) -> torch.Tensor:
