@@ -25,6 +25,7 @@ from tdyn.reproduce.registry import ReproduceContext
 from tdyn.report import style
 from tdyn.schema import Strict
 from tdyn.seeding import generator
+from tdyn.sweep.executors import pool_map
 
 #: the largest |LSA − GD| / scale that counts as equal: float64 rounding of a few hundred operations on O(1) numbers
 EXACT_TOL = 1e-12
@@ -96,50 +97,61 @@ def _exactness_rows(grid: Grid, seed: int) -> list[dict]:
     return rows
 
 
-def _optimal_rows(grid: Grid, seed: int) -> list[dict]:
-    """Per (d, N, x_max, noise): the closed-form moments, η* and the losses beside their Monte Carlo estimates
-    (mean and standard error over ``grid.mc`` sequences), and the Monte Carlo argmin of the loss."""
-    rows = []
-    for d, N in grid.sizes:
-        for a in grid.x_max:
-            for sigma in grid.noise:
-                os_ = th.one_step(d, N, a, 1.0, sigma)
-                yb, bb, yy, ls = [], [], [], []
-                for E, y in th.mc_sample(grid.mc, d, N, seed, x_max=a, noise=sigma):
-                    b = th.gd_poly(E, 1)[:, 0]
-                    yb.append(y * b), bb.append(b * b), yy.append(y * y), ls.append(0.5 * (y - os_.eta_star * b) ** 2)
-                cat = {k: torch.cat(v) for k, v in (("yb", yb), ("bb", bb), ("yy", yy), ("ls", ls))}
-                ms = {k: (float(v.mean()), float(stats.se_along(v, 0))) for k, v in cat.items()}
-                rows.append({"d": d, "N": N, "x_max": a, "noise": sigma, "eta_star": os_.eta_star,
-                             "loss_star": os_.loss_star, "loss_zero": os_.loss_zero,
-                             "E_yb": os_.E_yb, "E_yb_mc": ms["yb"][0], "E_yb_se": ms["yb"][1],
-                             "E_bb": os_.E_bb, "E_bb_mc": ms["bb"][0], "E_bb_se": ms["bb"][1],
-                             "E_yy": os_.E_yy, "E_yy_mc": ms["yy"][0], "E_yy_se": ms["yy"][1],
-                             "loss_star_mc": ms["ls"][0], "loss_star_se": ms["ls"][1],
-                             "eta_mc": ms["yb"][0] / ms["bb"][0]})
-    return rows
+def _optimal_row(d: int, N: int, a: float, sigma: float, mc: int, seed: int) -> dict:
+    """At (d, N, x_max = a, noise = σ): the closed-form moments, η* and the losses beside their Monte Carlo estimates
+    (mean and standard error over ``mc`` sequences), and the Monte Carlo argmin of the loss."""
+    os_ = th.one_step(d, N, a, 1.0, sigma)
+    yb, bb, yy, ls = [], [], [], []
+    for E, y in th.mc_sample(mc, d, N, seed, x_max=a, noise=sigma):
+        b = th.gd_poly(E, 1)[:, 0]
+        yb.append(y * b), bb.append(b * b), yy.append(y * y), ls.append(0.5 * (y - os_.eta_star * b) ** 2)
+    cat = {k: torch.cat(v) for k, v in (("yb", yb), ("bb", bb), ("yy", yy), ("ls", ls))}
+    ms = {k: (float(v.mean()), float(stats.se_along(v, 0))) for k, v in cat.items()}
+    return {"d": d, "N": N, "x_max": a, "noise": sigma, "eta_star": os_.eta_star,
+            "loss_star": os_.loss_star, "loss_zero": os_.loss_zero,
+            "E_yb": os_.E_yb, "E_yb_mc": ms["yb"][0], "E_yb_se": ms["yb"][1],
+            "E_bb": os_.E_bb, "E_bb_mc": ms["bb"][0], "E_bb_se": ms["bb"][1],
+            "E_yy": os_.E_yy, "E_yy_mc": ms["yy"][0], "E_yy_se": ms["yy"][1],
+            "loss_star_mc": ms["ls"][0], "loss_star_se": ms["ls"][1],
+            "eta_mc": ms["yb"][0] / ms["bb"][0]}
 
 
-def _k_rows(grid: Grid, seed: int) -> list[dict]:
-    """At the paper's sizes (d = N = 10, x ~ U(−1, 1)): K steps of GD at η*_K and K GD++ layers at their fitted
-    (η, γ), with the Monte Carlo standard errors (GD: ``grid.mc`` sequences; GD++: ``grid.gdpp_mc``, in-sample)."""
-    rows = []
-    for K in grid.gd_steps:
-        eta, _ = th.optimal_eta(K, 10, 10, n=min(grid.mc, 1 << 18), seed=seed)
-        mc = th.gd_loss_mc(K, float(eta), 10, 10, n=grid.mc, seed=seed + 1)   # an independent sample
-        rows.append({"method": "GD", "steps": K, "eta": float(eta), "gamma": 0.0, "loss": mc.loss, "se": mc.se,
-                     "n": mc.n})
-    for K in grid.gdpp_steps:
-        eta, gamma, mc = th.optimal_gdpp(K, 10, 10, n=grid.gdpp_mc, seed=seed + 2)
-        rows.append({"method": "GD++", "steps": K, "eta": eta, "gamma": gamma, "loss": mc.loss, "se": mc.se,
-                     "n": mc.n})
-    return rows
+def _gd_row(K: int, mc: int, seed: int) -> dict:
+    """At the paper's sizes (d = N = 10, x ~ U(−1, 1)): K steps of GD at η*_K (fitted on min(mc, 2¹⁸) sequences)
+    and their loss on ``mc`` independent ones, with its Monte Carlo standard error."""
+    eta, _ = th.optimal_eta(K, 10, 10, n=min(mc, 1 << 18), seed=seed)
+    mc_ = th.gd_loss_mc(K, float(eta), 10, 10, n=mc, seed=seed + 1)   # an independent sample
+    return {"method": "GD", "steps": K, "eta": float(eta), "gamma": 0.0, "loss": mc_.loss, "se": mc_.se, "n": mc_.n}
+
+
+def _gdpp_row(K: int, gdpp_mc: int, seed: int) -> dict:
+    """K GD++ layers at their fitted (η, γ) on ``gdpp_mc`` sequences (in-sample), d = N = 10, x ~ U(−1, 1)."""
+    eta, gamma, mc = th.optimal_gdpp(K, 10, 10, n=gdpp_mc, seed=seed + 2)
+    return {"method": "GD++", "steps": K, "eta": eta, "gamma": gamma, "loss": mc.loss, "se": mc.se, "n": mc.n}
+
+
+_ROWS = {"optimal": _optimal_row, "gd": _gd_row, "gdpp": _gdpp_row}
+
+
+def _row(kind: str, *args) -> dict:
+    """One independent row of the optimal_step or k_steps table (a pool call; module level, so importable)."""
+    return _ROWS[kind](*args)
 
 
 def measure(ctx: ReproduceContext, trained: dict) -> Tables:
+    """The three tables; the Monte Carlo rows are independent (each draws its own keyed stream), so they are computed
+    on the local pool, the costliest first (``pool_map``: the same bits as one after another)."""
     grid = grid_of(ctx)
-    return {"construction": _exactness_rows(grid, ctx.seed), "optimal_step": _optimal_rows(grid, ctx.seed),
-            "k_steps": _k_rows(grid, ctx.seed)}
+    seed = ctx.seed
+    opt = [("optimal", d, N, a, sigma, grid.mc, seed) for d, N in grid.sizes for a in grid.x_max for sigma in grid.noise]
+    ks = [("gd", K, grid.mc, seed) for K in grid.gd_steps] + [("gdpp", K, grid.gdpp_mc, seed) for K in grid.gdpp_steps]
+    # rough costs (sequence entries touched) for the order only: sampling and one product per sequence for a
+    # moment row; two samples and K products for GD; ≈ 30 Nelder–Mead evaluations' worth per GD++ layer
+    cost = ([c[5] * (c[1] + 1) * (c[2] + 1) for c in opt]
+            + [(grid.mc + min(grid.mc, 1 << 18)) * 121 * (2 + c[1]) / 3 for c in ks if c[0] == "gd"]
+            + [grid.gdpp_mc * 121 * 30 * c[1] / 3 for c in ks if c[0] == "gdpp"])
+    rows = pool_map(_row, opt + ks, cost=cost)
+    return {"construction": _exactness_rows(grid, seed), "optimal_step": rows[:len(opt)], "k_steps": rows[len(opt):]}
 
 
 def judge(ctx: ReproduceContext, tables: Tables) -> dict:

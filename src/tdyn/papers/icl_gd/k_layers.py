@@ -28,6 +28,7 @@ from tdyn.reproduce.phases import Phases, Tables, register_phases
 from tdyn.reproduce.registry import ReproduceContext
 from tdyn.report import style
 from tdyn.schema import Strict
+from tdyn.sweep.executors import pool_map
 
 GDPP_TOL = 0.05     # "as good as GD++": trained loss / GD++ loss within 5 % (tdyn's, fixed before the runs)
 
@@ -127,22 +128,35 @@ def _final_row(K: int, run_dir: Path, gdpp: tuple[float, float]) -> dict:
             **{f"{k}_gdpp": float(a_pp[k][0]) for k in ("sens_cos", "pred_diff_rel", "sens_diff_rel")}}
 
 
+def _measure_K(K: int, dirs: list[str], gdpp_mc: int, seed: int) -> tuple[dict, list[dict], list[dict]]:
+    """One depth K: the GD++ fit (on ``gdpp_mc`` Monte Carlo sequences of stream ``seed``), the curve rows and the
+    final rows of its runs ``dirs`` (a pool call: module level)."""
+    task_data = runs.Run(dirs[0]).task().data
+    eta_gd = th.optimal_eta(K, task_data.d, task_data.N, task_data.x_max, task_data.w_scale, task_data.noise)[0]
+    eta, gamma, mc = th.optimal_gdpp(K, task_data.d, task_data.N, task_data.x_max, task_data.w_scale,
+                                     task_data.noise, n=gdpp_mc, seed=seed)
+    fit = {"K": K, "eta_gd": float(eta_gd), "eta_gdpp": eta, "gamma_gdpp": gamma, "loss_gdpp_fit": mc.loss,
+           "se_gdpp_fit": mc.se, "n_fit": mc.n}
+    rows, final = [], []
+    for d in dirs:
+        run = runs.Run(d)
+        cv = curve(run)
+        rows += [{"K": K, "seed": run.seed, **{k: (int(cv[k][i]) if k == "step" else float(cv[k][i]))
+                                               for k in COLUMNS[2:]}} for i in range(len(cv["step"]))]
+        final.append(_final_row(K, Path(d), (eta, gamma)))
+    return fit, rows, final
+
+
 def measure(ctx: ReproduceContext, trained: dict) -> Tables:
+    """Per K (independent: each fit draws its own keyed stream), on the local pool, the deepest first (``pool_map``:
+    the same bits as one after another)."""
     st = settings(ctx)
+    calls = [(K, [str(d) for d in trained[f"K{K}"]], st.gdpp_mc, ctx.seed + 1) for K in st.Ks]
     rows, final, fits = [], [], []
-    for K in st.Ks:
-        task_data = runs.Run(trained[f"K{K}"][0]).task().data
-        eta_gd = th.optimal_eta(K, task_data.d, task_data.N, task_data.x_max, task_data.w_scale, task_data.noise)[0]
-        eta, gamma, mc = th.optimal_gdpp(K, task_data.d, task_data.N, task_data.x_max, task_data.w_scale,
-                                         task_data.noise, n=st.gdpp_mc, seed=ctx.seed + 1)
-        fits.append({"K": K, "eta_gd": float(eta_gd), "eta_gdpp": eta, "gamma_gdpp": gamma, "loss_gdpp_fit": mc.loss,
-                     "se_gdpp_fit": mc.se, "n_fit": mc.n})
-        for d in trained[f"K{K}"]:
-            run = runs.Run(d)
-            cv = curve(run)
-            rows += [{"K": K, "seed": run.seed, **{k: (int(cv[k][i]) if k == "step" else float(cv[k][i]))
-                                                   for k in COLUMNS[2:]}} for i in range(len(cv["step"]))]
-            final.append(_final_row(K, d, (eta, gamma)))
+    for fit, r, f in pool_map(_measure_K, calls, cost=[float(K) for K in st.Ks]):
+        fits.append(fit)
+        rows += r
+        final += f
     rows.sort(key=lambda r: (r["K"], r["seed"], r["step"]))
     final.sort(key=lambda r: (r["K"], r["seed"]))
     return {"k_layers": rows, "k_layers_final": final, "k_layers_gdpp": fits}
