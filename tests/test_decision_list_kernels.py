@@ -263,7 +263,7 @@ def test_token_forward_by_count_rows_equals_the_alpha_form(L, n, M, sampler):
     model = _members(L, task, [(0.0, 3.0), (0.5, 1e3), (3.0, 1e6)], seed=L)
     W, V = model.W.detach(), model.V.detach()
     R = kernels._Rows.of(task, types, L, W.dtype)
-    new, ref = kernels._compute_forward(W, V, R), kernels._compute_forward_alpha(W, V, R)
+    new, ref = kernels._forward_counts(W, V, R), kernels._forward_alpha(W, V, R)
     assert new.at_ is None                                  # the training step never forms α̃
     for i in range(3):
         vmax = float(V[i].abs().max())
@@ -281,7 +281,9 @@ def test_token_forward_by_count_rows_equals_the_alpha_form(L, n, M, sampler):
 def test_gradient_by_count_rows_equals_the_alpha_form(L, n, M, sampler):
     """Small subsets (c = e, the tokens present): the gradient read off M_q = Σ_rows∈q (ρ/Z) cᵀ (one product) against
     the form through α̃ (Σ ρ α̃ᵀ and Vᵀρ per row), both at the same forward, upstream gradients 1, 0.5, 0: to
-    1e-13 of the largest entry (the autograd reference is test_token_loss_and_gradient_equal_the_model)."""
+    1e-13 of the largest entry. The trainer's path takes the forms by size (``_COUNT_FORM_ELEMS``,
+    ``_MEMBER_ELEMS``); test_token_loss_and_gradient_equal_the_model checks it against autograd on both sides of
+    them (L = 16, n = 4, 3 members: count rows, member by member; the smaller cases: α̃)."""
     task = dl.make_task(L, M, seed=1)
     types = th.enumerate_types(task, n, sampler)
     model = _members(L, task, [(0.0, 3.0), (0.5, 1e3), (3.0, 30.0)], seed=L + 1)
@@ -289,9 +291,11 @@ def test_gradient_by_count_rows_equals_the_alpha_form(L, n, M, sampler):
     R = kernels._Rows.of(task, types, L, W.dtype)
     assert not R.b
     go = torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64)
-    fw = kernels._compute_forward(W, V, R)
-    ref = kernels._grad_alpha(fw, go)
-    new = kernels._population_grad(kernels._compute_forward(W, V, R), go)
+    fw = kernels._forward_counts(W, V, R)
+    rho, gbar = kernels._rho(fw, go)
+    new = kernels._grad_counts(fw, rho.clone(), gbar.clone())
+    assert fw.at_ is None                                   # the count form never forms α̃
+    ref = kernels._grad_alpha(fw, rho, gbar)
     for a, b in zip(new, ref):
         _close(a, b, 1e-13)
     assert torch.equal(new[0][2], torch.zeros(L, L, dtype=torch.float64))

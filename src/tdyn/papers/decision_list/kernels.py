@@ -188,32 +188,43 @@ class TokenForward:
 
 
 def _compute_forward(W: torch.Tensor, V: torch.Tensor, R: _Rows) -> TokenForward:
+    """The members' :class:`TokenForward` at (W, V): :func:`_forward_counts` where the members' rows are large,
+    :func:`_forward_alpha` below ``_COUNT_FORM_ELEMS`` row entries (there its L small products per query cost more
+    than the two passes they save: claim2's L = 12, 3 members, 0.78 against 1.1 ms)."""
+    if W.shape[0] * R.L * R.G * R.L < _COUNT_FORM_ELEMS:
+        return _forward_alpha(W, V, R)
+    return _forward_counts(W, V, R)
+
+
+#: row entries (S·N·L) from which the forward goes by count rows (:func:`_compute_forward`)
+_COUNT_FORM_ELEMS = 131072
+
+
+def _forward_counts(W: torch.Tensor, V: torch.Tensor, R: _Rows) -> TokenForward:
     """The members' :class:`TokenForward` at (W, V), its logits without α̃: a row of query q has z = V α̃ =
     V diag(f_q) c / Z, so the rows of q take z = (C_q U_q)/Z with C_q their (G, L) count rows (fixed) and
     U_q = diag(f_q) Vᵀ (L × L): one product per query, as many multiply-adds as α̃'s product with Vᵀ, without the two
     passes that form c ⊙ f and divide it by Z. α̃ itself is left to the probes that read it (:attr:`TokenForward.at`).
-    Rounds differently from :func:`_compute_forward_alpha` (the division by Z after the sum over tokens instead of
+    Rounds differently from :func:`_forward_alpha` (the division by Z after the sum over tokens instead of
     before it): equal to rounding (tested)."""
     S, L = W.shape[0], W.shape[-1]
     G, N = R.G, L * R.G
     Wq = W.transpose(1, 2)                                            # (S, query, token)
     f = torch.exp(Wq - Wq.amax(2, keepdim=True))
     C = R.c.view(L, G, L)
-    z, zs, e = (torch.empty(S, N, L, dtype=W.dtype) for _ in range(3))
-    Z, se = torch.empty(S, N, 1, dtype=W.dtype), torch.empty(S, N, 1, dtype=W.dtype)
-    for i in range(S):      # member by member: a member's (N, L) passes stay nearer the cache (UA's 5 members: 2×)
-        Zi, zi = Z[i].view(L, G, 1), z[i].view(L, G, L)
-        torch.matmul(C, f[i, :, :, None], out=Zi)                     # Z = c · f_q per row
-        torch.matmul(C, f[i, :, :, None] * V[i].T[None], out=zi)      # C_q diag(f_q) Vᵀ
-        zi.div_(Zi)
-        torch.sub(z[i], z[i].amax(1, keepdim=True), out=zs[i])
-        exp_nonpositive(zs[i], out=e[i])
-        torch.sum(e[i], 1, keepdim=True, out=se[i])
-    return TokenForward(R, W.clone(), V.clone(), f, Z, None, z, zs, e, se)
+    z = torch.empty(S, L, G, L, dtype=W.dtype)
+    Z = torch.empty(S, L, G, 1, dtype=W.dtype)
+    for i in range(S):                                                # (the broadcast product would copy C per member)
+        torch.matmul(C, f[i, :, :, None], out=Z[i])                   # Z = c · f_q per row
+        torch.matmul(C, f[i, :, :, None] * V[i].T[None], out=z[i])    # C_q diag(f_q) Vᵀ
+    z = z.div_(Z).view(S, N, L)
+    zs = z - z.amax(2, keepdim=True)
+    e = exp_nonpositive(zs)
+    return TokenForward(R, W.clone(), V.clone(), f, Z.view(S, N, 1), None, z, zs, e, e.sum(2, keepdim=True))
 
 
-def _compute_forward_alpha(W: torch.Tensor, V: torch.Tensor, R: _Rows) -> TokenForward:
-    """:func:`_compute_forward` through α̃ (z = α̃ Vᵀ per row): the form before it, the tests' reference."""
+def _forward_alpha(W: torch.Tensor, V: torch.Tensor, R: _Rows) -> TokenForward:
+    """The :class:`TokenForward` through α̃ (z = α̃ Vᵀ per row, one product over all rows)."""
     S, L = W.shape[0], W.shape[-1]
     G, N = R.G, L * R.G
     Wq = W.transpose(1, 2)                                            # (S, query, token)
@@ -282,22 +293,17 @@ def _population_grad(fw: TokenForward, go: torch.Tensor) -> tuple[torch.Tensor, 
     Σ_rows (ρ/Z)(1 + e)ᵀ ⊙ f per query, the 1 part one sum over the query's rows and the e part a scatter of the rows
     over their k tokens (N·k·L work instead of N·L²), and Vᵀρ is needed at those k tokens only."""
     S = fw.z.shape[0]
-    if S > 1:           # member by member: the same bits, and a member's (N, L) passes stay nearer the cache (at
-        parts = [_population_grad(fw.member(i), go[i:i + 1]) for i in range(S)]    # L = 40: 0.27 → 0.14 s, 3 members)
+    if S > 1 and fw.z[0].numel() >= _MEMBER_ELEMS:   # member by member where a member's rows are large: its (N, L)
+        parts = [_population_grad(fw.member(i), go[i:i + 1]) for i in range(S)]    # passes stay nearer the cache
         return torch.cat([x[0] for x in parts]), torch.cat([x[1] for x in parts])
     R = fw.rows
     S, N, L = fw.z.shape
     G = R.G
     V = fw.V
-    r = fw.p()
-    flat = r.view(-1)
-    iy = (torch.arange(S)[:, None] * (N * L) + R.y_flat).reshape(-1)    # each row's label entry
-    flat[iy] = flat[iy] - 1.0                                            # r = p − e_y
-    rho = r.mul_(go.to(r.dtype).view(S, 1, 1) * R.omega)                 # ρ = go·ω·(p − e_y)
-    gbar = (rho * fw.zs).sum(2, keepdim=True)                            # ρ·z (Σρ = 0: z's shift drops out)
+    rho, gbar = _rho(fw, go)
     f = fw.f
-    if not R.b:         # c = e with up to n of L tokens: one N·L² product is cheaper than the scatters
-        return _grad_counts(fw, rho, gbar)
+    if not R.b:         # c = e with up to n of L tokens: products over the rows are cheaper than the scatters
+        return _grad_alpha(fw, rho, gbar) if fw.at_ is not None else _grad_counts(fw, rho, gbar)
     rz = rho.div_(fw.Z)                                                  # ρ/Z
     gz = gbar.div_(fw.Z)                                                 # (ρ·z)/Z
     Sq = rz.view(S, L, G, L).sum(2)                                      # (S, q, l): Σ_rows∈q ρ/Z
@@ -322,6 +328,18 @@ def _population_grad(fw: TokenForward, go: torch.Tensor) -> tuple[torch.Tensor, 
         B += torch.zeros(S * L * L, dtype=V.dtype).index_add_(0, idx, val.reshape(-1)).view(S, L, L)
     dW = (B * f).transpose(1, 2)                                         # (S, key t, query q)
     return dW.contiguous(), dV
+
+
+def _rho(fw: TokenForward, go: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """ρ = go·ω·(p − e_y) per row (S, N, L) and ρ·z (S, N, 1) (Σρ = 0: z's shift drops out)."""
+    R = fw.rows
+    S, N, L = fw.z.shape
+    r = fw.p()
+    flat = r.view(-1)
+    iy = (torch.arange(S)[:, None] * (N * L) + R.y_flat).reshape(-1)    # each row's label entry
+    flat[iy] = flat[iy] - 1.0                                            # r = p − e_y
+    rho = r.mul_(go.to(r.dtype).view(S, 1, 1) * R.omega)
+    return rho, (rho * fw.zs).sum(2, keepdim=True)
 
 
 def _grad_counts(fw: TokenForward, rho: torch.Tensor, gbar: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -350,21 +368,21 @@ def _grad_counts(fw: TokenForward, rho: torch.Tensor, gbar: torch.Tensor) -> tup
     return dW.transpose(1, 2).contiguous(), dV.contiguous()
 
 
-def _grad_alpha(fw: TokenForward, go: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`_population_grad`'s form for small subsets before :func:`_grad_counts` (through α̃: ∂F/∂V = Σ_rows ρ α̃ᵀ,
-    ∂F/∂W[:, q] = Σ_rows∈q α̃ ⊙ (Vᵀρ − ρ·z)): the tests' reference."""
+def _grad_alpha(fw: TokenForward, rho: torch.Tensor, gbar: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_population_grad` for small subsets where the forward holds α̃ (:func:`_forward_alpha`): ∂F/∂V = Σ_rows ρ α̃ᵀ
+    and ∂F/∂W[:, q] = Σ_rows∈q α̃ ⊙ (Vᵀρ − ρ·z), two products over the rows."""
     R = fw.rows
-    S, N, L = fw.z.shape
-    r = fw.p()
-    flat = r.view(-1)
-    iy = (torch.arange(S)[:, None] * (N * L) + R.y_flat).reshape(-1)
-    flat[iy] = flat[iy] - 1.0
-    rho = r.mul_(go.to(r.dtype).view(S, 1, 1) * R.omega)
-    gbar = (rho * fw.zs).sum(2, keepdim=True)
+    S, N, L = rho.shape
     dV = rho.transpose(1, 2) @ fw.at
     g = rho @ fw.V
     dW = (fw.at * (g - gbar)).view(S, L, R.G, L).sum(2)
     return dW.transpose(1, 2).contiguous(), dV
+
+
+#: a member's row entries (N·L) from which the gradient runs member by member (3 members at claim2's L = 40,
+#: 1.2·10⁶ entries each: 83 → 55 ms; uniform-attention's 5 members, 1.2·10⁵ each: 9.9 → 5.1 ms with the count-row
+#: form); below it the per-member calls cost more than they save (claim2's L = 12, 2.4·10⁴ entries: 2×)
+_MEMBER_ELEMS = 65536
 
 
 def population_loss(model: DecisionListModel, task: DecisionListTask, types) -> torch.Tensor:
