@@ -144,7 +144,7 @@ class _Loss(torch.autograd.Function):
         if model.cfg.final_ffn:                                                # U = W_U (I + W_F)
             dU = dxi.transpose(1, 2) @ flat(h1) + Ga @ A2.transpose(1, 2)
             dW_F = model.W_U.transpose(1, 2) @ dU
-        # a² = β² h¹, β² = softmax(scale h¹ W_K²ᵀ... scores h¹_tᵀ W_K² h¹_s)
+        # a² = β² h¹, β² = causal softmax of scale · h¹_tᵀ W_K² h¹_s
         h1s = seq(h1)
         dbeta2 = da2 @ h1s.transpose(1, 2)
         dh1 += (beta2.transpose(1, 2) @ da2).view(S, B, T, d)                 # values h¹_s
@@ -153,7 +153,7 @@ class _Loss(torch.autograd.Function):
         dk2 = flat(ds2.transpose(1, 2) @ h1s)                                  # keys W_K² h¹_s
         dW_K2 = dk2.transpose(1, 2) @ flat(h1)
         dh1 += (dk2 @ model.W_K2).view(S, B, T, d)
-        # h¹ = x + β¹ (A¹ x), β¹ = softmax(scale x_tᵀ W_K¹ x_s): W_K¹'s gradient only (x is frozen)
+        # h¹ = x + β¹ (A¹ x), β¹ = causal softmax of scale · x_tᵀ W_K¹ x_s: W_K¹'s gradient only (x is frozen)
         xs = seq(x)
         dbeta1 = seq(dh1) @ seq(v1).transpose(1, 2)
         ds1 = _softmax_back(beta1, dbeta1).mul_(scale)
