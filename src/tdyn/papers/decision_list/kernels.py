@@ -188,10 +188,13 @@ class TokenForward:
 
 
 def _compute_forward(W: torch.Tensor, V: torch.Tensor, R: _Rows) -> TokenForward:
-    """The members' :class:`TokenForward` at (W, V): :func:`_forward_counts` where the members' rows are large,
-    :func:`_forward_alpha` below ``_COUNT_FORM_ELEMS`` row entries (there its L small products per query cost more
-    than the two passes they save: claim2's L = 12, 3 members, 0.78 against 1.1 ms)."""
-    if W.shape[0] * R.L * R.G * R.L < _COUNT_FORM_ELEMS:
+    """The members' :class:`TokenForward` at (W, V): :func:`_forward_counts` where the rows hold few tokens (b = 0) and
+    the members' rows are large (uniform-attention's 5 members: 10.4 → 5.8 ms); else :func:`_forward_alpha`. Below
+    ``_COUNT_FORM_ELEMS`` row entries the count form's L small products per query cost more than the two passes they
+    save (claim2's L = 12, 3 members: 0.78 against 1.1 ms); at claim2's L = 40 (b = 1) it saves nothing (51 against
+    52 ms) and its rounding of logits of size 4·10⁷ moved the probe's λ_max(0) by 5e-10 relative, half of the η check's
+    1e-9 margin (the α̃ form's: 4e-11)."""
+    if R.b or W.shape[0] * R.L * R.G * R.L < _COUNT_FORM_ELEMS:
         return _forward_alpha(W, V, R)
     return _forward_counts(W, V, R)
 
