@@ -54,9 +54,9 @@ FULL = Settings(Ks=[1, 2, 3], tied=True, seeds=[0, 1], steps=5000, batch_size=20
                 probe_every=100, x_max=1.0, gdpp_mc=1 << 16)
 
 #: the authors train separate (untied) layers 50,000 Adam steps (their notebook); on this project's 2-core CPU that
-#: costs ≈ 1.5 h of CPU for K ∈ {2, 3} × 2 seeds (benchmarks/README.md, "Issue 35/38, session 2026-11-27
-#: (sixteenth, helper icl3)"), so the full setting runs UNTIED_STEPS, the most that fits a few minutes of CPU, and
-#: says so in every claim (docs/reproductions/icl-gd.md#icl-gdk-layers-untied)
+#: costs ≈ 80 min of CPU (≈ 51 min on the two cores) for K ∈ {2, 3} × 2 seeds (measured: benchmarks/README.md,
+#: "Issue 35/38, session 2026-11-27 (sixteenth, helper icl3)"), so the full setting runs UNTIED_STEPS, the most that
+#: fits a few minutes of CPU, and says so in every claim (docs/reproductions/icl-gd.md#icl-gdk-layers-untied)
 AUTHORS_UNTIED_STEPS = 50000
 UNTIED_STEPS = 2000
 QUICK_UNTIED = Settings(Ks=[2, 3], tied=False, seeds=[0, 1], steps=300, batch_size=256, probe_size=2000,
@@ -174,7 +174,7 @@ def judge(ctx: ReproduceContext, tables: Tables) -> dict:
         steps = f"{st.steps} steps"
     else:           # the departure from the authors' 50,000 steps is part of the claim's text
         steps = (f"{st.steps} steps where the authors train separate layers {AUTHORS_UNTIED_STEPS:,} (a departure: "
-                 f"their setting costs ≈ 1.5 h of this CPU)" if st.steps < AUTHORS_UNTIED_STEPS else f"{st.steps} steps")
+                 f"their setting costs ≈ 80 min of this CPU)" if st.steps < AUTHORS_UNTIED_STEPS else f"{st.steps} steps")
     setting = (f"K ∈ {deep} {'recurrent (tied)' if st.tied else 'separate (untied)'} LSA layers, d = N = 10, "
                f"x ~ U(−{st.x_max:g}, {st.x_max:g}), Adam as the authors', batch {st.batch_size}, {steps}, "
                f"seeds {st.seeds}; {st.probe_size} fixed probe sequences")
