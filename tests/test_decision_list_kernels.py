@@ -169,6 +169,29 @@ def test_token_loss_and_gradient_equal_the_model(L, n, M, sampler):
             _close(a, b, tol)
 
 
+@pytest.mark.parametrize("forced", ["counts_by_member", "alpha_together"])
+@pytest.mark.parametrize("L,n,M,sampler", [(8, 3, 2, "B"), (9, 7, 3, "A"), (9, 7, 3, "B"), (12, 11, 2, "B")])
+def test_token_loss_and_gradient_equal_the_model_on_both_sides_of_the_size_switches(L, n, M, sampler, forced,
+                                                                                      monkeypatch):
+    """The trainer's forms are chosen by size (``_COUNT_FORM_ELEMS``, ``_MEMBER_ELEMS``), and at the sizes of
+    test_token_loss_and_gradient_equal_the_model each case takes one side only (b = 1 never member by member). Here
+    the thresholds are forced to 0 (count-row forward where b = 0, every gradient member by member, b = 1's scatter
+    form included) or out of reach (α̃ forms, all members at once): the same check against autograd, same tolerance."""
+    monkeypatch.setattr(kernels, "_COUNT_FORM_ELEMS", 0 if forced == "counts_by_member" else 1 << 62)
+    monkeypatch.setattr(kernels, "_MEMBER_ELEMS", 0 if forced == "counts_by_member" else 1 << 62)
+    monkeypatch.setattr(kernels, "_LAST", [None])                # no forward cached under the other thresholds
+    task = dl.make_task(L, M, seed=1)
+    types = th.enumerate_types(task, n, sampler)
+    for w, c in [(0.0, 3.0), (0.5, 1e3), (3.0, 1e6)]:
+        model = _members(L, task, [(w, c), (w, c), (w, c)], seed=L + int(c))
+        go = torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64)
+        ref = _grads(model, lambda: th.population_loss(model, task, types), go)
+        new = _grads(model, lambda: kernels.population_loss(model, task, types), go)
+        tol = 1e-13 + n * EPS * float(model.V.detach().abs().max())
+        for a, b in zip(new, ref):
+            _close(a, b, tol)
+
+
 @pytest.mark.parametrize("sampler", ["A", "B"])
 def test_token_loss_equals_brute_force_over_every_sequence(sampler):
     """The token-space loss over the enumerated types equals the model's loss summed over every ordered sequence of
