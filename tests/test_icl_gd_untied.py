@@ -166,7 +166,7 @@ def test_untied_reproduction_quick(tmp_path, cli):
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads((tmp_path / "u" / "results.json").read_text())
     assert res["experiment"] == "icl-gd/k-layers-untied" and res["settings"]["tied"] is False
-    assert all("separate (untied)" in c["claim"] and "50,000" in c["claim"] for c in res["claims"][:3])
+    assert all("separate (untied)" in c["claim"] and "50,000" in c["claim"] for c in res["claims"])
     cfg = json.loads((tmp_path / "u" / "runs" / "K2" / "ensemble.json").read_text())["config"]
     assert cfg["model"] == {"layers": 2, "tied": False, "init_scale": 0.002}
     r = cli("reproduce", "icl-gd/k-layers-untied", "--quick", "--out", str(tmp_path / "v"), "--tied", "true")

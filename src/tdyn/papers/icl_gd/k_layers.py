@@ -237,7 +237,8 @@ def judge(ctx: ReproduceContext, tables: Tables) -> dict:
         steps[f"K={a}→{b}"] = stats.decide(m, se)
     held, reason = stats.every_cell(steps)
     claims.append(claim(
-        "loss_falls_with_depth", f"The trained loss falls with every added layer, K ∈ {Ks}", held, reason=reason,
+        "loss_falls_with_depth", f"The trained loss falls with every added layer, K ∈ {Ks}"
+        + ("" if st.tied else f" ({setting})"), held, reason=reason,        # untied: the departure in every claim
         source="derived", derived="more layers can implement more steps of (corrected) GD; tdyn checks that training "
         "finds the better models at its settings", paper=PAPER + " (the multi-layer comparison)",
         definition="loss on the probe set after training, paired over seeds (same seeds, same data streams)",
