@@ -324,12 +324,18 @@ def test_gradient_by_count_rows_equals_the_alpha_form(L, n, M, sampler):
     assert torch.equal(new[0][2], torch.zeros(L, L, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("by_member", [False, True])
 @pytest.mark.parametrize("L,n,M", [(8, 3, 2), (9, 7, 3)])
-def test_members_of_an_ensemble_train_as_if_alone(L, n, M):
-    """The forward and gradient run member by member: an ensemble member's loss and gradient are those of the same
-    parameters trained alone (S = 1), to 4ε of the largest entry: MKL's products round by the operands' alignment
-    (a member's view of the ensemble's tensors starts 32 bytes off a cache line: 1 ulp in ∂F/∂V at c = 10⁴). Both
-    count forms: n ≤ L/2 and n close to L."""
+def test_members_of_an_ensemble_train_as_if_alone(L, n, M, by_member, monkeypatch):
+    """An ensemble member's loss and gradient are those of the same parameters trained alone (S = 1), to 4ε of the
+    largest entry: MKL's products round by the operands' alignment (a member's view of the ensemble's tensors starts
+    32 bytes off a cache line: 1 ulp in ∂F/∂V at c = 10⁴). Both count forms: n ≤ L/2 and n close to L; at these
+    sizes the forms of small members (all members at once), and with the size switches forced to 0 the count-row
+    forward and the member-by-member gradient of large ones."""
+    if by_member:
+        monkeypatch.setattr(kernels, "_COUNT_FORM_ELEMS", 0)
+        monkeypatch.setattr(kernels, "_MEMBER_ELEMS", 0)
+    monkeypatch.setattr(kernels, "_LAST", [None])
     task = dl.make_task(L, M, seed=4)
     types = th.enumerate_types(task, n, "B")
     model = _members(L, task, [(0.5, 3.0), (2.0, 1e4), (0.1, 1e6)], seed=9)
