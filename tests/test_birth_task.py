@@ -47,6 +47,42 @@ def test_a_plan_is_one_job_per_seed_whose_rows_are_the_ensembles(tmp_path):
     assert json.dumps(split) == json.dumps(one)          # NaN (metrics a config has not) written alike
 
 
+def test_a_per_seed_job_resumed_after_an_interrupt_is_the_uninterrupted_one(tmp_path, monkeypatch):
+    """A plan's job (one seed, random triggers: the fused loss and the batched sampler's streams) stopped at step 3
+    and resumed ends with the metrics and parameters of the run never stopped, bit for bit (what lets a
+    reproduction's per-seed jobs be resumed)."""
+    import tdyn
+    from tdyn.probes import PROBES, probe
+    from tdyn.train import trainer
+
+    stop_at = {"step": 3}
+
+    @probe("birth_test.stopper")
+    def stopper(ctx):
+        if ctx.step == stop_at["step"]:
+            trainer.stop_all()
+        return {}
+
+    monkeypatch.setattr(trainer, "_STOP", False)
+    try:
+        cfg = _cfg([1], steps=8, data={"fixed_triggers": False, "triggers": "train", "ood_triggers": "test"})
+        cfg["probes"] = dict(cfg["probes"], names=list(cfg["probes"]["names"]) + ["birth_test.stopper"])
+        with pytest.raises(KeyboardInterrupt):
+            tdyn.train(cfg, tmp_path / "r", progress=False)
+        trainer._STOP = False
+        stop_at["step"] = -1
+        (d,) = tdyn.train(cfg, tmp_path / "r", resume=True, progress=False)
+        (ref,) = tdyn.train(cfg, tmp_path / "ref", progress=False)
+    finally:
+        PROBES.unregister("birth_test.stopper")
+    a, b = runs.Run(d), runs.Run(ref)
+    assert a.meta["resumed"][0]["from_step"] == 4
+    drop = lambda m: [{k: v for k, v in r.items() if k != "wall"} for r in m]      # noqa: E731
+    assert drop(a.metrics) == drop(b.metrics) and [r["step"] for r in b.metrics][-1] == 8
+    pa, pb = a.params(), b.params()
+    assert set(pa) == set(pb) and all(torch.equal(pa[k], pb[k]) for k in pa)
+
+
 def test_training_lowers_the_loss_and_logs_the_probes(tmp_path):
     cfg = birth_config(seeds=[0], steps=60, d=32, T=32, batch_size=16, probe_every=20, probe_size=16, lr=0.2,
                        data={"ood_outputs": "test", "outputs": "train"})
