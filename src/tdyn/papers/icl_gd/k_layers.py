@@ -195,10 +195,14 @@ def judge(ctx: ReproduceContext, tables: Tables) -> dict:
         "2-SE margin", measured="loss(GD, K) − loss(trained, K), seed mean", expected="> 0 beyond the noise for every K",
         per_K=per_K)]
 
+    gdpp_cells = {}
+
     def as_gdpp(rs):
         ratio = [r["loss"] / r["loss_gdpp"] for r in rs]
         m, se = stats.mean_se(ratio)
-        return stats.within(m, se, GDPP_TOL)
+        v = stats.within(m, se, GDPP_TOL)
+        gdpp_cells[f"K={rs[0]['K']}"] = {"ratio_mean": m, "ratio_se": se, "k": stats.K, "cell": stats.word(v)}
+        return v
 
     held, reason = stats.every_cell(_cells(final, deep, as_gdpp))
     claims.append(claim(
@@ -211,7 +215,8 @@ def judge(ctx: ReproduceContext, tables: Tables) -> dict:
         definition=f"ratio = trained loss / GD++ loss on the probe set, seed mean; stats.within with tolerance "
                    f"{GDPP_TOL:.0%} (tdyn's, fixed before the runs); GD++ fitted on an independent Monte Carlo sample "
                    f"of {st.gdpp_mc} sequences", measured="loss ratio per K", expected=f"|ratio − 1| ≤ {GDPP_TOL}",
-        ratios={f"K={K}": [r["loss"] / r["loss_gdpp"] for r in final if r["K"] == K] for K in deep}))
+        ratios={f"K={K}": [r["loss"] / r["loss_gdpp"] for r in final if r["K"] == K] for K in deep},
+        cells=gdpp_cells))
 
     def closer(rs):
         m, se = stats.paired([r["sens_cos_gdpp"] for r in rs], [r["sens_cos_gd"] for r in rs])
