@@ -93,6 +93,26 @@ def test_kernel_blocks_by_chunks_of_queries_equal_all_at_once(L, n, M, sampler, 
     assert split.beta == pytest.approx(whole.beta, rel=1e-12) and split.upper == pytest.approx(whole.upper, rel=1e-12)
 
 
+@pytest.mark.parametrize("L,nq,seed", [(3, 3, 0), (8, 8, 1), (40, 40, 2), (40, 40, 3)])
+def test_block_bound_by_eigenvalues_alone_equals_the_reference(L, nq, seed):
+    """``kernels._block_bound`` (every block's eigenvalues by eigvalsh, the top block's eigenvector alone) against
+    ``theory.block_bound`` (eigh of every block) on drawn non-symmetric blocks (both symmetrise) whose top eigenvalues
+    lie in different blocks: lower and upper to 1e-13 relative (LAPACK's eigenvalue-only and eigenvector paths round
+    differently: measured ≤ 2e-15), β and c_up equal, the vector the same up to sign (simple top eigenvalue:
+    |cos| to 1e-10) and an eigenvector of the symmetrised top block (residual ≤ 1e-12·‖A‖)."""
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(nq, L, L, generator=g, dtype=torch.float64) * torch.rand(nq, 1, 1, generator=g, dtype=torch.float64)
+    beta_q = torch.rand(nq, generator=g, dtype=torch.float64)
+    ref, new = th.block_bound(A, beta_q, 0.7), kernels._block_bound(A, beta_q, 0.7)
+    assert new.lower == pytest.approx(ref.lower, rel=1e-13) and new.upper == pytest.approx(ref.upper, rel=1e-13)
+    assert new.beta == ref.beta and new.c_up == ref.c_up
+    assert abs(float(np.dot(new.vector, ref.vector))) == pytest.approx(1.0, abs=1e-10)
+    S = 0.5 * (A + A.transpose(1, 2))
+    vec = torch.from_numpy(new.vector).view(2, L, L)[0]
+    q = int(vec.abs().sum(0).argmax())
+    assert torch.allclose(S[q] @ vec[:, q], new.lower * vec[:, q], rtol=0, atol=1e-12 * float(S[q].norm()))
+
+
 def test_kernel_blocks_on_monte_carlo_types_and_after_the_rows_are_cached():
     """Monte Carlo types (sorted samples with repeats, weight 1/N): the same as the reference; a second call with
     other parameters (the rows come from the cache) too."""
