@@ -35,3 +35,36 @@ def test_a_pool_worker_starts_no_pool_by_default():
     finally:
         pool.shutdown()
     assert not executors.IN_WORKER
+
+
+def test_all_at_once_gives_every_job_a_worker(tmp_path, monkeypatch):
+    """``Phases.all_at_once`` (topic/two-stage): one worker per planned job even beyond the cores; without it
+    one per core; in a pool's worker (one core's worth) the jobs still train one after another."""
+    import concurrent.futures as cf
+    from tdyn.reproduce.registry import ReproduceContext
+
+    sizes, inline = [], []
+
+    class _Pool:
+        def __init__(self, n):
+            sizes.append(n)
+
+        def submit(self, fn, *a):
+            f = cf.Future()
+            f.set_result(fn(*a))
+            return f
+
+        def shutdown(self):
+            pass
+
+    monkeypatch.setattr(phases, "process_pool", _Pool)
+    monkeypatch.setattr(phases, "train_job", lambda out, resume, name, cfg: [name])
+    monkeypatch.setattr(phases, "train_into", lambda ctx, name, cfg: inline.append(name) or [name])
+    ctx = ReproduceContext(out=tmp_path, quick=True, progress=False)
+    jobs = {"a": {}, "b": {}, "c": {}}
+    for cores, at_once, want in ((2, True, [3]), (2, False, [2]), (16, True, [3]), (1, True, [])):
+        sizes.clear()
+        monkeypatch.setattr(phases, "default_workers", lambda c=cores: c)
+        assert phases.train_plan(ctx, jobs, all_at_once=at_once) == {k: [k] for k in jobs}
+        assert sizes == want, (cores, at_once)
+    assert inline == ["a", "b", "c"]

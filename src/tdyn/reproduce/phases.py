@@ -49,7 +49,8 @@ class Phases:
     ``judge`` and ``draw`` read, in the order they are written; ``columns`` fixes a table's columns
     where its rows do not (e.g. an empty table); ``sweeps`` the sweeps it trains besides ``plan``'s runs;
     ``optional`` the tables a directory made before they were kept may lack (``--judge-only`` then judges
-    without them: ``judge`` and ``draw`` see them absent from the tables)."""
+    without them: ``judge`` and ``draw`` see them absent from the tables); ``all_at_once``: train every planned
+    job at once, one worker each, even beyond the cores (:func:`train_plan`)."""
 
     measure: Callable[[Any, dict[str, list[Path]]], Tables]
     judge: Callable[[Any, Tables], dict[str, Any]]
@@ -59,6 +60,7 @@ class Phases:
     columns: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     sweeps: Callable[[Any], dict[str, dict]] | None = None
     optional: tuple[str, ...] = ()
+    all_at_once: bool = False
 
 
 _INT = re.compile(r"[+-]?\d+\Z")
@@ -184,7 +186,8 @@ def run(phases: Phases, ctx) -> dict[str, Any]:
         tables, edited = tables_of(ctx, phases, digests)
     else:
         trained = train_plan(ctx, {name: configure(raw, ctx.overrides)
-                                   for name, raw in (phases.plan(ctx) if phases.plan else {}).items()})
+                                   for name, raw in (phases.plan(ctx) if phases.plan else {}).items()},
+                             all_at_once=phases.all_at_once)
         trained |= {name: sweep_into(ctx, name, spec) for name, spec in (phases.sweeps(ctx) if phases.sweeps else {}).items()}
         measured = phases.measure(ctx, trained)
         unknown = set(measured) - set(phases.tables)
@@ -209,13 +212,17 @@ def run(phases: Phases, ctx) -> dict[str, Any]:
     return results
 
 
-def train_plan(ctx, jobs: dict[str, Any]) -> dict[str, list[Path]]:
+def train_plan(ctx, jobs: dict[str, Any], all_at_once: bool = False) -> dict[str, list[Path]]:
     """Train a plan's jobs (name → validated config) into ``OUT/runs/<name>``: on the local pool, one worker per
     core (``default_workers``; one where this process is itself a pool's worker, e.g. under ``reproduce --all
     --jobs N``), handed out in the plan's order; each job is seeded by its config, so a worker computes the bits
     the sequential loop would (tests/test_reproduce_parallel.py). Ctrl-C: the workers' trainings checkpoint and
-    stop (``--resume`` continues them); a job's error stops the rest and is raised."""
-    workers = min(len(jobs), default_workers())
+    stop (``--resume`` continues them); a job's error stops the rest and is raised. ``all_at_once`` (where the pool
+    has two workers or more): one worker per job even beyond the cores, for a plan of a few jobs of unequal
+    length whose members cannot be regrouped without changing their bits (topic/two-stage: the cores time-share
+    the jobs, so none waits for another to finish; its jobs unchanged, so are their bits)."""
+    workers = default_workers()
+    workers = min(len(jobs), len(jobs) if all_at_once and workers > 1 else workers)
     if workers <= 1:
         return {name: train_into(ctx, name, cfg) for name, cfg in jobs.items()}
     out, resume = Path(ctx.out), bool(getattr(ctx, "resume", False))

@@ -83,6 +83,15 @@ def two_stage_configs(seed: int = 0, quick: bool = False, model: dict | None = N
 
 
 def plan(ctx: ReproduceContext) -> dict[str, dict]:
+    """The three E4 jobs, trained all at once (``Phases.all_at_once``): on 2 cores two 12-member jobs and the
+    6-member one time-share the cores instead of the 6-member one waiting for a 12-member one (issue 35:
+    critical path sgd + authors 518 + 246 s of 1316 s in all). Not split into smaller ensembles: a member's bits
+    depend on its job's other seeds (the loss kernel pads every document's selected positions to the job's
+    largest count, ``kernels.selected_query_loss``: seeds 0, 1, 2 draw 34, 29, 28 at step 0) and its probes on
+    its slot's parity in the ensemble (the product ``W.sum(-1) @ Z`` of ``probes.block_contrast`` rounds even and
+    odd rows differently), so a split by seed changes the training and one by learning rate or init scale moves
+    members to slots of the other parity
+    (benchmarks/README.md#issue-35-session-2026-11-27-sixteenth-helper-tsplit-topictwo-stage-on-both-cores)."""
     return {f"e4-{job}": c for job, c in two_stage_configs(ctx.seed, ctx.quick).items()}
 
 
@@ -360,7 +369,7 @@ register_phases("topic/two-stage", Phases(
     tables=("two_stage", "two_stage_grid", "two_stage_times", "two_stage_series", "two_stage_reference",
             "two_stage_panels", "two_stage_matrices"),
     columns={"two_stage": RUN_COLS, "two_stage_grid": GRID_COLS, "two_stage_series": SERIES_COLS,
-             "two_stage_panels": PANEL_COLS, "two_stage_matrices": MATRIX_COLS}))
+             "two_stage_panels": PANEL_COLS, "two_stage_matrices": MATRIX_COLS}, all_at_once=True))
 
 
 # ---------------------------------------------------------------- speed
