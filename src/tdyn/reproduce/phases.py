@@ -219,8 +219,8 @@ def train_plan(ctx, jobs: dict[str, Any], all_at_once: bool = False) -> dict[str
     the sequential loop would (tests/test_reproduce_parallel.py). Ctrl-C: the workers' trainings checkpoint and
     stop (``--resume`` continues them); a job's error stops the rest and is raised. ``all_at_once`` (where the pool
     has two workers or more): one worker per job even beyond the cores, for a plan of a few jobs of unequal
-    length whose members cannot be regrouped without changing their bits (topic/two-stage: the cores time-share
-    the jobs, so none waits for another to finish; its jobs unchanged, so are their bits)."""
+    length whose members cannot be regrouped without changing their bits (the cores time-share the jobs,
+    so none waits for another to finish; the jobs are unchanged, so are their bits)."""
     workers = default_workers()
     workers = min(len(jobs), len(jobs) if all_at_once and workers > 1 else workers)
     if workers <= 1:
