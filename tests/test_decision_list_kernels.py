@@ -177,9 +177,15 @@ def test_token_loss_and_gradient_equal_the_model(L, n, M, sampler):
     largest entry, plus n·ε·max|V| — the rounding of logits z = V α̃ of size up to max|V| (the two paths sum them in
     other orders; at W = 0 the loss depends on O(1) differences of logits of size c/n, measured ≤ 1.3e-11 relative at
     c = 10⁶ against the bound's 6.7e-10)."""
+    _loss_and_gradient_against_autograd(L, n, M, sampler, itertools.product([0.0, 0.5, 3.0], [0.0, 3.0, 1e3, 1e6]))
+
+
+def _loss_and_gradient_against_autograd(L, n, M, sampler, cells):
+    """Three members at each (W scale w, c) of ``cells``, upstream gradients 1, 0.5, 0: ``kernels.population_loss``'s
+    loss and gradients against ``theory.population_loss`` under autograd, to 1e-13 + n·ε·max|V| (see above)."""
     task = dl.make_task(L, M, seed=1)
     types = th.enumerate_types(task, n, sampler)
-    for w, c in itertools.product([0.0, 0.5, 3.0], [0.0, 3.0, 1e3, 1e6]):
+    for w, c in cells:
         model = _members(L, task, [(w, c), (w, c), (w, c)], seed=L + int(c))
         go = torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64)
         ref = _grads(model, lambda: th.population_loss(model, task, types), go)
@@ -200,16 +206,7 @@ def test_token_loss_and_gradient_equal_the_model_on_both_sides_of_the_size_switc
     monkeypatch.setattr(kernels, "_COUNT_FORM_ELEMS", 0 if forced == "counts_by_member" else 1 << 62)
     monkeypatch.setattr(kernels, "_MEMBER_ELEMS", 0 if forced == "counts_by_member" else 1 << 62)
     monkeypatch.setattr(kernels, "_LAST", [None])                # no forward cached under the other thresholds
-    task = dl.make_task(L, M, seed=1)
-    types = th.enumerate_types(task, n, sampler)
-    for w, c in [(0.0, 3.0), (0.5, 1e3), (3.0, 1e6)]:
-        model = _members(L, task, [(w, c), (w, c), (w, c)], seed=L + int(c))
-        go = torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64)
-        ref = _grads(model, lambda: th.population_loss(model, task, types), go)
-        new = _grads(model, lambda: kernels.population_loss(model, task, types), go)
-        tol = 1e-13 + n * EPS * float(model.V.detach().abs().max())
-        for a, b in zip(new, ref):
-            _close(a, b, tol)
+    _loss_and_gradient_against_autograd(L, n, M, sampler, [(0.0, 3.0), (0.5, 1e3), (3.0, 1e6)])
 
 
 @pytest.mark.parametrize("sampler", ["A", "B"])
