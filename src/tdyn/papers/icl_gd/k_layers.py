@@ -284,7 +284,8 @@ def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
     a2.set(xlabel="layers / steps K", ylabel="sensitivity cosine", title="Alignment of the trained model")
     a2.set_xticks(Ks)
     a2.legend(fontsize=8)
-    fig.suptitle(figure_title("K trained LSA layers against K steps of GD and of GD++", ctx.quick))
+    kind = "recurrent" if settings(ctx).tied else "separate (untied)"
+    fig.suptitle(figure_title(f"K trained {kind} LSA layers against K steps of GD and of GD++", ctx.quick))
     fig.subplots_adjust(top=0.8 if ctx.quick else 0.86, wspace=0.3)
     style.save(fig, ctx.out / "k_layers.png")
 
@@ -297,7 +298,6 @@ def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
         ax.plot(s, g.mean(0), color=style.PALETTE[i], ls="--", label=f"K = {K}: GD at η*_K")
     ax.set(xlabel="training step", ylabel="loss on the probe set", yscale="log", title="Training")
     ax.legend(fontsize=7, ncol=2)
-    kind = "recurrent" if settings(ctx).tied else "separate (untied)"
     fig.suptitle(figure_title(f"K {kind} LSA layers over training", ctx.quick), fontsize=11)
     fig.subplots_adjust(top=0.8 if ctx.quick else 0.86)
     style.save(fig, ctx.out / "k_layers_training.png")
