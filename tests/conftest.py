@@ -142,3 +142,29 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def benchmarks_script(name: str):
+    """A script of benchmarks/ (e.g. an authors'-code patch) loaded as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def check_text_patch(mod, root: Path, path: Path, before: str, after: str, commit: str):
+    """An authors'-checkout patch (``mod.patch``, ``mod.is_patched``) turns ``path``'s text ``before`` into exactly
+    ``after``, once (a second patch writes nothing), and refuses a file it does not know, naming the ``commit``."""
+    path.write_text(before)
+    assert not mod.is_patched(root)
+    mod.patch(root)
+    once = path.read_text()
+    assert once == after
+    assert mod.is_patched(root)
+    mod.patch(root)
+    assert path.read_text() == once                                     # idempotent
+    path.write_text("print('another file')\n")
+    with pytest.raises(SystemExit, match=commit):
+        mod.patch(root)

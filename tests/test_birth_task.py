@@ -5,6 +5,7 @@ import json
 
 import pytest
 import torch
+from conftest import benchmarks_script, check_text_patch
 
 from tdyn import runs
 from tdyn.papers.birth.task import birth_config
@@ -199,28 +200,13 @@ def test_the_authors_bench_refuses_a_wrong_checkout_with_one_line(tmp_path, cli,
 
 
 def test_the_patch_script_applies_the_three_patches_once(tmp_path):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "birth_authors_patch.py"
-    spec = importlib.util.spec_from_file_location("birth_authors_patch", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = benchmarks_script("birth_authors_patch")
     with pytest.raises(SystemExit, match="no checkout"):
         mod.patch(tmp_path)
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "meta.pkl").write_bytes(b"")
-    main = tmp_path / "ihead_basic_main.py"
-    main.write_text("x = torch.zeros(2).cuda()\n    model = Transformer(cfg.model_args)\n    model.cuda()\n"
-                    "    json.dump(dict(cfg), f, sort_keys=True)\n")
-    assert not mod.is_patched(tmp_path)
-    mod.patch(tmp_path)
-    once = main.read_text()
-    assert once == ("x = torch.zeros(2)\n    torch.manual_seed(cfg.seed)\n    model = Transformer(cfg.model_args)\n"
-                    "    model\n    json.dump(OmegaConf.to_container(cfg), f, sort_keys=True)\n")
-    assert mod.is_patched(tmp_path)
-    mod.patch(tmp_path)
-    assert main.read_text() == once                                     # idempotent
-    main.write_text("print('another script')\n")
-    with pytest.raises(SystemExit, match="165e11a"):
-        mod.patch(tmp_path)
+    check_text_patch(mod, tmp_path, tmp_path / "ihead_basic_main.py",
+                     "x = torch.zeros(2).cuda()\n    model = Transformer(cfg.model_args)\n    model.cuda()\n"
+                     "    json.dump(dict(cfg), f, sort_keys=True)\n",
+                     "x = torch.zeros(2)\n    torch.manual_seed(cfg.seed)\n    model = Transformer(cfg.model_args)\n"
+                     "    model\n    json.dump(OmegaConf.to_container(cfg), f, sort_keys=True)\n", "165e11a")

@@ -2,22 +2,15 @@
 item 6). Registration, the skip path, a wrong checkout, and benchmarks/icl_gd_authors.py's patch on a fake file;
 the timing itself needs their code and a JAX environment (docs/reproductions/icl-gd.md#authors-code-side-by-side)."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from conftest import benchmarks_script, check_text_patch
 
 from tdyn.bench import BENCHES
 from tdyn.papers.icl_gd import MANIFEST
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "icl_gd_authors.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("icl_gd_authors", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_the_authors_bench_is_registered_and_skips_without_its_variables(monkeypatch):
@@ -56,23 +49,14 @@ def test_the_authors_bench_refuses_an_unpatched_checkout(tmp_path, cli, monkeypa
 
 
 def test_the_patch_replaces_device_array_once(tmp_path):
-    mod = _script()
+    mod = benchmarks_script("icl_gd_authors")
     with pytest.raises(SystemExit, match="no transformers_learn_icl_by_gd"):
         mod.patch(tmp_path)
     (tmp_path / "src").mkdir()
     for f in ("data.py", "config.py", "transformer.py"):
         (tmp_path / "src" / f).write_text("")
-    train = tmp_path / "src" / "train.py"
-    train.write_text("class TrainState(NamedTuple):\n  params: hk.Params\n  rng: jnp.DeviceArray\n"
-                     "  step: jnp.DeviceArray\nx = jnp.zeros(3)\n")
-    assert not mod.is_patched(tmp_path)
-    mod.patch(tmp_path)
-    once = train.read_text()
-    assert once == ("class TrainState(NamedTuple):\n  params: hk.Params\n  rng: jax.Array\n"
-                    "  step: jax.Array\nx = jnp.zeros(3)\n")
-    assert mod.is_patched(tmp_path)
-    mod.patch(tmp_path)
-    assert train.read_text() == once                                    # idempotent
-    train.write_text("print('another file')\n")
-    with pytest.raises(SystemExit, match="3d5547c"):
-        mod.patch(tmp_path)
+    check_text_patch(mod, tmp_path, tmp_path / "src" / "train.py",
+                     "class TrainState(NamedTuple):\n  params: hk.Params\n  rng: jnp.DeviceArray\n"
+                     "  step: jnp.DeviceArray\nx = jnp.zeros(3)\n",
+                     "class TrainState(NamedTuple):\n  params: hk.Params\n  rng: jax.Array\n"
+                     "  step: jax.Array\nx = jnp.zeros(3)\n", "3d5547c")
