@@ -69,10 +69,12 @@ class ICLTask(Task):
         return self.probe_set
 
     def loss(self, batch):
-        """½ mean over the batch of (ŷ − y_q)², per member: the speed path (``kernels.predict``), equal to
-        ``model.seq_loss`` (tested)."""
+        """½ mean over the batch of (ŷ − y_q)², per member: the speed path, equal to ``model.seq_loss`` (tested):
+        ``kernels.predict`` for one layer (no per-sequence products), ``kernels.predict_deep`` (batch last,
+        hand-written gradient) for K ≥ 2."""
         E, y = batch
-        return 0.5 * ((kernels.predict(self.model, E) - y) ** 2).mean(-1)
+        predict = kernels.predict if self.model.cfg.layers == 1 else kernels.predict_deep
+        return 0.5 * ((predict(self.model, E) - y) ** 2).mean(-1)
 
 
 def _size(cfg) -> int:
