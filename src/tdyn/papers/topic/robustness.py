@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -22,14 +23,14 @@ from tdyn.errors import ConfigError
 from tdyn.papers.topic import quotes as quotes
 from tdyn.papers.topic.analysis import (E2, E4, GAP_DEF, MATRIX_COLS, as_run, dense_probe_steps, final, heatmaps,
                                         matrices_of, matrix_rows, member_model, metrics_table, run_reference,
-                                        stage_times, two_stage_claims, with_stage_probe)
+                                        stage1_reference, stage_times, two_stage_claims, with_stage_probe)
 from tdyn.papers.topic.data import NUM_SPECIAL
-from tdyn.papers.topic.stages import GAP_ONSET, attention_gap_docs
+from tdyn.papers.topic.stages import GAP_ONSET, attention_gap_docs, gap_classes
 from tdyn.papers.topic.task import dataset, lda_config
 from tdyn.papers.topic.value import value_path, value_structure
 from tdyn.report import style
 from tdyn.reproduce.common import claim, decide
-from tdyn.reproduce.phases import Phases, register_phases
+from tdyn.reproduce.phases import Phases, on_pool, register_phases
 from tdyn.reproduce.registry import ReproduceContext
 from tdyn.runs import Run
 from tdyn.schema import Strict
@@ -109,12 +110,13 @@ def _probe_docs(dc, device: str = "cpu") -> dict[str, torch.Tensor]:
 def layer_gaps(model, docs: dict[str, torch.Tensor], v: int) -> list[tuple[float, float]]:
     """(gap_doc, gap_se) of every layer (heads averaged) on the clean probe documents: the corrected
     same- minus different-topic attention per document, mean and standard error over documents (on the
-    device of ``docs``)."""
+    device of ``docs``; their pair classes, ``docs["classes"]``, made here when absent)."""
     model = model.to(docs["tokens"].device)
+    classes = docs.get("classes") or gap_classes(docs["tokens"], v, NUM_SPECIAL)
     out = []
     for layer in range(model.cfg.n_layers):
         A = model.attention(docs["tokens"], docs["keys"], layer).mean(2)
-        g = attention_gap_docs(A, docs["tokens"], docs["keys"], v, NUM_SPECIAL)
+        g = attention_gap_docs(A, docs["tokens"], docs["keys"], v, NUM_SPECIAL, classes)
         out.append((float(g["gap_doc"][0]), float(g["gap_se"][0])))
     return out
 
@@ -136,6 +138,7 @@ def trajectory(run: Run, v: int, kq_trained: bool, device: str = "cpu") -> list[
     attention gap ± SE (the attention computed on ``device``)."""
     _, dc = member_model(run, 0)
     docs = _probe_docs(dc, device)
+    docs["classes"] = gap_classes(docs["tokens"], v, NUM_SPECIAL)          # the same documents at every checkpoint
     rows = []
     for s in run.steps():
         model, _ = member_model(run, s)
@@ -169,10 +172,12 @@ def end_of_stage1(traj: list[dict], onset: float | None) -> dict[str, Any]:
     return before[-1] if before else traj[0]
 
 
-def summarise_run(run: Run, device: str = "cpu", seed: int | None = None) -> dict[str, Any]:
+def summarise_run(run: Run, device: str = "cpu", seed: int | None = None,
+                  reference: dict[str, float] | None = None) -> dict[str, Any]:
     """One run (one seed, ``seed`` if known): final loss, the value path at the end and at the end of stage 1,
     every layer's final attention gap, the checkpoint-based stage-2 onset and (W_K, W_Q trained) the stage
-    times of :func:`tdyn.papers.topic.analysis.stage_times`."""
+    times of :func:`tdyn.papers.topic.analysis.stage_times` (``reference``: the run's ``run_reference``, fitted
+    here when None)."""
     m = metrics_table(run)
     model, dc = member_model(run)
     v = dc.words_per_topic
@@ -190,7 +195,8 @@ def summarise_run(run: Run, device: str = "cpu", seed: int | None = None) -> dic
         out |= {"stage2_onset": onset, "stage1_end_step": e1["step"],
                 "stage1_value_min_topic_contrast": e1["value_min_topic_contrast"],
                 "stage1_value_contrast_noise": e1["value_contrast_noise"]}
-        st = stage_times(m, run_reference(run)) | {"seed": run.seed if seed is None else seed}
+        ref = run_reference(run) if reference is None else reference
+        st = stage_times(m, ref) | {"seed": run.seed if seed is None else seed}
         if model.cfg.n_layers > 1 or model.cfg.block == "bert":
             for tv in ("structure", "plateau"):                  # the probe's value contrast is layer 0's map
                 st |= {f"applicable_{tv}": False, f"na_{tv}": LAYER0_VALUE_NA}
@@ -396,15 +402,44 @@ def _grid(quick: bool, seeds: int | None, steps: int | None) -> Grid:
     return (QUICK if quick else FULL).with_options(seeds=seeds, steps=steps)
 
 
+#: seconds of each variant's job in the committed full run (docs/results/topic__robustness: its members' meta.json,
+#: two workers): the jobs are handed to the workers and measured longest first, so that both finish together
+#: (an order only: each job's bits do not depend on it); variants not listed come after, in table order
+JOB_SECONDS = {"2 layers": 713, "bert block (default init, trained decoder)": 283, "2 heads": 163,
+               "adam lr 0.01 (E4)": 76, "adam lr 0.001": 76, "embedding LayerNorm + token type": 69,
+               "sgd lr 1": 65, "sgd lr 10": 65, "dynamic masking, selected keys visible": 39}
+
+
+def longest_first(labels) -> list[str]:
+    """``labels`` in descending order of ``JOB_SECONDS`` (stable; unknown labels last)."""
+    return sorted(labels, key=lambda label: -JOB_SECONDS.get(label, 0))
+
+
+def _reference(data: dict, loss: str) -> dict[str, float]:
+    return stage1_reference(data, loss)
+
+
+def _summarise(member: Path, device: str, reference: dict[str, float] | None) -> dict[str, Any]:
+    """``summarise_run`` of the member directory ``member`` (a pool's call: module-level, plain arguments)."""
+    run = as_run(member)
+    return {"seed": run.seed} | summarise_run(run, device, run.seed, reference)
+
+
 def _measure(ctx: ReproduceContext, trained: dict, variants: dict[str, dict], name: str) -> dict[str, list[dict]]:
     """Every run of every variant summarised (``summarise_run``): the summary, the trajectories, every number of
-    a run (``<name>_runs``) and its stage times (``<name>_stages``, W_K and W_Q trained)."""
-    rows = []
-    for label in variants:
-        for d in trained[run_name(label)]:
-            run = as_run(d)
-            seed = run.seed
-            rows.append({"variant": label, "seed": seed} | summarise_run(run, getattr(ctx, "device", "cpu"), seed))
+    a run (``<name>_runs``) and its stage times (``<name>_stages``, W_K and W_Q trained). The runs are summarised
+    on the local pool (``phases.on_pool``, longest first), after the stage-1 references of their data and loss
+    (one fit each, on the pool, handed to every run that needs it)."""
+    device = getattr(ctx, "device", "cpu")
+    members = [(label, Path(d)) for label in longest_first(variants) for d in trained[run_name(label)]]
+    configs = {d: as_run(d).config for _, d in members}
+    key = lambda c: (json.dumps(c["data"], sort_keys=True), c["model"].get("loss", "ce"))  # noqa: E731
+    kq = [c for c in configs.values() if c["model"].get("attention", "trained") == "trained"]
+    wanted = list(dict.fromkeys(key(c) for c in kq))
+    refs = dict(zip(wanted, on_pool(_reference, [(json.loads(data), loss) for data, loss in wanted])))
+    done = dict(zip([d for _, d in members],
+                    on_pool(_summarise, [(d, device, refs.get(key(configs[d]))) for _, d in members])))
+    rows = [{"variant": label} | done[Path(d)] for label in variants for d in trained[run_name(label)]]
     n = max(r["n_layers"] for r in rows)
     cols = [*BASE_KEYS, *(f"{k}_layer{layer}" for layer in range(n) for k in ("gap", "gap_se")), *KQ_KEYS]
     stages = [{"variant": r["variant"]} | r["stage"] for r in rows if r["kq_trained"]]
@@ -455,8 +490,9 @@ def _phases(name: str, prefix: str, variants, draw) -> Phases:
         return {"experiment": f"topic/{name.replace('_', '-')}"} | note | {
             "table": _table_json(rows), "claims": _table_claims(rows, prefix)}
 
-    def plan(ctx):   # each variant trains into runs/<run_name(label)>
-        return {run_name(label): c for label, c in _variant_configs(variants(ctx)).items()}
+    def plan(ctx):   # each variant trains into runs/<run_name(label)>, the longest jobs first
+        configs = _variant_configs(variants(ctx))
+        return {run_name(label): configs[label] for label in longest_first(configs)}
 
     return Phases(plan=plan, measure=measure, judge=judge, draw=draw,
                   tables=(name, f"{name}_trajectory", f"{name}_runs", f"{name}_stages"),

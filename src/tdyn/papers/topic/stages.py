@@ -111,15 +111,26 @@ def gap_per_document(sums: dict[str, torch.Tensor], counts: dict[str, torch.Tens
             "gap_se": torch.tensor([e for _, e in ms], dtype=g.dtype, device=g.device)}
 
 
+def gap_classes(tokens: torch.Tensor, v: int, num_special: int) -> dict[str, dict[str, torch.Tensor]]:
+    """What ``attention_gap_docs`` needs of the documents alone (tokens [S, B, L]): the same- and different-topic
+    pair masks [S, B, L, L] (``probes.pair_classes``) and their pair counts per document [S, B] (computed once,
+    for every checkpoint and layer read on the same documents)."""
+    m = pair_classes(tokens, v, num_special)
+    cls = ("same_topic", "diff_topic")
+    return {"masks": {c: m[c] for c in cls}, "counts": {c: m[c].sum((-1, -2)) for c in cls}}
+
+
 def attention_gap_docs(A: torch.Tensor, tokens: torch.Tensor, keys: torch.Tensor, v: int,
-                       num_special: int) -> dict[str, torch.Tensor]:
+                       num_special: int, classes: dict[str, dict[str, torch.Tensor]] | None = None
+                       ) -> dict[str, torch.Tensor]:
     """Per-document same- minus different-topic attention (relative to uniform), A [S, B, L, L]:
-    ``gap_doc`` (mean over documents) and ``gap_se`` (standard error over documents), each [S]."""
+    ``gap_doc`` (mean over documents) and ``gap_se`` (standard error over documents), each [S]
+    (``classes``: ``gap_classes`` of ``tokens``, made here when None)."""
     n = keys.sum(-1).to(A.dtype)
     R = A * n[..., None, None]
-    m = pair_classes(tokens, v, num_special)
-    sums = {c: (R * m[c]).sum((-1, -2)) for c in ("same_topic", "diff_topic")}
-    counts = {c: m[c].sum((-1, -2)).to(A.dtype) for c in ("same_topic", "diff_topic")}
+    cl = gap_classes(tokens, v, num_special) if classes is None else classes
+    sums = {c: (R * m).sum((-1, -2)) for c, m in cl["masks"].items()}
+    counts = {c: k.to(A.dtype) for c, k in cl["counts"].items()}
     return gap_per_document(sums, counts)
 
 

@@ -32,6 +32,8 @@ Definitions (each has a hand-made test in ``tests/test_topic_value.py``):
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from tdyn import stats
@@ -67,16 +69,20 @@ def gauge_fix(W: torch.Tensor) -> torch.Tensor:
     return W - W.mean(1, keepdim=True) - W.mean(0, keepdim=True) + W.mean()
 
 
-def contrast_noise(W: torch.Tensor, v: int, num_special: int, n_perm: int = 200, seed: int = 0) -> float:
-    """Std of the per-topic block contrast of ``W`` [V, V] under random word relabellings."""
-    n = W.shape[-1] - num_special
+@functools.lru_cache(maxsize=8)
+def relabellings(n: int, n_perm: int, seed: int) -> torch.Tensor:
+    """The ``n_perm`` word relabellings of ``contrast_noise`` [n_perm, n]: permutations of range(n) drawn one
+    after another from a generator seeded ``seed`` (the same for every matrix, so drawn once; read-only)."""
     g = torch.Generator().manual_seed(seed)
+    return torch.stack([torch.randperm(n, generator=g) for _ in range(n_perm)])
+
+
+def contrast_noise(W: torch.Tensor, v: int, num_special: int, n_perm: int = 200, seed: int = 0) -> float:
+    """Std of the per-topic block contrast of ``W`` [V, V] under random word relabellings (``relabellings``:
+    permutation p applied to rows and columns, W[p][:, p], all at once)."""
+    P = relabellings(W.shape[-1] - num_special, n_perm, seed)
     Ww = W[num_special:, num_special:].double()
-    mats = []
-    for _ in range(n_perm):
-        p = torch.randperm(n, generator=g)
-        mats.append(Ww[p][:, p])
-    pt = block_contrast(torch.stack(mats), v, 0)["per_topic"]
+    pt = block_contrast(Ww[P[:, :, None], P[:, None, :]], v, 0)["per_topic"]
     return stats.sd(pt.flatten().tolist())
 
 
