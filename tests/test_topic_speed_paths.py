@@ -239,3 +239,97 @@ def test_selected_rows_loss_under_autocast_is_the_padded_paths():
         out[fast] = [loss.detach()] + [p.grad.clone() for p in model.parameters()]
     for a, b in zip(out[False], out[True]):
         assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------- topic/robustness's measure phase (issue 35)
+
+
+def _old_contrast_noise(W, v, num_special, n_perm=200, seed=0):
+    """``value.contrast_noise`` as it was: one permutation drawn and applied at a time."""
+    from tdyn import stats
+    n = W.shape[-1] - num_special
+    g = torch.Generator().manual_seed(seed)
+    Ww = W[num_special:, num_special:].double()
+    mats = []
+    for _ in range(n_perm):
+        p = torch.randperm(n, generator=g)
+        mats.append(Ww[p][:, p])
+    return stats.sd(tp.block_contrast(torch.stack(mats), v, 0)["per_topic"].flatten().tolist())
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_contrast_noise_with_drawn_relabellings_is_the_old_loop(seed):
+    """The relabellings drawn once (``value.relabellings``) and applied all at once: the same float as the loop,
+    for a block matrix plus noise and a pure-noise matrix, twice (the second call reads the cache)."""
+    from tdyn.papers.topic.value import contrast_noise
+    g = torch.Generator().manual_seed(seed)
+    B = TopicTransformer.block_matrix(V, v, NUM_SPECIAL)
+    for W in (B + 0.3 * torch.randn(V, V, generator=g), torch.randn(V, V, generator=g)):
+        for _ in range(2):
+            assert contrast_noise(W, v, NUM_SPECIAL, seed=seed) == _old_contrast_noise(W, v, NUM_SPECIAL, seed=seed)
+    assert contrast_noise(W, v, NUM_SPECIAL, n_perm=50, seed=seed) == _old_contrast_noise(W, v, NUM_SPECIAL, 50, seed)
+
+
+def test_attention_gap_with_classes_made_once_is_the_gap():
+    """``stages.gap_classes`` made once and passed to ``attention_gap_docs`` for two attentions on the same
+    documents: gap and SE bit-equal to the classes made inside each call (two members, a PAD tail)."""
+    b = _clean_batch(S=2, B=6, L=40)
+    tokens, keys = b["clean_tokens"], b["clean_keys"]
+    classes = ts.gap_classes(tokens, v, NUM_SPECIAL)
+    for kw in ({}, {"n_layers": 2}):
+        m = _model(**kw)
+        for layer in range(m.cfg.n_layers):
+            A = m.attention(tokens, keys, layer).mean(2)
+            got = ts.attention_gap_docs(A, tokens, keys, v, NUM_SPECIAL, classes)
+            want = ts.attention_gap_docs(A, tokens, keys, v, NUM_SPECIAL)
+            assert torch.equal(got["gap_doc"], want["gap_doc"]) and torch.equal(got["gap_se"], want["gap_se"])
+
+
+def _query_rows_by_all_positions(E, W, b, pos):
+    """The code ``kernels.query_rows_affine`` replaces: the product on every position, then the query rows."""
+    from tdyn.papers.topic.model import affine, at_positions
+    return at_positions(affine(E, W, b), pos)
+
+
+@pytest.mark.parametrize("kw", [{"n_layers": 2}, {"n_layers": 2, "n_heads": 2}, {"n_layers": 3, "bias": False},
+                                {"n_layers": 2, "block": "bert", "decoder": "trained"}])
+def test_query_rows_of_later_layers_equal_every_positions_product(kw, monkeypatch):
+    """Layers after the first compute Q on the query rows only (``kernels.query_rows_affine``): the loss, every
+    parameter's gradient and the attention of the last layer (all positions, the probes' path) bit-equal to Q
+    computed at every position and then looked up, at the full-setting batch (3 members, 40 documents of
+    152 positions, |V| = 104)."""
+    from tdyn.papers.topic import kernels
+    model = _model(S=3, **kw)
+    tokens, labels, keys = _mlm_batch(S=3, B=40, L=152)
+    out = {}
+    for fast in (False, True):
+        if not fast:
+            monkeypatch.setattr(kernels, "query_rows_affine", _query_rows_by_all_positions)
+        else:
+            monkeypatch.undo()
+        model.zero_grad()
+        loss = model.data_loss(tokens, labels, keys)
+        loss.sum().backward()
+        A = model.attention(tokens, keys, model.cfg.n_layers - 1)
+        out[fast] = [loss.detach(), A] + [p.grad.clone() for p in model.parameters()]
+    assert all(g is not None for g in out[True][2:])
+    for a, b in zip(out[False], out[True]):
+        assert torch.equal(a, b)
+
+
+def test_position_class_sums_with_masks_kept_per_tokens_tensor():
+    """``probes.counted_pair_classes`` keeps the masks of the last tokens tensor (a run's probe batch): the
+    class sums and counts of a second evaluation on the same tensor bit-equal to masks made anew, and another
+    tensor (equal values, or other documents) gets its own."""
+    b = _clean_batch(S=2, B=6, L=40)
+    tokens, keys = b["clean_tokens"], b["clean_keys"]
+    m = _model(n_layers=2)
+    A = m.attention(tokens, keys, 1).mean(2)
+    fresh = lambda t: (lambda ms: ({c: (A * keys.sum(-1).to(A.dtype)[..., None, None] * x).sum((-1, -2))  # noqa: E731
+                                    for c, x in ms.items()}, {c: x.sum((-1, -2)).to(A.dtype) for c, x in ms.items()}))(
+        tp.pair_classes(t, v, NUM_SPECIAL))
+    for t in (tokens, tokens, tokens.clone(), _clean_batch(S=2, B=6, L=40, seed=8)["clean_tokens"], tokens):
+        got, want = tp.position_class_sums(A, t, keys, v, NUM_SPECIAL), fresh(t)
+        for a, w in zip(got, want):
+            assert a.keys() == w.keys() and all(torch.equal(a[c], w[c]) for c in a)
+    assert tp.counted_pair_classes(tokens, v, NUM_SPECIAL)[0] is tp.counted_pair_classes(tokens, v, NUM_SPECIAL)[0]

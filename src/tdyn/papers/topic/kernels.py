@@ -74,3 +74,47 @@ def selected_query_loss(score_table: torch.Tensor, M: torch.Tensor, value_table:
                           reduction="none").view(S, R)
     per = per.new_zeros(S, B * n_q).scatter(1, slots, per).view(S, B, n_q)
     return (per * sel).sum((1, 2)) / sel.sum((1, 2)).clamp(min=1)
+
+
+class _QueryRowsAffine(torch.autograd.Function):
+    """Q = (E W_Qᵀ + b_Q) at the query positions of a layer that reads positions (``model.Input`` with no ids:
+    the layers after the first): the product on the query rows only, its backward in the layout of the
+    product over every position (``query_rows_affine``)."""
+
+    @staticmethod
+    def forward(ctx, E: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None, pos: torch.Tensor) -> torch.Tensor:
+        S, B, L, d = E.shape
+        n, d_out = pos.shape[-1], W.shape[1]
+        E_q = torch.gather(E, 2, pos[..., None].expand(S, B, n, d))
+        out = (E_q.reshape(S, -1, d) @ W.transpose(1, 2)).reshape(S, B, n, d_out)
+        if b is not None:
+            out = out + b.view(S, 1, 1, -1)
+        ctx.save_for_backward(E, W, pos)
+        ctx.has_bias = b is not None
+        return out
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        E, W, pos = ctx.saved_tensors
+        S, B, L, d = E.shape
+        n, d_out = pos.shape[-1], W.shape[1]
+        dE = dW = db = None
+        if ctx.needs_input_grad[0]:        # the rows at the queries (the other rows of the padded product are 0)
+            rows = g.reshape(S, -1, d_out).bmm(W).view(S, B, n, d)
+            dE = rows.new_zeros(S, B, L, d).scatter_add_(2, pos[..., None].expand(S, B, n, d), rows)
+        if ctx.needs_input_grad[1] or ctx.has_bias and ctx.needs_input_grad[2]:
+            full = g.new_zeros(S, B, L, d_out).scatter_add_(2, pos[..., None].expand(S, B, n, d_out), g)
+            if ctx.needs_input_grad[1]:    # Eᵀ dQ over every position, as the padded product's backward sums it
+                dW = E.reshape(S, -1, d).transpose(1, 2).bmm(full.reshape(S, -1, d_out)).transpose(1, 2)
+            if ctx.has_bias and ctx.needs_input_grad[2]:
+                db = full.sum_to_size(S, 1, 1, d_out).view(S, d_out)
+        return dE, dW, db, None
+
+
+def query_rows_affine(E: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None, pos: torch.Tensor) -> torch.Tensor:
+    """(E Wᵀ + b)[s, b, pos[s, b, i]] for E [S, B, L, d] (every position), W [S, d_out, d], b [S, d_out] and the
+    query positions ``pos`` [S, B, n] (distinct in each document): ``model.at_positions(model.affine(E, W, b), pos)``
+    with the product on the B·n query rows instead of all B·L (a product's rows do not depend on how many rows
+    it has). Backward: E's gradient on the query rows (zero elsewhere, as the padded product's), W's and b's
+    gradients summed over every position in the padded layout (sums over rows depend on their grouping)."""
+    return _QueryRowsAffine.apply(E, W, b, pos)

@@ -169,11 +169,13 @@ class Input:
     def scores(self, w: LayerWeights, q_pos: torch.Tensor, h: int) -> torch.Tensor:
         """Q Kᵀ per head, Q = E W_Qᵀ + b_Q at the query positions ``q_pos`` [S, B, n_q] and K = E W_Kᵀ + b_K
         per key: [S, B, h, n_q, N]."""
-        Q, K = self.table(w.W_Q, w.b_Q), self.table(w.W_K, w.b_K)
         S, B, n_q = q_pos.shape
-        if self.ids is None:
-            Q = at_positions(Q, q_pos)
+        if self.ids is None:                                 # Q at the query rows only (kernels: bit for bit)
+            Q = (kernels.query_rows_affine(self.source, w.W_Q, w.b_Q, q_pos) if w.W_Q is not None
+                 else at_positions(self.table(w.W_Q, w.b_Q), q_pos))
+            K = self.table(w.W_K, w.b_K)
             return torch.einsum("sbihc,sbjhc->sbhij", Q.view(S, B, n_q, h, -1), K.view(*K.shape[:3], h, -1))
+        Q, K = self.table(w.W_Q, w.b_Q), self.table(w.W_K, w.b_K)
         n_ids = Q.shape[1]
         q_ids = torch.gather(self.ids, 2, q_pos)                                    # the queries' ids
         return rows(score_table(Q, K, h), q_ids).view(S, B, n_q, h, n_ids).transpose(2, 3)

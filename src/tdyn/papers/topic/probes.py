@@ -72,9 +72,25 @@ def position_class_sums(A: torch.Tensor, tokens: torch.Tensor, keys: torch.Tenso
     ``tdyn.papers.topic.stages.attention_gap_docs`` reads too)."""
     n = keys.sum(-1).to(A.dtype)                                    # visible keys per document
     R = A * n[..., None, None]
-    masks = pair_classes(tokens, v, num_special)
+    masks, counts = counted_pair_classes(tokens, v, num_special)
     sums = {c: (R * m).sum((-1, -2)) for c, m in masks.items()}     # per document [S, B]
-    return sums, {c: m.sum((-1, -2)).to(A.dtype) for c, m in masks.items()}
+    return sums, {c: k.to(A.dtype) for c, k in counts.items()}
+
+
+_COUNTED: list[tuple] = []   # the last (tokens, v, num_special, masks, counts) of counted_pair_classes
+
+
+def counted_pair_classes(tokens: torch.Tensor, v: int, num_special: int
+                         ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """``pair_classes`` of ``tokens`` [..., L] and each class's pair count [...] (integers), kept for the last
+    ``tokens`` tensor asked about (the same object: a run's probe batch is one tensor, read at every
+    evaluation, so its masks are made once per run; a tensor is never changed in place by the probes)."""
+    if _COUNTED and _COUNTED[0][0] is tokens and _COUNTED[0][1:3] == (v, num_special):
+        return _COUNTED[0][3], _COUNTED[0][4]
+    masks = pair_classes(tokens, v, num_special)
+    counts = {c: m.sum((-1, -2)) for c, m in masks.items()}
+    _COUNTED[:] = [(tokens, v, num_special, masks, counts)]
+    return masks, counts
 
 
 def classes_of_positions(A: torch.Tensor, tokens: torch.Tensor, sums: dict[str, torch.Tensor],
