@@ -422,3 +422,116 @@ def test_probe_lambda_dense_path_at_the_token_space_logits():
         lam_t, up_t, _ = lambda_max(model, task, types, fw)
         assert how == "dense" and lam_m == up_m and lam_t == up_t
         assert abs(lam_t - lam_m) <= EPS * float(fw.z.abs().max()) * abs(lam_m)
+
+
+@pytest.mark.parametrize("L,n,M,sampler,c,w", [(6, 3, 2, "B", 3.0, 1.0), (6, 3, 2, "A", 3.0, 1.0), (8, 4, 3, "B", 50.0, 1.0),
+                                               (7, 3, 2, "A", 1e3, 1.0), (8, 7, 2, "B", 1e4, 1.0), (9, 7, 3, "B", 10.0, 3.0),
+                                               (10, 9, 2, "B", 1e6, 1.0), (10, 9, 2, "B", 1e7, 0.3), (9, 7, 3, "B", 4e7, 0.5),
+                                               (10, 9, 2, "B", 1e6, 0.0), (8, 3, 2, "B", 1.0, 0.0), (9, 7, 3, "A", 1e8, 2.0)])
+def test_cheap_upper_bound_is_above_the_dense_lambda_max(L, n, M, sampler, c, w):
+    """``kernels.lambda_upper`` ≥ λ_max of the dense closed-form Hessian at the same (token-space) logits and ≥ the
+    block bracket's upper end, on both samplers (b = 0 and b = 1 rows), c from 1 to 10⁸ (p peaked: the expanded
+    second moment cancels to a few ulps of c², covered by its rounding slack) and W = 0 (uniform attention). (That it
+    is tight enough to skip steps: the probe test below; along claim2's L = 40 paths it is 2–4× λ_max after the
+    first steps, benchmarks/README.md.)"""
+    task = dl.make_task(L, M, seed=0)
+    types = th.enumerate_types(task, n, sampler)
+    model = _model(L, w, c * task.P, seed=L + int(w))
+    fw = kernels.token_forward(model, task, types)
+    lam = float(torch.linalg.eigvalsh(kernels.dense_hessian(fw))[-1])
+    bb = kernels.hessian_blocks(model, task, types, fw=fw)
+    up = kernels.lambda_upper(fw)
+    assert up >= lam and up >= bb.upper
+
+
+def _hessian_runs(tmp_path, max_only: bool, steps: int = 60):
+    """Two members (η = 1/λ_max(0) and 0.3/λ_max(0)) of L = 8 GD from V₀ = cP + E, λ_max at every step (``every`` 1)."""
+    from tdyn.papers.decision_list.analysis import lambda_max0
+    from tdyn.papers.decision_list.task import decision_list_config
+    from tdyn.runs import Run
+    from tdyn.train.trainer import train
+
+    geo = {"L": 8, "n": 3, "M": 2, "task_seed": 0, "seeds": [0], "steps": steps,
+           "model": {"c": 30.0, "V_noise": 1.0, "V_noise_seed": 11}}
+    lam0 = lambda_max0(decision_list_config(**geo, lrs=[1.0]), 0)
+    cfg = decision_list_config(**geo, lrs=[1.0 / lam0, 0.3 / lam0], hessian_every=1, hessian_max_only=max_only)
+    cfg["checkpoint"] = {"schedule": "none"}
+    return [Run(d).arrays() for d in train(cfg, tmp_path / f"max_only{int(max_only)}", progress=False)]
+
+
+def test_hessian_probe_max_only_records_the_same_running_maximum(tmp_path):
+    """With ``max_only`` the λ_max probe skips the exact value where the cheap bound is below the member's largest
+    recorded value: the running maximum of ``lambda_max_upper`` is bit-identical to the exact run's at every step
+    (so is every max over the steps before k* that result (2)'s table reads), every exact value it records is the
+    exact run's, every skipped step records a bound ≥ the exact run's value there, and some steps are skipped."""
+    exact, fast = _hessian_runs(tmp_path, False), _hessian_runs(tmp_path, True)
+    skipped = 0
+    for a, b in zip(exact, fast):
+        ua, ub = a["decision_list.hessian/lambda_max_upper"], b["decision_list.hessian/lambda_max_upper"]
+        la, lb = a["decision_list.hessian/lambda_max"], b["decision_list.hessian/lambda_max"]
+        assert not np.isnan(ua).any() and not np.isnan(ub).any()
+        assert np.array_equal(np.maximum.accumulate(ua), np.maximum.accumulate(ub))
+        took = ~np.isnan(lb)
+        assert np.array_equal(la[took], lb[took]) and np.array_equal(ua[took], ub[took])
+        assert (ub[~took] >= ua[~took]).all()
+        skipped += int((~took).sum())
+    assert skipped > 0
+
+
+def test_hessian_probe_max_only_starts_again_on_a_new_run():
+    """The probe's running maximum (kept on the task object) is dropped where the steps go back: a second run of the
+    same task object does not skip against the first run's values."""
+    from types import SimpleNamespace
+
+    from tdyn.papers.decision_list.probes import _recorded_max
+
+    ctx = SimpleNamespace(task=SimpleNamespace(), step=0)
+    _recorded_max(ctx)[0] = 5.0
+    ctx.step = 3
+    assert _recorded_max(ctx) == {0: 5.0}
+    ctx.step = 0
+    assert _recorded_max(ctx) == {}
+
+
+def test_lambda_max0_on_the_pool_equals_one_after_another():
+    """The plan's λ_max(0) of several configs on the local pool: the same numbers, bit for bit, as serial calls."""
+    from tdyn.papers.decision_list.analysis import lambda_max0, lambda_max0_all
+    from tdyn.papers.decision_list.task import decision_list_config
+
+    starts = [(decision_list_config(L=L, n=3, M=2, task_seed=0, seeds=[s], steps=1, lrs=[1.0],
+                                    model={"c": 5.0, "V_noise": 1.0, "V_noise_seed": s}), s) for L, s in ((6, 0), (8, 1), (7, 2))]
+    assert lambda_max0_all(starts) == [lambda_max0(cfg, s) for cfg, s in starts]
+
+
+@pytest.mark.parametrize("L,n,M,sampler,c,w", [(6, 3, 2, "A", 3.0, 1.0), (8, 7, 2, "B", 1e4, 1.0), (10, 9, 2, "B", 1e6, 0.0),
+                                               (9, 7, 3, "B", 4e7, 0.5)])
+def test_cheap_upper_bound_terms_by_brute_force(L, n, M, sampler, c, w):
+    """The bound's per-query terms against brute force over (row, l, t): T_q equals Σ_rows∈q ω Σ_t α̃_t² Σ_l p_l
+    (X[l, t] − X[ŷ, t])², X = V − z1ᵀ (the second moment about ŷ, summed term by term) to its rounding slack, and it is
+    ≥ the trace of block q's Gauss–Newton part (the dense W–W block less its diag ã − ãα̃ᵀ − α̃ãᵀ part); D_q ≥ λ_max of
+    that part."""
+    task = dl.make_task(L, M, seed=0)
+    types = th.enumerate_types(task, n, sampler)
+    model = _model(L, w, c * task.P, seed=L + int(w))
+    fw = kernels.token_forward(model, task, types)
+    T_q, D_q, _, _ = kernels._upper_terms(fw)
+    R, V = fw.rows, fw.V[0].detach()
+    at, z, p, om = fw.at[0], fw.z[0], fw.p()[0], R.omega
+    G = R.G
+    X = V[None] - z[:, :, None]                                   # (row, l, t)
+    yh = z.argmax(1)
+    Xy = X[torch.arange(len(X)), yh]                               # (row, t)
+    second = (p[:, :, None] * (X - Xy[:, None, :]) ** 2).sum(1)   # (row, t)
+    brute = (om * (at * at * second).sum(1, keepdim=True)).view(L, G).sum(1)
+    slack = 2 * (G + L * L + 3 * L + 16) * EPS / 2 * float(V.abs().max()) ** 2 * 8
+    assert torch.allclose(T_q, brute, rtol=1e-9, atol=slack)
+    H = kernels.dense_hessian(fw)
+    ar = torch.arange(L)
+    Aq = H[:L * L, :L * L].reshape(L, L, L, L)[:, ar, :, ar]      # (q, t, u): block q
+    g = (p - torch.nn.functional.one_hot(R.y, L).to(p)) @ V
+    a = at * (g - (at * g).sum(1, keepdim=True))
+    wa, atq = (om * a).view(L, G, L), at.view(L, G, L)
+    Dq = torch.diag_embed(wa.sum(1)) - wa.transpose(1, 2) @ atq - atq.transpose(1, 2) @ wa
+    GN = Aq - Dq
+    assert (torch.diagonal(GN, dim1=1, dim2=2).sum(1) <= T_q * (1 + 1e-9)).all()
+    assert (torch.linalg.eigvalsh(0.5 * (Dq + Dq.transpose(1, 2)))[:, -1] <= D_q * (1 + 1e-9)).all()

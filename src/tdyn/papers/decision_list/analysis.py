@@ -70,6 +70,21 @@ def lambda_max0(cfg: dict, start_seed: int = 0) -> float:
     return th.top_hessian_eigenvalue(model, task.dist, task.types, gen=torch.Generator().manual_seed(start_seed))
 
 
+def lambda_max0_all(starts: list[tuple[dict, int]]) -> list[float]:
+    """:func:`lambda_max0` of every (config, start seed) in ``starts``, on the local pool (one worker per core; the
+    largest L first, so that the few costly ones do not end up on one worker; serially inside a pool's worker or
+    with one core). The same numbers as one call after another: each is computed alone, in one process."""
+    from tdyn.sweep.executors import default_workers, process_pool
+
+    workers = min(default_workers(), len(starts))
+    if workers <= 1:
+        return [lambda_max0(cfg, s) for cfg, s in starts]
+    order = sorted(range(len(starts)), key=lambda i: -starts[i][0]["data"]["L"])
+    with process_pool(workers) as pool:
+        futures = {i: pool.submit(lambda_max0, *starts[i]) for i in order}
+        return [futures[i].result() for i in range(len(starts))]
+
+
 def curve(run: runs.Run) -> dict[str, np.ndarray]:
     """A decision-list run's metrics as arrays: step, loss, err_sup, acc_pop, min_margin, perfect, cos_c,
     perm_recovery, norm_V, drift (max|V − V₀|), lambda_max and the upper end of its certified bracket

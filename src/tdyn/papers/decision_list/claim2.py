@@ -23,7 +23,7 @@ from pydantic import Field
 from tdyn.papers.decision_list import data as dl
 from tdyn.papers.decision_list import theory as th
 from tdyn.papers.decision_list.analysis import (TIME_UNITS, PlannedJobs, curve, figure_title, grid_dict, is_quick,
-                                                lambda_max0, log_ticks, page_rc, panel_grid, symlog_ticks, tables_in)
+                                                lambda_max0_all, log_ticks, page_rc, panel_grid, symlog_ticks, tables_in)
 from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModelConfig, uniform_perturbation
 from tdyn.papers.decision_list.probes import BRACKET_TOL, DENSE_MAX
 from tdyn.papers.decision_list.task import decision_list_config
@@ -137,17 +137,14 @@ def _plan(seed: int, st: Settings) -> list[dict]:
     """Every GD job of claim 2 with what is fixed before training: ``name``, ``config``, ``regime`` and the
     numbers the analysis needs (L, n, M, seed, ε, c and its fixed-point iterations, λ_max(0), the η
     factors f with η = f/λ_max(0)). The configs are what ``tdyn config decision-list/claim2`` prints."""
-    jobs = []
+    pending = []   # (job, the η factors); λ_max(0) of every job at once, on the local pool (the plan's 24 s serial)
 
     def add(regime, L, n, M, s, eps, noise_seed, c, iters, conv, factors, steps, name):
         model = {"c": c, "V_noise": eps, "V_noise_seed": noise_seed}
-        base = decision_list_config(L=L, n=n, M=M, task_seed=seed, seeds=[s], steps=steps, lrs=[1.0], model=model,
-                         hessian_every=st.lambda_every)
-        lam0 = lambda_max0(base, s)
-        cfg = decision_list_config(L=L, n=n, M=M, task_seed=seed, seeds=[s], steps=steps, lrs=[f / lam0 for f in factors],
-                        model=model, hessian_every=st.lambda_every)
-        jobs.append({"name": name, "config": cfg, "regime": regime, "L": L, "n": n, "M": M, "seed": s, "eps": eps,
-                     "c": c, "c_iterations": iters if conv else None, "lambda_max0": lam0, "factors": list(factors)})
+        job = {"name": name, "regime": regime, "L": L, "n": n, "M": M, "seed": s, "eps": eps, "c": c,
+               "c_iterations": iters if conv else None, "factors": list(factors),
+               "geo": {"L": L, "n": n, "M": M, "task_seed": seed, "seeds": [s], "steps": steps, "model": model}}
+        pending.append((job, decision_list_config(**job["geo"], lrs=[1.0], hessian_every=st.lambda_every), s))
 
     for (L, n, M) in st.inside:        # (ii) inside the hypotheses: L = n + M − 1, ε = ε*
         task = dl.make_task(L, M, seed=seed)
@@ -168,13 +165,21 @@ def _plan(seed: int, st: Settings) -> list[dict]:
                 add("exploratory", L, n, M, s, eps, noise_seed, c, iters, conv, st.eta, st.steps,
                     f"exploratory_L{L}_n{n}_M{M}_seed{s}_eps{eps:g}")
     fc = st.free_c                        # V moves: free (small) c; joint GD against W-only GD, same start and η
-    for c in fc.c:
-        model = {"c": c, "V_noise": fc.eps, "V_noise_seed": 11}
-        geo = {"L": fc.L, "n": fc.n, "M": fc.M, "task_seed": seed, "seeds": [0], "steps": fc.steps}
-        eta = 1.0 / lambda_max0(decision_list_config(**geo, lrs=[1.0], model=model), 0)
+    free = [({"c": c, "V_noise": fc.eps, "V_noise_seed": 11},
+             {"L": fc.L, "n": fc.n, "M": fc.M, "task_seed": seed, "seeds": [0], "steps": fc.steps}) for c in fc.c]
+    lam = lambda_max0_all([(cfg, s) for _, cfg, s in pending]
+                          + [(decision_list_config(**geo, lrs=[1.0], model=model), 0) for model, geo in free])
+    jobs = []
+    for (job, _, _), lam0 in zip(pending, lam):
+        geo = job.pop("geo")
+        cfg = decision_list_config(**geo, lrs=[f / lam0 for f in job["factors"]], hessian_every=st.lambda_every,
+                                   hessian_max_only=True)
+        jobs.append({"name": job.pop("name"), "config": cfg} | job | {"lambda_max0": lam0})
+    for (model, geo), lam0 in zip(free, lam[len(pending):]):
+        c, eta = model["c"], 1.0 / lam0
         for mode in ("joint", "W_only"):
             cfg = decision_list_config(**geo, lrs=[eta], model=model, frozen=["V"] if mode == "W_only" else [],
-                            hessian_every=st.lambda_every if mode == "joint" else None)
+                            hessian_every=st.lambda_every if mode == "joint" else None, hessian_max_only=True)
             jobs.append({"name": f"free_c{c:g}_{mode}", "config": cfg, "regime": f"free_{mode}", "c": c,
                          "eps": fc.eps, "eta": eta, "steps": fc.steps})
     return jobs

@@ -19,6 +19,7 @@ once with its multiplicity (its positions have the same column).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -685,3 +686,87 @@ def dense_hessian(fw: TokenForward) -> torch.Tensor:
     H[LL:, :LL] = HWV.T
     H[LL:, LL:] = HVV.reshape(LL, LL)
     return 0.5 * (H + H.T)
+
+
+
+#: the unit roundoff of float64: :func:`lambda_upper`'s rounding slack is a multiple of it
+_U64 = 2.0 ** -53
+
+
+def _upper_terms(fw: TokenForward) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The per-query terms of :func:`lambda_upper`: T_q ≥ the trace of block q's Gauss–Newton part (with its rounding
+    slack), D_q ≥ λ_max of its Σ ω D_row part, Σ_rows∈q ω ‖α̃‖² and Σ_rows∈q ω √2 √(‖α̃‖² + ‖α̃‖⁴) (the bound on
+    β's second sum), the rows taken a few queries at a time so that their temporaries stay in cache."""
+    R = fw.rows
+    V = fw.V[0]
+    L, G = R.L, R.G
+    Vt = V.T                                                     # (t, l)
+    Vt2 = Vt * Vt
+    Vmax = V.abs().amax(0)                                       # max_l |V[l, t]|
+    Vmag = torch.stack([4 * Vmax * Vmax, 4 * Vmax], 1)
+    vmax = float(Vmax.max())
+    slack = 2 * (G + L * L + 3 * L + 16) * _U64
+    T_q, D_q, os2, jf = [], [], [], []
+    for q0, q1 in _chunks(R):                                    # a few queries at a time: the rows' temporaries in cache
+        r0, r1 = q0 * G, q1 * G
+        nq, N = q1 - q0, (q1 - q0) * G
+        om = R.omega[r0:r1, 0]
+        at = fw.at[0, r0:r1]
+        z1 = fw.zs[0, r0:r1]                                     # z − max z: z' shifted by z_ŷ − max z = 0
+        Y = torch.empty(N, 2 * L, dtype=V.dtype)
+        p, pz = Y[:, :L], Y[:, L:]
+        torch.div(fw.e[0, r0:r1], fw.se[0, r0:r1], out=p)
+        torch.mul(p, z1, out=pz)
+        Vy = V.index_select(0, z1.argmax(1))                     # V[ŷ] per row
+        P1 = -pz.sum(1)                                          # p·|z'| (z' ≤ 0)
+        P2 = (pz * z1).sum(1)                                    # p·z'²
+        oa2 = at * at
+        s2 = oa2.sum(1)
+        oa2 *= om[:, None]                                       # ω α̃²
+        S13 = oa2.view(nq, G, L).transpose(1, 2) @ Y.view(nq, G, 2 * L)   # (q, t, [l | l]): Σ ω α̃_t² p_l (1 | z'_l)
+        oy = oa2 * Vy
+        S2 = oy.view(nq, G, L).transpose(1, 2) @ p.view(nq, G, L)          # Σ ω α̃_t² V[ŷ, t] p_l
+        y1 = oy.sum(1)                                           # ω α̃²·V[ŷ]
+        y2 = oy.mul_(Vy).sum(1)                                  # ω α̃²·V[ŷ]²
+        os2_ = om * s2
+        rows = y2 * p.sum(1) - 2 * y1 * P1 + os2_ * P2
+        T = (S13[:, :, :L] * Vt2).sum((1, 2)) - 2 * ((S13[:, :, L:] + S2) * Vt).sum((1, 2)) + rows.view(nq, G).sum(1)
+        mg = oa2 @ Vmag                                          # ω α̃²·4 max|V|², ω α̃²·4 max|V|
+        mag = (mg[:, 0] + P1 * mg[:, 1] + os2_ * P2).view(nq, G).sum(1)
+        T_q.append(T.clamp_min(0) + slack * mag)
+        # D: λ_max(Σ ω D_row) ≤ Σ ω 2ρ max|V| (‖α̃‖ + 2‖α̃‖²), ρ = 2(1 − p_y)
+        rho = 2 * ((1 - p.gather(1, R.y[r0:r1, None])[:, 0]).clamp(0, 1) + 8 * _U64)
+        D_q.append((om * rho * (s2.sqrt() + 2 * s2)).view(nq, G).sum(1) * (2 * vmax))
+        os2.append(os2_.view(nq, G).sum(1))
+        jf.append((om * (s2 + s2 * s2).sqrt()).view(nq, G).sum(1) * math.sqrt(2))
+    return torch.cat(T_q), torch.cat(D_q), torch.cat(os2), torch.cat(jf)
+
+
+def lambda_upper(fw: TokenForward) -> float:
+    """A certified upper bound on λ_max of one member's population Hessian over (W, V), from the forward ``fw``
+    (one member), without building a W–W block: two batched products and about a dozen passes over the rows, where
+    :func:`hessian_blocks` makes about fifty (docs/reproductions/decision-lists.md#cheap-upper-bound). It is the
+    bracket's upper end (:class:`theory.BlockBound`: the top eigenvalue of [[Λ, β], [β, c_up]]) with each entry
+    replaced by a larger one:
+
+    * Λ ≥ every block's λ_max. Block q is A_q = Σ_rows ω (G̃ᵀ Σ_p G̃ + D_row) (:func:`dense_hessian`), the first term
+      positive semi-definite, so λ_max(A_q) ≤ tr Σ ω G̃ᵀ Σ_p G̃ + λ_max Σ ω D_row (Weyl). A row's trace is
+      Σ_t α̃_t² Var_p(V[:, t] − z) ≤ Σ_t α̃_t² Σ_l p_l (V[l, t] − V[ŷ, t] − z'_l)², z' = z − z_ŷ (a variance is at most
+      the second moment about any point, here the top output ŷ's). D_row = diag ã − ãα̃ᵀ − α̃ãᵀ with
+      ã = α̃ ⊙ (g − α̃·g), g = Vᵀ(p − e_y), |g_t| ≤ ρ max|V| (ρ = ‖p − e_y‖₁ = 2(1 − p_y)), so |ã_t| ≤ 2ρ max|V| α̃_t
+      and λ_max(D_row) ≤ max_t ã_t + 2‖ã‖‖α̃‖ ≤ 2ρ max|V| (‖α̃‖ + 2‖α̃‖²);
+    * β: the cheap β of :func:`hessian_blocks` with that trace for the block's Gauss–Newton trace, λ̂ ≤ 1
+      (2 p_l (1 − p_l) ≤ ½ and every p̄_l ≤ ½), ‖p − e_y‖ ≤ √2 and ‖J̃‖_F ≤ √(‖α̃‖² + ‖α̃‖⁴);
+    * c_up ≤ Σ ω ‖α̃‖² (1 − ‖p‖² ≤ 1).
+
+    The top eigenvalue of that 2 × 2 matrix grows with each entry, so it bounds the bracket's upper end and λ_max.
+    The trace is summed expanded, over queries first: Σ_{t,l} (V[l, t]² S1 − 2V[l, t] (S2 + S3)) plus per-row terms,
+    with S1, S2, S3 = Σ_rows∈q ω α̃_t² (1, V[ŷ, t], z'_l) p_l (batched products); its cancellations are covered by adding
+    2(G + L² + 3L + 16)·2⁻⁵³ (twice the rounding bound of sums of that many terms: G rows of a query in a batched
+    product, then the L² (t, l) entries and the per-row terms) times the magnitudes of its terms,
+    Σ ω Σ_t α̃_t² (4 max|V[:, t]|² + 4 max|V[:, t]| p·|z'| + p·z'²). The result is raised by 1e-9 relative for the rounding of the rest. The λ_max probe uses it to skip the
+    exact value where it is already below the largest value the member has recorded (:mod:`probes`)."""
+    T_q, D_q, os2, jf = _upper_terms(fw)
+    Lam = float((T_q + D_q).max())
+    beta_q = (os2 * T_q).sqrt() + jf                             # √(Σ ω λ̂ ‖α̃‖² · trace) + Σ ω ‖p − e_y‖ ‖J̃‖_F
+    return th.bracket_upper(Lam, float(beta_q.norm()), float(os2.sum())) * (1 + 1e-9)

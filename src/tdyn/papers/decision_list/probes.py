@@ -105,15 +105,43 @@ def _hessian(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     """λ_max of the member's population Hessian over (W, V) (:func:`lambda_max`): ``lambda_max`` and the upper end
     of its certified bracket ``lambda_max_upper`` (equal when Lanczos decided it), at every step where the member's
     iterate is not perfect (so at every step before its first perfect iterate k*), and every
-    ``options.every`` steps (0: never on a grid); NaN elsewhere."""
+    ``options.every`` steps (0: never on a grid); NaN elsewhere.
+
+    With ``options.max_only`` (what result (2)'s check reads: the largest λ_max along the path), a step whose cheap
+    certified bound (``kernels.lambda_upper``, about a third of the blocks' cost) is already below the largest
+    ``lambda_max_upper`` this member has recorded so far records that bound as ``lambda_max_upper`` and NaN as
+    ``lambda_max`` instead of the exact value. The largest recorded value over any set of steps that starts at the
+    first measured one is then the same number as without the option (docs/reproductions/decision-lists.md#cheap-upper-bound):
+    every skipped step's exact value lies below its bound, which lies below a value recorded before it. The running
+    largest value lives with the task object for the run; a resumed run starts it again, which only makes it
+    compute more steps exactly."""
     every = int(ctx.options.get("every", 0))
+    max_only = bool(ctx.options.get("max_only", False))
     perfect = _classification(ctx).perfect
     lam = torch.full((len(perfect),), math.nan, dtype=torch.float64)
     up = lam.clone()
     fw = kernels.token_forward(ctx.model, ctx.task.dist, ctx.task.types)     # the classification's (shared)
+    best = _recorded_max(ctx) if max_only else {}
     with torch.enable_grad():   # the trainer measures under no_grad; the Lanczos fallback's HVPs need autograd
         for i in range(len(perfect)):
             if not perfect[i] or (every and ctx.step % every == 0):
-                lam[i], up[i], _ = lambda_max(member_model(ctx.model, i), ctx.task.dist, ctx.task.types,
-                                              None if fw is None else fw.member(i))
+                fwi = None if fw is None else fw.member(i)
+                if fwi is not None and i in best:
+                    bound = kernels.lambda_upper(fwi)
+                    if bound < best[i]:
+                        up[i] = bound
+                        continue
+                lam[i], up[i], _ = lambda_max(member_model(ctx.model, i), ctx.task.dist, ctx.task.types, fwi)
+                if max_only:
+                    best[i] = max(best.get(i, -math.inf), float(up[i]))
     return {"lambda_max": lam, "lambda_max_upper": up}
+
+
+def _recorded_max(ctx: ProbeContext) -> dict[int, float]:
+    """The largest ``lambda_max_upper`` each member has recorded so far in this run (``max_only``), kept on the task
+    object; started again where the steps go back (a new run of the same task object)."""
+    state = ctx.task.__dict__.setdefault("_lambda_recorded_max", {"step": -1, "max": {}})
+    if ctx.step <= state["step"]:
+        state["max"] = {}
+    state["step"] = ctx.step
+    return state["max"]

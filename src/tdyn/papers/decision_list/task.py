@@ -84,15 +84,16 @@ def _build(cfg, members):
 
 def decision_list_config(*, L: int, n: int, M: int, task_seed: int, seeds: list[int], steps: int, lrs: list[float],
               optimizer: str = "sgd", model: dict | None = None, frozen: list[str] = (), hessian_every: int | None = None,
-              probe_steps: list[int] | None = None) -> dict:
+              probe_steps: list[int] | None = None, hessian_max_only: bool = False) -> dict:
     """A run config of the ``decision_list`` task: exact population loss (sampler B), float64, members =
     ``seeds`` × ``lrs`` (one group ``all`` over W and V), ``frozen`` parameters never updated. Probes:
     classification and V at every step (or at ``probe_steps``), plus λ_max of the Hessian when
-    ``hessian_every`` is given (every non-perfect step, and every ``hessian_every`` steps)."""
+    ``hessian_every`` is given (every non-perfect step, and every ``hessian_every`` steps), exactly only where it may
+    be the run's largest with ``hessian_max_only`` (the probe's ``max_only``)."""
     probes = {"names": ["decision_list.classify", "decision_list.V"] + (["decision_list.hessian"] if hessian_every is not None else []),
               "every": 1 if probe_steps is None else 0, "steps": list(probe_steps or [])}
     if hessian_every is not None:
-        probes["options"] = {"decision_list.hessian": {"every": hessian_every}}
+        probes["options"] = {"decision_list.hessian": {"every": hessian_every} | ({"max_only": True} if hessian_max_only else {})}
     return {"task": "decision_list", "data": {"L": L, "M": M, "n": n, "sampler": "B", "task_seed": task_seed},
             "model": dict(model or {}), "seeds": list(seeds),
             "ensemble": {"lrs": [{"all": lr} for lr in lrs]} if len(lrs) > 1 else {},
