@@ -18,7 +18,7 @@ from pydantic import Field
 
 from tdyn.papers.decision_list import data as dl
 from tdyn.papers.decision_list import theory as th
-from tdyn.papers.decision_list.analysis import PlannedJobs, curve, grid_dict, lambda_max0
+from tdyn.papers.decision_list.analysis import PlannedJobs, curve, grid_dict, lambda_max0_all
 from tdyn.papers.decision_list.model import DecisionListModel, DecisionListModelConfig
 from tdyn.papers.decision_list.probes import centred_cosine, perm_recovery
 from tdyn.papers.decision_list.task import decision_list_config
@@ -103,10 +103,11 @@ def _plan(seed: int, st: Settings) -> list[dict]:
     geo = {"L": st.L, "n": st.n, "M": st.M, "task_seed": seed, "steps": st.steps,
            "probe_steps": _log_steps(st.steps)}
     jobs = []
+    starts = [(sigma, sd) for sigma in st.sigmas for sd in st.seeds]   # every λ_max(0) at once, on the local pool
+    lam = dict(zip(starts, lambda_max0_all([(decision_list_config(**geo, seeds=[sd], lrs=[1.0],
+                                                                  model={"init_std": sigma}), 0) for sigma, sd in starts])))
     for sigma in st.sigmas:
-        lam0 = {}
-        for sd in st.seeds:
-            lam0[sd] = lambda_max0(decision_list_config(**geo, seeds=[sd], lrs=[1.0], model={"init_std": sigma}))
+        lam0 = {sd: lam[sigma, sd] for sd in st.seeds}
         for mode in ("joint", "frozen_W"):
             model = {"init_std": sigma} | ({"W_init": "zero"} if mode == "frozen_W" else {})
             frozen = ["W"] if mode == "frozen_W" else []
