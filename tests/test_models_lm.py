@@ -176,3 +176,72 @@ def test_bf16_member_computes_the_same_bits_in_ensembles_of_any_size():
         out.append((loss[0], [p[0] for p in torch.autograd.grad(loss.sum(), list(m.parameters()))]))
     assert torch.equal(out[0][0], out[1][0])
     assert all(torch.equal(a, b) for a, b in zip(out[0][1], out[1][1]))
+
+
+# ---------------------------------------------------------------- the dense decoder + cross-entropy in fewer passes (issue 35)
+
+def _dense_token_ce(X, W, b, y):
+    """The autograd path CausalLM.loss took before decoder_cross_entropy: _bmm_linear's logits, F.cross_entropy."""
+    from tdyn.papers.real_text.model import _bmm_linear
+
+    logits = _bmm_linear(X, W, b)
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape)
+
+
+@pytest.mark.parametrize("dtype,V", [(torch.float32, 1000), (torch.float32, 1001), (torch.float64, 333)])
+def test_decoder_cross_entropy_is_bit_equal_to_the_dense_autograd_path(dtype, V):
+    """Per-token losses and the gradients of X, W, b (weighted per token, repeated targets, a vocabulary
+    that is and is not a multiple of the vector width) equal the dense autograd path bit for bit
+    (torch.equal), twice in a row with the same scratch dict, whose zero buffer is zero again after each
+    backward and reused; with no gradient wanted only the loss is formed."""
+    from tdyn.papers.real_text.model import decoder_cross_entropy
+
+    g = torch.Generator().manual_seed(0)
+    S, N, d = 2, 70, 16
+    X = (torch.randn(S, N, d, generator=g) * 2).to(dtype).requires_grad_()
+    W = torch.randn(S, V, d, generator=g).to(dtype).requires_grad_()
+    b = torch.randn(S, V, generator=g).to(dtype).requires_grad_()
+    y = torch.randint(0, V, (S, N), generator=g)
+    y[:, 1] = y[:, 0]
+    w = torch.rand(S, N, generator=g).to(dtype)
+    scratch = {}
+    ref = _dense_token_ce(X, W, b, y)
+    gref = torch.autograd.grad((ref * w).sum(), (X, W, b))
+    for _ in range(2):
+        out = decoder_cross_entropy(X, W, b, y, scratch)
+        assert torch.equal(out, ref)
+        for a, r in zip(torch.autograd.grad((out * w).sum(), (X, W, b)), gref):
+            assert a.shape == r.shape and torch.equal(a, r)
+        (zero,) = scratch.values()
+        assert not zero.any()
+    assert next(iter(scratch.values())) is zero
+    with torch.no_grad():
+        assert torch.equal(decoder_cross_entropy(X, W, b, y), ref.detach())
+
+
+def test_causal_lm_loss_trains_bit_equal_to_the_dense_autograd_path():
+    """Three SGD steps of a 2-member, 2-layer CausalLM with dropout: loss and every parameter's gradient
+    of CausalLM.loss (decoder_cross_entropy) equal those of the dense path written out, bit for bit, at
+    every step, and so do the parameters after."""
+    cfg = LMConfig(V=500, d=16, d_hid=24, n_layers=2, n_heads=2, dropout=0.3, max_len=9)
+    a, b = CausalLM(cfg, 2), CausalLM(cfg, 2)
+    for m in (a, b):
+        m.reset_parameters([torch.Generator().manual_seed(i) for i in range(2)])
+    g = torch.Generator().manual_seed(5)
+    for step in range(3):
+        x, y = torch.randint(0, 500, (2, 4, 9), generator=g), torch.randint(0, 500, (2, 4, 9), generator=g)
+        for i in range(2):
+            a.dropout_gens[i].manual_seed(10 * step + i)
+            b.dropout_gens[i].manual_seed(10 * step + i)
+        la = a.loss(x, y)
+        X, _ = b.hidden(x)
+        lb = _dense_token_ce(X.reshape(2, -1, 16), b.dec_W, b.dec_b, y.reshape(2, -1)).mean(1)
+        assert torch.equal(la, lb)
+        ga = torch.autograd.grad(la.sum(), list(a.parameters()))
+        gb = torch.autograd.grad(lb.sum(), list(b.parameters()))
+        assert all(torch.equal(u, v) for u, v in zip(ga, gb))
+        with torch.no_grad():
+            for m, gr in ((a, ga), (b, gb)):
+                for p, q in zip(m.parameters(), gr):
+                    p.sub_(2.0 * q)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))

@@ -108,6 +108,7 @@ class CausalLM(nn.Module):
         self.register_buffer("pe", positional_encoding(cfg.max_len, d).float(), persistent=False)
         # one dropout stream per member; a task replaces these with seeded (and checkpointed) ones
         self.dropout_gens = [torch.Generator().manual_seed(i) for i in range(S)]
+        self._ce_scratch: dict = {}   # decoder_cross_entropy's zero buffer, reused every step
 
     @torch.no_grad()
     def reset_parameters(self, gens: list[torch.Generator], scales: list[float] | None = None) -> None:
@@ -182,7 +183,10 @@ class CausalLM(nn.Module):
         cross-entropy are fused (:func:`linear_cross_entropy`, equal to the dense path within rounding,
         tested). In full precision the dense logits stay, so float32 runs keep every bit of the results
         committed before the fused path existed (docs/results); the fused path would be about as fast at
-        S = 1 and faster for large ensembles (benchmarks/README.md#measurements-behind-the-code)."""
+        S = 1 and faster for large ensembles (benchmarks/README.md#measurements-behind-the-code). The dense
+        path runs as :func:`decoder_cross_entropy` (the same kernels, fewer passes over the [S, N, V]
+        logits; bit-equal to ``F.cross_entropy`` on ``_bmm_linear``'s logits, tested), or written out where
+        the activations are recorded."""
         X, _ = self.hidden(x)
         S = x.shape[0]
         cache = activations.recording(self)
@@ -190,11 +194,14 @@ class CausalLM(nn.Module):
             if cache is not None:   # the fused path never forms the logits
                 cache.put("logits", lambda: _bmm_linear(X, self.dec_W, self.dec_b))
             return linear_cross_entropy(X.reshape(S, -1, self.cfg.d), self.dec_W, self.dec_b, y.reshape(S, -1))
-        logits = _bmm_linear(X, self.dec_W, self.dec_b)
         if cache is not None:
+            logits = _bmm_linear(X, self.dec_W, self.dec_b)
             cache.put("logits", logits)
-        ce = F.cross_entropy(logits.flatten(0, 2), y.flatten(), reduction="none")
-        return ce.view(S, -1).mean(1)
+            ce = F.cross_entropy(logits.flatten(0, 2), y.flatten(), reduction="none")
+            return ce.view(S, -1).mean(1)
+        ce = decoder_cross_entropy(X.reshape(S, -1, self.cfg.d), self.dec_W, self.dec_b, y.reshape(S, -1),
+                                   self._ce_scratch)
+        return ce.mean(1)
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -307,6 +314,56 @@ def linear_cross_entropy(X: torch.Tensor, W: torch.Tensor, b: torch.Tensor, y: t
     group = group or (S if cuda else max(1, (8 << 20) // (4 * N * chunk)))
     want = torch.is_grad_enabled() and (X.requires_grad or W.requires_grad or b.requires_grad)
     return _LinearCrossEntropy.apply(X, W, b, y, chunk, group, want)
+
+
+class _DecoderCrossEntropy(torch.autograd.Function):
+    """Per token n of member s: CE(X[s, n] W[s]ᵀ + b[s], y[s, n]) with the dense logits, by the same
+    kernels and in the same order as ``F.cross_entropy(_bmm_linear(X, W, b), y, reduction="none")`` under
+    autograd, so the same bits, with three passes over the [S, N, V] float32 logits (56 MB per member at
+    V = 20k, N = 700) fewer: the bias is added in place, the log-softmax overwrites the logits, and its
+    backward, G = g_nll − exp(log p)·Σ_v g_nll (aten's kernel), overwrites the log-probabilities; its
+    input g_nll (zero but −g at each target) is a zero buffer kept in ``scratch`` between steps (the
+    targets written, then zeroed again) instead of a fresh zero-filled tensor. dX = G W and dW = (XᵀG)ᵀ as
+    bmm's backward forms them (GᵀX in W's layout would save a copy and is bit-equal in float32 here, not in
+    float64). Equal to the autograd path bit for bit (tests/test_models_lm.py); measured in
+    benchmarks/README.md (issue 35, helper amaps)."""
+
+    @staticmethod
+    def forward(ctx, X, W, b, y, scratch):
+        L = torch.bmm(X, W.transpose(1, 2))                    # logits [S, N, V]
+        L += b[:, None]
+        lp = torch._log_softmax(L, -1, False, out=L)           # log p, in the logits' memory
+        ctx.save_for_backward(X, W, y, lp)
+        ctx.scratch = scratch
+        return -lp.gather(-1, y[..., None])[..., 0]            # nll_loss: −log p[y]
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        X, W, y, lp = ctx.saved_tensors
+        key = (tuple(lp.shape), lp.dtype, lp.device)
+        zero = ctx.scratch.get(key)
+        if zero is None:
+            ctx.scratch.clear()
+            zero = ctx.scratch[key] = torch.zeros_like(lp)
+        idx = y[..., None]
+        try:
+            zero.scatter_(-1, idx, -g[..., None].to(lp.dtype))   # nll_loss's backward: −g at the target
+            G = torch._log_softmax_backward_data(zero, lp, -1, lp.dtype, out=lp)
+        finally:
+            zero.scatter_(-1, idx, 0.0)
+        dX = torch.bmm(G, W) if ctx.needs_input_grad[0] else None
+        dW = torch.bmm(X.transpose(1, 2), G).transpose(1, 2) if ctx.needs_input_grad[1] else None  # as bmm's backward
+        db = G.sum(1) if ctx.needs_input_grad[2] else None
+        return dX, dW, db, None, None
+
+
+def decoder_cross_entropy(X: torch.Tensor, W: torch.Tensor, b: torch.Tensor, y: torch.Tensor,
+                          scratch: dict | None = None) -> torch.Tensor:
+    """Per-token cross-entropy of the logits X Wᵀ + b against y: X [S, N, d], W [S, V, d], b [S, V], y [S, N]
+    -> [S, N], bit-equal to the dense autograd path (:class:`_DecoderCrossEntropy`). ``scratch``: a dict that
+    keeps the backward's zero buffer between calls (a fresh one per call without it)."""
+    return _DecoderCrossEntropy.apply(X, W, b, y, {} if scratch is None else scratch)
 
 
 def attention_entropy(A: torch.Tensor) -> torch.Tensor:
