@@ -428,10 +428,12 @@ def test_probe_lambda_dense_path_at_the_token_space_logits():
                                                (7, 3, 2, "A", 1e3, 1.0), (8, 7, 2, "B", 1e4, 1.0), (9, 7, 3, "B", 10.0, 3.0),
                                                (10, 9, 2, "B", 1e6, 1.0), (10, 9, 2, "B", 1e7, 0.3), (9, 7, 3, "B", 4e7, 0.5),
                                                (10, 9, 2, "B", 1e6, 0.0), (8, 3, 2, "B", 1.0, 0.0), (9, 7, 3, "A", 1e8, 2.0)])
-def test_cheap_upper_bound_is_above_the_dense_lambda_max(L, n, M, sampler, c, w):
+@pytest.mark.parametrize("by_columns", [False, True])
+def test_cheap_upper_bound_is_above_the_dense_lambda_max(L, n, M, sampler, c, w, by_columns):
     """``kernels.lambda_upper`` ≥ λ_max of the dense closed-form Hessian at the same (token-space) logits and ≥ the
     block bracket's upper end, on both samplers (b = 0 and b = 1 rows), c from 1 to 10⁸ (p peaked: the expanded
-    second moment cancels to a few ulps of c², covered by its rounding slack) and W = 0 (uniform attention). (That it
+    second moment cancels to a few ulps of c², covered by its rounding slack) and W = 0 (uniform attention); its trace
+    by the two products and by the column split V = cP + E (``by_columns``, valid for any V). (That it
     is tight enough to skip steps: the probe test below; along claim2's L = 40 paths it is 2–4× λ_max after the
     first steps, benchmarks/README.md.)"""
     task = dl.make_task(L, M, seed=0)
@@ -440,7 +442,7 @@ def test_cheap_upper_bound_is_above_the_dense_lambda_max(L, n, M, sampler, c, w)
     fw = kernels.token_forward(model, task, types)
     lam = float(torch.linalg.eigvalsh(kernels.dense_hessian(fw))[-1])
     bb = kernels.hessian_blocks(model, task, types, fw=fw)
-    up = kernels.lambda_upper(fw)
+    up = kernels.lambda_upper(fw, by_columns)
     assert up >= lam and up >= bb.upper
 
 
@@ -508,13 +510,15 @@ def test_lambda_max0_on_the_pool_equals_one_after_another():
 def test_cheap_upper_bound_terms_by_brute_force(L, n, M, sampler, c, w):
     """The bound's per-query terms against brute force over (row, l, t): T_q equals Σ_rows∈q ω Σ_t α̃_t² Σ_l p_l
     (X[l, t] − X[ŷ, t])², X = V − z1ᵀ (the second moment about ŷ, summed term by term) to its rounding slack, and it is
-    ≥ the trace of block q's Gauss–Newton part (the dense W–W block less its diag ã − ãα̃ᵀ − α̃ãᵀ part); D_q ≥ λ_max of
-    that part."""
+    ≥ the trace of block q's Gauss–Newton part (the dense W–W block less its diag ã − ãα̃ᵀ − α̃ãᵀ part); the column
+    split's T_q is ≥ that second moment; D_q ≥ λ_max of that part (the same in both)."""
     task = dl.make_task(L, M, seed=0)
     types = th.enumerate_types(task, n, sampler)
     model = _model(L, w, c * task.P, seed=L + int(w))
     fw = kernels.token_forward(model, task, types)
     T_q, D_q, _, _ = kernels._upper_terms(fw)
+    T_c, D_c, _, _ = kernels._upper_terms(fw, by_columns=True)
+    assert torch.equal(D_c, D_q)
     R, V = fw.rows, fw.V[0].detach()
     at, z, p, om = fw.at[0], fw.z[0], fw.p()[0], R.omega
     G = R.G
@@ -525,6 +529,7 @@ def test_cheap_upper_bound_terms_by_brute_force(L, n, M, sampler, c, w):
     brute = (om * (at * at * second).sum(1, keepdim=True)).view(L, G).sum(1)
     slack = 2 * (G + L * L + 3 * L + 16) * EPS / 2 * float(V.abs().max()) ** 2 * 8
     assert torch.allclose(T_q, brute, rtol=1e-9, atol=slack)
+    assert (T_c >= brute * (1 - 1e-12)).all()                    # the column split bounds the same second moment
     H = kernels.dense_hessian(fw)
     ar = torch.arange(L)
     Aq = H[:L * L, :L * L].reshape(L, L, L, L)[:, ar, :, ar]      # (q, t, u): block q
