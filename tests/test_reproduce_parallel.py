@@ -68,23 +68,3 @@ def test_all_at_once_gives_every_job_a_worker(tmp_path, monkeypatch):
         assert phases.train_plan(ctx, jobs, all_at_once=at_once) == {k: [k] for k in jobs}
         assert sizes == want, (cores, at_once)
     assert inline == ["a", "b", "c"]
-
-
-def _square_or_fail(x):
-    if x < 0:
-        raise ValueError(f"negative {x}")
-    return x * x, executors.IN_WORKER
-
-
-def test_on_pool_returns_each_call_in_order_and_raises_the_first_error(monkeypatch):
-    """``phases.on_pool`` (a measure phase's work per run): with two workers the calls run in the workers and
-    come back in the list's order; with one they run here; an error in a call is raised."""
-    import pytest
-
-    monkeypatch.setattr(phases, "default_workers", lambda: 2)
-    got = phases.on_pool(_square_or_fail, [(x,) for x in (3, 1, 2, 5)])
-    assert [g[0] for g in got] == [9, 1, 4, 25] and all(g[1] for g in got)
-    with pytest.raises(ValueError, match="negative -1"):
-        phases.on_pool(_square_or_fail, [(2,), (-1,), (4,)])
-    monkeypatch.setattr(phases, "default_workers", lambda: 1)
-    assert phases.on_pool(_square_or_fail, [(3,), (2,)]) == [(9, False), (4, False)]

@@ -240,25 +240,6 @@ def train_plan(ctx, jobs: dict[str, Any], all_at_once: bool = False) -> dict[str
     return trained
 
 
-def on_pool(fn: Callable[..., Any], calls: list[tuple]) -> list[Any]:
-    """``[fn(*args) for args in calls]`` on the local pool (one worker per core, ``default_workers``; in this
-    process where that is one, e.g. inside ``reproduce --all --jobs N``'s workers), handed out in the list's
-    order (put the longest first): a measure phase's work per run, each call independent of the others, so a
-    worker computes the bits this process would. ``fn`` and its arguments must pickle (a module-level function;
-    paths, numbers, dicts). The first error stops the rest and is raised."""
-    workers = min(len(calls), default_workers())
-    if workers <= 1:
-        return [fn(*args) for args in calls]
-    pool = process_pool(workers)
-    try:
-        out = [f.result() for f in [pool.submit(fn, *args) for args in calls]]
-    except BaseException:
-        terminate(pool)
-        raise
-    pool.shutdown()
-    return out
-
-
 def sweep_into(ctx, name: str, spec: dict) -> Path:
     """Run (or continue) sweep ``spec`` of a reproduction, with its ``--set`` and ``--device``, into its directory
     (module docstring); finished runs are never trained again. Returns the directory."""

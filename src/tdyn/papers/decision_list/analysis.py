@@ -23,6 +23,7 @@ from tdyn.papers.decision_list import theory as th
 from tdyn.papers.decision_list.model import DecisionListModel
 from tdyn.reproduce.phases import Tables, read_table
 from tdyn.tasks import build_task
+from tdyn.sweep.executors import pool_map
 from tdyn.train.trainer import expand_members
 
 TIME_UNITS = "paper Eqn 2 normalisation: (1/n) sum_j per sequence, averaged over sequences"
@@ -71,18 +72,9 @@ def lambda_max0(cfg: dict, start_seed: int = 0) -> float:
 
 
 def lambda_max0_all(starts: list[tuple[dict, int]]) -> list[float]:
-    """:func:`lambda_max0` of every (config, start seed) in ``starts``, on the local pool (one worker per core; the
-    largest L first, so that the few costly ones do not end up on one worker; serially inside a pool's worker or
-    with one core). The same numbers as one call after another: each is computed alone, in one process."""
-    from tdyn.sweep.executors import default_workers, process_pool
-
-    workers = min(default_workers(), len(starts))
-    if workers <= 1:
-        return [lambda_max0(cfg, s) for cfg, s in starts]
-    order = sorted(range(len(starts)), key=lambda i: -starts[i][0]["data"]["L"])
-    with process_pool(workers) as pool:
-        futures = {i: pool.submit(lambda_max0, *starts[i]) for i in order}
-        return [futures[i].result() for i in range(len(starts))]
+    """:func:`lambda_max0` of every (config, start seed) in ``starts``, on the local pool (``pool_map``: the largest L
+    first, so that the few costly ones do not end up on one worker; the same numbers as one call after another)."""
+    return pool_map(lambda_max0, starts, cost=[float(cfg["data"]["L"]) for cfg, _ in starts])
 
 
 def curve(run: runs.Run) -> dict[str, np.ndarray]:

@@ -30,10 +30,11 @@ from tdyn.papers.topic.task import dataset, lda_config
 from tdyn.papers.topic.value import value_path, value_structure
 from tdyn.report import style
 from tdyn.reproduce.common import claim, decide
-from tdyn.reproduce.phases import Phases, on_pool, register_phases
+from tdyn.reproduce.phases import Phases, register_phases
 from tdyn.reproduce.registry import ReproduceContext
 from tdyn.runs import Run
 from tdyn.schema import Strict
+from tdyn.sweep.executors import pool_map
 
 
 @dataclasses.dataclass(frozen=True)
@@ -415,10 +416,6 @@ def longest_first(labels) -> list[str]:
     return sorted(labels, key=lambda label: -JOB_SECONDS.get(label, 0))
 
 
-def _reference(data: dict, loss: str) -> dict[str, float]:
-    return stage1_reference(data, loss)
-
-
 def _summarise(member: Path, device: str, reference: dict[str, float] | None) -> dict[str, Any]:
     """``summarise_run`` of the member directory ``member`` (a pool's call: module-level, plain arguments)."""
     run = as_run(member)
@@ -428,7 +425,7 @@ def _summarise(member: Path, device: str, reference: dict[str, float] | None) ->
 def _measure(ctx: ReproduceContext, trained: dict, variants: dict[str, dict], name: str) -> dict[str, list[dict]]:
     """Every run of every variant summarised (``summarise_run``): the summary, the trajectories, every number of
     a run (``<name>_runs``) and its stage times (``<name>_stages``, W_K and W_Q trained). The runs are summarised
-    on the local pool (``phases.on_pool``, longest first), after the stage-1 references of their data and loss
+    on the local pool (``pool_map``, longest first), after the stage-1 references of their data and loss
     (one fit each, on the pool, handed to every run that needs it)."""
     device = getattr(ctx, "device", "cpu")
     members = [(label, Path(d)) for label in longest_first(variants) for d in trained[run_name(label)]]
@@ -436,9 +433,10 @@ def _measure(ctx: ReproduceContext, trained: dict, variants: dict[str, dict], na
     key = lambda c: (json.dumps(c["data"], sort_keys=True), c["model"].get("loss", "ce"))  # noqa: E731
     kq = [c for c in configs.values() if c["model"].get("attention", "trained") == "trained"]
     wanted = list(dict.fromkeys(key(c) for c in kq))
-    refs = dict(zip(wanted, on_pool(_reference, [(json.loads(data), loss) for data, loss in wanted])))
+    refs = dict(zip(wanted, pool_map(stage1_reference, [(json.loads(data), loss) for data, loss in wanted])))
     done = dict(zip([d for _, d in members],
-                    on_pool(_summarise, [(d, device, refs.get(key(configs[d]))) for _, d in members])))
+                    pool_map(_summarise, [(d, device, refs.get(key(configs[d]))) for _, d in members],
+                             cost=[float(JOB_SECONDS.get(label, 0)) for label, _ in members])))
     rows = [{"variant": label} | done[Path(d)] for label in variants for d in trained[run_name(label)]]
     n = max(r["n_layers"] for r in rows)
     cols = [*BASE_KEYS, *(f"{k}_layer{layer}" for layer in range(n) for k in ("gap", "gap_se")), *KQ_KEYS]
