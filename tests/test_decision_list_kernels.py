@@ -480,25 +480,73 @@ def test_hessian_probe_max_only_records_the_same_running_maximum(tmp_path):
     assert skipped > 0
 
 
-def test_hessian_probe_max_only_starts_again_on_a_new_run():
-    """The probe's running maximum (kept on the task object) is dropped where the steps go back: a second run of the
-    same task object does not skip against the first run's values."""
+def test_hessian_probe_max_only_reads_the_running_maximum_from_the_records():
+    """The running maximum is the largest finite ``lambda_max_upper`` of each member's records so far (None and NaN
+    passed over; a member with none has no entry), so a new run, with no records, starts with none."""
     from types import SimpleNamespace
 
     from tdyn.papers.decision_list.probes import _recorded_max
 
-    ctx = SimpleNamespace(task=SimpleNamespace(), step=0)
-    _recorded_max(ctx)[0] = 5.0
-    ctx.step = 3
-    assert _recorded_max(ctx) == {0: 5.0}
-    ctx.step = 0
-    assert _recorded_max(ctx) == {}
+    key = "decision_list.hessian/lambda_max_upper"
+    hist = [[{"step": 0, key: 2.0}, {"step": 1, key: None}, {"step": 2, key: 5.0}, {"step": 3, key: 4.0}],
+            [{"step": 0, "loss": None, "diverged": True}], [{"step": 0, key: float("nan")}, {"step": 1, key: 1.5}]]
+    assert _recorded_max(SimpleNamespace(history=hist)) == {0: 5.0, 2: 1.5}
+    assert _recorded_max(SimpleNamespace(history=[[], []])) == {}
 
 
-def test_lambda_max0_on_the_pool_equals_one_after_another():
-    """The plan's λ_max(0) of several configs on the local pool: the same numbers, bit for bit, as serial calls."""
+def test_hessian_probe_max_only_resumed_after_an_interrupt_is_the_uninterrupted_run(tmp_path, monkeypatch):
+    """A ``max_only`` run stopped at step 25 and resumed records what the run never stopped records, bit for bit:
+    the steps it skips and the values it records (the running maximum comes back with the records)."""
+    import tdyn
+    from tdyn.papers.decision_list.analysis import lambda_max0
+    from tdyn.papers.decision_list.task import decision_list_config
+    from tdyn.probes import PROBES, probe
+    from tdyn.runs import Run
+    from tdyn.train import trainer
+
+    stop_at = {"step": 25}
+
+    @probe("dl_test.stopper")
+    def stopper(ctx):
+        if ctx.step == stop_at["step"]:
+            trainer.stop_all()
+        return {}
+
+    geo = {"L": 8, "n": 3, "M": 2, "task_seed": 0, "seeds": [0], "steps": 60,
+           "model": {"c": 30.0, "V_noise": 1.0, "V_noise_seed": 11}}
+    lam0 = lambda_max0(decision_list_config(**geo, lrs=[1.0]), 0)
+    cfg = decision_list_config(**geo, lrs=[1.0 / lam0, 0.3 / lam0], hessian_every=1, hessian_max_only=True)
+    cfg["checkpoint"] = {"schedule": "linear", "num": 12}
+    cfg["probes"] = dict(cfg["probes"], names=list(cfg["probes"]["names"]) + ["dl_test.stopper"])
+    monkeypatch.setattr(trainer, "_STOP", False)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tdyn.train(cfg, tmp_path / "r", progress=False)
+        trainer._STOP = False
+        stop_at["step"] = -1
+        dirs = tdyn.train(cfg, tmp_path / "r", resume=True, progress=False)
+        refs = tdyn.train(cfg, tmp_path / "ref", progress=False)
+    finally:
+        PROBES.unregister("dl_test.stopper")
+    drop = lambda m: [{k: v for k, v in r.items() if k != "wall"} for r in m]      # noqa: E731
+    skipped = 0
+    for d, ref in zip(dirs, refs):
+        a, b = Run(d), Run(ref)
+        assert a.meta["resumed"][0]["from_step"] == 26      # the stop lands after step 25's update
+        assert drop(a.metrics) == drop(b.metrics)
+        skipped += sum(r.get("decision_list.hessian/lambda_max") is None for r in b.metrics
+                       if r["step"] > a.meta["resumed"][0]["from_step"])
+    assert skipped > 0      # the resumed part skips steps: the running maximum came back
+
+
+def test_lambda_max0_on_the_pool_equals_one_after_another(monkeypatch):
+    """The plan's λ_max(0) of several configs on a pool of two workers (whatever this machine's cores): the same
+    numbers, bit for bit, as serial calls in this process."""
     from tdyn.papers.decision_list.analysis import lambda_max0, lambda_max0_all
     from tdyn.papers.decision_list.task import decision_list_config
+    from tdyn.sweep import executors
+
+    monkeypatch.setattr(executors, "default_workers", lambda: 2)
 
     starts = [(decision_list_config(L=L, n=3, M=2, task_seed=0, seeds=[s], steps=1, lrs=[1.0],
                                     model={"c": 5.0, "V_noise": 1.0, "V_noise_seed": s}), s) for L, s in ((6, 0), (8, 1), (7, 2))]

@@ -357,7 +357,7 @@ def test_the_entry_points_show_their_real_signatures():
     assert list(_params(tdyn.probe)) == ["name", "description"]
     assert list(_params(tdyn.load_run)) == ["path"] and list(_params(tdyn.load_sweep)) == ["path"]
     assert "DataFrame" in str(inspect.signature(tdyn.load_sweep).return_annotation)
-    assert list(_params(tdyn.ProbeContext)) == ["model", "task", "batch", "step", "options", "shared"]
+    assert list(_params(tdyn.ProbeContext)) == ["model", "task", "batch", "step", "options", "shared", "history"]
     assert list(_params(tdyn.load_config)) == ["source", "overrides"]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -57,6 +57,10 @@ class ProbeContext:
     #: one evaluation's scratch, the same dict for all its probes (the trainer makes one per evaluation): a
     #: statistic that several probes need is computed once (:meth:`once`); nothing in it outlives the evaluation
     shared: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: the records the run has written before this evaluation, per member (``history[i]``: member i's metrics.jsonl
+    #: records so far, restored on resume; read only): a probe that depends on its own earlier values reads them
+    #: here, so that a resumed run computes what the uninterrupted one did
+    history: Sequence[Sequence[dict]] = ()
 
     def once(self, key: str, fn: Callable[[], Any]) -> Any:
         """``fn()``, computed by the first probe of this evaluation that asks under ``key`` and handed to the

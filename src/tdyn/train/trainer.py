@@ -445,7 +445,7 @@ class Job:
         try:
             for name, fn in self.probes.items():
                 ctx = ProbeContext(self.model, self.task, batch_probe, step, self.cfg.probes.options.get(name, {}),
-                                   shared)
+                                   shared, self.records)
                 for k, v in fn(ctx).items():
                     key = f"{name}/{k}"
                     (scalars if v.dim() == 1 else arrays)[key] = v.detach()

@@ -114,8 +114,8 @@ def _hessian(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     ``lambda_max`` instead of the exact value. The largest recorded value over any set of steps that starts at the
     first measured one is then the same number as without the option (docs/reproductions/decision-lists.md#cheap-upper-bound):
     every skipped step's exact value lies below its bound, which lies below a value recorded before it. The running
-    largest value lives with the task object for the run; a resumed run starts it again, which only makes it
-    compute more steps exactly."""
+    largest value is read from the run's records (``ctx.history``), so a resumed run records what the uninterrupted
+    one did."""
     every = int(ctx.options.get("every", 0))
     max_only = bool(ctx.options.get("max_only", False))
     perfect = _classification(ctx).perfect
@@ -135,16 +135,16 @@ def _hessian(ctx: ProbeContext) -> dict[str, torch.Tensor]:
                         up[i] = bound
                         continue
                 lam[i], up[i], _ = lambda_max(member_model(ctx.model, i), ctx.task.dist, ctx.task.types, fwi)
-                if max_only:
-                    best[i] = max(best.get(i, -math.inf), float(up[i]))
     return {"lambda_max": lam, "lambda_max_upper": up}
 
 
 def _recorded_max(ctx: ProbeContext) -> dict[int, float]:
-    """The largest ``lambda_max_upper`` each member has recorded so far in this run (``max_only``), kept on the task
-    object; started again where the steps go back (a new run of the same task object)."""
-    state = ctx.task.__dict__.setdefault("_lambda_recorded_max", {"step": -1, "max": {}})
-    if ctx.step <= state["step"]:
-        state["max"] = {}
-    state["step"] = ctx.step
-    return state["max"]
+    """The largest ``lambda_max_upper`` each member has recorded so far in this run (``max_only``), from the run's
+    records (``ctx.history``, restored on resume: a resumed run skips the steps the uninterrupted one skipped)."""
+    key = "decision_list.hessian/lambda_max_upper"
+    best = {}
+    for i, records in enumerate(ctx.history):
+        seen = [r[key] for r in records if r.get(key) is not None and not math.isnan(r[key])]
+        if seen:
+            best[i] = max(seen)
+    return best
