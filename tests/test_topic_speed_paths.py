@@ -319,8 +319,8 @@ def test_query_rows_of_later_layers_equal_every_positions_product(kw, monkeypatc
 
 def test_position_class_sums_with_masks_kept_per_tokens_tensor():
     """``probes.counted_pair_classes`` keeps the masks of the last tokens tensor (a run's probe batch): the
-    class sums and counts of a second evaluation on the same tensor bit-equal to masks made anew, and another
-    tensor (equal values, or other documents) gets its own."""
+    class sums and counts of a second evaluation on the same tensor bit-equal to masks made anew, another
+    tensor (equal values, or other documents) gets its own, and the masks are dropped when their tensor is."""
     b = _clean_batch(S=2, B=6, L=40)
     tokens, keys = b["clean_tokens"], b["clean_keys"]
     m = _model(n_layers=2)
@@ -333,3 +333,8 @@ def test_position_class_sums_with_masks_kept_per_tokens_tensor():
         for a, w in zip(got, want):
             assert a.keys() == w.keys() and all(torch.equal(a[c], w[c]) for c in a)
     assert tp.counted_pair_classes(tokens, v, NUM_SPECIAL)[0] is tp.counted_pair_classes(tokens, v, NUM_SPECIAL)[0]
+    other = tokens.clone()          # the masks go with their tokens tensor (a run's end), not with the process
+    tp.counted_pair_classes(other, v, NUM_SPECIAL)
+    assert tp._COUNTED
+    del other
+    assert not tp._COUNTED

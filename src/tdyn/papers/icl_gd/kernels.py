@@ -20,7 +20,9 @@ from tdyn.papers.icl_gd.model import LSA
 
 
 def predict(model: LSA, E: torch.Tensor) -> torch.Tensor:
-    """ŷ (S, B) of ``model`` on tokens E (S, B, N+1, D) (or (B, N+1, D) shared), equal to ``model.predict(E)``."""
+    """ŷ (S, B) of ``model`` on tokens E (S, B, N+1, D) (or (B, N+1, D) shared), equal to ``model.predict(E)``. The
+    task trains one layer through it and K ≥ 2 through ``predict_deep``; its batch-first K-layer path stays tested
+    equal to model.py at every K (tests/test_icl_gd.py, tests/test_icl_gd_untied.py)."""
     S = model.W_K.shape[0]
     if E.dim() == 3:
         E = E.expand(S, *E.shape)

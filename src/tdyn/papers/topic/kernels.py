@@ -7,7 +7,8 @@ largest count (n_q) and runs equations (3)–(5) on all B·n_q rows, ≈ 40% of 
 by 0. Here the attention, A V, the logits and the cross-entropy run on the selected rows of each member (row by
 row the same operations, so the same numbers); the two reductions over rows are made in the padded layout as
 before: the loss's sum over [B, n_q] and V's gradient Aᵀ dH over the B·n_q rows (the rows without a selected
-query zero, whose terms were ±0 before). The rows of a matrix product do not depend on how many rows it has;
+query zero, whose terms were ±0 before). The rows of a matrix product do not depend on how many rows it has
+with this BLAS (a property of the library, tested bit-equal at the full batch in tests/test_topic_speed_paths.py);
 its sums over rows do depend on their order and grouping, hence the padded layout there.
 """
 
@@ -115,6 +116,6 @@ def query_rows_affine(E: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None, 
     """(E Wᵀ + b)[s, b, pos[s, b, i]] for E [S, B, L, d] (every position), W [S, d_out, d], b [S, d_out] and the
     query positions ``pos`` [S, B, n] (distinct in each document): ``model.at_positions(model.affine(E, W, b), pos)``
     with the product on the B·n query rows instead of all B·L (a product's rows do not depend on how many rows
-    it has). Backward: E's gradient on the query rows (zero elsewhere, as the padded product's), W's and b's
+    it has, with this BLAS: tested bit-equal). Backward: E's gradient on the query rows (zero elsewhere, as the padded product's), W's and b's
     gradients summed over every position in the padded layout (sums over rows depend on their grouping)."""
     return _QueryRowsAffine.apply(E, W, b, pos)

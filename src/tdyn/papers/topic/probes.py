@@ -21,6 +21,7 @@ statistic (``attention_classes``, kept for deeper models) to 1e-6.
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 
@@ -77,19 +78,26 @@ def position_class_sums(A: torch.Tensor, tokens: torch.Tensor, keys: torch.Tenso
     return sums, {c: k.to(A.dtype) for c, k in counts.items()}
 
 
-_COUNTED: list[tuple] = []   # the last (tokens, v, num_special, masks, counts) of counted_pair_classes
+_COUNTED: list[tuple] = []   # the last (weakref to tokens, v, num_special, masks, counts) of counted_pair_classes
+
+
+def _drop_if_dead() -> None:
+    if _COUNTED and _COUNTED[0][0]() is None:
+        _COUNTED.clear()
 
 
 def counted_pair_classes(tokens: torch.Tensor, v: int, num_special: int
                          ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """``pair_classes`` of ``tokens`` [..., L] and each class's pair count [...] (integers), kept for the last
     ``tokens`` tensor asked about (the same object: a run's probe batch is one tensor, read at every
-    evaluation, so its masks are made once per run; a tensor is never changed in place by the probes)."""
-    if _COUNTED and _COUNTED[0][0] is tokens and _COUNTED[0][1:3] == (v, num_special):
+    evaluation, so its masks are made once per run; a tensor is never changed in place by the probes). The masks
+    go when that tensor does (the run ends), not with the process."""
+    if _COUNTED and _COUNTED[0][0]() is tokens and _COUNTED[0][1:3] == (v, num_special):
         return _COUNTED[0][3], _COUNTED[0][4]
     masks = pair_classes(tokens, v, num_special)
     counts = {c: m.sum((-1, -2)) for c, m in masks.items()}
-    _COUNTED[:] = [(tokens, v, num_special, masks, counts)]
+    _COUNTED[:] = [(weakref.ref(tokens), v, num_special, masks, counts)]
+    weakref.finalize(tokens, _drop_if_dead)
     return masks, counts
 
 
