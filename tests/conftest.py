@@ -168,3 +168,23 @@ def check_text_patch(mod, root: Path, path: Path, before: str, after: str, commi
     path.write_text("print('another file')\n")
     with pytest.raises(SystemExit, match=commit):
         mod.patch(root)
+
+
+def per_layer_central_differences(model, names, layers: int, loss, seed: int, h: float = 1e-6):
+    """For each weight ``names`` of each of ``layers`` untied layers (parameters shaped [S, K, ...]): a random
+    direction v in that layer alone and the central difference (loss(p + h v) − loss(p − h v)) / 2h of
+    ``loss()`` (a float, computed by the dense reference), the parameter restored after. Yields (name, layer,
+    v, difference): the checks of a hand-written gradient against a reference without autograd."""
+    g = torch.Generator().manual_seed(seed)
+    for name in names:
+        p = getattr(model, name)
+        for layer in range(layers):
+            v = torch.zeros_like(p)
+            v[:, layer] = torch.randn(p.shape[2:], generator=g, dtype=p.dtype)
+            with torch.no_grad():
+                p += h * v
+                up = loss()
+                p -= 2 * h * v
+                down = loss()
+                p += h * v
+            yield name, layer, v, (up - down) / (2 * h)

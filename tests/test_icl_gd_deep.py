@@ -3,6 +3,7 @@ against ``model.py``'s equations (docs/reproductions/icl-gd.md#speed); each test
 
 import pytest
 import torch
+from conftest import per_layer_central_differences
 
 from tdyn.config import load_config
 from tdyn.papers.icl_gd import data as icl
@@ -61,22 +62,9 @@ def test_deep_gradient_by_finite_difference():
     K = 3
     m = _model(K, tied=False, S=1, d=4, seed=5, std=0.3)
     E, y = _batch(16, 4, 7, seed=2)
-    grads = torch.autograd.grad(_loss(kernels.predict_deep(m, E), y), list(m.parameters()))
-    g = torch.Generator().manual_seed(3)
-    h = 1e-6
-    for name, grad in zip(NAMES, grads):
-        p = getattr(m, name)
-        for layer in range(K):
-            v = torch.zeros_like(p)
-            v[:, layer] = torch.randn(p.shape[2:], generator=g, dtype=F64)
-            with torch.no_grad():
-                p += h * v
-                up = float(_loss(m.predict(E), y))
-                p -= 2 * h * v
-                down = float(_loss(m.predict(E), y))
-                p += h * v
-            fd = (up - down) / (2 * h)
-            assert abs(float((grad * v).sum()) - fd) <= 1e-6 * max(abs(fd), 1e-3), (name, layer)
+    grads = dict(zip(NAMES, torch.autograd.grad(_loss(kernels.predict_deep(m, E), y), list(m.parameters()))))
+    for name, layer, v, fd in per_layer_central_differences(m, NAMES, K, lambda: float(_loss(m.predict(E), y)), 3):
+        assert abs(float((grads[name] * v).sum()) - fd) <= 1e-6 * max(abs(fd), 1e-3), (name, layer)
 
 
 def test_deep_at_the_gd_construction_is_K_gd_steps():

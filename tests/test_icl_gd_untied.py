@@ -9,6 +9,7 @@ import json
 
 import pytest
 import torch
+from conftest import per_layer_central_differences
 
 from tdyn import runs
 from tdyn.papers.icl_gd import data as icl
@@ -109,24 +110,12 @@ def test_each_untied_layer_gets_its_own_gradient(K):
     def loss():
         return float(0.5 * ((m.predict(E) - y) ** 2).mean())
 
-    grads = torch.autograd.grad(0.5 * ((kernels.predict(m, E) - y) ** 2).mean(), list(m.parameters()))
-    g = torch.Generator().manual_seed(9)
-    h = 1e-6
-    for name, grad in zip(NAMES, grads):
-        p = getattr(m, name)
-        for layer in range(K):
-            v = torch.zeros_like(p)
-            v[:, layer] = torch.randn(p.shape[2:], generator=g, dtype=F64)
-            with torch.no_grad():
-                p += h * v
-                up = loss()
-                p -= 2 * h * v
-                down = loss()
-                p += h * v
-            fd = (up - down) / (2 * h)
-            an = float((grad * v).sum())
-            assert abs(an) > 1e-6, (name, layer)
-            assert an == pytest.approx(fd, rel=1e-6, abs=1e-9), (name, layer)
+    speed_loss = 0.5 * ((kernels.predict(m, E) - y) ** 2).mean()
+    grads = dict(zip(NAMES, torch.autograd.grad(speed_loss, list(m.parameters()))))
+    for name, layer, v, fd in per_layer_central_differences(m, NAMES, K, loss, 9):
+        an = float((grads[name] * v).sum())
+        assert abs(an) > 1e-6, (name, layer)
+        assert an == pytest.approx(fd, rel=1e-6, abs=1e-9), (name, layer)
 
 
 @pytest.mark.parametrize("K,tied", [(1, True), (3, True), (2, False), (3, False)])
