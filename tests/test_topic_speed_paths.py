@@ -271,18 +271,26 @@ def test_contrast_noise_with_drawn_relabellings_is_the_old_loop(seed):
 
 
 def test_attention_gap_with_classes_made_once_is_the_gap():
-    """``stages.gap_classes`` made once and passed to ``attention_gap_docs`` for two attentions on the same
-    documents: gap and SE bit-equal to the classes made inside each call (two members, a PAD tail)."""
+    """``attention_gap_docs`` keeps the pair classes of the documents it last read (``probes.counted_pair_classes``)
+    for two attentions on the same documents: gap and SE bit-equal to the classes made anew for each call (two
+    members, a PAD tail)."""
     b = _clean_batch(S=2, B=6, L=40)
     tokens, keys = b["clean_tokens"], b["clean_keys"]
-    classes = ts.gap_classes(tokens, v, NUM_SPECIAL)
+    n = keys.sum(-1)
+
+    def anew(A):
+        m, R = tp.pair_classes(tokens, v, NUM_SPECIAL), A * n.to(A.dtype)[..., None, None]
+        cls = ("same_topic", "diff_topic")
+        return ts.gap_per_document({c: (R * m[c]).sum((-1, -2)) for c in cls},
+                                   {c: m[c].sum((-1, -2)).to(A.dtype) for c in cls})
+
     for kw in ({}, {"n_layers": 2}):
         m = _model(**kw)
         for layer in range(m.cfg.n_layers):
             A = m.attention(tokens, keys, layer).mean(2)
-            got = ts.attention_gap_docs(A, tokens, keys, v, NUM_SPECIAL, classes)
-            want = ts.attention_gap_docs(A, tokens, keys, v, NUM_SPECIAL)
+            got, want = ts.attention_gap_docs(A, tokens, keys, v, NUM_SPECIAL), anew(A)
             assert torch.equal(got["gap_doc"], want["gap_doc"]) and torch.equal(got["gap_se"], want["gap_se"])
+    assert tp._COUNTED[0][0]() is tokens        # made once for the three attentions
 
 
 def _query_rows_by_all_positions(E, W, b, pos):

@@ -25,7 +25,7 @@ from tdyn.papers.topic.analysis import (E2, E4, GAP_DEF, MATRIX_COLS, as_run, de
                                         matrices_of, matrix_rows, member_model, metrics_table, run_reference,
                                         stage1_reference, stage_times, two_stage_claims, with_stage_probe)
 from tdyn.papers.topic.data import NUM_SPECIAL
-from tdyn.papers.topic.stages import GAP_ONSET, attention_gap_docs, gap_classes
+from tdyn.papers.topic.stages import GAP_ONSET, attention_gap_docs
 from tdyn.papers.topic.task import dataset, lda_config
 from tdyn.papers.topic.value import value_path, value_structure
 from tdyn.report import style
@@ -111,13 +111,12 @@ def _probe_docs(dc, device: str = "cpu") -> dict[str, torch.Tensor]:
 def layer_gaps(model, docs: dict[str, torch.Tensor], v: int) -> list[tuple[float, float]]:
     """(gap_doc, gap_se) of every layer (heads averaged) on the clean probe documents: the corrected
     same- minus different-topic attention per document, mean and standard error over documents (on the
-    device of ``docs``; their pair classes, ``docs["classes"]``, made here when absent)."""
+    device of ``docs``)."""
     model = model.to(docs["tokens"].device)
-    classes = docs.get("classes") or gap_classes(docs["tokens"], v, NUM_SPECIAL)
     out = []
     for layer in range(model.cfg.n_layers):
         A = model.attention(docs["tokens"], docs["keys"], layer).mean(2)
-        g = attention_gap_docs(A, docs["tokens"], docs["keys"], v, NUM_SPECIAL, classes)
+        g = attention_gap_docs(A, docs["tokens"], docs["keys"], v, NUM_SPECIAL)
         out.append((float(g["gap_doc"][0]), float(g["gap_se"][0])))
     return out
 
@@ -139,7 +138,6 @@ def trajectory(run: Run, v: int, kq_trained: bool, device: str = "cpu") -> list[
     attention gap ± SE (the attention computed on ``device``)."""
     _, dc = member_model(run, 0)
     docs = _probe_docs(dc, device)
-    docs["classes"] = gap_classes(docs["tokens"], v, NUM_SPECIAL)          # the same documents at every checkpoint
     rows = []
     for s in run.steps():
         model, _ = member_model(run, s)

@@ -57,7 +57,7 @@ import torch
 
 from tdyn import stats
 from tdyn.probes import ProbeContext, probe
-from tdyn.papers.topic.probes import block_contrast, clean_statistics, pair_classes
+from tdyn.papers.topic.probes import block_contrast, clean_statistics, counted_pair_classes
 
 KAPPA_ONSET = math.log(1.05)      # logits: a same-topic key gets 5% more attention than a different-topic key
 GAP_ONSET = 0.05                  # attention relative to uniform: 5% more on same-topic keys
@@ -111,27 +111,16 @@ def gap_per_document(sums: dict[str, torch.Tensor], counts: dict[str, torch.Tens
             "gap_se": torch.tensor([e for _, e in ms], dtype=g.dtype, device=g.device)}
 
 
-def gap_classes(tokens: torch.Tensor, v: int, num_special: int) -> dict[str, dict[str, torch.Tensor]]:
-    """What ``attention_gap_docs`` needs of the documents alone (tokens [S, B, L]): the same- and different-topic
-    pair masks [S, B, L, L] (``probes.pair_classes``) and their pair counts per document [S, B] (computed once,
-    for every checkpoint and layer read on the same documents)."""
-    m = pair_classes(tokens, v, num_special)
-    cls = ("same_topic", "diff_topic")
-    return {"masks": {c: m[c] for c in cls}, "counts": {c: m[c].sum((-1, -2)) for c in cls}}
-
-
 def attention_gap_docs(A: torch.Tensor, tokens: torch.Tensor, keys: torch.Tensor, v: int,
-                       num_special: int, classes: dict[str, dict[str, torch.Tensor]] | None = None
-                       ) -> dict[str, torch.Tensor]:
+                       num_special: int) -> dict[str, torch.Tensor]:
     """Per-document same- minus different-topic attention (relative to uniform), A [S, B, L, L]:
-    ``gap_doc`` (mean over documents) and ``gap_se`` (standard error over documents), each [S]
-    (``classes``: ``gap_classes`` of ``tokens``, made here when None)."""
+    ``gap_doc`` (mean over documents) and ``gap_se`` (standard error over documents), each [S] (the pair masks of
+    ``tokens`` made once for every checkpoint and layer read on the same documents: ``probes.counted_pair_classes``)."""
     n = keys.sum(-1).to(A.dtype)
     R = A * n[..., None, None]
-    cl = gap_classes(tokens, v, num_special) if classes is None else classes
-    sums = {c: (R * m).sum((-1, -2)) for c, m in cl["masks"].items()}
-    counts = {c: k.to(A.dtype) for c, k in cl["counts"].items()}
-    return gap_per_document(sums, counts)
+    masks, counts = counted_pair_classes(tokens, v, num_special)
+    cls = ("same_topic", "diff_topic")
+    return gap_per_document({c: (R * masks[c]).sum((-1, -2)) for c in cls}, {c: counts[c].to(A.dtype) for c in cls})
 
 
 def plateau(steps: np.ndarray, x: np.ndarray, rel: float = PLATEAU_REL) -> tuple[float, float] | None:
