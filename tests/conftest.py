@@ -188,3 +188,16 @@ def per_layer_central_differences(model, names, layers: int, loss, seed: int, h:
                 down = loss()
                 p += h * v
             yield name, layer, v, (up - down) / (2 * h)
+
+
+def random_lsa(K: int, tied: bool, S: int, d: int, seed: int = 0, std: float = 0.2, dtype=torch.float64):
+    """An icl-gd LSA of K layers (tied or not), S members, tokens of width d + 1, every weight std·N(0, 1) drawn in
+    float64 from a generator seeded ``seed`` in parameter order: the random models the icl-gd kernel tests share."""
+    from tdyn.papers.icl_gd.model import LSA, LSAConfig
+
+    m = LSA(LSAConfig(d + 1, layers=K, tied=tied, dtype=dtype), S=S)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(std * torch.randn(p.shape, generator=g, dtype=torch.float64))
+    return m

@@ -3,7 +3,7 @@ against ``model.py``'s equations (docs/reproductions/icl-gd.md#speed); each test
 
 import pytest
 import torch
-from conftest import per_layer_central_differences
+from conftest import per_layer_central_differences, random_lsa
 
 from tdyn.config import load_config
 from tdyn.papers.icl_gd import data as icl
@@ -23,12 +23,7 @@ def _batch(n, d, N, seed, dtype=F64):
 
 
 def _model(K, tied, S, d, seed=0, std=0.2, dtype=F64):
-    m = LSA(LSAConfig(d + 1, layers=K, tied=tied, dtype=dtype), S=S)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(std * torch.randn(p.shape, generator=g, dtype=F64))
-    return m
+    return random_lsa(K, tied, S, d, seed, std, dtype)
 
 
 def _loss(pred, y):

@@ -9,13 +9,12 @@ import json
 
 import pytest
 import torch
-from conftest import per_layer_central_differences
+from conftest import per_layer_central_differences, random_lsa
 
 from tdyn import runs
 from tdyn.papers.icl_gd import data as icl
 from tdyn.papers.icl_gd import kernels
 from tdyn.papers.icl_gd import theory as th
-from tdyn.papers.icl_gd.model import LSA, LSAConfig
 from tdyn.papers.icl_gd.task import icl_gd_config
 from tdyn.train.trainer import train
 
@@ -28,12 +27,7 @@ def _batch(n=48, d=10, N=10, seed=0):
 
 
 def _model(K, tied, S=2, seed=0, std=0.15):
-    m = LSA(LSAConfig(11, layers=K, tied=tied, dtype=F64), S=S)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(std * torch.randn(p.shape, generator=g, dtype=F64))
-    return m
+    return random_lsa(K, tied, S, 10, seed, std)
 
 
 def _gd_by_hand(E, etas):
