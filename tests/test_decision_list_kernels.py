@@ -243,15 +243,23 @@ def test_token_loss_on_monte_carlo_types_and_classification():
 @pytest.mark.parametrize("L,n,M,sampler", LOSS_CASES)
 def test_token_classification_equals_the_model(L, n, M, sampler):
     """``kernels.classify`` (a row's margin z_y − max_{l≠y} z_l stands for its positions) against
-    ``theory.classify``: Err_sup equal, Acc_pop to 1e-13, the minimum margin to n·ε·max|V| (the logits' rounding)."""
+    ``theory.classify``: Err_sup equal, Acc_pop to 1e-13, the minimum margin to n·ε·max|V| (the logits' rounding);
+    the shared forward's logits are left bit for bit as they were (the label's entry leaves the max in place), and the
+    minimum margin is exactly that of a copy with the label's entry at −inf."""
     task = dl.make_task(L, M, seed=1)
     types = th.enumerate_types(task, n, sampler)
     model = _members(L, task, [(0.0, 3.0), (0.5, 1e3), (3.0, 1e6), (0.0, 1e6)], seed=L)
+    fw = kernels.token_forward(model, task, types)
+    z = fw.z.clone()
     ref, new = th.classify(model, task, types), kernels.classify(model, task, types)
     assert torch.equal(new.err_sup, ref.err_sup)
     assert torch.allclose(new.acc_pop, ref.acc_pop, rtol=1e-13, atol=0)
     tol = n * EPS * model.V.detach().flatten(1).abs().amax(1)
     assert ((new.min_margin - ref.min_margin).abs() <= tol).all()
+    assert kernels.token_forward(model, task, types) is fw and torch.equal(fw.z, z)
+    y = fw.rows.y.view(1, -1, 1).expand(len(z), -1, 1)
+    margins = z.gather(2, y)[..., 0] - z.scatter(2, y, -torch.inf).amax(2)
+    assert torch.equal(new.min_margin, torch.where(fw.rows.valid, margins, torch.inf).amin(1))
 
 
 def test_token_forward_is_shared_while_the_parameters_are_unchanged():
@@ -372,6 +380,7 @@ def test_exp_nonpositive_is_exp_with_subnormals_flushed():
     want = torch.where(x >= -708.0, torch.exp(x), torch.zeros_like(x))
     assert torch.equal(kernels.exp_nonpositive(x), want)
     assert torch.equal(kernels.exp_nonpositive(x[:3]), torch.exp(x[:3]))
+    assert kernels.exp_nonpositive(torch.tensor([-1e6, torch.nan, 0.0], dtype=torch.float64))[1].isnan()   # NaN stays
 
 
 # ---------------------------------------------------------------- the dense closed-form Hessian, λ on the probe's path
@@ -492,6 +501,11 @@ def test_hessian_probe_max_only_reads_the_running_maximum_from_the_records():
             [{"step": 0, "loss": None, "diverged": True}], [{"step": 0, key: float("nan")}, {"step": 1, key: 1.5}]]
     assert _recorded_max(SimpleNamespace(history=hist)) == {0: 5.0, 2: 1.5}
     assert _recorded_max(SimpleNamespace(history=[[], []])) == {}
+    # records that grew since the last evaluation: the new ones count; new lists (a resumed run) are read afresh
+    hist[0].append({"step": 4, key: 7.0})
+    hist[1].append({"step": 1, key: 0.5})
+    assert _recorded_max(SimpleNamespace(history=hist)) == {0: 7.0, 1: 0.5, 2: 1.5}
+    assert _recorded_max(SimpleNamespace(history=[list(h[:1]) for h in hist])) == {0: 2.0}
 
 
 def test_hessian_probe_max_only_resumed_after_an_interrupt_is_the_uninterrupted_run(tmp_path, monkeypatch):

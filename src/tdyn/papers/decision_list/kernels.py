@@ -117,20 +117,14 @@ def exp_nonpositive(x: torch.Tensor) -> torch.Tensor:
     """exp(x) for x ≤ 0 with the results below float64's normal range (x < −708) set to 0 instead of subnormal:
     torch's vectorised exp leaves its fast path where it underflows (30–140 ms instead of 3–5 ms per 10⁶ entries
     on this CPU), and an output row's absent labels sit at z − max z ≈ −10⁶ in result (2)'s regime. A subnormal
-    (< 2.3e-308) is below the rounding of every sum and product it enters."""
-    if x.numel() == 0 or float(x.amin()) >= _EXP_MIN:       # nothing underflows (small logits): exp as it is
-        return torch.exp(x)
-    return torch.exp(x.clamp_min(_EXP_MIN)).masked_fill_(x < _EXP_MIN, 0.0)
+    (< 2.3e-308) is below the rounding of every sum and product it enters. Two passes: x < −708 replaced by −inf
+    (``threshold``), then exp in place (exp(−inf) = 0 on the fast path); every other entry is exp(x) as before, bit
+    for bit (12–15 against 35–39 ms at claim2's L = 40 forward, which clamped, took exp, compared and filled); a NaN
+    stays NaN."""
+    return torch.nn.functional.threshold(x, _EXP_BELOW, -math.inf).exp_()
 
 
-_EXP_MIN = -708.0
-
-
-def _softmax_nonpositive(x: torch.Tensor, dim: int) -> torch.Tensor:
-    """softmax of rows whose maximum is 0 (x = z − max z): torch.softmax's operations (exp, sum, divide), with
-    :func:`exp_nonpositive`."""
-    e = exp_nonpositive(x)
-    return e.div_(e.sum(dim, keepdim=True))
+_EXP_BELOW = math.nextafter(-708.0, -math.inf)   # threshold keeps x > this, i.e. x ≥ −708
 
 
 #: a W column spanning more than this (max − min over the keys of one query) takes the reference paths: f = exp(W[:, q]
@@ -412,9 +406,10 @@ def classify(model: DecisionListModel, task: DecisionListTask, types) -> th.Clas
     R = fw.rows
     S = fw.z.shape[0]
     y = R.y.view(1, -1, 1).expand(S, -1, 1)
-    zy = fw.z.gather(2, y).squeeze(2)
-    other = fw.z.scatter(2, y, -torch.inf).amax(2)
-    mg = zy - other                                                      # (S, N)
+    zy = fw.z.gather(2, y)
+    other = fw.z.scatter_(2, y, -torch.inf).amax(2)                      # the label's entry out of the max, in place
+    fw.z.scatter_(2, y, zy)                                              # and back, bit for bit (no copy of the logits)
+    mg = zy.squeeze(2) - other                                           # (S, N)
     ok = mg > 0
     valid = R.valid
     wrong = (~ok & valid).sum(1)
