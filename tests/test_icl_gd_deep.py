@@ -1,4 +1,4 @@
-"""The K ≥ 2 speed path of von Oswald et al. 2023 (``kernels.predict_deep``: batch last, hand-written gradient)
+"""The K ≥ 2 speed path of von Oswald et al. 2023 (``kernels.predict_deep``: batched products, hand-written gradient)
 against ``model.py``'s equations (docs/reproductions/icl-gd.md#speed); each test can fail."""
 
 import pytest

@@ -44,66 +44,42 @@ def predict(model: LSA, E: torch.Tensor) -> torch.Tensor:
     raise AssertionError("unreachable")
 
 
-# ---------------------------------------------------------------- K ≥ 2 layers: batch-last, hand-written backward
+# ---------------------------------------------------------------- K ≥ 2 layers: batch-first, hand-written backward
 #
 # For K ≥ 2 the layers before the last need the per-sequence products (scores: N+1 × N, and scores × values) for
-# every token; as batched matmuls of 11 × 10 matrices (``predict`` above) they ran at ≈ 4 GFLOP/s here and the
-# weight products over (S, B·(N+1), D) rows at ≈ 0.8 ms each (benchmarks/README.md, "Issue 35, session 2026-11-27
-# (seventeenth, helper icl4)"). ``predict_deep`` keeps every per-sequence quantity with the batch axis last,
-# (S, D, N+1, B): a weight then acts as one (D × D) @ (D × (N+1)·B) product per member, and a per-sequence product
-# is a sum over its inner index r of outer products of two (…, B) slices (:func:`_pmm`, r ≤ 11 fused
-# multiply-adds over contiguous rows of B). Autograd through those loops would record every slice, so the
-# gradient is written out (:class:`_Deep`); it is tested against ``model.py`` in float64 (tests/test_icl_gd_deep.py).
-
-
-def _pmm(a: torch.Tensor, ra: int, b: torch.Tensor, rb: int, into: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-sequence product over a shared index r: a (S, ·, ·, B) with r at axis ``ra`` ∈ {1, 2}, b likewise at
-    ``rb``; out[s, p, q, :] = Σ_r a[s, p|r, :] ⊙ b[s, q|r, :] (p the other middle axis of a, q of b), (S, P, Q, B),
-    added in place to ``into`` when given (and returned)."""
-    R = a.shape[ra]
-    if into is None:
-        into = torch.mul(a.select(ra, 0).unsqueeze(2), b.select(rb, 0).unsqueeze(1))
-    else:
-        into.addcmul_(a.select(ra, 0).unsqueeze(2), b.select(rb, 0).unsqueeze(1))
-    for r in range(1, R):
-        into.addcmul_(a.select(ra, r).unsqueeze(2), b.select(rb, r).unsqueeze(1))
-    return into
-
-
-def _wmul(W: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-    """W X per member: W (S, D, D) acting on the D axis of X (S, D, …, B) as one matmul with the rest flattened."""
-    return torch.matmul(W, X.reshape(X.shape[0], X.shape[1], -1)).view(X.shape)
-
-
-def _wgrad(dY: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-    """Σ over tokens and batch of dY Xᵀ per member: (S, D, …, B) × (S, D, …, B) → (S, D, D)."""
-    S, D = X.shape[:2]
-    return torch.matmul(dY.reshape(S, D, -1), X.reshape(S, D, -1).transpose(-1, -2))
+# every token. ``predict_deep`` runs them as batched matmuls over contiguous (S·B, N+1, D) tokens and the weight
+# products as one (B·(N+1), D) @ (D, D) matmul per member, with the gradient written out (:class:`_Deep`: 2
+# per-sequence and 2 weight products forward per layer before the last, 4 and 4 backward; the last layer only the
+# query's y entry), so autograd records no expand, mask or sum of its own. On this project's Xeon (AVX-512) one
+# K = 3 untied step of S = 5 members × 2048 runs ≈ 2.5× faster than with the batch-last element-wise products it
+# replaces (benchmarks/README.md, "Issue 38, session 2026-11-27 (eighteenth, helper icl5)"). Tested against
+# ``model.py`` in float64 (tests/test_icl_gd_deep.py).
 
 
 class _Deep(torch.autograd.Function):
-    """ŷ (S, B) of K layers from the tokens E (S, D, N+1, B) (batch last) and the folded weights A = P W_V,
-    G = W_Kᵀ W_Q, each (S, K, D, D). Gradients for A and G only (the tokens are data)."""
+    """ŷ (S, B) of K layers from the tokens E (S, B, N+1, D) (contiguous) and the folded weights A = P W_V,
+    G = W_Kᵀ W_Q, each (S, K, D, D). Gradients for A and G only (the tokens are data). Tokens are rows: a
+    weight acts as E Wᵀ."""
 
     @staticmethod
     def forward(ctx, E, A, G):
-        K = A.shape[1]
-        N = E.shape[2] - 1
+        S, B, T, D = E.shape
+        N, K = T - 1, A.shape[1]
         saved = []
         for layer in range(K - 1):
             Al, Gl = A[:, layer], G[:, layer]
-            X = E[:, :, :N]                                  # keys and values: the context    (S, D, N, B)
-            g = _wmul(Gl, E)                                 # G e_j                           (S, D, N+1, B)
-            v = _wmul(Al, X.contiguous())                    # A e_i                           (S, D, N, B)
-            s = _pmm(g, 1, X, 1)                             # s_ji = e_iᵀ G e_j               (S, N+1, N, B)
-            saved.append((E, g, v, s))
-            E = _pmm(v, 2, s, 2, into=E.clone())             # e_j + Σ_i s_ji A e_i            (S, D, N+1, B)
-        Al, Gl = A[:, K - 1], G[:, K - 1]                    # the last layer: the query's y entry only
-        X, q = E[:, :, :N], E[:, :, N]                       # (S, D, N, B), (S, D, B)
-        alpha = torch.matmul(Al[:, -1:], X.reshape(X.shape[0], X.shape[1], -1)).view(X.shape[0], N, -1)  # a·e_i
-        u = torch.matmul(Gl, q)                              # G e_q                           (S, D, B)
-        beta = (X * u.unsqueeze(2)).sum(1)                   # e_iᵀ G e_q                      (S, N, B)
-        y = -(q[:, -1] + (alpha * beta).sum(1))
+            hv = torch.bmm(E.view(S, B * T, D), torch.cat((Gl, Al), 1).transpose(1, 2)).view(S * B, T, 2 * D)
+            h, v = hv[..., :D], hv[..., D:]                                # G e_j, A e_i (the query's A e unused)
+            X = E.view(S * B, T, D)[:, :N]                                 # keys and values: the context
+            s = torch.bmm(h, X.transpose(1, 2))                            # s_ji = e_iᵀ G e_j  (S·B, N+1, N)
+            saved.append((E, h, v, s))
+            E = torch.baddbmm(E.view(S * B, T, D), s, v[:, :N]).view(S, B, T, D)   # e_j + Σ_i s_ji A e_i
+        Al, Gl = A[:, K - 1], G[:, K - 1]                                  # the last layer: the query's y entry
+        X, q = E.view(S * B, T, D)[:, :N], E[:, :, N]                      # (S·B, N, D), (S, B, D)
+        alpha = torch.bmm(E.view(S, B * T, D), Al[:, -1].unsqueeze(-1)).view(S * B, T)[:, :N]    # a·e_i
+        u = torch.bmm(q, Gl.transpose(1, 2))                               # G e_q        (S, B, D)
+        beta = (X * u.view(S * B, 1, D)).sum(-1)                           # e_iᵀ G e_q   (S·B, N)
+        y = -(q[..., -1] + (alpha * beta).sum(-1).view(S, B))
         ctx.save_for_backward(A, G)
         ctx.saved = saved
         ctx.last = (E, alpha, beta, u)
@@ -113,36 +89,39 @@ class _Deep(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dy):
         A, G = ctx.saved_tensors
-        K = A.shape[1]
         E, alpha, beta, u = ctx.last
-        N = E.shape[2] - 1
+        S, B, T, D = E.shape
+        N, K = T - 1, A.shape[1]
         dA, dG = torch.zeros_like(A), torch.zeros_like(G)
-        X, q = E[:, :, :N], E[:, :, N]
-        c = -dy                                              # ∂/∂(q_y + Σ α β)                (S, B)
-        dalpha, dbeta = (c.unsqueeze(1) * beta), (c.unsqueeze(1) * alpha)
+        X, q = E.view(S * B, T, D)[:, :N], E[:, :, N]
+        c = -dy.reshape(S * B, 1)                                          # ∂/∂(q_y + Σ α β)
+        dalpha, dbeta = c * beta, c * alpha                                # (S·B, N)
         Al, Gl = A[:, K - 1], G[:, K - 1]
-        dA[:, K - 1, -1] = torch.matmul(X.reshape(X.shape[0], X.shape[1], -1),
-                                        dalpha.reshape(dalpha.shape[0], -1, 1)).squeeze(-1)
-        du = (X * dbeta.unsqueeze(1)).sum(2)                 # Σ_i β̇_i e_i                     (S, D, B)
-        dG[:, K - 1] = torch.matmul(du, q.transpose(-1, -2))
+        dalpha_t = E.new_zeros(S, 1, B, T)                                 # α̇ on every token, 0 on the query
+        dalpha_t[:, 0, :, :N] = dalpha.view(S, B, N)
+        dA[:, K - 1, -1] = torch.bmm(dalpha_t.view(S, 1, B * T), E.view(S, B * T, D)).view(S, D)  # Σ α̇_i e_i
+        du = (X * dbeta.unsqueeze(-1)).sum(1).view(S, B, D)                # Σ_i β̇_i e_i  (S, B, D)
+        dG[:, K - 1] = torch.bmm(du.transpose(1, 2), q)
         dE = torch.empty_like(E)
-        dE[:, :, :N] = Al[:, -1][:, :, None, None] * dalpha.unsqueeze(1) + u.unsqueeze(2) * dbeta.unsqueeze(1)
-        dE[:, :, N] = torch.matmul(Gl.transpose(-1, -2), du)
-        dE[:, -1, N] += c
+        dE[:, :, :N] = (dalpha.view(S, B, N, 1) * Al[:, -1].view(S, 1, 1, D)
+                        + dbeta.view(S, B, N, 1) * u.view(S, B, 1, D))
+        dE[:, :, N] = torch.bmm(du, Gl)                                    # Gᵀ ∂u
+        dE[:, :, N, -1] += c.view(S, B)
         for layer in range(K - 2, -1, -1):
-            E, g, v, s = ctx.saved[layer]
+            E, h, v, s = ctx.saved[layer]
             Al, Gl = A[:, layer], G[:, layer]
-            X = E[:, :, :N]
-            dv = _pmm(dE, 2, s, 1)                           # ∂v_di = Σ_j ∂E'_dj s_ji          (S, D, N, B)
-            ds = _pmm(dE, 1, v, 1)                           # ∂s_ji = Σ_d ∂E'_dj v_di          (S, N+1, N, B)
-            dg = _pmm(X, 2, ds, 2)                           # ∂g_dj = Σ_i ∂s_ji e_di           (S, D, N+1, B)
-            dA[:, layer] = _wgrad(dv, X)
-            dG[:, layer] = _wgrad(dg, E)
-            S, D = E.shape[:2]                               # the residual and G's input: ∂E' + Gᵀ ∂g
-            dE = torch.baddbmm(dE.view(S, D, -1), Gl.transpose(-1, -2), dg.view(S, D, -1)).view(E.shape)
-            dEx = dE[:, :, :N]                               # the context also enters as keys and values:
-            dEx += _wmul(Al.transpose(-1, -2), dv)           # + Aᵀ ∂v
-            _pmm(g, 2, ds, 1, into=dEx)                      # + Σ_j ∂s_ji g_j
+            X = E.view(S * B, T, D)[:, :N]
+            dEs = dE.view(S * B, T, D)
+            ds = torch.bmm(dEs, v[:, :N].transpose(1, 2))                  # ∂s_ji = ∂e'_j · v_i     (S·B, N+1, N)
+            dv = torch.bmm(s.transpose(1, 2), dEs)                         # ∂v_i = Σ_j s_ji ∂e'_j   (S·B, N, D)
+            dh = torch.bmm(ds, X)                                          # ∂h_j = Σ_i ∂s_ji e_i    (S·B, N+1, D)
+            dx = torch.bmm(ds.transpose(1, 2), h)                          # keys: Σ_j ∂s_ji h_j     (S·B, N, D)
+            dG[:, layer] = torch.bmm(dh.view(S, B * T, D).transpose(1, 2), E.view(S, B * T, D))
+            dv = dv.view(S, B * N, D)
+            dA[:, layer] = torch.bmm(dv.transpose(1, 2), X.reshape(S, B * N, D))
+            dx = torch.baddbmm(dx.view(S, B * N, D), dv, Al)               # values: + Aᵀ ∂v_i
+            dE = torch.baddbmm(dE.view(S, B * T, D), dh.view(S, B * T, D), Gl).view(S, B, T, D)   # ∂e' + Gᵀ ∂h
+            dE[:, :, :N] += dx.view(S, B, N, D)
         return None, dA, dG
 
 
@@ -157,4 +136,4 @@ def predict_deep(model: LSA, E: torch.Tensor) -> torch.Tensor:
     G = model.W_K.transpose(-1, -2) @ model.W_Q
     if model.cfg.tied:
         A, G = A.expand(-1, K, -1, -1), G.expand(-1, K, -1, -1)
-    return _Deep.apply(E.permute(0, 3, 2, 1).contiguous(), A, G)
+    return _Deep.apply(E.contiguous(), A, G)

@@ -70,8 +70,8 @@ class ICLTask(Task):
 
     def loss(self, batch):
         """½ mean over the batch of (ŷ − y_q)², per member: the speed path, equal to ``model.seq_loss`` (tested):
-        ``kernels.predict`` for one layer (no per-sequence products), ``kernels.predict_deep`` (batch last,
-        hand-written gradient) for K ≥ 2."""
+        ``kernels.predict`` for one layer (no per-sequence products), ``kernels.predict_deep`` (batched per-sequence
+        products, hand-written gradient) for K ≥ 2."""
         E, y = batch
         predict = kernels.predict if self.model.cfg.layers == 1 else kernels.predict_deep
         return 0.5 * ((predict(self.model, E) - y) ** 2).mean(-1)
