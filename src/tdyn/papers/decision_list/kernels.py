@@ -856,9 +856,9 @@ def lambda_upper(fw: TokenForward, by_columns: bool = False) -> float:
     Σ ω Σ_t α̃_t² (4 max|V[:, t]|² + 4 max|V[:, t]| p·|z'| + p·z'²). The result is raised by 1e-9 relative for the rounding of the rest. The λ_max probe uses it to skip the
     exact value where it is already below the largest value the member has recorded (:mod:`probes`).
 
-    ``by_columns``: the trace by :class:`_ColumnSplit` instead of the two products (no product over the rows; ≈ 13
-    against ≈ 31 ms at L = 40), within ≈ 1.06 of it where V ≈ cP + E with c ≫ |E|, looser elsewhere; the probe tries it
-    first."""
+    ``by_columns``: the trace by :class:`_ColumnSplit` instead of the two products (no product over the rows, its α̃²
+    sums in token space: ≈ 20–28 against ≈ 30–40 ms at L = 40 on a loaded 2-core VM), within ≈ 1.06 of it where
+    V ≈ cP + E with c ≫ |E|, looser elsewhere; the probe tries it first."""
     T_q, D_q, os2, jf = _upper_terms(fw, by_columns)
     Lam = float((T_q + D_q).max())
     beta_q = (os2 * T_q).sqrt() + jf                             # √(Σ ω λ̂ ‖α̃‖² · trace) + Σ ω ‖p − e_y‖ ‖J̃‖_F
