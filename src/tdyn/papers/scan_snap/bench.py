@@ -191,12 +191,22 @@ def _jobs_training_s(sweep: Path) -> float:
     return total
 
 
+def _cpu_s(before: tuple) -> float:
+    """User + system CPU seconds since ``before`` (:func:`tdyn.bench.usage`), this process and its waited-for children."""
+    d = usage_delta(before, usage())
+    return d["user_s"] + d["sys_s"]
+
+
 @register_bench("fig6_sweep")
 def _fig6_sweep(quick: bool) -> dict:
     """The Fig 6 sweep (640 runs) with ``tdyn sweep`` (batched into ensemble jobs on the local pool: 8 on the CPU,
     4 on CUDA, one per panel; the median of 3 sweeps, each into a fresh directory, 1 if ``quick`` or on CUDA) vs
     the same runs trained one at a time in this process (``quick`` and on CUDA: extrapolated from a few runs
-    per job). On CUDA also the sweep with its steps replayed as CUDA graphs (``cuda_graph``)."""
+    per job). On CUDA also the sweep with its steps replayed as CUDA graphs (``cuda_graph``). Beside each wall
+    time, the CPU seconds it took (user + system, this process and its joined pool workers: ``cpu_s``): a
+    machine shared with other jobs preempts the workers and inflates the walls (benchmarks/README.md, issue 35
+    eighteenth session: 18-51 s walls of one code in one window), far less the CPU seconds. (The entry's
+    ``usage``, which ``tdyn bench`` records for every entry, sums the sweeps and the one-at-a-time runs.)"""
     import statistics
 
     spec = fig6_spec(FIG6)
@@ -206,20 +216,23 @@ def _fig6_sweep(quick: bool) -> dict:
     out: dict = {}
     for graph in (False, True) if cuda else (False,):
         sp = dict(spec, config=dict(spec["config"], cuda_graph=True)) if graph else spec
-        sweeps = []               # (wall seconds, workers' busy seconds, the jobs' training seconds) of each sweep
+        sweeps = []     # (wall seconds, workers' busy seconds, the jobs' training seconds, CPU seconds) of each sweep
         for _ in range(1 if quick or cuda else 3):
             with tempfile.TemporaryDirectory() as d:
-                t0 = time.perf_counter()
-                run_sweep(sp, Path(d) / "sweep", progress=False, workers=1 if cuda else None)
-                sweeps.append((time.perf_counter() - t0, sorted(
+                u0, t0 = usage(), time.perf_counter()
+                run_sweep(sp, Path(d) / "sweep", progress=False, workers=1 if cuda else None)   # workers joined
+                wall, cpu = time.perf_counter() - t0, _cpu_s(u0)
+                sweeps.append((wall, sorted(
                     runs.read_json(Path(d) / "sweep" / runs.SWEEP)["worker_busy_seconds"].values(), reverse=True),
-                    _jobs_training_s(Path(d) / "sweep")))
-        batched = statistics.median(w for w, _, _ in sweeps)
-        busy, training = next((b, t) for w, b, t in sweeps if w == batched)
+                    _jobs_training_s(Path(d) / "sweep"), cpu))
+        batched = statistics.median(w for w, _, _, _ in sweeps)
+        busy, training = next((b, t) for w, b, t, _ in sweeps if w == batched)
         tag = "_graph" if graph else ""
-        out |= {f"batched_s{tag}": batched, f"batched_s_each{tag}": [w for w, _, _ in sweeps],
-                f"worker_busy_s{tag}": busy, f"training_s{tag}": training, f"jobs{tag}": len(plan(load_spec(sp)))}
-    seq, timed, total_runs = 0.0, 0, 0
+        out |= {f"batched_s{tag}": batched, f"batched_s_each{tag}": [w for w, _, _, _ in sweeps],
+                f"worker_busy_s{tag}": busy, f"training_s{tag}": training, f"jobs{tag}": len(plan(load_spec(sp))),
+                f"cpu_s{tag}": statistics.median(c for _, _, _, c in sweeps),
+                f"cpu_s_each{tag}": [c for _, _, _, c in sweeps]}
+    seq, seq_cpu, timed, total_runs = 0.0, 0.0, 0, 0
     # quick, or on a GPU (where one run is bound by kernel launches, alike across a job's members, and 640
     # of them would take minutes of a lent device): a few runs per job, extrapolated
     few = quick or cuda
@@ -228,10 +241,13 @@ def _fig6_sweep(quick: bool) -> dict:
         members = expand_members(cfg)
         total_runs += len(members)
         picked = members[:: max(1, len(members) // 3)] if few else members
+        u0 = usage()
         t = sum(timed_train(member_config(cfg, m)) for m in picked)
         timed += len(picked)
         seq += t * len(members) / len(picked)
+        seq_cpu += _cpu_s(u0) * len(members) / len(picked)
     batched = out["batched_s"]
-    return {"runs": total_runs, **out, "start_method": method, "sequential_s": seq, "ratio": seq / batched,
+    return {"runs": total_runs, **out, "start_method": method, "sequential_s": seq, "sequential_cpu_s": seq_cpu,
+            "ratio": seq / batched, "cpu_ratio": seq_cpu / out["cpu_s"],
             "sequential_runs_timed": timed, "sequential_extrapolated": timed < total_runs,
             "under_2_min": batched < 120}
