@@ -21,8 +21,9 @@ from tdyn.papers.icl_gd.model import LSA
 
 def predict(model: LSA, E: torch.Tensor) -> torch.Tensor:
     """ŷ (S, B) of ``model`` on tokens E (S, B, N+1, D) (or (B, N+1, D) shared), equal to ``model.predict(E)``. The
-    task trains one layer through it and K ≥ 2 through ``predict_deep``; its batch-first K-layer path stays tested
-    equal to model.py at every K (tests/test_icl_gd.py, tests/test_icl_gd_untied.py)."""
+    task trains one layer through it, K ≥ 2 separate layers through ``predict_deep`` and recurrent ones through
+    ``predict_deep_batch_last``; its K-layer path stays tested equal to model.py at every K (tests/test_icl_gd.py,
+    tests/test_icl_gd_untied.py)."""
     S = model.W_K.shape[0]
     if E.dim() == 3:
         E = E.expand(S, *E.shape)
@@ -50,10 +51,11 @@ def predict(model: LSA, E: torch.Tensor) -> torch.Tensor:
 # every token. ``predict_deep`` runs them as batched matmuls over contiguous (S·B, N+1, D) tokens and the weight
 # products as one (B·(N+1), D) @ (D, D) matmul per member, with the gradient written out (:class:`_Deep`: 2
 # per-sequence and 2 weight products forward per layer before the last, 4 and 4 backward; the last layer only the
-# query's y entry), so autograd records no expand, mask or sum of its own. On this project's Xeon (AVX-512) one
-# K = 3 untied step of S = 5 members × 2048 runs ≈ 2.5× faster than with the batch-last element-wise products it
-# replaces (benchmarks/README.md, "Issue 38, session 2026-11-27 (eighteenth, helper icl5)"). Tested against
-# ``model.py`` in float64 (tests/test_icl_gd_deep.py).
+# query's y entry), so autograd records no expand, mask or sum of its own. On the eighteenth session's Xeon
+# (AVX-512) one K = 3 untied trainer step of S = 5 members × 2048 took 67–69 ms against 96 ms with the batch-last
+# element-wise products below (benchmarks/README.md, "Issue 38, session 2026-11-27 (eighteenth, helper icl5)"; on the
+# seventeenth session's EPYC the batch-last layout was the faster). Tested against ``model.py`` in float64
+# (tests/test_icl_gd_deep.py).
 
 
 class _Deep(torch.autograd.Function):
@@ -137,3 +139,121 @@ def predict_deep(model: LSA, E: torch.Tensor) -> torch.Tensor:
     if model.cfg.tied:
         A, G = A.expand(-1, K, -1, -1), G.expand(-1, K, -1, -1)
     return _Deep.apply(E.contiguous(), A, G)
+
+
+# ---------------------------------------------------------------- recurrent K ≥ 2 layers: batch-last, until re-run
+#
+# The training path of tied (recurrent) K ≥ 2 layers (``icl-gd/k-layers``), kept because that reproduction's
+# committed evidence was made with it and ``predict_deep`` differs from it in float32 rounding, which needs a full
+# re-run of icl-gd/k-layers (≈ 10 min of the two cores; not fitted into the eighteenth session beside the untied
+# 50,000-step run). Once re-run with ``predict_deep``, this path goes. It was the seventeenth session's K ≥ 2 kernel
+# (benchmarks/README.md, "Issue 35, session 2026-11-27 (seventeenth, helper icl4)"). ``predict_deep_batch_last`` keeps
+# every per-sequence quantity with the batch axis last,
+# (S, D, N+1, B): a weight then acts as one (D × D) @ (D × (N+1)·B) product per member, and a per-sequence product
+# is a sum over its inner index r of outer products of two (…, B) slices (:func:`_pmm`, r ≤ 11 fused
+# multiply-adds over contiguous rows of B). Autograd through those loops would record every slice, so the
+# gradient is written out (:class:`_DeepBatchLast`); it is tested against ``model.py`` in float64 (tests/test_icl_gd_deep.py).
+
+
+def _pmm(a: torch.Tensor, ra: int, b: torch.Tensor, rb: int, into: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-sequence product over a shared index r: a (S, ·, ·, B) with r at axis ``ra`` ∈ {1, 2}, b likewise at
+    ``rb``; out[s, p, q, :] = Σ_r a[s, p|r, :] ⊙ b[s, q|r, :] (p the other middle axis of a, q of b), (S, P, Q, B),
+    added in place to ``into`` when given (and returned)."""
+    R = a.shape[ra]
+    if into is None:
+        into = torch.mul(a.select(ra, 0).unsqueeze(2), b.select(rb, 0).unsqueeze(1))
+    else:
+        into.addcmul_(a.select(ra, 0).unsqueeze(2), b.select(rb, 0).unsqueeze(1))
+    for r in range(1, R):
+        into.addcmul_(a.select(ra, r).unsqueeze(2), b.select(rb, r).unsqueeze(1))
+    return into
+
+
+def _wmul(W: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """W X per member: W (S, D, D) acting on the D axis of X (S, D, …, B) as one matmul with the rest flattened."""
+    return torch.matmul(W, X.reshape(X.shape[0], X.shape[1], -1)).view(X.shape)
+
+
+def _wgrad(dY: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """Σ over tokens and batch of dY Xᵀ per member: (S, D, …, B) × (S, D, …, B) → (S, D, D)."""
+    S, D = X.shape[:2]
+    return torch.matmul(dY.reshape(S, D, -1), X.reshape(S, D, -1).transpose(-1, -2))
+
+
+class _DeepBatchLast(torch.autograd.Function):
+    """ŷ (S, B) of K layers from the tokens E (S, D, N+1, B) (batch last) and the folded weights A = P W_V,
+    G = W_Kᵀ W_Q, each (S, K, D, D). Gradients for A and G only (the tokens are data)."""
+
+    @staticmethod
+    def forward(ctx, E, A, G):
+        K = A.shape[1]
+        N = E.shape[2] - 1
+        saved = []
+        for layer in range(K - 1):
+            Al, Gl = A[:, layer], G[:, layer]
+            X = E[:, :, :N]                                  # keys and values: the context    (S, D, N, B)
+            g = _wmul(Gl, E)                                 # G e_j                           (S, D, N+1, B)
+            v = _wmul(Al, X.contiguous())                    # A e_i                           (S, D, N, B)
+            s = _pmm(g, 1, X, 1)                             # s_ji = e_iᵀ G e_j               (S, N+1, N, B)
+            saved.append((E, g, v, s))
+            E = _pmm(v, 2, s, 2, into=E.clone())             # e_j + Σ_i s_ji A e_i            (S, D, N+1, B)
+        Al, Gl = A[:, K - 1], G[:, K - 1]                    # the last layer: the query's y entry only
+        X, q = E[:, :, :N], E[:, :, N]                       # (S, D, N, B), (S, D, B)
+        alpha = torch.matmul(Al[:, -1:], X.reshape(X.shape[0], X.shape[1], -1)).view(X.shape[0], N, -1)  # a·e_i
+        u = torch.matmul(Gl, q)                              # G e_q                           (S, D, B)
+        beta = (X * u.unsqueeze(2)).sum(1)                   # e_iᵀ G e_q                      (S, N, B)
+        y = -(q[:, -1] + (alpha * beta).sum(1))
+        ctx.save_for_backward(A, G)
+        ctx.saved = saved
+        ctx.last = (E, alpha, beta, u)
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        A, G = ctx.saved_tensors
+        K = A.shape[1]
+        E, alpha, beta, u = ctx.last
+        N = E.shape[2] - 1
+        dA, dG = torch.zeros_like(A), torch.zeros_like(G)
+        X, q = E[:, :, :N], E[:, :, N]
+        c = -dy                                              # ∂/∂(q_y + Σ α β)                (S, B)
+        dalpha, dbeta = (c.unsqueeze(1) * beta), (c.unsqueeze(1) * alpha)
+        Al, Gl = A[:, K - 1], G[:, K - 1]
+        dA[:, K - 1, -1] = torch.matmul(X.reshape(X.shape[0], X.shape[1], -1),
+                                        dalpha.reshape(dalpha.shape[0], -1, 1)).squeeze(-1)
+        du = (X * dbeta.unsqueeze(1)).sum(2)                 # Σ_i β̇_i e_i                     (S, D, B)
+        dG[:, K - 1] = torch.matmul(du, q.transpose(-1, -2))
+        dE = torch.empty_like(E)
+        dE[:, :, :N] = Al[:, -1][:, :, None, None] * dalpha.unsqueeze(1) + u.unsqueeze(2) * dbeta.unsqueeze(1)
+        dE[:, :, N] = torch.matmul(Gl.transpose(-1, -2), du)
+        dE[:, -1, N] += c
+        for layer in range(K - 2, -1, -1):
+            E, g, v, s = ctx.saved[layer]
+            Al, Gl = A[:, layer], G[:, layer]
+            X = E[:, :, :N]
+            dv = _pmm(dE, 2, s, 1)                           # ∂v_di = Σ_j ∂E'_dj s_ji          (S, D, N, B)
+            ds = _pmm(dE, 1, v, 1)                           # ∂s_ji = Σ_d ∂E'_dj v_di          (S, N+1, N, B)
+            dg = _pmm(X, 2, ds, 2)                           # ∂g_dj = Σ_i ∂s_ji e_di           (S, D, N+1, B)
+            dA[:, layer] = _wgrad(dv, X)
+            dG[:, layer] = _wgrad(dg, E)
+            S, D = E.shape[:2]                               # the residual and G's input: ∂E' + Gᵀ ∂g
+            dE = torch.baddbmm(dE.view(S, D, -1), Gl.transpose(-1, -2), dg.view(S, D, -1)).view(E.shape)
+            dEx = dE[:, :, :N]                               # the context also enters as keys and values:
+            dEx += _wmul(Al.transpose(-1, -2), dv)           # + Aᵀ ∂v
+            _pmm(g, 2, ds, 1, into=dEx)                      # + Σ_j ∂s_ji g_j
+        return None, dA, dG
+
+
+def predict_deep_batch_last(model: LSA, E: torch.Tensor) -> torch.Tensor:
+    """``predict_deep`` by the batch-last kernel (:class:`_DeepBatchLast`), the same values to rounding: the task's
+    loss for tied K ≥ 2 layers until icl-gd/k-layers is re-run with ``predict_deep`` (see above)."""
+    S = model.W_K.shape[0]
+    if E.dim() == 3:
+        E = E.expand(S, *E.shape)
+    K = model.cfg.layers
+    A = model.P @ model.W_V                                          # (S, weight sets, D, D)
+    G = model.W_K.transpose(-1, -2) @ model.W_Q
+    if model.cfg.tied:
+        A, G = A.expand(-1, K, -1, -1), G.expand(-1, K, -1, -1)
+    return _DeepBatchLast.apply(E.permute(0, 3, 2, 1).contiguous(), A, G)
