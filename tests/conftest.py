@@ -1,5 +1,6 @@
 """Shared test fixtures: a toy quadratic task with an exact population loss (no batches)."""
 
+import math
 import os
 import subprocess
 import sys
@@ -201,3 +202,17 @@ def random_lsa(K: int, tied: bool, S: int, d: int, seed: int = 0, std: float = 0
         for p in m.parameters():
             p.copy_(std * torch.randn(p.shape, generator=g, dtype=torch.float64))
     return m
+
+
+def json_differences(a, b, rel_tol: float, path: str = "") -> list[str]:
+    """Where two JSON values differ, path by path, floats compared to ``rel_tol`` relative: for results recomputed
+    on another CPU, whose last bits may differ (eigen-solves, BLAS reductions); everything else must be equal."""
+    if isinstance(a, float) and isinstance(b, float):
+        return [] if math.isclose(a, b, rel_tol=rel_tol) else [f"{path}: {a!r} != {b!r}"]
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return [f"{path}: keys {sorted(a.keys() ^ b.keys())} in one only"]
+        return [d for k in a for d in json_differences(a[k], b[k], rel_tol, f"{path}/{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in json_differences(x, y, rel_tol, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]

@@ -2,13 +2,13 @@
 `python -X importtime`, not a timing); the catalog they read is generated from the registrations."""
 
 import json
-import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import json_differences
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = {"torch", "numpy", "scipy", "matplotlib", "sklearn", "ray", "submitit", "pandas", "safetensors", "tokenizers",
@@ -45,32 +45,20 @@ def test_commands_that_import_torch_freeze_what_they_imported(tmp_path):
     assert int(r.stdout.split()[-1]) > 100_000      # torch's ~170,000 objects, frozen
 
 
-def _differences(a, b, path=""):
-    """Where two catalogs differ: the paths whose values differ, floats compared to 1e-8 relative (claim2's
-    learning rate is 1/λ_max from an eigen-solve at c up to 4·10⁷; its last bits differ between CPUs, measured up to
-    1.0e-10 relative between this project's AMD EPYC and Intel Xeon machines, 2026-11-27)."""
-    if isinstance(a, float) and isinstance(b, float):
-        return [] if math.isclose(a, b, rel_tol=1e-8) else [f"{path}: {a!r} != {b!r}"]
-    if isinstance(a, dict) and isinstance(b, dict):
-        if a.keys() != b.keys():
-            return [f"{path}: keys {sorted(a.keys() ^ b.keys())} in one only"]
-        return [d for k in a for d in _differences(a[k], b[k], f"{path}/{k}")]
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for x, y, i in zip(a, b, range(len(a))) for d in _differences(x, y, f"{path}[{i}]")]
-    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
-
-
-def test_catalog_differences_compare_floats_relatively():
-    assert _differences({"a": [1.0, {"b": 2.0}]}, {"a": [1.0 + 1e-10, {"b": 2.0}]}) == []
-    assert _differences({"a": [1.0]}, {"a": [1.0 + 1e-6]}) == ["/a[0]: 1.0 != 1.000001"]
-    assert _differences({"a": 1}, {"b": 1}) and _differences([1.0], [1.0, 2.0]) and _differences({"a": "x"}, {"a": "y"})
+def test_json_differences_compare_floats_relatively():
+    assert json_differences({"a": [1.0, {"b": 2.0}]}, {"a": [1.0 + 1e-10, {"b": 2.0}]}, 1e-8) == []
+    assert json_differences({"a": [1.0]}, {"a": [1.0 + 1e-6]}, 1e-8) == ["/a[0]: 1.0 != 1.000001"]
+    assert json_differences({"a": 1}, {"b": 1}, 1e-8) and json_differences([1.0], [1.0, 2.0], 1e-8)
+    assert json_differences({"a": "x"}, {"a": "y"}, 1e-8) and json_differences({"a": None}, {"a": 0.0}, 1e-8)
 
 
 def test_catalog_matches_the_registrations():
     from tdyn.reproduce import registry, runner
 
     fresh = json.loads(runner.catalog_text())
-    diff = _differences(registry.catalog(), fresh)
+    # claim2's learning rate is 1/λ_max from an eigen-solve at c up to 4·10⁷: its last bits differ between CPUs,
+    # measured up to 1.0e-10 relative between this project's AMD EPYC and Intel Xeon machines (2026-11-27)
+    diff = json_differences(registry.catalog(), fresh, 1e-8)
     assert not diff, f"regenerate it (make catalog): {len(diff)} differences, first {diff[:3]}"
     assert fresh["scan-snap/fig4"]["configs"]["full"] and fresh["decision-list/claim1"]["configs"] == {}
 
