@@ -32,21 +32,17 @@ def _loss(pred, y):
 
 # d = 4, N = 7 (D = 5, N+1 = 8) as well as the authors' d = N = 10, where the token and feature axes have the same
 # length 11 and a transposed index would go unseen
-KERNELS = [kernels.predict_deep, kernels.predict_deep_batch_last]
 
-
-@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("d,N", [(4, 7), (10, 10)])
 @pytest.mark.parametrize("K,tied", [(1, True), (2, True), (2, False), (3, True), (3, False), (4, False)])
-def test_deep_equals_the_model_in_float64(K, tied, d, N, kernel):
+def test_deep_equals_the_model_in_float64(K, tied, d, N):
     """ŷ and every weight's gradient of the loss: relative 1e-12 (values) and 1e-10 (gradients) of model.py's
-    attention under autograd, for a batch shared by the members and for one batch per member (both K ≥ 2 kernels:
-    the batched one and the batch-last one recurrent layers still train with)."""
+    attention under autograd, for a batch shared by the members and for one batch per member."""
     m = _model(K, tied, S=3, d=d, seed=K)
     E, y = _batch(24, d, N, seed=1)
     Es = torch.stack([E, E.flip(0), 0.5 * E])
     for batch in (E, Es):
-        ref, got = m.predict(batch), kernel(m, batch)
+        ref, got = m.predict(batch), kernels.predict_deep(m, batch)
         scale = float(ref.detach().abs().max())
         assert float((got - ref).detach().abs().max()) <= 1e-12 * scale
         g_ref = torch.autograd.grad(_loss(ref, y), list(m.parameters()))
@@ -56,14 +52,13 @@ def test_deep_equals_the_model_in_float64(K, tied, d, N, kernel):
             assert float((a - b).abs().max()) <= 1e-10 * float(b.abs().max())
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_deep_gradient_by_finite_difference(kernel):
+def test_deep_gradient_by_finite_difference():
     """The hand-written gradient along random directions of each matrix of each untied layer against a central
     difference of the loss by model.py (float64, h = 1e-6, relative 1e-6): a reference without autograd."""
     K = 3
     m = _model(K, tied=False, S=1, d=4, seed=5, std=0.3)
     E, y = _batch(16, 4, 7, seed=2)
-    grads = dict(zip(NAMES, torch.autograd.grad(_loss(kernel(m, E), y), list(m.parameters()))))
+    grads = dict(zip(NAMES, torch.autograd.grad(_loss(kernels.predict_deep(m, E), y), list(m.parameters()))))
     for name, layer, v, fd in per_layer_central_differences(m, NAMES, K, lambda: float(_loss(m.predict(E), y)), 3):
         assert abs(float((grads[name] * v).sum()) - fd) <= 1e-6 * max(abs(fd), 1e-3), (name, layer)
 
@@ -118,20 +113,19 @@ def test_task_loss_in_float32_is_the_model_to_rounding(K, tied):
         assert float((a.to(F64) - b).abs().max()) <= 1e-4 * float(b.abs().max())
 
 
-@pytest.mark.parametrize("tied,kernel", [(True, kernels.predict_deep_batch_last), (False, kernels.predict_deep)])
-def test_task_trains_recurrent_layers_by_the_batch_last_kernel(tied, kernel):
-    """The task's float32 loss and gradient for K = 2 are those of the kernel its layers are meant to train with,
-    bit for bit (recurrent: the batch-last one icl-gd/k-layers' evidence was made with; separate: the batched one),
-    and the two kernels differ in float32 rounding (so the check can tell them apart)."""
+@pytest.mark.parametrize("tied", [True, False])
+def test_task_trains_k_layers_by_the_batched_kernel(tied):
+    """The task's float32 loss and gradient for K = 2, recurrent or separate layers, are those of
+    ``kernels.predict_deep`` bit for bit, and differ in float32 rounding from the generic ``kernels.predict`` path
+    (so the check can tell the kernels apart)."""
     rc = load_config(icl_gd_config(layers=2, tied=tied, seeds=[0, 1], steps=1, batch_size=128, probe_size=8))
     task = build_task(rc, expand_members(rc))
-    E, y = torch.stack([_batch(128, 10, 10, seed=s, dtype=torch.float32)[0] for s in (3, 4)]), None
+    E = torch.stack([_batch(128, 10, 10, seed=s, dtype=torch.float32)[0] for s in (3, 4)])
     y = torch.stack([_batch(128, 10, 10, seed=s, dtype=torch.float32)[1] for s in (3, 4)])
     params = list(task.model.parameters())
     got = task.loss((E, y))
-    want = 0.5 * ((kernel(task.model, E) - y) ** 2).mean(-1)
+    want = 0.5 * ((kernels.predict_deep(task.model, E) - y) ** 2).mean(-1)
     assert torch.equal(got, want)
     for a, b in zip(torch.autograd.grad(got.sum(), params), torch.autograd.grad(want.sum(), params)):
         assert torch.equal(a, b)
-    other = kernels.predict_deep if kernel is kernels.predict_deep_batch_last else kernels.predict_deep_batch_last
-    assert not torch.equal(kernel(task.model, E), other(task.model, E))
+    assert not torch.equal(kernels.predict_deep(task.model, E), kernels.predict(task.model, E))

@@ -71,12 +71,10 @@ class ICLTask(Task):
     def loss(self, batch):
         """½ mean over the batch of (ŷ − y_q)², per member: the speed path, equal to ``model.seq_loss`` (tested):
         ``kernels.predict`` for one layer (no per-sequence products), ``kernels.predict_deep`` (batched per-sequence
-        products, hand-written gradient) for K ≥ 2 separate layers, ``kernels.predict_deep_batch_last`` for K ≥ 2
-        recurrent ones (the kernel icl-gd/k-layers' evidence was made with, until it is re-run)."""
+        products, hand-written gradient) for K ≥ 2 layers, separate or recurrent."""
         E, y = batch
         cfg = self.model.cfg
-        predict = (kernels.predict if cfg.layers == 1 else kernels.predict_deep_batch_last if cfg.tied
-                   else kernels.predict_deep)
+        predict = kernels.predict if cfg.layers == 1 else kernels.predict_deep
         return 0.5 * ((predict(self.model, E) - y) ** 2).mean(-1)
 
 
