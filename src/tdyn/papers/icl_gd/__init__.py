@@ -38,10 +38,7 @@ MANIFEST = Paper(
             "reproduces the paper's multi-layer comparison with K steps of GD and GD++"),
         "icl-gd/k-layers-untied": Reproduction("tdyn.papers.icl_gd.k_layers",
             "K trained separate (untied) LSA layers vs K steps of GD and of GD++ (the authors' 50,000 Adam steps)",
-            "reproduces the paper's multi-layer comparison for untied layers",
-            gpu_scale="its two jobs train K = 2 and 3 separate layers 50,000 Adam steps at S = 5 × batch 2048: "
-                      "47 TFLOP, 351 s of one core at the reference matmul rate (135 GFLOP/s) against its ≈ 67 s "
-                      "share of 30 min; 84 min wall on this 2-core CPU (benchmarks/README.md)"),
+            "reproduces the paper's multi-layer comparison for untied layers"),
     },
     exports={
         "models": {"LSA": "tdyn.papers.icl_gd.model", "LSAConfig": "tdyn.papers.icl_gd.model"},
