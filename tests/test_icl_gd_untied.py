@@ -154,3 +154,46 @@ def test_untied_reproduction_quick(tmp_path, cli):
     assert cfg["model"] == {"layers": 2, "tied": False, "init_scale": 0.002}
     r = cli("reproduce", "icl-gd/k-layers-untied", "--quick", "--out", str(tmp_path / "v"), "--tied", "true")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_k_layers_judge_reads_the_trained_loss_two_ways(tmp_path):
+    """The K-layer claims on the trained loss carry two readings side by side: the model at the last step and the
+    median over the last fifth of training. Synthetic tables: K = 3 sits below GD for the whole late window but one
+    seed spikes above it at the last step, so the last step is inconclusive (its seed noise swallows the margin)
+    while the late window holds, and the claim is inconclusive (the one combination rule, never the nicer reading);
+    the late median is the median of exactly the probes at steps ≥ 0.8 T."""
+    import numpy as np
+
+    from tdyn.papers.icl_gd import k_layers
+    from tdyn.reproduce.registry import ReproduceContext
+
+    def tables(st):
+        T, curve, final = st.steps, [], []
+        for K, base in ((2, 0.40), (3, 0.30)):
+            for seed in st.seeds:
+                for step in range(0, T + 1, st.probe_every):
+                    loss = base + (0.01 * seed if step >= 0.8 * T else 1.0)
+                    if K == 3 and seed == 0 and step == T:
+                        loss = 5.0                                       # a spike at the last step
+                    curve.append({"K": K, "seed": seed, "step": step, "loss": loss})
+                last = [r["loss"] for r in curve if r["K"] == K and r["seed"] == seed and r["step"] == T][0]
+                final.append({"K": K, "seed": seed, "loss": last, "loss_gd": 0.5, "loss_gdpp": base,
+                              "sens_cos_gd": 0.9, "sens_cos_gdpp": 0.95})
+        return {"k_layers_final": final, "k_layers": curve, "k_layers_gdpp": []}
+
+    ctx = ReproduceContext(out=tmp_path, options=k_layers.UntiedOptions())          # full: 50,000 steps, 5 seeds
+    st = k_layers.settings(ctx)
+    tb = tables(st)
+    late = k_layers._late(tb["k_layers_final"], tb["k_layers"], st.steps)
+    window = [r["loss"] for r in tb["k_layers"] if r["K"] == 3 and r["seed"] == 0 and r["step"] >= 0.8 * st.steps]
+    assert len(window) == 11 and late[[r["K"] == 3 and r["seed"] == 0 for r in late].index(True)]["loss"] == \
+        float(np.median(window))
+    res = k_layers.judge(ctx, tb)
+    beat = {c["id"]: c for c in res["claims"]}["k_layers_beat_gd"]
+    by = {r["name"]: r["verdict"] for r in beat["readings"]}
+    assert by == {"last step": "inconclusive", "late window": "holds"}
+    assert beat["verdict"] == "inconclusive" and "readings disagree" in beat["reason"]
+    qctx = ReproduceContext(out=tmp_path, quick=True, options=k_layers.UntiedOptions())   # 300 steps: one late probe
+    quick = k_layers.judge(qctx, tables(k_layers.settings(qctx)))
+    late_q = {r["name"]: r for r in quick["claims"][0]["readings"]}["late window"]
+    assert late_q["verdict"] == "not applicable" and "1 probe" in late_q["reason"]
