@@ -532,6 +532,15 @@ def test_full_evidence_exported_and_gpu_scale_quick_on_a_cpu(tmp_path, fake_expe
     assert got == ["curve.png", "notes.txt", "results.json", "table.csv"]      # old.png went; notes.txt is not tdyn's
     assert (dest / slug("test/fake") / "table.csv").read_bytes() == (out / slug("test/fake") / "table.csv").read_bytes()
     assert not (dest / slug("test/fails")).exists()
+    # two at once: each exported result says its wall was made beside another reproduction, and the README's table
+    made, res = runs.read_json(out / slug("test/fake") / "results.json"), runs.read_json(dest / slug("test/fake") / "results.json")
+    assert res["made"] == made["made"] | {"jobs": 2} and res["claims"] == made["claims"]
+    from tdyn.report import verdicts
+    row = [r for r in verdicts.table(dest).splitlines() if "test/fake" in r][0]
+    assert "(2 at once)" in row
+    (out / MANIFEST).write_text(json.dumps(runs.read_json(out / MANIFEST) | {"jobs": 1}))
+    runner.export_evidence(out, dest)                                  # one at a time: copied byte for byte
+    assert (dest / slug("test/fake") / "results.json").read_bytes() == (out / slug("test/fake") / "results.json").read_bytes()
 
 
 @pytest.mark.parametrize("what", ["index.html", "index.html link", "report_files file"])

@@ -143,6 +143,9 @@ def table(d: Path, names: list[str] | None = None, link_from: Path | None = None
         err = " (error)" if "error" in res else ""
         # results judged on runs trained elsewhere (--at-step) took no training time of their own
         took = "—" if res.get("at_step") is not None else _time(res.get("wall_seconds"))
+        jobs = (res.get("made") or {}).get("jobs") if isinstance(res.get("made"), dict) else None
+        if took != "—" and isinstance(jobs, int) and jobs > 1:     # made beside other reproductions (--all --jobs N)
+            took += f" ({jobs} at once)"
         cells = [str(counts(split[src])[v]) if split[src] else "—" for src in SOURCES for v in ORDER]
         unlabelled = f" ({len(split[None])} unlabelled)" if split.get(None) else ""
         lines[name, str(rdir.relative_to(d))] = (f"| {_name(name, link_from)}{err}{unlabelled} | {_md(setting)} | {took} | "

@@ -375,10 +375,14 @@ def export_evidence(src: str | Path, dest: str | Path) -> list[str]:
     """Copy the full-setting results of a ``reproduce --all`` directory ``src`` into the evidence directory
     ``dest`` (the shipped docs/results): for each reproduction it finished at full settings, its
     ``results.json`` and the tables and figures it lists, into ``dest/<slug>/`` (the files tdyn wrote there
-    before and no longer writes go). Quick and failed ones are left out. Returns the names copied."""
+    before and no longer writes go). Quick and failed ones are left out. Returns the names copied.
+    Where ``src`` ran N > 1 reproductions at once (``--jobs N``), each exported result says so (``made.jobs``):
+    its wall time was made beside other reproductions, not alone."""
     src, dest = Path(src), Path(dest)
     copied = []
-    for e in runs.read_manifest(src / MANIFEST)["reproductions"]:
+    manifest = runs.read_manifest(src / MANIFEST)
+    jobs = manifest.get("jobs") if isinstance(manifest.get("jobs"), int) else 1
+    for e in manifest["reproductions"]:
         res_path = src / e["dir"] / runs.RESULTS
         if e.get("status") != "finished" or e.get("quick") or not res_path.is_file():
             continue
@@ -392,7 +396,11 @@ def export_evidence(src: str | Path, dest: str | Path) -> list[str]:
             if "/" not in f and (to / f).is_file():
                 (to / f).unlink()
         to.mkdir(parents=True, exist_ok=True)
-        runs.atomic_write_many([(to / f, (src / e["dir"] / f).read_bytes()) for f in files])
+        if jobs > 1:
+            res["made"] = (res.get("made") if isinstance(res.get("made"), dict) else {}) | {"jobs": jobs}
+        runs.atomic_write_many([runs.json_file(to / runs.RESULTS, res) if jobs > 1 else
+                                (to / runs.RESULTS, res_path.read_bytes())]
+                               + [(to / f, (src / e["dir"] / f).read_bytes()) for f in files[1:]])
         copied.append(e["name"])
     return copied
 
