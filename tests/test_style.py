@@ -36,3 +36,28 @@ def test_sweep_plot_with_twelve_curves_identifies_each(tmp_path):
     assert len(legend) == 12 and len(set(legend)) == 12
     assert len({(ln.get_color(), ln.get_marker()) for ln in lines}) == 12
     plt.close("all")
+
+
+def test_apply_does_not_inherit_an_earlier_figures_settings(tmp_path):
+    """A worker of `reproduce --all --jobs N` draws several reproductions in one process; one that sets larger
+    text for its page (real/attention-maps, scan-snap/snap-time) must not change the next one's figure: after
+    style.apply() the settings and the saved PNG's bytes are those of a process that drew nothing before."""
+    import matplotlib
+
+    plt = style.pyplot()
+
+    def draw(name):
+        style.apply()
+        fig, ax = plt.subplots(figsize=(3, 2))
+        ax.plot([0, 1], [1, 0], label="a")
+        ax.set(xlabel="x", ylabel="y", title="t")
+        ax.legend()
+        style.save(fig, tmp_path / name)
+        return dict(plt.rcParams)
+
+    matplotlib.rcdefaults()
+    first = draw("first.png")
+    plt.rcParams.update({"xtick.labelsize": 12, "ytick.labelsize": 12, "font.size": 13, "axes.titlesize": 14})
+    again = draw("again.png")
+    assert again == first
+    assert (tmp_path / "again.png").read_bytes() == (tmp_path / "first.png").read_bytes()

@@ -53,9 +53,13 @@ def series(i: int, marker: str | None = None, n: int | None = None) -> dict:
 
 
 def apply() -> None:
+    """tdyn's style on matplotlib's defaults: a figure must not depend on what an earlier figure of the same
+    process set (under ``reproduce --all --jobs N`` a worker draws several reproductions; some set larger text for
+    their page), so every call starts from ``rcdefaults``."""
     import matplotlib
 
     plt = pyplot()
+    matplotlib.rcdefaults()
     plt.rcParams.update({
         "figure.dpi": 110, "savefig.dpi": 130, "font.size": 10, "axes.titlesize": 11,
         "axes.labelsize": 10, "legend.fontsize": 9, "axes.grid": False,
