@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from tdyn.papers.topic import kernels
 from tdyn.papers.topic import probes as tp
 from tdyn.papers.topic import stages as ts
 from tdyn.papers.topic.data import NUM_SPECIAL
@@ -205,12 +206,16 @@ def _mlm_batch(S=3, B=40, L=152, seed=5):
 @pytest.mark.parametrize("kw", [{}, {"emb_layernorm": True}, {"bias": False}, {"embedding": "trained", "d": V},
                                 {"value": "block"}, {"value": "identity"}, {"value": "identity", "bias": False},
                                 {"init": "small_uniform", "init_eps": 1e-3}])
-def test_selected_rows_loss_and_gradients_equal_the_padded_rows(kw):
+@pytest.mark.parametrize("data", ["mlm", "lda"])
+def test_selected_rows_loss_and_gradients_equal_the_padded_rows(kw, data, monkeypatch):
+    """The selected rows' kernel (its attention and log-probabilities once per distinct (document, id), the
+    backward on the rows) against the padded rows' per-row forward (``_per_row_paths``)."""
     model = _model(S=3, **kw)
     assert model.selected_rows
-    tokens, labels, keys = _mlm_batch()
+    tokens, labels, keys = _mlm_batch() if data == "mlm" else _lda_batch()
     out = {}
     for fast in (False, True):
+        _per_row_paths(monkeypatch, not fast)
         model.selected_rows = fast
         model.zero_grad()
         loss = model.data_loss(tokens, labels, keys)
@@ -218,6 +223,17 @@ def test_selected_rows_loss_and_gradients_equal_the_padded_rows(kw):
         out[fast] = [loss.detach()] + [p.grad.clone() for p in model.parameters()]
     for a, b in zip(out[False], out[True]):
         assert torch.equal(a, b)
+
+
+def _per_row_paths(monkeypatch, on: bool = True):
+    """``on``: the model computes every query row and position itself (no ``kernels.distinct_rows_mix`` at layer 0,
+    no ``kernels.distinct_rows_affine`` in later layers): the code those paths replace; off: as shipped."""
+    from tdyn.papers.topic import model as tm
+    if on:
+        monkeypatch.setattr(tm, "distinct_rows", lambda *a: False)
+        monkeypatch.setattr(tm.TopicTransformer, "_later_rows", lambda *a: None)
+    else:
+        monkeypatch.undo()
 
 
 def test_selected_rows_only_where_the_model_allows():
@@ -346,3 +362,67 @@ def test_position_class_sums_with_masks_kept_per_tokens_tensor():
     assert tp._COUNTED
     del other
     assert not tp._COUNTED
+
+
+# ---------------------------------------------------------------- distinct (document, id) rows (issue 35)
+
+
+def test_distinct_rows_are_the_pairs_of_the_rows():
+    g = torch.Generator().manual_seed(0)
+    S, B, R, n_ids = 3, 4, 50, 7
+    docs, ids = torch.randint(0, B, (S, R), generator=g), torch.randint(0, n_ids, (S, R), generator=g)
+    ids[2] = 0                                                       # a member with fewer pairs than the others
+    r = kernels.distinct_rows(docs, ids, B, n_ids)
+    for s in range(S):
+        pairs = sorted({(int(d), int(i)) for d, i in zip(docs[s], ids[s])})
+        got = list(zip(r.docs[s].tolist(), r.ids[s].tolist()))
+        assert got[:len(pairs)] == pairs                             # ascending; the rest repeat pairs of no row
+        for row in range(R):
+            assert got[int(r.row_of[s, row])] == (int(docs[s, row]), int(ids[s, row]))
+        for u, (d, i) in enumerate(pairs):
+            assert int(r.first[s, u]) == min(row for row in range(R) if (docs[s, row], ids[s, row]) == (d, i))
+
+
+def _lda_batch(S=3, seed=0):
+    """Three members' training batches of the LDA data (static masks, 40 documents of ≤ 152 positions): the
+    (document, id) rows repeat as in the runs (≈ 4× at layer 0's every position)."""
+    from tdyn.papers.topic.data import LdaDataConfig
+    from tdyn.papers.topic.task import dataset
+    ds = dataset(LdaDataConfig(num_train=200, num_dev=20, num_test=10, probe_docs=20))
+    bs = [ds.sample(torch.Generator().manual_seed(seed * 10 + s)) for s in range(S)]
+    return tuple(torch.stack([b[k] for b in bs]) for k in ("tokens", "labels", "keys"))
+
+
+@pytest.mark.parametrize("kw", [{"n_layers": 2}, {"n_layers": 2, "init": "small_uniform", "init_eps": 1e-3},
+                                {"n_layers": 3, "bias": False}, {"n_layers": 2, "emb_layernorm": True},
+                                {"n_layers": 2, "embedding": "trained", "d": V}, {"block": "bert", "decoder": "trained"},
+                                {"n_layers": 2, "block": "bert", "decoder": "trained"}, {"n_layers": 2, "n_heads": 2},
+                                {"loss": "squared"}])
+@pytest.mark.parametrize("data", ["mlm", "lda"])
+def test_distinct_rows_equal_every_rows_forward(kw, data, monkeypatch):
+    """Layer 0's attention and A V once per distinct (document, id) of its queries (``kernels.distinct_rows_mix``)
+    and the later layers' keys and values once per distinct row (``kernels.distinct_rows_affine``): the loss,
+    every parameter's gradient, the loss without gradients (the dev-loss probe), the logits and every layer's
+    attention (the probes' path) bit-equal to every row computed, at the full-setting batch (3 members, 40
+    documents of 152 positions, |V| = 104)."""
+    model = _model(S=3, **kw)
+    tokens, labels, keys = _mlm_batch() if data == "mlm" else _lda_batch()
+    calls = []
+    out = {}
+    for fast in (False, True):
+        _per_row_paths(monkeypatch, not fast)
+        if fast:
+            for name in ("distinct_rows_mix", "distinct_rows_affine"):
+                monkeypatch.setattr(kernels, name,
+                                    lambda *a, _f=getattr(kernels, name), _n=name: calls.append(_n) or _f(*a))
+        model.zero_grad()
+        loss = model.data_loss(tokens, labels, keys)
+        loss.sum().backward()
+        with torch.no_grad():
+            rest = [model.data_loss(tokens, labels, keys), model(tokens, keys)]
+            rest += [model.attention(tokens, keys, layer) for layer in range(model.cfg.n_layers)]
+        out[fast] = [loss.detach()] + [p.grad.clone() for p in model.parameters()] + rest
+    assert ("distinct_rows_mix" in calls) == (model.cfg.n_heads == 1)
+    assert ("distinct_rows_affine" in calls) == (model.cfg.n_layers > 1)
+    for a, b in zip(out[False], out[True]):
+        assert torch.equal(a, b)

@@ -142,12 +142,28 @@ class Input:
     source: torch.Tensor
     ids: torch.Tensor | None = None
     identity: bool = False
+    #: later layers: the distinct (document, layer-0 id) pairs of the B·L positions, whose rows of E repeat
+    #: (``kernels.distinct_rows``); the keys' products then run once per pair. None: every position's row.
+    rows: kernels.DistinctRows | None = None
+    _distinct: tuple | None = dataclasses.field(default=None, repr=False)
 
     def table(self, W: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor:
         """E Wᵀ + b per key: [S, B, L, d_out] (positions) or [S, V, d_out] (ids)."""
         if self.identity:                                        # I Wᵀ + b = Wᵀ + b, not multiplied
             return affine(self.source if W is None else W.transpose(1, 2), None, b)
+        if self.rows is not None and W is not None:              # once per distinct row (kernels: bit for bit)
+            return kernels.distinct_rows_affine(self.source, W, b, self.rows)
         return affine(self.source, W, b)
+
+    def distinct(self, q_pos: torch.Tensor) -> tuple[torch.Tensor, kernels.DistinctRows]:
+        """Layer 0 (ids): the queries' ids [S, B·n_q] and their distinct (document, id) pairs, made once per
+        ``q_pos`` tensor [S, B, n_q]."""
+        if self._distinct is None or self._distinct[0] is not q_pos:
+            S, B, n_q = q_pos.shape
+            q_ids = torch.gather(self.ids, 2, q_pos).reshape(S, -1)
+            docs = torch.arange(B, device=q_pos.device).repeat_interleave(n_q).expand(S, -1)
+            self._distinct = (q_pos, q_ids, kernels.distinct_rows(docs, q_ids, B, self.source.shape[1]))
+        return self._distinct[1], self._distinct[2]
 
     def dense(self) -> torch.Tensor:
         """E itself, [S, B, L, d]."""
@@ -258,6 +274,12 @@ class SelfAttention(nn.Module):
             if cache is not None:
                 self._record(cache, E, keys, c, None, A.expand(S, B, h, n_q, -1), H, w)
             return H, (E.per_position(A.expand(S, B, h, n_q, -1), c, keys) if need_attention else None)
+        if distinct_rows(E, h, need_attention, cache):                              # once per (document, id)
+            S_ = score_table(E.table(w.W_Q, w.b_Q), E.table(w.W_K, w.b_K), h)              # Q Kᵀ  (2)
+            q_ids, rows = E.distinct(q_pos)
+            H = kernels.distinct_rows_mix(S_, log_multiplicity(c, S_.dtype), E.table(w.W_V, w.b_V), rows, q_ids,
+                                          math.sqrt(self.d_h))                             # (3), (4)
+            return H.view(S, B, n_q, self.d), None
         scores = E.scores(w, q_pos, h) / math.sqrt(self.d_h)                         # Q Kᵀ/√d_h  (2), (3)
         M = log_multiplicity(c, scores.dtype)                                        # log c; −∞: invisible
         A = torch.softmax(scores + M[:, :, None, None], dim=-1)                      # A [S, B, h, n_q, N]  (3)
@@ -275,6 +297,13 @@ class SelfAttention(nn.Module):
         cache.put(f"{self.name}.attention", lambda: E.per_position(A, c, keys))
         cache.put(f"{self.name}.values", lambda: E.at_positions(E.table(w.W_V, w.b_V)))
         cache.put(f"{self.name}.attended", H)
+
+
+def distinct_rows(E: Input, h: int, need_attention: bool, cache) -> bool:
+    """Whether a layer's attention runs once per distinct (document, id) of its queries (``kernels.distinct_rows_mix``):
+    layer 0 (ids), one head, no per-position attention asked for, nothing captured, not under autocast."""
+    return (E.ids is not None and h == 1 and not need_attention and cache is None
+            and not torch.is_autocast_enabled(E.ids.device.type))
 
 
 class BertTail(nn.Module):
@@ -508,7 +537,8 @@ class TopicTransformer(nn.Module):
             q_pos = queries if (queries is not None and layer == len(self.blocks) - 1) else all_pos
             H, A = block(E, keys, q_pos, self.layer_weights(layer), return_attention)  # H = A V   (2)–(4)
             attns.append(A)
-            E = Input(H)
+            if layer < len(self.blocks) - 1:
+                E = Input(H, rows=self._later_rows(E, all_pos, cache))
         W_dec = None if "W_dec" in self.identities else self.W_dec
         logits = affine(H, W_dec, getattr(self, "b_dec", None))                      # H W_decᵀ + b_dec  (5)
         if cache is not None:
@@ -525,8 +555,17 @@ class TopicTransformer(nn.Module):
         all_pos = torch.arange(L, device=tokens.device).expand(S, B, L)
         E = Input(self.embed_table(), tokens, identity="W_E" in self.identities)
         for i, block in enumerate(self.blocks[:layer]):
-            E = Input(block(E, keys, all_pos, self.layer_weights(i))[0])
+            E = Input(block(E, keys, all_pos, self.layer_weights(i))[0], rows=self._later_rows(E, all_pos, None))
         return self.blocks[layer].attn(E, keys, all_pos, self.layer_weights(layer), need_attention=True)[1]
+
+    def _later_rows(self, E: Input, all_pos: torch.Tensor, cache) -> kernels.DistinctRows | None:
+        """The repeated rows of the next layer's input (``Input.rows``): a layer's output at a position is a
+        function of its document and its layer-0 id (layer 0 attends by id; later layers see such rows only), so
+        the pairs of layer 0's ids at every position; None when captured or under autocast."""
+        if E.rows is not None or (cache is None and E.ids is not None
+                                  and not torch.is_autocast_enabled(E.ids.device.type)):
+            return E.rows if E.rows is not None else E.distinct(all_pos)[1]
+        return None
 
     def data_loss(self, tokens: torch.Tensor, labels: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """Per-member loss [S] over the selected positions (labels ≠ −100) (docs/reproductions/topic.md#loss): cross-entropy
