@@ -375,6 +375,61 @@ def test_members_of_an_ensemble_train_as_if_alone(L, n, M, by_member, monkeypatc
             _close(a[i], b[0], 4 * EPS)
 
 
+@pytest.mark.parametrize("forced", ["counts_by_member", "alpha_together", "by_size"])
+@pytest.mark.parametrize("L,n,M,sampler", [(8, 3, 2, "B"), (9, 7, 3, "A"), (9, 7, 3, "B"), (16, 4, 3, "B")])
+def test_a_frozen_parameter_leaves_the_others_gradient_bit_for_bit(L, n, M, sampler, forced, monkeypatch):
+    """``population_loss(..., frozen=(name,))``: the frozen parameter's ``.grad`` stays None and the other's gradient
+    (and the loss) is the one of the full backward bit for bit, in every form of the kernels (count rows or α̃, member
+    by member or all at once, b = 0 and b = 1), so a run with W or V frozen trains the same bits as when both gradients
+    were formed. The W part alone is also checked: it is needed when V is frozen (decision-list/claim2's W-only runs)."""
+    if forced != "by_size":
+        monkeypatch.setattr(kernels, "_COUNT_FORM_ELEMS", 0 if forced == "counts_by_member" else 1 << 62)
+        monkeypatch.setattr(kernels, "_MEMBER_ELEMS", 0 if forced == "counts_by_member" else 1 << 62)
+    monkeypatch.setattr(kernels, "_LAST", [None])
+    task = dl.make_task(L, M, seed=4)
+    types = th.enumerate_types(task, n, sampler)
+    model = _members(L, task, [(0.5, 3.0), (2.0, 1e4), (0.0, 1e6)], seed=9)
+    go = torch.tensor([1.0, 0.25, 2.0], dtype=torch.float64)
+    loss, dW, dV = _grads(model, lambda: kernels.population_loss(model, task, types), go)
+    for frozen, want in ((("W",), dV), (("V",), dW)):
+        model.W.grad = model.V.grad = None
+        part = kernels.population_loss(model, task, types, frozen=frozen)
+        (part * go).sum().backward()
+        assert torch.equal(part.detach(), loss)
+        (got_frozen, got) = (model.W.grad, model.V.grad) if frozen == ("W",) else (model.V.grad, model.W.grad)
+        assert got_frozen is None
+        assert torch.equal(got, want)
+    model.W.grad = model.V.grad = None
+
+
+@pytest.mark.parametrize("forced", ["counts", "alpha"])
+@pytest.mark.parametrize("L,n,M,sampler", [(8, 3, 2, "B"), (9, 7, 3, "B"), (16, 4, 3, "B")])
+def test_a_forward_at_the_same_W_reuses_its_attention_bit_for_bit(L, n, M, sampler, forced, monkeypatch):
+    """``token_forward`` after a step that moved V only takes f, Z (and α̃) from the last forward: every tensor of the
+    new forward equals a forward computed from scratch at (W, V) bit for bit, and the attention side is the last one's
+    own tensors; a step that moved W computes it again."""
+    monkeypatch.setattr(kernels, "_COUNT_FORM_ELEMS", 0 if forced == "counts" else 1 << 62)
+    monkeypatch.setattr(kernels, "_LAST", [None])
+    task = dl.make_task(L, M, seed=4)
+    types = th.enumerate_types(task, n, sampler)
+    model = _members(L, task, [(0.5, 3.0), (2.0, 1e3)], seed=3)
+    first = kernels.token_forward(model, task, types)
+    first.at                                                     # a probe formed α̃ (the count form: on first use)
+    with torch.no_grad():
+        model.V += 1e-3 * torch.randn(model.V.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    second = kernels.token_forward(model, task, types)
+    assert second is not first and second.f is first.f and second.Z is first.Z and second.at_ is first.at_
+    R = second.rows
+    fresh = kernels._compute_forward(model.W.detach(), model.V.detach(), R)
+    for name in ("W", "V", "f", "Z", "z", "zs", "e", "se"):
+        assert torch.equal(getattr(second, name), getattr(fresh, name)), name
+    assert torch.equal(second.at, fresh.at)
+    with torch.no_grad():
+        model.W += 1e-3
+    third = kernels.token_forward(model, task, types)
+    assert third.f is not second.f and not torch.equal(third.f, second.f)
+
+
 def test_exp_nonpositive_is_exp_with_subnormals_flushed():
     x = torch.tensor([0.0, -1.0, -700.0, -708.0, -708.5, -745.0, -1e6, -torch.inf], dtype=torch.float64)
     want = torch.where(x >= -708.0, torch.exp(x), torch.zeros_like(x))

@@ -214,6 +214,44 @@ def test_dl_task_init_options_and_probes(tmp_path):
     assert rec[6]["decision_list.hessian/lambda_max"] in (None, pytest.approx(lam, rel=1e-9))
 
 
+@pytest.mark.parametrize("frozen,optimizer", [("W", "sgd"), ("W", "adam"), ("V", "sgd")])
+@pytest.mark.parametrize("L,n,M,S", [(8, 3, 2, 2), (16, 4, 3, 1), (16, 4, 3, 5)])
+def test_a_frozen_parameter_trains_the_bits_of_the_full_gradient(tmp_path, monkeypatch, frozen, optimizer, L, n, M, S):
+    """A run with a parameter frozen at every step (decision-list/uniform-attention's frozen-W runs, claim2's W-only
+    runs) takes no gradient for it and reuses the forward's attention side while W is unchanged; its metrics and
+    checkpoints are the bits of the same run with both gradients formed and every forward computed afresh (the code
+    before, forced here), at sizes that take each form of the kernels (α̃ / count rows, one or five members)."""
+    from tdyn.papers.decision_list import kernels
+    from tdyn.papers.decision_list import task as dl_task
+
+    cfg = {"task": "decision_list", "data": {"L": L, "M": M, "n": n}, "seeds": list(range(S)), "dtype": "float64",
+           "model": {"init_std": 0.1} | ({"W_init": "zero"} if frozen == "W" else {}),
+           "optim": {"steps": 12, "groups": {"all": {"params": ["W", "V"], "optimizer": optimizer,
+                                                     "lr": 0.3 if optimizer == "sgd" else 1e-2}},
+                     "freeze": {frozen: {"always": True}}},
+           "probes": {"names": ["decision_list.classify", "decision_list.V"], "every": 3},
+           "checkpoint": {"schedule": "none", "steps": [5]}}
+    new = train(cfg, tmp_path / "new", progress=False)
+    monkeypatch.setattr(kernels, "_LAST", [None])
+    fresh = kernels.token_forward
+
+    def afresh(*a):
+        kernels._LAST[0] = None
+        return fresh(*a)
+
+    monkeypatch.setattr(kernels, "token_forward", afresh)
+    monkeypatch.setattr(dl_task.DecisionListTrainTask, "loss",
+                        lambda self, batch: kernels.population_loss(self.model, self.dist, self.types))
+    old = train(cfg, tmp_path / "old", progress=False)
+    for a, b in zip(new, old):
+        assert [{k: v for k, v in r.items()} for r in runs.read_metrics(a)] == runs.read_metrics(b)
+        for step in (5, "final"):
+            pa, pb = runs.params_of(runs.load_checkpoint(a, step)), runs.params_of(runs.load_checkpoint(b, step))
+            assert all(torch.equal(pa[k], pb[k]) for k in ("W", "V"))
+    assert runs.params_of(runs.load_checkpoint(new[0], "final"))[frozen].equal(
+        runs.params_of(runs.load_checkpoint(new[0], 0))[frozen])
+
+
 def test_probe_options_must_name_a_probe():
     from tdyn.config import validate_config
     from tdyn.errors import ConfigError

@@ -183,23 +183,35 @@ class TokenForward:
                             self.zs[sl], self.e[sl], self.se[sl])
 
 
-def _compute_forward(W: torch.Tensor, V: torch.Tensor, R: _Rows) -> TokenForward:
+def _compute_forward(W: torch.Tensor, V: torch.Tensor, R: _Rows, at_W: "_AtW | None" = None) -> TokenForward:
     """The members' :class:`TokenForward` at (W, V): :func:`_forward_counts` where the rows hold few tokens (b = 0) and
     the members' rows are large (uniform-attention's 5 members: 10.4 → 5.8 ms); else :func:`_forward_alpha`. Below
     ``_COUNT_FORM_ELEMS`` row entries the count form's L small products per query cost more than the two passes they
     save (claim2's L = 12, 3 members: 0.78 against 1.1 ms); at claim2's L = 40 (b = 1) it saves nothing (51 against
     52 ms) and its rounding of logits of size 4·10⁷ moved the probe's λ_max(0) by 5e-10 relative, half of the η check's
-    1e-9 margin (the α̃ form's: 4e-11)."""
+    1e-9 margin (the α̃ form's: 4e-11). ``at_W``: the attention side (f, Z, α̃) of an earlier forward at this same W
+    (bitwise) and rows, taken as it is instead of computed again (:func:`token_forward`: W frozen while V trains)."""
     if R.b or W.shape[0] * R.L * R.G * R.L < _COUNT_FORM_ELEMS:
-        return _forward_alpha(W, V, R)
-    return _forward_counts(W, V, R)
+        return _forward_alpha(W, V, R, at_W)
+    return _forward_counts(W, V, R, at_W)
+
+
+@dataclasses.dataclass
+class _AtW:
+    """What a :class:`TokenForward` computed from W alone (the attention side), reused by the next forward at the same
+    W: the same tensors, so the same bits as computing them again."""
+
+    W: torch.Tensor
+    f: torch.Tensor
+    Z: torch.Tensor                # (S, N, 1)
+    at_: torch.Tensor | None
 
 
 #: row entries (S·N·L) from which the forward goes by count rows (:func:`_compute_forward`)
 _COUNT_FORM_ELEMS = 131072
 
 
-def _forward_counts(W: torch.Tensor, V: torch.Tensor, R: _Rows) -> TokenForward:
+def _forward_counts(W: torch.Tensor, V: torch.Tensor, R: _Rows, at_W: _AtW | None = None) -> TokenForward:
     """The members' :class:`TokenForward` at (W, V), its logits without α̃: a row of query q has z = V α̃ =
     V diag(f_q) c / Z, so the rows of q take z = (C_q U_q)/Z with C_q their (G, L) count rows (fixed) and
     U_q = diag(f_q) Vᵀ (L × L): one product per query, as many multiply-adds as α̃'s product with Vᵀ, without the two
@@ -208,33 +220,42 @@ def _forward_counts(W: torch.Tensor, V: torch.Tensor, R: _Rows) -> TokenForward:
     before it): equal to rounding (tested)."""
     S, L = W.shape[0], W.shape[-1]
     G, N = R.G, L * R.G
-    Wq = W.transpose(1, 2)                                            # (S, query, token)
-    f = torch.exp(Wq - Wq.amax(2, keepdim=True))
     C = R.c.view(L, G, L)
     z = torch.empty(S, L, G, L, dtype=W.dtype)
-    Z = torch.empty(S, L, G, 1, dtype=W.dtype)
+    if at_W is None:
+        Wq = W.transpose(1, 2)                                        # (S, query, token)
+        f = torch.exp(Wq - Wq.amax(2, keepdim=True))
+        Z = torch.empty(S, L, G, 1, dtype=W.dtype)
+        for i in range(S):
+            torch.matmul(C, f[i, :, :, None], out=Z[i])               # Z = c · f_q per row
+        Wc, Z, at = W.clone(), Z.view(S, N, 1), None
+    else:
+        Wc, f, Z, at = at_W.W, at_W.f, at_W.Z, at_W.at_
     for i in range(S):                                                # (the broadcast product would copy C per member)
-        torch.matmul(C, f[i, :, :, None], out=Z[i])                   # Z = c · f_q per row
         torch.matmul(C, f[i, :, :, None] * V[i].T[None], out=z[i])    # C_q diag(f_q) Vᵀ
-    z = z.div_(Z).view(S, N, L)
+    z = z.div_(Z.view(S, L, G, 1)).view(S, N, L)
     zs = z - z.amax(2, keepdim=True)
     e = exp_nonpositive(zs)
-    return TokenForward(R, W.clone(), V.clone(), f, Z.view(S, N, 1), None, z, zs, e, e.sum(2, keepdim=True))
+    return TokenForward(R, Wc, V.clone(), f, Z, at, z, zs, e, e.sum(2, keepdim=True))
 
 
-def _forward_alpha(W: torch.Tensor, V: torch.Tensor, R: _Rows) -> TokenForward:
+def _forward_alpha(W: torch.Tensor, V: torch.Tensor, R: _Rows, at_W: _AtW | None = None) -> TokenForward:
     """The :class:`TokenForward` through α̃ (z = α̃ Vᵀ per row, one product over all rows)."""
     S, L = W.shape[0], W.shape[-1]
     G, N = R.G, L * R.G
-    Wq = W.transpose(1, 2)                                            # (S, query, token)
-    f = torch.exp(Wq - Wq.amax(2, keepdim=True))
-    num = R.c.view(1, L, G, L) * f[:, :, None, :]                     # c ⊙ f per row, rows grouped by query
-    Z = num.sum(3, keepdim=True)
-    at = num.div_(Z).view(S, N, L)
+    if at_W is None or at_W.at_ is None:
+        Wq = W.transpose(1, 2)                                        # (S, query, token)
+        f = torch.exp(Wq - Wq.amax(2, keepdim=True))
+        num = R.c.view(1, L, G, L) * f[:, :, None, :]                 # c ⊙ f per row, rows grouped by query
+        Z = num.sum(3, keepdim=True).view(S, N, 1)
+        at = num.div_(Z.view(S, L, G, 1)).view(S, N, L)
+        Wc = W.clone()
+    else:
+        Wc, f, Z, at = at_W.W, at_W.f, at_W.Z, at_W.at_
     z = at @ V.transpose(1, 2)                                        # z = V α̃ per row
     zs = z - z.amax(2, keepdim=True)
     e = exp_nonpositive(zs)
-    return TokenForward(R, W.clone(), V.clone(), f, Z.view(S, N, 1), at, z, zs, e, e.sum(2, keepdim=True))
+    return TokenForward(R, Wc, V.clone(), f, Z, at, z, zs, e, e.sum(2, keepdim=True))
 
 
 def _chunks(R: _Rows) -> list[tuple[int, int]]:
@@ -250,18 +271,23 @@ def token_forward(model: DecisionListModel, task: DecisionListTask, types) -> To
     """The members' :class:`TokenForward` at the model's current (W, V); None where a W column spans more than
     ``SPAN_MAX`` (the callers then take the model's path). The last one is kept and handed out again while W and
     V are bitwise the same and the task and types the same objects: the probes of one evaluation and the training
-    step at the same iterate share it (the trainer measures, then steps, at θ_t)."""
+    step at the same iterate share it (the trainer measures, then steps, at θ_t). Where only V differs (W frozen, or
+    a V-only step), the attention side (f, Z, α̃: a function of W alone) is taken from the last one, the same tensors:
+    the same bits."""
     W, V = model.W.detach(), model.V.detach()
     Wq = W.transpose(1, 2)
     if float((Wq.amax(2) - Wq.amin(2)).max()) > SPAN_MAX:
         return None
     R = _Rows.of(task, types, W.shape[-1], W.dtype)
     last = _LAST[0]
+    at_W = None
     if (last is not None and last.rows is R and last.W.shape == W.shape and last.W.dtype == W.dtype
-            and torch.equal(last.W, W) and torch.equal(last.V, V)):
-        return last
-    _LAST[0] = None                         # free the old one before the new one is built
-    _LAST[0] = fw = _compute_forward(W, V, R)
+            and torch.equal(last.W, W)):
+        if torch.equal(last.V, V):
+            return last
+        at_W = _AtW(last.W, last.f, last.Z, last.at_)
+    _LAST[0] = last = None                  # free the old one before the new one is built
+    _LAST[0] = fw = _compute_forward(W, V, R, at_W)
     return fw
 
 
@@ -278,12 +304,15 @@ class _PopulationLoss(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, go):
         fw = ctx.fw
-        dW, dV = _population_grad(fw, go)
+        dW, dV = _population_grad(fw, go, need=tuple(ctx.needs_input_grad[:2]))
         return dW, dV, None
 
 
-def _population_grad(fw: TokenForward, go: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(∂/∂W, ∂/∂V) of Σ_s go_s F_s. With r = p − e_y and ρ = go·ω·r per row:
+def _population_grad(fw: TokenForward, go: torch.Tensor,
+                     need: tuple[bool, bool] = (True, True)) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(∂/∂W, ∂/∂V) of Σ_s go_s F_s, each only where ``need`` says (None for the other: a frozen parameter's
+    gradient is never formed, and what only it needs is not computed: ρ·z, Vᵀρ; the other's operations are the
+    same, so are its bits). With r = p − e_y and ρ = go·ω·r per row:
 
         ∂F/∂V = Σ_rows ρ α̃ᵀ,   ∂F/∂W[:, q] = Σ_{rows of q} α̃ ⊙ (Vᵀρ − ρ·z),
 
@@ -293,32 +322,37 @@ def _population_grad(fw: TokenForward, go: torch.Tensor) -> tuple[torch.Tensor, 
     over their k tokens (N·k·L work instead of N·L²), and Vᵀρ is needed at those k tokens only."""
     S = fw.z.shape[0]
     if S > 1 and fw.z[0].numel() >= _MEMBER_ELEMS:   # member by member where a member's rows are large: its (N, L)
-        parts = [_population_grad(fw.member(i), go[i:i + 1]) for i in range(S)]    # passes stay nearer the cache
-        return torch.cat([x[0] for x in parts]), torch.cat([x[1] for x in parts])
+        parts = [_population_grad(fw.member(i), go[i:i + 1], need) for i in range(S)]   # passes stay nearer the
+        return tuple(torch.cat([x[j] for x in parts]) if need[j] else None for j in (0, 1))   # cache
     R = fw.rows
     S, N, L = fw.z.shape
     G = R.G
     V = fw.V
-    rho, gbar = _rho(fw, go)
+    rho, gbar = _rho(fw, go, need[0])
     f = fw.f
     if not R.b:         # c = e with up to n of L tokens: products over the rows are cheaper than the scatters
-        return _grad_alpha(fw, rho, gbar) if fw.at_ is not None else _grad_counts(fw, rho, gbar)
+        return _grad_alpha(fw, rho, gbar, need) if fw.at_ is not None else _grad_counts(fw, rho, gbar, need)
     rz = rho.div_(fw.Z)                                                  # ρ/Z
-    gz = gbar.div_(fw.Z)                                                 # (ρ·z)/Z
     Sq = rz.view(S, L, G, L).sum(2)                                      # (S, q, l): Σ_rows∈q ρ/Z
-    gq = gz.view(S, L, G).sum(2)                                         # (S, q)
-    dV = torch.zeros(S, L, L, dtype=V.dtype)
-    B = torch.zeros(S, L, L, dtype=V.dtype)                              # (S, q, t) before the factor f
+    dV = torch.zeros(S, L, L, dtype=V.dtype) if need[1] else None
+    if need[0]:
+        gz = gbar.div_(fw.Z)                                             # (ρ·z)/Z
+        gq = gz.view(S, L, G).sum(2)                                     # (S, q)
+        B = torch.zeros(S, L, L, dtype=V.dtype)                          # (S, q, t) before the factor f
     if R.b:
-        dV += R.b * (Sq.transpose(1, 2) @ f)                             # Σ_q (Σ ρ/Z) f_qᵀ
-        B += R.b * (Sq @ V - gq[:, :, None])                             # Σ_rows (Vᵀρ − ρ·z)/Z
+        if need[1]:
+            dV += R.b * (Sq.transpose(1, 2) @ f)                         # Σ_q (Σ ρ/Z) f_qᵀ
+        if need[0]:
+            B += R.b * (Sq @ V - gq[:, :, None])                         # Σ_rows (Vᵀρ − ρ·z)/Z
     if R.k:
         k = R.k
-        fe = f.reshape(S, L * L).index_select(1, R.row_tok).view(S, N, k).mul_(R.val)   # (S, N, k): e_j f_q[t_j]
-        src = (fe[:, :, :, None] * rz[:, :, None, :]).reshape(S, N * k, L)
-        idx = (torch.arange(S)[:, None] * L + R.tok.reshape(1, -1)).reshape(-1)
-        dVe = torch.zeros(S * L, L, dtype=V.dtype).index_add_(0, idx, src.reshape(-1, L))
-        dV += dVe.view(S, L, L).transpose(1, 2)                          # dV[l, t_j] += e_j f_q[t_j] ρ_l/Z
+        if need[1]:
+            fe = f.reshape(S, L * L).index_select(1, R.row_tok).view(S, N, k).mul_(R.val)   # (S, N, k): e_j f_q[t_j]
+            src = (fe[:, :, :, None] * rz[:, :, None, :]).reshape(S, N * k, L)
+            idx = (torch.arange(S)[:, None] * L + R.tok.reshape(1, -1)).reshape(-1)
+            dVe = torch.zeros(S * L, L, dtype=V.dtype).index_add_(0, idx, src.reshape(-1, L))
+            dV += dVe.view(S, L, L).transpose(1, 2)                      # dV[l, t_j] += e_j f_q[t_j] ρ_l/Z
+    if R.k and need[0]:
         Vt = V.transpose(1, 2)                                           # (S, token, l)
         gt = Vt.index_select(1, R.tok.view(-1)).view(S, N, k, L).mul_(rz[:, :, None, :]).sum(3)   # (Vᵀρ)_{t_j}/Z
         #  (index_select and an in-place product: 2.4× the advanced indexing's speed at L = 40, the same products)
@@ -326,12 +360,13 @@ def _population_grad(fw: TokenForward, go: torch.Tensor) -> tuple[torch.Tensor, 
         idx = ((torch.arange(S)[:, None] * L + R.q.repeat_interleave(k)[None, :]) * L
                + R.tok.reshape(1, -1)).reshape(-1)
         B += torch.zeros(S * L * L, dtype=V.dtype).index_add_(0, idx, val.reshape(-1)).view(S, L, L)
-    dW = (B * f).transpose(1, 2)                                         # (S, key t, query q)
-    return dW.contiguous(), dV
+    dW = (B * f).transpose(1, 2).contiguous() if need[0] else None       # (S, key t, query q)
+    return dW, dV
 
 
-def _rho(fw: TokenForward, go: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """ρ = go·ω·(p − e_y) per row (S, N, L) and ρ·z (S, N, 1) (Σρ = 0: z's shift drops out)."""
+def _rho(fw: TokenForward, go: torch.Tensor, with_gbar: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """ρ = go·ω·(p − e_y) per row (S, N, L) and ρ·z (S, N, 1) (Σρ = 0: z's shift drops out; only ∂F/∂W needs it:
+    None without ``with_gbar``)."""
     R = fw.rows
     S, N, L = fw.z.shape
     r = fw.p()
@@ -339,10 +374,11 @@ def _rho(fw: TokenForward, go: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     iy = (torch.arange(S)[:, None] * (N * L) + R.y_flat).reshape(-1)    # each row's label entry
     flat[iy] = flat[iy] - 1.0                                            # r = p − e_y
     rho = r.mul_(go.to(r.dtype).view(S, 1, 1) * R.omega)
-    return rho, (rho * fw.zs).sum(2, keepdim=True)
+    return rho, (rho * fw.zs).sum(2, keepdim=True) if with_gbar else None
 
 
-def _grad_counts(fw: TokenForward, rho: torch.Tensor, gbar: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _grad_counts(fw: TokenForward, rho: torch.Tensor, gbar: torch.Tensor | None,
+                 need: tuple[bool, bool] = (True, True)) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """:func:`_population_grad` from ρ and ρ·z through the count rows C_q (the form of :func:`_compute_forward`): with
     α̃ = f_q ⊙ c / Z, both gradients are read off one (L × L) matrix per query,
 
@@ -355,25 +391,32 @@ def _grad_counts(fw: TokenForward, rho: torch.Tensor, gbar: torch.Tensor) -> tup
     G = R.G
     C = R.c.view(L, G, L)
     rz = rho.div_(fw.Z).view(S, L, G, L)                                 # ρ/Z
-    gz = gbar.div_(fw.Z).view(S, L, G, 1)                                # (ρ·z)/Z
     Ct = C.transpose(1, 2)                                               # (q, t, row)
     M = torch.empty(S, L, L, L, dtype=rho.dtype)                         # (S, q, t, l): M_q transposed
-    cg = torch.empty(S, L, L, 1, dtype=rho.dtype)                        # (S, q, t): Σ_rows c_t (ρ·z)/Z
+    if need[0]:
+        gz = gbar.div_(fw.Z).view(S, L, G, 1)                            # (ρ·z)/Z
+        cg = torch.empty(S, L, L, 1, dtype=rho.dtype)                    # (S, q, t): Σ_rows c_t (ρ·z)/Z
     for i in range(S):                                                   # (the broadcast product would copy C per member)
         torch.matmul(Ct, rz[i], out=M[i])
-        torch.matmul(Ct, gz[i], out=cg[i])
+        if need[0]:
+            torch.matmul(Ct, gz[i], out=cg[i])
     f = fw.f                                                             # (S, q, t)
-    dV = (M * f[:, :, :, None]).sum(1).transpose(1, 2)                   # Σ_q f_q[t] M_q[l, t] → (S, l, t)
+    dV = (M * f[:, :, :, None]).sum(1).transpose(1, 2).contiguous() if need[1] else None   # Σ_q f_q[t] M_q[l, t]
+    if not need[0]:
+        return None, dV
     dW = f * ((M * fw.V.transpose(1, 2)[:, None]).sum(3) - cg[..., 0])  # (S, q, t)
-    return dW.transpose(1, 2).contiguous(), dV.contiguous()
+    return dW.transpose(1, 2).contiguous(), dV
 
 
-def _grad_alpha(fw: TokenForward, rho: torch.Tensor, gbar: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _grad_alpha(fw: TokenForward, rho: torch.Tensor, gbar: torch.Tensor | None,
+                need: tuple[bool, bool] = (True, True)) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """:func:`_population_grad` for small subsets where the forward holds α̃ (:func:`_forward_alpha`): ∂F/∂V = Σ_rows ρ α̃ᵀ
     and ∂F/∂W[:, q] = Σ_rows∈q α̃ ⊙ (Vᵀρ − ρ·z), two products over the rows."""
     R = fw.rows
     S, N, L = rho.shape
-    dV = rho.transpose(1, 2) @ fw.at
+    dV = rho.transpose(1, 2) @ fw.at if need[1] else None
+    if not need[0]:
+        return None, dV
     g = rho @ fw.V
     dW = (fw.at * (g - gbar)).view(S, L, R.G, L).sum(2)
     return dW.transpose(1, 2).contiguous(), dV
@@ -385,16 +428,18 @@ def _grad_alpha(fw: TokenForward, rho: torch.Tensor, gbar: torch.Tensor) -> tupl
 _MEMBER_ELEMS = 65536
 
 
-def population_loss(model: DecisionListModel, task: DecisionListTask, types) -> torch.Tensor:
+def population_loss(model: DecisionListModel, task: DecisionListTask, types, frozen=()) -> torch.Tensor:
     """:func:`theory.population_loss` (per member, (S,)) in token space: one row per distinct (type, query token)
     instead of every position, the logits as one product z = V α̃, and a closed-form backward instead of autograd
     through the model's gathers and strided softmaxes (docs/reproductions/decision-lists.md#token-space-loss).
     Equal to the reference to float64 rounding (tests/test_decision_list_kernels.py). Where a W column spans more
-    than ``SPAN_MAX``: the reference."""
+    than ``SPAN_MAX``: the reference. ``frozen``: names of parameters ("W", "V") that are never updated; the loss
+    is differentiated with respect to the others only (the frozen one's ``.grad`` stays None)."""
     fw = token_forward(model, task, types)
     if fw is None:
         return th.population_loss(model, task, types)
-    return _PopulationLoss.apply(model.W, model.V, fw)
+    W, V = (p.detach() if name in frozen else p for name, p in (("W", model.W), ("V", model.V)))
+    return _PopulationLoss.apply(W, V, fw)
 
 
 def classify(model: DecisionListModel, task: DecisionListTask, types) -> th.Classification:

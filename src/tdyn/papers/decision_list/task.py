@@ -58,6 +58,8 @@ class DecisionListTrainTask(Task):
                     seed = m.seed if mc.V_noise_seed is None else mc.V_noise_seed
                     self.model.V[i] += uniform_perturbation(d.L, mc.V_noise, seed)
         self.V0 = self.model.V.detach().clone()   # the probes' V drift max|V_k − V₀| is measured from it
+        # parameters frozen at every step: the loss is not differentiated with respect to them (kernels.population_loss)
+        self.frozen = tuple(name for name, rule in cfg.optim.freeze.items() if rule.always)
         self.facts = {"perm": self.dist.perm, "lists": self.dist.lists, "P": self.dist.P}
 
     def sample(self, gen):
@@ -68,8 +70,9 @@ class DecisionListTrainTask(Task):
 
     def loss(self, batch):
         """F per member in token space with its closed-form gradient (``kernels.population_loss``; the
-        reference ``theory.population_loss`` where a W column spans more than ``kernels.SPAN_MAX``)."""
-        return kernels.population_loss(self.model, self.dist, self.types)
+        reference ``theory.population_loss`` where a W column spans more than ``kernels.SPAN_MAX``), not formed for
+        a parameter frozen at every step (``optim.freeze.<name>.always``)."""
+        return kernels.population_loss(self.model, self.dist, self.types, frozen=self.frozen)
 
 
 def _size(cfg) -> int:
