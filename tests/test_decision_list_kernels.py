@@ -430,6 +430,46 @@ def test_a_forward_at_the_same_W_reuses_its_attention_bit_for_bit(L, n, M, sampl
     assert third.f is not second.f and not torch.equal(third.f, second.f)
 
 
+@pytest.mark.parametrize("L,n,M,sampler,S,queries", [
+    (L, n, M, s, S, q) for (L, n, M, s, S), q in itertools.product(
+        [(9, 7, 3, "B", 3), (12, 11, 2, "B", 2), (10, 4, 3, "B", 2), (8, 5, 3, "A", 2)], [1, 2, 3])] + [(40, 38, 3, "B", 1, 2)])
+def test_forward_and_gradient_by_queries_are_the_whole_rows_bit_for_bit(L, n, M, sampler, S, queries, monkeypatch):
+    """The α̃ forward and b = 1's member gradient a few queries at a time (``_CHUNK_ELEMS`` forced to 0, chunks of 1–3
+    queries) against the same over all rows at once (forced out of reach): every tensor of the forward and both
+    gradients (also each alone, as with a frozen parameter) equal bit for bit, at W = 0 and at drawn W, c up to 4·10⁷
+    (decision-list/claim2's L = 40, n = 38 included: the size the chunks are for)."""
+    task = dl.make_task(L, M, seed=2)
+    types = th.enumerate_types(task, n, sampler)
+    for w, c in ((0.7, 4e7),) if L == 40 else ((0.0, 1e6), (0.7, 4e7), (2.0, 30.0)):
+        model = _members(L, task, [(w, c)] * S, seed=L + int(w * 10))
+        W, V = model.W.detach(), model.V.detach()
+        R = kernels._Rows.of(task, types, L, W.dtype)
+        monkeypatch.setattr(kernels, "_CHUNK_ELEMS", 1 << 62)
+        ref = kernels._forward_alpha(W, V, R)
+        go = torch.linspace(0.5, 1.5, S, dtype=torch.float64)
+        ref_g = [kernels._population_grad(ref, go, need) for need in ((True, True), (True, False), (False, True))]
+        monkeypatch.setattr(kernels, "_CHUNK_ELEMS", 0)
+        monkeypatch.setattr(kernels, "_CHUNK_QUERIES", queries)
+        new = kernels._forward_alpha(W, V, R)
+        for name in ("W", "V", "f", "Z", "at_", "z", "zs", "e", "se"):
+            assert torch.equal(getattr(new, name), getattr(ref, name)), name
+        for need, want in zip(((True, True), (True, False), (False, True)), ref_g):
+            got = kernels._population_grad(new, go, need)
+            for a, b in zip(got, want):
+                assert (a is None and b is None) or torch.equal(a, b)
+        again = kernels._forward_alpha(W, V + 1.0, R, kernels._AtW(new.W, new.f, new.Z, new.at_))
+        fresh = kernels._forward_alpha(W, V + 1.0, R)
+        assert all(torch.equal(getattr(again, x), getattr(fresh, x)) for x in ("z", "zs", "e", "se"))
+        # the classification from the margins the chunks took: the same as from the logits
+        assert new.zo is not None and ref.zo is None
+        cls = []
+        for fw in (ref, new):
+            monkeypatch.setattr(kernels, "_LAST", [fw])
+            cls.append(kernels.classify(model, task, types))
+        assert all(torch.equal(getattr(cls[0], x), getattr(cls[1], x)) for x in ("err_sup", "acc_pop", "min_margin"))
+        assert torch.equal(new.z, ref.z) and torch.equal(new.member(S - 1).zo, new.zo[S - 1:])
+
+
 def test_exp_nonpositive_is_exp_with_subnormals_flushed():
     x = torch.tensor([0.0, -1.0, -700.0, -708.0, -708.5, -745.0, -1e6, -torch.inf], dtype=torch.float64)
     want = torch.where(x >= -708.0, torch.exp(x), torch.zeros_like(x))
@@ -508,6 +548,15 @@ def test_cheap_upper_bound_is_above_the_dense_lambda_max(L, n, M, sampler, c, w,
     bb = kernels.hessian_blocks(model, task, types, fw=fw)
     up = kernels.lambda_upper(fw, by_columns)
     assert up >= lam and up >= bb.upper
+    if by_columns:     # the per-query form: ≥ λ_max and ≥ the column split it bounds term by term (to rounding)
+        uq = kernels.lambda_upper(fw, per_query=True)
+        assert uq >= lam and uq >= bb.upper and uq >= up * (1 - 1e-8)   # (the column split adds slack for its cancellations)
+    if by_columns:     # the block bracket's upper end with its cheap β: ≥ the refined one, ≥ λ_max (to its rounding)
+        bu = kernels.block_upper(fw)
+        assert bu >= bb.upper and lam <= bu * (1 + 1e-13)
+        R = fw.rows
+        A, beta_q, c_up, _ = kernels._block_chunk(fw, R)
+        assert bu == kernels._block_bound(A, beta_q, c_up).upper or len(kernels._chunks(R)) > 1
 
 
 def _hessian_runs(tmp_path, max_only: bool, steps: int = 60):
@@ -525,11 +574,18 @@ def _hessian_runs(tmp_path, max_only: bool, steps: int = 60):
     return [Run(d).arrays() for d in train(cfg, tmp_path / f"max_only{int(max_only)}", progress=False)]
 
 
-def test_hessian_probe_max_only_records_the_same_running_maximum(tmp_path):
+@pytest.mark.parametrize("dense", [True, False])
+def test_hessian_probe_max_only_records_the_same_running_maximum(tmp_path, dense, monkeypatch):
     """With ``max_only`` the λ_max probe skips the exact value where the cheap bound is below the member's largest
     recorded value: the running maximum of ``lambda_max_upper`` is bit-identical to the exact run's at every step
     (so is every max over the steps before k* that result (2)'s table reads), every exact value it records is the
-    exact run's, every skipped step records a bound ≥ the exact run's value there, and some steps are skipped."""
+    exact run's, every skipped step records a bound ≥ the exact run's value there, and some steps are skipped. Both
+    branches: the dense Hessian's (L = 8: products, block bracket, dense) and, with DENSE_MAX forced to 0, the large
+    L's (per-query bound, products, then blocks or Lanczos: decision-list/claim2's inside runs)."""
+    from tdyn.papers.decision_list import probes
+
+    if not dense:
+        monkeypatch.setattr(probes, "DENSE_MAX", 0)
     exact, fast = _hessian_runs(tmp_path, False), _hessian_runs(tmp_path, True)
     skipped = 0
     for a, b in zip(exact, fast):
@@ -542,6 +598,32 @@ def test_hessian_probe_max_only_records_the_same_running_maximum(tmp_path):
         assert (ub[~took] >= ua[~took]).all()
         skipped += int((~took).sum())
     assert skipped > 0
+
+
+def test_hessian_probe_max_only_takes_the_block_bracket_before_the_dense_hessian(tmp_path, monkeypatch):
+    """Where the dense Hessian decides λ_max (2L² ≤ DENSE_MAX), a step whose trace bound is not below the running
+    maximum tries the block bracket's upper end (``kernels.block_upper``) before the dense Hessian: fewer dense
+    Hessians than without it, and the same records wherever the exact value is taken, the same running maximum."""
+    calls = {"n": 0}
+    dense = kernels.dense_hessian
+
+    def counted(fw):
+        calls["n"] += 1
+        return dense(fw)
+
+    monkeypatch.setattr(kernels, "dense_hessian", counted)
+    with_bracket = _hessian_runs(tmp_path / "a", True)
+    n_with = calls["n"]
+    calls["n"] = 0
+    monkeypatch.setattr(kernels, "block_upper", lambda fw: float("inf"))
+    without = _hessian_runs(tmp_path / "b", True)
+    assert n_with < calls["n"]
+    for a, b in zip(with_bracket, without):
+        ua, ub = a["decision_list.hessian/lambda_max_upper"], b["decision_list.hessian/lambda_max_upper"]
+        la, lb = a["decision_list.hessian/lambda_max"], b["decision_list.hessian/lambda_max"]
+        assert np.array_equal(np.maximum.accumulate(ua), np.maximum.accumulate(ub))
+        took = ~np.isnan(la)
+        assert np.array_equal(la[took], lb[took])
 
 
 def test_hessian_probe_max_only_reads_the_running_maximum_from_the_records():

@@ -149,6 +149,8 @@ class TokenForward:
     zs: torch.Tensor      # (S, N, L) z − max_l z
     e: torch.Tensor       # (S, N, L) exp(zs) (``exp_nonpositive``)
     se: torch.Tensor      # (S, N, 1) Σ_l exp(zs_l) (≥ 1: the top logit's term is exp(0) = 1)
+    zy: torch.Tensor | None = None   # (S, N) the label's logit z_y, or None (:func:`classify` reads z)
+    zo: torch.Tensor | None = None   # (S, N) max_{l≠y} z_l, with zy (:func:`_forward_alpha_by_queries`)
 
     @property
     def losses(self) -> torch.Tensor:
@@ -180,7 +182,8 @@ class TokenForward:
         sl = slice(i, i + 1)
         return TokenForward(self.rows, self.W[sl], self.V[sl], self.f[sl], self.Z[sl],
                             None if self.at_ is None else self.at_[sl], self.z[sl],
-                            self.zs[sl], self.e[sl], self.se[sl])
+                            self.zs[sl], self.e[sl], self.se[sl], None if self.zy is None else self.zy[sl],
+                            None if self.zo is None else self.zo[sl])
 
 
 def _compute_forward(W: torch.Tensor, V: torch.Tensor, R: _Rows, at_W: "_AtW | None" = None) -> TokenForward:
@@ -240,9 +243,12 @@ def _forward_counts(W: torch.Tensor, V: torch.Tensor, R: _Rows, at_W: _AtW | Non
 
 
 def _forward_alpha(W: torch.Tensor, V: torch.Tensor, R: _Rows, at_W: _AtW | None = None) -> TokenForward:
-    """The :class:`TokenForward` through α̃ (z = α̃ Vᵀ per row, one product over all rows)."""
+    """The :class:`TokenForward` through α̃ (z = α̃ Vᵀ per row, one product over all rows); where a member's rows hold
+    ≥ ``_CHUNK_ELEMS`` entries, :func:`_forward_alpha_by_queries`."""
     S, L = W.shape[0], W.shape[-1]
     G, N = R.G, L * R.G
+    if N * L >= _CHUNK_ELEMS and (at_W is None or at_W.at_ is not None):
+        return _forward_alpha_by_queries(W, V, R, at_W)
     if at_W is None or at_W.at_ is None:
         Wq = W.transpose(1, 2)                                        # (S, query, token)
         f = torch.exp(Wq - Wq.amax(2, keepdim=True))
@@ -256,6 +262,58 @@ def _forward_alpha(W: torch.Tensor, V: torch.Tensor, R: _Rows, at_W: _AtW | None
     zs = z - z.amax(2, keepdim=True)
     e = exp_nonpositive(zs)
     return TokenForward(R, Wc, V.clone(), f, Z, at, z, zs, e, e.sum(2, keepdim=True))
+
+
+#: a member's row entries (N·L) from which the α̃ forward and b = 1's gradient run a few queries at a time
+#: (claim2's L = 40: 1.2·10⁶ entries per member)
+_CHUNK_ELEMS = 1 << 20
+#: queries per chunk there (a chunk's (rows × L) temporaries stay in the core's cache: ≈ 0.5 MB at L = 40)
+_CHUNK_QUERIES = 2
+
+
+def _forward_alpha_by_queries(W: torch.Tensor, V: torch.Tensor, R: _Rows, at_W: _AtW | None) -> TokenForward:
+    """:func:`_forward_alpha` member by member and ``_CHUNK_QUERIES`` queries at a time, each chunk's c ⊙ f, Z, α̃, z,
+    z − max z, exp and Σ exp computed while its rows are in cache, into the full tensors: the same operations on the same
+    rows (a product of a chunk of α̃'s rows with Vᵀ sums each row as the product of all rows does), so the same bits
+    (tested), with each full tensor written once instead of read back by the next pass. The classification's z_y and
+    max_{l≠y} z_l are taken there too (:func:`classify`'s operations on the chunk), and max_l z as the larger of the
+    two (the same number as the row's max)."""
+    S, L = W.shape[0], W.shape[-1]
+    G, N = R.G, L * R.G
+    dt = W.dtype
+    if at_W is None:
+        Wq = W.transpose(1, 2)                                        # (S, query, token)
+        f = torch.exp(Wq - Wq.amax(2, keepdim=True))
+        Z, at = torch.empty(S, N, 1, dtype=dt), torch.empty(S, N, L, dtype=dt)
+        Wc = W.clone()
+    else:
+        Wc, f, Z, at = at_W.W, at_W.f, at_W.Z, at_W.at_
+    z, zs, e = (torch.empty(S, N, L, dtype=dt) for _ in range(3))
+    se = torch.empty(S, N, 1, dtype=dt)
+    zy, zo = torch.empty(S, N, 1, dtype=dt), torch.empty(S, N, dtype=dt)
+    c4 = R.c.view(L, G, L)
+    Vt = V.transpose(1, 2)
+    for i in range(S):
+        for q0 in range(0, L, _CHUNK_QUERIES):
+            q1 = min(L, q0 + _CHUNK_QUERIES)
+            r0, r1, nq = q0 * G, q1 * G, q1 - q0
+            if at_W is None:
+                a = at[i, r0:r1].view(nq, G, L)
+                torch.mul(c4[q0:q1], f[i, q0:q1, None, :], out=a)       # c ⊙ f
+                Zc = Z[i, r0:r1].view(nq, G, 1)
+                torch.sum(a, 2, keepdim=True, out=Zc)
+                a.div_(Zc)
+            zc, zsc, ec = z[i, r0:r1], zs[i, r0:r1], e[i, r0:r1]
+            torch.matmul(at[i, r0:r1], Vt[i], out=zc)                   # z = V α̃ per row
+            y, zyc = R.y[r0:r1, None], zy[i, r0:r1]
+            torch.gather(zc, 1, y, out=zyc)                             # z_y
+            torch.amax(zc.scatter_(1, y, -math.inf), 1, out=zo[i, r0:r1])   # max_{l≠y} z_l: the label's entry out,
+            zc.scatter_(1, y, zyc)                                      # and back, bit for bit
+            torch.sub(zc, torch.maximum(zyc, zo[i, r0:r1, None]), out=zsc)   # z − max_l z
+            ec.copy_(zsc)
+            torch.nn.functional.threshold_(ec, _EXP_BELOW, -math.inf).exp_()   # exp_nonpositive
+            torch.sum(ec, 1, keepdim=True, out=se[i, r0:r1])
+    return TokenForward(R, Wc, V.clone(), f, Z, at, z, zs, e, se, zy[:, :, 0], zo)
 
 
 def _chunks(R: _Rows) -> list[tuple[int, int]]:
@@ -328,6 +386,8 @@ def _population_grad(fw: TokenForward, go: torch.Tensor,
     S, N, L = fw.z.shape
     G = R.G
     V = fw.V
+    if R.b and S == 1 and N * L >= _CHUNK_ELEMS:
+        return _grad_by_queries(fw, go, need)
     rho, gbar = _rho(fw, go, need[0])
     f = fw.f
     if not R.b:         # c = e with up to n of L tokens: products over the rows are cheaper than the scatters
@@ -361,6 +421,59 @@ def _population_grad(fw: TokenForward, go: torch.Tensor,
                + R.tok.reshape(1, -1)).reshape(-1)
         B += torch.zeros(S * L * L, dtype=V.dtype).index_add_(0, idx, val.reshape(-1)).view(S, L, L)
     dW = (B * f).transpose(1, 2).contiguous() if need[0] else None       # (S, key t, query q)
+    return dW, dV
+
+
+def _grad_by_queries(fw: TokenForward, go: torch.Tensor,
+                     need: tuple[bool, bool]) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """:func:`_population_grad`'s b = 1 form for one member, ``_CHUNK_QUERIES`` queries at a time: ρ, ρ·z, ρ/Z, the
+    per-query sums and the e part's gathers and scatters of each chunk while its rows are in cache, the scatters into
+    accumulators that take the rows in the same order as one scatter over all rows (``index_add_`` adds in index
+    order), so the same operations in the same order: the same bits (tested)."""
+    R = fw.rows
+    S, N, L = fw.z.shape
+    G, k = R.G, R.k
+    V, f = fw.V, fw.f
+    dt = V.dtype
+    w = go.to(dt).view(S, 1, 1) * R.omega                                # go·ω per row
+    Sq = torch.empty(S, L, L, dtype=dt)                                  # (S, q, l): Σ_rows∈q ρ/Z
+    gq = torch.empty(S, L, dtype=dt)
+    dVe = torch.zeros(S * L, L, dtype=dt)
+    Be = torch.zeros(S * L * L, dtype=dt)
+    Vt = V.transpose(1, 2)                                               # (S, token, l)
+    fflat = f.reshape(S, L * L)
+    for q0 in range(0, L, _CHUNK_QUERIES):
+        q1 = min(L, q0 + _CHUNK_QUERIES)
+        r0, r1, nq = q0 * G, q1 * G, q1 - q0
+        rho = torch.div(fw.e[:, r0:r1], fw.se[:, r0:r1])                 # p
+        flat = rho.view(-1)
+        iy = R.y_flat[r0:r1] - r0 * L
+        flat[iy] = flat[iy] - 1.0                                        # r = p − e_y
+        rho.mul_(w[:, r0:r1])                                            # ρ
+        Zc = fw.Z[:, r0:r1]
+        if need[0]:
+            gz = (rho * fw.zs[:, r0:r1]).sum(2, keepdim=True).div_(Zc)  # (ρ·z)/Z
+            gq[:, q0:q1] = gz.view(S, nq, G).sum(2)
+        rz = rho.div_(Zc)                                                # ρ/Z
+        Sq[:, q0:q1] = rz.view(S, nq, G, L).sum(2)
+        if k:
+            tok = R.tok[r0:r1].reshape(-1)
+            if need[1]:
+                fe = fflat.index_select(1, R.row_tok[r0 * k:r1 * k]).view(S, r1 - r0, k).mul_(R.val[r0:r1])
+                dVe.index_add_(0, tok, (fe[:, :, :, None] * rz[:, :, None, :]).reshape(-1, L))
+            if need[0]:
+                gt = Vt.index_select(1, tok).view(S, r1 - r0, k, L).mul_(rz[:, :, None, :]).sum(3)
+                Be.index_add_(0, R.q[r0:r1].repeat_interleave(k) * L + tok, ((gt - gz) * R.val[r0:r1]).reshape(-1))
+    dV = dW = None
+    if need[1]:
+        dV = torch.zeros(S, L, L, dtype=dt)
+        dV += R.b * (Sq.transpose(1, 2) @ f)                             # Σ_q (Σ ρ/Z) f_qᵀ
+        dV += dVe.view(S, L, L).transpose(1, 2)                          # dV[l, t_j] += e_j f_q[t_j] ρ_l/Z
+    if need[0]:
+        B = torch.zeros(S, L, L, dtype=dt)
+        B += R.b * (Sq @ V - gq[:, :, None])                             # Σ_rows (Vᵀρ − ρ·z)/Z
+        B += Be.view(S, L, L)
+        dW = (B * f).transpose(1, 2).contiguous()
     return dW, dV
 
 
@@ -451,11 +564,14 @@ def classify(model: DecisionListModel, task: DecisionListTask, types) -> th.Clas
         return th.classify(model, task, types)
     R = fw.rows
     S = fw.z.shape[0]
-    y = R.y.view(1, -1, 1).expand(S, -1, 1)
-    zy = fw.z.gather(2, y)
-    other = fw.z.scatter_(2, y, -torch.inf).amax(2)                      # the label's entry out of the max, in place
-    fw.z.scatter_(2, y, zy)                                              # and back, bit for bit (no copy of the logits)
-    mg = zy.squeeze(2) - other                                           # (S, N)
+    if fw.zo is not None:                                                # taken by the forward (the same operations)
+        mg = fw.zy - fw.zo
+    else:
+        y = R.y.view(1, -1, 1).expand(S, -1, 1)
+        zy = fw.z.gather(2, y)
+        other = fw.z.scatter_(2, y, -torch.inf).amax(2)                  # the label's entry out of the max, in place
+        fw.z.scatter_(2, y, zy)                                          # and back, bit for bit (no copy of the logits)
+        mg = zy.squeeze(2) - other                                       # (S, N)
     ok = mg > 0
     valid = R.valid
     wrong = (~ok & valid).sum(1)
@@ -485,6 +601,7 @@ def model_forward(model: DecisionListModel, task: DecisionListTask, types) -> To
     fw.zs = fw.z - fw.z.amax(2, keepdim=True)
     fw.e = exp_nonpositive(fw.zs)
     fw.se = fw.e.sum(2, keepdim=True)
+    fw.zy = fw.zo = None                                                 # (the token-space logits' margins)
     return fw
 
 
@@ -510,6 +627,23 @@ def hessian_blocks(model: DecisionListModel, task: DecisionListTask, types, fw: 
     exact_q = torch.cat([_block_chunk(fw, R.chunk(q0, q1) if len(chunks) > 1 else R, exact=True)[3]
                          for q0, q1 in chunks])
     return bb.with_beta(float(torch.minimum(beta_q, exact_q).norm()))
+
+
+def block_upper(fw: TokenForward) -> float:
+    """The upper end of :func:`hessian_blocks`' bracket with its cheap β (the bracket before the exact β refines it),
+    without the top block's eigenvector: a certified upper bound on λ_max of one member's Hessian, from the forward
+    ``fw`` (one member). Where it is tight it is cheaper than the dense Hessian's eigenvalue: along claim2's
+    exploratory paths (L = 8–12, 2L² ≤ DENSE_MAX) within 1.0005 of λ_max at every checkpoint, where the trace bounds
+    of :func:`lambda_upper` are 2–5× it (benchmarks/README.md); the λ_max probe tries it there before the dense Hessian
+    (``max_only``)."""
+    R = fw.rows
+    chunks = _chunks(R)
+    parts = [_block_chunk(fw, R.chunk(q0, q1) if len(chunks) > 1 else R) for q0, q1 in chunks]
+    A = torch.cat([x[0] for x in parts])
+    A = 0.5 * (A + A.transpose(1, 2))
+    lower = float(torch.linalg.eigvalsh(A)[:, -1].max())
+    beta = float(torch.cat([x[1] for x in parts]).norm())
+    return th.bracket_upper(lower, beta, sum(x[2] for x in parts))
 
 
 def _block_bound(A: torch.Tensor, beta_q: torch.Tensor, c_up: float) -> th.BlockBound:
@@ -876,7 +1010,65 @@ def _upper_terms_by_columns(fw: TokenForward) -> tuple[torch.Tensor, torch.Tenso
     return T_q, D_q, os2, jf
 
 
-def lambda_upper(fw: TokenForward, by_columns: bool = False) -> float:
+def _upper_terms_per_query(fw: TokenForward) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`_upper_terms_by_columns` without a pass over the rows' outputs: the column split's three output sums
+    replaced by larger ones that need only per-query sums and the row's Σ exp(z − max z) (``se``, the forward's):
+
+    * Σ_{l≠ŷ} p_l A_l + q̄ A_ŷ ≤ 2 q̄ max_l A_l, and A_l = Σ_{t: r_t = l} f_q[t]² c_t² / Z² ≤ c_max² max_l G_q[l] / Z² with
+      G_q[l] = Σ_{t: r_t = l} f_q[t]² (per query) and c_max the largest count;
+    * p·z′² = (1/se) Σ_{l≠ŷ} g(u_l) with u_l = exp(z′_l) ∈ [0, 1] and g(u) = u log² u, whose concave majorant ĝ (g up to
+      e⁻², its maximum 4e⁻² beyond) gives Σ_{l≠ŷ} g(u_l) ≤ (L − 1) ĝ(ū) by Jensen, ū = (se − 1)/(L − 1) the mean
+      (raised by 4e-308 for the outputs whose exp was flushed to 0, ``exp_nonpositive``);
+    * q̄ = 1 − p_ŷ = (se − 1)/se as before.
+
+    Its rounding: the same slack as :func:`_upper_terms_by_columns` on its token sums, (1 + its slack) on the per-query
+    maxima and on 1/se, 1e-12 relative on ĝ. Along decision-list/claim2's L = 40 and L = 30 paths within 5e-4 of the
+    column split's bound (the per-query maximum A is about each row's A_ŷ there, and p·z′² is negligible beside
+    c² q̄ A), where the column split reads every row's outputs three times; 4% above it along the L = 12 paths."""
+    R = fw.rows
+    V = fw.V[0]
+    L, G, k, b2 = R.L, R.G, R.k, R.b * R.b
+    N = L * G
+    cols = _ColumnSplit(V)
+    k1, k2, k3 = cols.k
+    sl = 2 * (L + k + 8) * _U64
+    F2 = (fw.f[0] * fw.f[0]).contiguous()                        # (query, token): f_q[t]²
+    Gmax = torch.zeros(L, L, dtype=F2.dtype).index_add_(1, cols.r, F2).amax(1) * (float(R.c.max()) ** 2 * (1 + sl))
+    # Z² ‖α̃‖² and Z² α̃²·E2 per row: their b² parts (per query), then e's k terms, with magnitudes
+    sums = b2 * torch.stack([F2.sum(1).repeat_interleave(G), (F2 @ cols.E2).repeat_interleave(G)])
+    mags = sums.clone() if R.b else sums
+    if k:
+        w = (2 * R.b + R.val) * R.val * F2.view(-1).index_select(0, R.row_tok).view(N, k)   # d_j f_q[t_j]²
+        per = torch.stack([torch.ones_like(w), cols.E2.index_select(0, R.tok.view(-1)).view(N, k)])
+        wa = w.abs()
+        for j in range(k):
+            sums += w[:, j] * per[:, :, j]
+            if R.b:
+                mags += wa[:, j] * per[:, :, j]
+    Z2 = fw.Z[0, :, 0] * fw.Z[0, :, 0]
+    sums /= Z2
+    if R.b:
+        mags /= Z2
+    s2, a2E = sums[0] + sl * mags[0], sums[1] + sl * mags[1]     # ≥ ‖α̃‖², α̃²·E2
+    se = fw.se[0, :, 0]
+    qb = (se - 1) / se + sl                                      # 1 − p_ŷ
+    u = (se - 1) * ((1 + sl) / (L - 1)) + 4e-308                 # ≥ the mean of exp(z′_l) over l ≠ ŷ
+    e2 = math.exp(-2.0)
+    g = torch.where(u < e2, u * torch.log(u) ** 2, torch.full_like(u, 4 * e2))   # ĝ(ū)
+    P2 = g * ((L - 1) * (1 + sl) * (1 + 1e-12)) / se             # ≥ p·z′²
+    main = (2 * qb) * Gmax.repeat_interleave(G) / Z2             # ≥ Σ_{l≠ŷ} p_l A_l + q̄ A_ŷ
+    om = R.omega[:, 0]
+    T = k1 * main + k2 * qb * a2E + k3 * s2 * P2
+    T_q = (om * T).view(L, G).sum(1) * (1 + sl)
+    # D: λ_max(Σ ω D_row) ≤ Σ ω 2ρ max|V| (‖α̃‖ + 2‖α̃‖²), ρ = 2(1 − p_y), p_y = e_y/se
+    rho = 2 * ((1 - fw.e[0].gather(1, R.y[:, None])[:, 0] / se).clamp(0, 1) + 8 * _U64)
+    D_q = (om * rho * (s2.sqrt() + 2 * s2)).view(L, G).sum(1) * (2 * float(V.abs().max()))
+    os2 = (om * s2).view(L, G).sum(1)
+    jf = (om * (s2 + s2 * s2).sqrt()).view(L, G).sum(1) * math.sqrt(2)
+    return T_q, D_q, os2, jf
+
+
+def lambda_upper(fw: TokenForward, by_columns: bool = False, per_query: bool = False) -> float:
     """A certified upper bound on λ_max of one member's population Hessian over (W, V), from the forward ``fw``
     (one member), without building a W–W block: two batched products and about a dozen passes over the rows, where
     :func:`hessian_blocks` makes about fifty (docs/reproductions/decision-lists.md#cheap-upper-bound). It is the
@@ -903,8 +1095,10 @@ def lambda_upper(fw: TokenForward, by_columns: bool = False) -> float:
 
     ``by_columns``: the trace by :class:`_ColumnSplit` instead of the two products (no product over the rows, its α̃²
     sums in token space: ≈ 20–28 against ≈ 30–40 ms at L = 40 on a loaded 2-core VM), within ≈ 1.06 of it where
-    V ≈ cP + E with c ≫ |E|, looser elsewhere; the probe tries it first."""
-    T_q, D_q, os2, jf = _upper_terms(fw, by_columns)
+    V ≈ cP + E with c ≫ |E|, looser elsewhere. ``per_query``: the column split with its sums over the rows' outputs
+    bounded by per-query sums and Σ exp(z − max z) (:func:`_upper_terms_per_query`: no pass over the outputs), within
+    5e-4 of ``by_columns`` along claim2's L = 30 and 40 paths; the probe tries it first there."""
+    T_q, D_q, os2, jf = _upper_terms_per_query(fw) if per_query else _upper_terms(fw, by_columns)
     Lam = float((T_q + D_q).max())
     beta_q = (os2 * T_q).sqrt() + jf                             # √(Σ ω λ̂ ‖α̃‖² · trace) + Σ ω ‖p − e_y‖ ‖J̃‖_F
     return th.bracket_upper(Lam, float(beta_q.norm()), float(os2.sum())) * (1 + 1e-9)

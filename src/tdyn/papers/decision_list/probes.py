@@ -108,8 +108,9 @@ def _hessian(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     ``options.every`` steps (0: never on a grid); NaN elsewhere.
 
     With ``options.max_only`` (what result (2)'s check reads: the largest λ_max along the path), a step whose cheap
-    certified bound (``kernels.lambda_upper``, by columns first, then by products: an eighth to a third of the
-    blocks' cost) is already below the largest
+    certified bound (``kernels.lambda_upper``, from per-query sums first, then by products: a fortieth to a third of
+    the blocks' cost; where the dense Hessian decides λ_max (2L² ≤ ``DENSE_MAX``) by products, then the block
+    bracket's upper end ``kernels.block_upper``, within 1.0005 of λ_max there) is already below the largest
     ``lambda_max_upper`` this member has recorded so far records that bound as ``lambda_max_upper`` and NaN as
     ``lambda_max`` instead of the exact value. The largest recorded value over any set of steps that starts at the
     first measured one is then the same number as without the option (docs/reproductions/decision-lists.md#cheap-upper-bound):
@@ -123,14 +124,20 @@ def _hessian(ctx: ProbeContext) -> dict[str, torch.Tensor]:
     up = lam.clone()
     fw = kernels.token_forward(ctx.model, ctx.task.dist, ctx.task.types)     # the classification's (shared)
     best = _recorded_max(ctx) if max_only else {}
+    dense = 2 * ctx.model.W.shape[-1] ** 2 <= DENSE_MAX
     with torch.enable_grad():   # the trainer measures under no_grad; the Lanczos fallback's HVPs need autograd
         for i in range(len(perfect)):
             if not perfect[i] or (every and ctx.step % every == 0):
                 fwi = None if fw is None else fw.member(i)
                 if fwi is not None and i in best:
-                    bound = kernels.lambda_upper(fwi, by_columns=True)      # the cheaper bound first
-                    if bound >= best[i]:
+                    if dense:       # small L: the products' bound (there cheaper and tighter), then the bracket
                         bound = kernels.lambda_upper(fwi)
+                        if bound >= best[i]:
+                            bound = kernels.block_upper(fwi)
+                    else:           # the bound from per-query sums first (no pass over the outputs), then products
+                        bound = kernels.lambda_upper(fwi, per_query=True)
+                        if bound >= best[i]:
+                            bound = kernels.lambda_upper(fwi)
                     if bound < best[i]:
                         up[i] = bound
                         continue
