@@ -23,6 +23,7 @@ MANIFEST = Paper(
     },
     benches={
         "icl_gd_one_layer_steps": "tdyn.papers.icl_gd.bench",
+        "icl_gd_k_layer_steps": "tdyn.papers.icl_gd.bench",
         "icl_gd_data": "tdyn.papers.icl_gd.bench",
         "icl_gd_authors": "tdyn.papers.icl_gd.bench",
     },

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from tdyn.bench import (one_thread_step, per_step_by_difference, register_bench, seconds, step_rate, timed_run,
-                        timed_train)
+from tdyn.bench import (one_thread_step, per_step_by_difference, reference_matmul, register_bench, seconds, step_rate,
+                        timed_run, timed_train)
 from tdyn.config import load_config
 from tdyn.errors import UserError
 from tdyn.papers.icl_gd import data as icl
@@ -54,6 +54,34 @@ def _steps(quick: bool) -> dict:
     steps = 50 if quick else 200
     s = timed_train(icl_gd_config(layers=1, seeds=[0, 1, 2, 3, 4], steps=steps))
     out["trainer_K1"] = {"steps": steps, "seconds": s, "member_steps_per_s": 5 * steps / s}
+    return out
+
+
+@register_bench("icl_gd_k_layer_steps")
+def _k_layer_steps(quick: bool) -> dict:
+    """One training step (forward, backward, Adam; sampling not timed) of the K-layer reproductions' ensembles,
+    S = 5 members × batch 2048 at d = N = 10: untied K = 2 and 3 (icl-gd/k-layers-untied) and recurrent K = 3
+    (icl-gd/k-layers), all through ``kernels.predict_deep``. Milliseconds a step, the step's matmul FLOPs as the
+    speed path computes them (``torch.utils.flop_counter``, forward and backward) and the step's time over what
+    those FLOPs take at this machine's reference matmul rate (at the current torch threads): how far the step is
+    above its arithmetic (docs/reproductions/icl-gd.md#speed)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    n = 5 if quick else 30
+    threads = torch.get_num_threads()
+    ref = reference_matmul(1024, 0.5)
+    rate = ref[f"gflops_{threads}_thread{'s' if threads > 1 else ''}"]
+    out = {"reference_gflops": rate}
+    for K, tied in ((2, False), (3, False), (3, True)):
+        rc = load_config(icl_gd_config(layers=K, tied=tied, seeds=[0, 1, 2, 3, 4], steps=n))
+        task = build_task(rc, expand_members(rc))
+        batch = task.sample_streams([torch.Generator().manual_seed(i) for i in range(5)])
+        with FlopCounterMode(display=False) as fc:
+            task.loss(batch).sum().backward()
+        flops = fc.get_total_flops()
+        ms = 1e3 / step_rate(task, rc, n)
+        out[f"K{K}_{'tied' if tied else 'untied'}"] = {"ms_per_step": ms, "gflop_per_step": flops / 1e9,
+                                                       "over_matmul_floor": ms / (1e3 * flops / 1e9 / rate)}
     return out
 
 

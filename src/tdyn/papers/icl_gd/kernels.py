@@ -44,85 +44,142 @@ def predict(model: LSA, E: torch.Tensor) -> torch.Tensor:
     raise AssertionError("unreachable")
 
 
-# ---------------------------------------------------------------- K ≥ 2 layers: batch-first, hand-written backward
+# ---------------------------------------------------------------- K ≥ 2 layers: the Gram form, hand-written backward
 #
-# For K ≥ 2 the layers before the last need the per-sequence products (scores: N+1 × N, and scores × values) for
-# every token. ``predict_deep`` runs them as batched matmuls over contiguous (S·B, N+1, D) tokens and the weight
-# products as one (B·(N+1), D) @ (D, D) matmul per member, with the gradient written out (:class:`_Deep`: 2
-# per-sequence and 2 weight products forward per layer before the last, 4 and 4 backward; the last layer only the
-# query's y entry), so autograd records no expand, mask or sum of its own. On the eighteenth session's Xeon
-# (AVX-512) one K = 3 untied trainer step of S = 5 members × 2048 took 67–69 ms against 96 ms with the batch-last
-# element-wise products below (benchmarks/README.md, "Issue 38, session 2026-11-27 (eighteenth, helper icl5)"; on the
-# seventeenth session's EPYC the batch-last layout was the faster). Tested against ``model.py`` in float64
-# (tests/test_icl_gd_deep.py).
+# Every token, context and query, moves by one linear map per layer: e_j ← (I + A C G) e_j with C = Σ_i e_i e_iᵀ
+# over the context tokens entering the layer (model.py's ``query_map``). So the model needs per sequence only C
+# (D × D, symmetric) and the query, and the last two layers need C only applied to a few vectors:
+#   * the last layer reads ŷ = −(q_y + aᵀ C_K G_K q) with a = A_K's row y: one vector c = C_K a;
+#   * the layer before it, M = I + A C G, gives q_K = M q and c = C_K a = M C Mᵀ a: four products of C with a
+#     vector (C α for α = Aᵀ a shared by the sequences, C Mᵀ a, C G (C Mᵀ a), C G q) and shared-weight products.
+# Layers before those two (K ≥ 3) still move every token, written with C: E ← E + ((E Gᵀ) C) Aᵀ, rows (one
+# per-sequence product besides C = XᵀX). Per layer before the last two: 2 per-sequence D × D products forward,
+# 3 backward (the first layer 1: its C is the data's); the two last: C, four matrix-vector products forward and
+# four backward, and, when C is not the data's, Γ = ∂C + ∂Cᵀ and ∂X = X Γ. K = 3 runs 6 per-sequence matrix
+# products a step where the token form ran 12 (4 forward, 8 backward), K = 2 one where it ran 6. Shared weights
+# act on rows, (n, D) @ (D, D) per member, one matmul over all of a member's sequences.
+# Tested against ``model.py`` in float64 (tests/test_icl_gd_deep.py); docs/reproductions/icl-gd.md#speed.
+
+
+def _cv(V: torch.Tensor, Cb: torch.Tensor) -> torch.Tensor:
+    """Rows V (S, B, m, D) times each sequence's symmetric C, given batch-last as Cb (S, D, D, B): (S, B, m, D).
+    D broadcast multiply-adds over contiguous batch rows. As a ``bmm`` of S·B (m × D) @ (D × D) products (m ≤ 2)
+    this goes to torch's scalar loop for products under 400 multiply-adds, which made a K = 3 untied step 1.2–1.5×
+    slower (benchmarks/README.md, "Issue 35, session 2026-11-28 (nineteenth, helper icl6)")."""
+    S, B, m, D = V.shape
+    Vb = V.permute(0, 3, 2, 1).contiguous()                      # (S, D, m, B)
+    out = Vb[:, 0].unsqueeze(1) * Cb[:, 0].unsqueeze(2)          # (S, D, m, B): Σ_i v_i C_ij
+    for i in range(1, D):
+        out.addcmul_(Vb[:, i].unsqueeze(1), Cb[:, i].unsqueeze(2))
+    return out.permute(0, 3, 2, 1).contiguous()
+
+
+def _fwd(E: torch.Tensor, A: torch.Tensor, G: torch.Tensor):
+    """ŷ (S, B) of K layers on tokens E (S, B, N+1, D) (contiguous), folded weights A, G (S, K, D, D), and what
+    :func:`_bwd` needs."""
+    S, B, T, D = E.shape
+    N, K, SB = T - 1, A.shape[1], S * B
+    full = []
+    for layer in range(K - 2):                                   # layers whose every token the next one reads
+        X = E.view(SB, T, D)[:, :N]
+        C = torch.bmm(X.transpose(1, 2), X)                      # Σ_i e_i e_iᵀ                      (S·B, D, D)
+        R = torch.bmm(E.view(S, B * T, D), G[:, layer].transpose(1, 2))      # rows (G e_j)ᵀ      (S, B·T, D)
+        Q = torch.bmm(R.view(SB, T, D), C)                       # rows (C G e_j)ᵀ                    (S·B, T, D)
+        full.append((E, C, R, Q))
+        E = torch.baddbmm(E.view(S, B * T, D), Q.view(S, B * T, D), A[:, layer].transpose(1, 2)).view(S, B, T, D)
+    X, q = E.view(SB, T, D)[:, :N], E[:, :, N]                   # context (S·B, N, D), query (S, B, D)
+    C = torch.bmm(X.transpose(1, 2), X)
+    a, GK = A[:, K - 1, -1], G[:, K - 1]                         # the last layer: A's row y, G
+    if K == 1:
+        c, qK, mid = torch.bmm(C.view(S, B * D, D), a.unsqueeze(-1)).view(S, B, D), q, None       # C a
+    else:
+        Al, Gl = A[:, K - 2], G[:, K - 2]                        # the layer before the last: M = I + A C G
+        Cb = C.view(S, B, D, D).permute(0, 2, 3, 1).contiguous()  # C batch-last for _cv     (S, D, D, B)
+        alpha = torch.bmm(a.unsqueeze(1), Al)                    # (Aᵀ a)ᵀ                            (S, 1, D)
+        v1 = torch.bmm(C.view(S, B * D, D), alpha.transpose(1, 2)).view(S, B, D)     # C Aᵀ a
+        t1 = torch.baddbmm(a.unsqueeze(1), v1, Gl)               # Mᵀ a = a + Gᵀ C Aᵀ a               (S, B, D)
+        v2 = _cv(t1.unsqueeze(2), Cb).view(S, B, D)              # C Mᵀ a
+        vq = torch.stack((v2, q), 2)                             # (S, B, 2, D)
+        g = torch.bmm(vq.view(S, 2 * B, D), Gl.transpose(1, 2))  # G C Mᵀ a, G q
+        v34 = _cv(g.view(S, B, 2, D), Cb)                        # C G C Mᵀ a, C G q                  (S, B, 2, D)
+        cq = torch.baddbmm(vq.view(S, 2 * B, D), v34.view(S, 2 * B, D), Al.transpose(1, 2)).view(S, B, 2, D)
+        c, qK = cq[:, :, 0], cq[:, :, 1]                         # C_K a = M C Mᵀ a, q_K = M q
+        mid = (Cb, alpha, v1, t1, vq, g, v34)
+    u = torch.bmm(qK, GK.transpose(1, 2))                        # G_K q_K                            (S, B, D)
+    y = -(qK[..., -1] + (c * u).sum(-1))
+    return y, (full, E.view(SB, T, D), C, c, qK, u, mid)
+
+
+def _bwd(saved, dy: torch.Tensor, A: torch.Tensor, G: torch.Tensor, shape) -> tuple[torch.Tensor, torch.Tensor]:
+    """∂/∂A and ∂/∂G (S, K, D, D) of Σ dy·ŷ, from :func:`_fwd`'s ``saved``."""
+    S, B, T, D = shape
+    N, K, SB = T - 1, A.shape[1], S * B
+    full, EL, C, c, qK, u, mid = saved
+    dA, dG = torch.zeros_like(A), torch.zeros_like(G)
+    ng = -dy.unsqueeze(-1)                                       # (S, B, 1)
+    dq = torch.bmm(c, G[:, K - 1]) * ng                          # ∂q_K = −dy (e_y + G_Kᵀ c)
+    dq[..., -1] += ng[..., 0]
+    dc = ng * u                                                  # ∂c = −dy G_K q_K
+    dG[:, K - 1] = torch.bmm((ng * c).transpose(1, 2), qK)
+    if K == 1:
+        dA[:, 0, -1] = torch.bmm(dc.view(S, 1, B * D), C.view(S, B * D, D)).view(S, D)           # Σ_b C ∂c
+        return dA, dG
+    Cb, alpha, v1, t1, vq, g, v34 = mid
+    L, a = K - 2, A[:, K - 1, -1]
+    Al, Gl = A[:, L], G[:, L]
+    dcq = torch.stack((dc, dq), 2).view(S, 2 * B, D)
+    dA[:, L] = torch.bmm(dcq.transpose(1, 2), v34.view(S, 2 * B, D))
+    dv34 = torch.bmm(dcq, Al)                                    # Aᵀ ∂                               (S, 2B, D)
+    dg = _cv(dv34.view(S, B, 2, D), Cb).view(S, 2 * B, D)        # C Aᵀ ∂
+    dG[:, L] = torch.bmm(dg.transpose(1, 2), vq.view(S, 2 * B, D))
+    dvq = torch.baddbmm(dcq, dg, Gl).view(S, B, 2, D)            # ∂(C Mᵀ a), ∂q
+    dv2, dqL = dvq[:, :, 0], dvq[:, :, 1]
+    dt1 = _cv(dv2.unsqueeze(2), Cb).view(S, B, D)                # ∂(Mᵀ a)
+    dG[:, L] += torch.bmm(v1.transpose(1, 2), dt1)
+    dv1 = torch.bmm(dt1, Gl.transpose(1, 2))                     # ∂(C Aᵀ a)
+    dalpha = torch.bmm(dv1.reshape(S, 1, B * D), C.view(S, B * D, D))                         # Σ_b C ∂v1
+    dA[:, L] += a.unsqueeze(-1) * dalpha
+    dA[:, K - 1, -1] += dt1.sum(1) + torch.bmm(dalpha, Al.transpose(1, 2)).squeeze(1)
+    if L == 0:                                                   # C is the data's: done
+        return dA, dG
+    # C = XᵀX entered four products C x; ∂X = X Γ, Γ = Σ (∂v xᵀ + x ∂vᵀ) over them: rows stacked, Γ = Z1ᵀ Z2
+    gv, dvv, al = g.view(S, B, 2, D), dv34.view(S, B, 2, D), alpha.unsqueeze(1).expand(S, B, 1, D)
+    Z1 = torch.cat((dv1.unsqueeze(2), t1.unsqueeze(2), gv, al, dv2.unsqueeze(2), dvv), 2).view(SB, 8, D)
+    Z2 = torch.cat((al, dv2.unsqueeze(2), dvv, dv1.unsqueeze(2), t1.unsqueeze(2), gv), 2).view(SB, 8, D)
+    dE = torch.bmm(EL, torch.bmm(Z1.transpose(1, 2), Z2)).view(S, B, T, D)   # rows e Γ: the context's ∂
+    dE[:, :, N] = dqL                                            # and the query's
+    for layer in range(K - 3, -1, -1):                           # the layers that moved every token
+        E, C, R, Q = full[layer]
+        dEr = dE.view(S, B * T, D)
+        dA[:, layer] = torch.bmm(dEr.transpose(1, 2), Q.view(S, B * T, D))
+        dQ = torch.bmm(dEr, A[:, layer])                         # ∂(C G e_j)               (S, B·T, D)
+        dR = torch.bmm(dQ.view(SB, T, D), C)                     # ∂(G e_j)                 (S·B, T, D)
+        dG[:, layer] = torch.bmm(dR.view(S, B * T, D).transpose(1, 2), E.view(S, B * T, D))
+        if layer == 0:
+            break
+        dC = torch.bmm(R.view(SB, T, D).transpose(1, 2), dQ.view(SB, T, D))
+        dE = torch.baddbmm(dEr, dR.view(S, B * T, D), G[:, layer]).view(S, B, T, D)
+        dE.view(SB, T, D)[:, :N] += torch.bmm(E.view(SB, T, D)[:, :N], dC + dC.transpose(1, 2))
+    return dA, dG
 
 
 class _Deep(torch.autograd.Function):
     """ŷ (S, B) of K layers from the tokens E (S, B, N+1, D) (contiguous) and the folded weights A = P W_V,
-    G = W_Kᵀ W_Q, each (S, K, D, D). Gradients for A and G only (the tokens are data). Tokens are rows: a
-    weight acts as E Wᵀ."""
+    G = W_Kᵀ W_Q, each (S, K, D, D), in the Gram form above. Gradients for A and G only (the tokens are data).
+    Tokens and vectors are rows: a weight acts as V Wᵀ."""
 
     @staticmethod
     def forward(ctx, E, A, G):
-        S, B, T, D = E.shape
-        N, K = T - 1, A.shape[1]
-        saved = []
-        for layer in range(K - 1):
-            Al, Gl = A[:, layer], G[:, layer]
-            hv = torch.bmm(E.view(S, B * T, D), torch.cat((Gl, Al), 1).transpose(1, 2)).view(S * B, T, 2 * D)
-            h, v = hv[..., :D], hv[..., D:]                                # G e_j, A e_i (the query's A e unused)
-            X = E.view(S * B, T, D)[:, :N]                                 # keys and values: the context
-            s = torch.bmm(h, X.transpose(1, 2))                            # s_ji = e_iᵀ G e_j  (S·B, N+1, N)
-            saved.append((E, h, v, s))
-            E = torch.baddbmm(E.view(S * B, T, D), s, v[:, :N]).view(S, B, T, D)   # e_j + Σ_i s_ji A e_i
-        Al, Gl = A[:, K - 1], G[:, K - 1]                                  # the last layer: the query's y entry
-        X, q = E.view(S * B, T, D)[:, :N], E[:, :, N]                      # (S·B, N, D), (S, B, D)
-        alpha = torch.bmm(E.view(S, B * T, D), Al[:, -1].unsqueeze(-1)).view(S * B, T)[:, :N]    # a·e_i
-        u = torch.bmm(q, Gl.transpose(1, 2))                               # G e_q        (S, B, D)
-        beta = (X * u.view(S * B, 1, D)).sum(-1)                           # e_iᵀ G e_q   (S·B, N)
-        y = -(q[..., -1] + (alpha * beta).sum(-1).view(S, B))
+        y, ctx.saved = _fwd(E, A, G)
         ctx.save_for_backward(A, G)
-        ctx.saved = saved
-        ctx.last = (E, alpha, beta, u)
+        ctx.shape = E.shape
         return y
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         A, G = ctx.saved_tensors
-        E, alpha, beta, u = ctx.last
-        S, B, T, D = E.shape
-        N, K = T - 1, A.shape[1]
-        dA, dG = torch.zeros_like(A), torch.zeros_like(G)
-        X, q = E.view(S * B, T, D)[:, :N], E[:, :, N]
-        c = -dy.reshape(S * B, 1)                                          # ∂/∂(q_y + Σ α β)
-        dalpha, dbeta = c * beta, c * alpha                                # (S·B, N)
-        Al, Gl = A[:, K - 1], G[:, K - 1]
-        dalpha_t = E.new_zeros(S, 1, B, T)                                 # α̇ on every token, 0 on the query
-        dalpha_t[:, 0, :, :N] = dalpha.view(S, B, N)
-        dA[:, K - 1, -1] = torch.bmm(dalpha_t.view(S, 1, B * T), E.view(S, B * T, D)).view(S, D)  # Σ α̇_i e_i
-        du = (X * dbeta.unsqueeze(-1)).sum(1).view(S, B, D)                # Σ_i β̇_i e_i  (S, B, D)
-        dG[:, K - 1] = torch.bmm(du.transpose(1, 2), q)
-        dE = torch.empty_like(E)
-        dE[:, :, :N] = (dalpha.view(S, B, N, 1) * Al[:, -1].view(S, 1, 1, D)
-                        + dbeta.view(S, B, N, 1) * u.view(S, B, 1, D))
-        dE[:, :, N] = torch.bmm(du, Gl)                                    # Gᵀ ∂u
-        dE[:, :, N, -1] += c.view(S, B)
-        for layer in range(K - 2, -1, -1):
-            E, h, v, s = ctx.saved[layer]
-            Al, Gl = A[:, layer], G[:, layer]
-            X = E.view(S * B, T, D)[:, :N]
-            dEs = dE.view(S * B, T, D)
-            ds = torch.bmm(dEs, v[:, :N].transpose(1, 2))                  # ∂s_ji = ∂e'_j · v_i     (S·B, N+1, N)
-            dv = torch.bmm(s.transpose(1, 2), dEs)                         # ∂v_i = Σ_j s_ji ∂e'_j   (S·B, N, D)
-            dh = torch.bmm(ds, X)                                          # ∂h_j = Σ_i ∂s_ji e_i    (S·B, N+1, D)
-            dx = torch.bmm(ds.transpose(1, 2), h)                          # keys: Σ_j ∂s_ji h_j     (S·B, N, D)
-            dG[:, layer] = torch.bmm(dh.view(S, B * T, D).transpose(1, 2), E.view(S, B * T, D))
-            dv = dv.view(S, B * N, D)
-            dA[:, layer] = torch.bmm(dv.transpose(1, 2), X.reshape(S, B * N, D))
-            dx = torch.baddbmm(dx.view(S, B * N, D), dv, Al)               # values: + Aᵀ ∂v_i
-            dE = torch.baddbmm(dE.view(S, B * T, D), dh.view(S, B * T, D), Gl).view(S, B, T, D)   # ∂e' + Gᵀ ∂h
-            dE[:, :, :N] += dx.view(S, B, N, D)
+        dA, dG = _bwd(ctx.saved, dy, A, G, ctx.shape)
         return None, dA, dG
 
 
