@@ -950,6 +950,13 @@ class _ColumnSplit:
         self.k = ((1 + g) ** 2 * c * c, (1 + g) * (1 + 1 / g), 1 + 1 / g)
 
 
+def _upper_setup(fw: TokenForward):
+    """What both token-space upper bounds start from: the rows, V, V's column split, the rounding slack
+    2(L + k + 8)·2⁻⁵³ of their sums and F2 = f_q[t]² (query, token)."""
+    R, V = fw.rows, fw.V[0]
+    return R, V, _ColumnSplit(V), 2 * (R.L + R.k + 8) * _U64, (fw.f[0] * fw.f[0]).contiguous()
+
+
 def _upper_terms_by_columns(fw: TokenForward) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`_upper_terms` with the trace by :class:`_ColumnSplit`, its α̃² sums in token space: α̃_t² = f_q[t]² c_t² / Z²
     with c = b·1 + e (e ≤ k nonzeros per row), so c_t² = b² + d_t with d = 2b·e + e² sparse, and every sum over tokens
@@ -964,14 +971,10 @@ def _upper_terms_by_columns(fw: TokenForward) -> tuple[torch.Tensor, torch.Tenso
     most L + k + 4 terms, and with b = 1 an absent token's d = −1 cancels part of the b² sum, so each is raised by
     2(L + k + 8)·2⁻⁵³ times the sum of its terms' magnitudes (Σ_{l≠ŷ} p_l A_l = Σ p_l A_l − p_ŷ A_ŷ by both); the rest
     is positive (and λ's upper bound is raised by 1e-9 relative)."""
-    R = fw.rows
-    V = fw.V[0]
+    R, V, cols, sl, F2 = _upper_setup(fw)
     L, G, k, b2 = R.L, R.G, R.k, R.b * R.b
     N = L * G
-    cols = _ColumnSplit(V)
     k1, k2, k3 = cols.k
-    sl = 2 * (L + k + 8) * _U64
-    F2 = (fw.f[0] * fw.f[0]).contiguous()                        # (query, token): f_q[t]²
     Gm = torch.zeros(L, L, dtype=F2.dtype).index_add_(1, cols.r, F2)   # (q, l): Σ_{t: r_t = l} f_q[t]²
     e, zs, se = fw.e[0], fw.zs[0], fw.se[0, :, 0]
     yh = zs.max(1).indices                                       # ŷ (zs = z − z_ŷ ≤ 0; max: 2× argmax's speed here)
@@ -1025,14 +1028,10 @@ def _upper_terms_per_query(fw: TokenForward) -> tuple[torch.Tensor, torch.Tensor
     maxima and on 1/se, 1e-12 relative on ĝ. Along decision-list/claim2's L = 40 and L = 30 paths within 5e-4 of the
     column split's bound (the per-query maximum A is about each row's A_ŷ there, and p·z′² is negligible beside
     c² q̄ A), where the column split reads every row's outputs three times; 4% above it along the L = 12 paths."""
-    R = fw.rows
-    V = fw.V[0]
+    R, V, cols, sl, F2 = _upper_setup(fw)
     L, G, k, b2 = R.L, R.G, R.k, R.b * R.b
     N = L * G
-    cols = _ColumnSplit(V)
     k1, k2, k3 = cols.k
-    sl = 2 * (L + k + 8) * _U64
-    F2 = (fw.f[0] * fw.f[0]).contiguous()                        # (query, token): f_q[t]²
     Gmax = torch.zeros(L, L, dtype=F2.dtype).index_add_(1, cols.r, F2).amax(1) * (float(R.c.max()) ** 2 * (1 + sl))
     # Z² ‖α̃‖² and Z² α̃²·E2 per row: their b² parts (per query), then e's k terms, with magnitudes
     sums = b2 * torch.stack([F2.sum(1).repeat_interleave(G), (F2 @ cols.E2).repeat_interleave(G)])
