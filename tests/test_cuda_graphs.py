@@ -306,3 +306,96 @@ def test_cuda_graphs_equal_the_eager_cuda_step(name, mode, tmp_path, caplog):
     done = [i for i, d in enumerate(eager) if runs.read_meta(d)["status"] == "finished"]
     assert done
     (_same if mode == "deterministic" else _close)([eager[i] for i in done], [got[i] for i in done])
+
+
+# ---------------------------------------------------------------- batches drawn on the GPU (config draw_on_device)
+
+
+def test_config_refuses_draw_on_device_off_cuda():
+    with pytest.raises(ConfigError, match="draw_on_device = true needs device = 'cuda'"):
+        load_config("syn_small", ["draw_on_device=true"])
+
+
+def test_draw_on_device_is_part_of_a_runs_identity_and_written_only_when_true():
+    """Other batches, so another run: the digest differs; a config without it keeps the digest it had."""
+    a = load_config("syn_small", []).model_dump(mode="json")
+    assert "draw_on_device" not in a and "cuda_graph" not in a
+    b = dict(a, device="cuda", draw_on_device=True)
+    assert runs.config_digest(dict(a, device="cuda")) != runs.config_digest(b)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a GPU (benchmarks/gpu_graphs.sh runs it on a lent one)")
+def test_a_batch_drawn_on_the_gpu_is_the_inverse_cdf_of_its_uniforms_and_its_counts_are_its_support():
+    """Scan and Snap's sampler with CUDA generators: every context token is searchsorted(cdf[class], u) of the
+    generator's own uniforms (replayed from its state), the counts are each sequence's histogram over its class
+    support, G streams in one pass equal each alone, and one seed gives one batch."""
+    from tdyn.papers.scan_snap.data import ScanSnapDataConfig, build, syn_medium
+    from tdyn.seeding import generator
+    dist = build(ScanSnapDataConfig(**syn_medium(5), seq_len=64, batch_size=32))
+    gens = [generator(s, "data", "cuda") for s in (0, 1, 2)]
+    states = [g.get_state() for g in gens]
+    x, y, tokens, count = dist.sample_counts(32, 64, gens)
+    assert x.is_cuda and x.shape == (3, 32, 64) and count.dtype == torch.int32
+    for i, (g, st) in enumerate(zip(gens, states)):
+        g.set_state(st)
+        alone = dist.sample_counts(32, 64, g)
+        for a, b in zip((x[i], y[i], tokens[i], count[i]), alone):
+            assert torch.equal(a, b)
+        g.set_state(st)
+        cls = torch.randint(dist.K, (32,), generator=g, device="cuda")
+        u = torch.rand(32, 63, generator=g, dtype=torch.float64, device="cuda")
+        cdf = dist.cdf.cuda()[cls]
+        ref = torch.searchsorted(cdf, u, right=True).clamp(max=dist.M - 1)
+        assert torch.equal(x[i, :, :-1], ref) and torch.equal(y[i], dist.next_token.cuda()[cls])
+        hist = torch.zeros(32, dist.M, dtype=torch.int32, device="cuda").scatter_add_(
+            1, x[i, :, :-1], torch.ones_like(x[i, :, :-1], dtype=torch.int32))
+        # padding columns (token M−1, a next-token id: never a context token) count 0, as in the histogram
+        assert torch.equal(hist.gather(1, tokens[i]), count[i]) and bool((count[i].sum(1) == 63).all())
+    x2 = dist.sample_counts(32, 64, [generator(s, "data", "cuda") for s in (0, 1, 2)])[0]
+    assert torch.equal(x, x2)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a GPU (benchmarks/gpu_graphs.sh runs it on a lent one)")
+@pytest.mark.parametrize("name", ["syn_small", "fig6_job"])
+def test_batches_drawn_on_the_gpu_train_alike_eager_graphed_and_resumed(name, tmp_path, monkeypatch):
+    """draw_on_device: other batches than the host's (other metrics), the same bits eager and as graphs under
+    deterministic algorithms, and a run stopped at a probe step and resumed equals the uninterrupted one."""
+    import tdyn
+    from tdyn.probes import PROBES, probe
+    cfg, _ = _cuda_cases()[name]
+    cfg = dict(cfg, device="cuda")
+    stop_at = {"step": -1}
+
+    @probe("cuda_test.stopper")
+    def stopper(ctx):
+        if ctx.step == stop_at["step"]:
+            trainer.stop_all()
+        return {}
+
+    torch.use_deterministic_algorithms(True)
+    monkeypatch.setattr(trainer, "_STOP", False)
+    try:
+        host = train(cfg, tmp_path / "host", progress=False)
+        dev = dict(cfg, draw_on_device=True)
+        eager = train(dev, tmp_path / "eager", progress=False)
+        graphed = train(dict(dev, cuda_graph=True), tmp_path / "graph", progress=False)
+        stopping = dict(dev, cuda_graph=True, probes=dict(dev["probes"], every=5,
+                        names=list(dev["probes"]["names"]) + ["cuda_test.stopper"]))
+        ref = train(stopping, tmp_path / "ref", progress=False)
+        stop_at["step"] = 10
+        with pytest.raises(KeyboardInterrupt):
+            tdyn.train(stopping, tmp_path / "r", progress=False)
+        trainer._STOP = False
+        stop_at["step"] = -1
+        resumed = tdyn.train(stopping, tmp_path / "r", resume=True, progress=False)
+    finally:
+        torch.use_deterministic_algorithms(False)
+        PROBES.unregister("cuda_test.stopper")
+    assert runs.read_metrics(host[0]) != runs.read_metrics(eager[0])
+    _same(eager, graphed)
+    drop = lambda m: [{k: v for k, v in r.items() if k != "wall"} for r in m]      # noqa: E731
+    for a, b in zip(ref, resumed):
+        assert runs.read_meta(b)["resumed"][0]["from_step"] == 11
+        assert drop(runs.read_metrics(a)) == drop(runs.read_metrics(b))
+        ca, cb = _state(a)[1], _state(b)[1]
+        assert ca.keys() == cb.keys() and all(torch.equal(ca[k], cb[k]) for k in ca)

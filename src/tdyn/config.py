@@ -164,14 +164,21 @@ class RunConfig(Strict):
     #: replay each training step as CUDA graphs (device cuda; tdyn.train.graphs): the same kernels, so the
     #: same bits, without a launch per kernel. How a run executes, not what it computes (not in its identity).
     cuda_graph: bool = False
+    #: draw the training batches on ``device`` with generators there (device cuda; a task that can: ``Task.
+    #: draws_on_device``): no host work or copy per step, but a CUDA generator's streams, so other batches than
+    #: the host's (equally distributed, as repeatable from the seed). What a run computes: part of its identity.
+    #: The probe batch stays drawn on the host. False: the host draws, the same batches on every device.
+    draw_on_device: bool = False
 
     @model_serializer(mode="wrap")
-    def _without_default_graph(self, handler):
-        """``cuda_graph`` is written only when true: a run's config.json (and what a reproduction records of its
-        configs) is the one it was before the key existed."""
+    def _without_defaults_added_later(self, handler):
+        """``cuda_graph`` and ``draw_on_device`` are written only when true: a run's config.json (and what a
+        reproduction records of its configs, and its identity) is the one it was before the keys existed."""
         out = handler(self)
-        if isinstance(out, dict) and out.get("cuda_graph") is False:
-            out.pop("cuda_graph")
+        if isinstance(out, dict):
+            for key in ("cuda_graph", "draw_on_device"):
+                if out.get(key) is False:
+                    out.pop(key)
         return out
 
     @model_validator(mode="before")
@@ -187,6 +194,9 @@ class RunConfig(Strict):
         object.__setattr__(self, "model", _sub(spec.model_config, self.model, "model").model_dump(mode="json"))
         if self.cuda_graph and self.device != "cuda":
             raise ConfigError(f"cuda_graph = true needs device = 'cuda'; got {self.device!r}")
+        if self.draw_on_device and self.device != "cuda":
+            raise ConfigError(f"draw_on_device = true needs device = 'cuda' (on the CPU every batch is drawn there "
+                              f"already); got {self.device!r}")
         if self.autocast is not None and self.dtype != "float32":
             raise ConfigError(f"autocast = {self.autocast!r} needs dtype = 'float32' (the master copy); got {self.dtype!r}")
         groups = set(self.optim.groups)

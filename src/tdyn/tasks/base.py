@@ -15,6 +15,8 @@ members, and exposes:
 * ``facts``: the distribution's facts the probes need (e.g. P(l|n), the distinct-token sets);
 * ``member_generators()``: any further random streams (e.g. dropout), one generator per member,
   which the trainer checkpoints and restores so that resume is exact;
+* ``draws_on_device``: whether ``sample_streams`` draws on its generators' device when given generators
+  there (config ``draw_on_device``; default False: batches are drawn on the host and copied);
 * ``grad_rows``: optionally, per parameter, the rows (its axis 1, after the ensemble axis) outside which
   its gradient is always zero (Scan and Snap's Z: the query tokens' rows; Y: the context tokens'). The optimizer then updates
   only those rows where that is exact (no weight decay: a zero gradient with zero optimizer state
@@ -72,6 +74,7 @@ class Task:
     model: torch.nn.Module
     facts: dict[str, Any] = {}
     grad_rows: dict[str, torch.Tensor] = {}
+    draws_on_device: bool = False
 
     def sample(self, gen: torch.Generator) -> Any:
         raise NotImplementedError

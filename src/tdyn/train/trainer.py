@@ -302,7 +302,10 @@ class Job:
         seeds = sorted({m.seed for m in members})
         self.stream_seeds = seeds
         self.stream_of = torch.tensor([seeds.index(m.seed) for m in members])
-        self.gens = [generator(s, "data") for s in seeds]
+        if cfg.draw_on_device and not self.task.draws_on_device:
+            raise ConfigError(f"draw_on_device = true: task {cfg.task!r} ({_code_of(self.task)}) draws its batches "
+                              f"on the host only; set draw_on_device=false")
+        self.gens = [generator(s, "data", self.device if cfg.draw_on_device else "cpu") for s in seeds]
         probe = stack_batches([self.task.probe_batch(generator(s, "probe")) for s in seeds])
         self.probe_batch = self._to_device(_select(probe, self.stream_of))
         self.active = torch.ones(S, dtype=torch.bool)

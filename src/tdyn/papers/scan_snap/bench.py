@@ -157,13 +157,18 @@ def _loop_seconds(cfg: dict) -> float:
         return runs.read_meta(dirs[0])["seconds"]["training"]
 
 
+#: an entry's key suffix per set of execution options turned on
+_TAGS = {(): "", ("cuda_graph",): "_graph", ("cuda_graph", "draw_on_device"): "_graph_device"}
+
+
 @register_bench("scan_snap_member_steps")
 def _member_steps(quick: bool) -> dict:
     """Syn-Small member-steps per second of the training loop (issue 35 item 6): ensembles of S members over
     learning rates (one data stream; η_Y = η_Z from 0.1 to 10) and over seeds (S data streams), the eager step
-    and, on CUDA, the step replayed as CUDA graphs (``cuda_graph``)."""
+    and, on CUDA, the step replayed as CUDA graphs (``cuda_graph``), also with the batches drawn on the GPU
+    (``draw_on_device``: other random streams than the host's)."""
     steps = 100 if quick else 400
-    modes = (False, True) if bench.DEVICE == "cuda" else (False,)
+    modes = ((), ("cuda_graph",), ("cuda_graph", "draw_on_device")) if bench.DEVICE == "cuda" else ((),)
     out: dict = {"steps": steps}
     for S in (1, 16, 64):
         for kind in ("lrs", "seeds"):
@@ -174,11 +179,11 @@ def _member_steps(quick: bool) -> dict:
             if kind == "lrs" and S > 1:
                 cfg["ensemble"] = {"lrs": [{"Y": 10 ** (2 * i / (S - 1) - 1), "Z": 10 ** (2 * i / (S - 1) - 1)}
                                            for i in range(S)]}
-            for graph in modes:
-                c = dict(cfg, cuda_graph=True) if graph else cfg
+            for keys in modes:
+                c = dict(cfg, **{k: True for k in keys})
                 _loop_seconds(dict(c, optim=dict(c["optim"], steps=5)))    # warm-up (allocator, kernels)
                 sec = _loop_seconds(c)
-                out[f"S{S}_{kind}{'_graph' if graph else ''}"] = {"loop_s": sec, "member_steps_per_s": S * steps / sec}
+                out[f"S{S}_{kind}{_TAGS[keys]}"] = {"loop_s": sec, "member_steps_per_s": S * steps / sec}
     return out
 
 
@@ -202,7 +207,8 @@ def _fig6_sweep(quick: bool) -> dict:
     """The Fig 6 sweep (640 runs) with ``tdyn sweep`` (batched into ensemble jobs on the local pool: 8 on the CPU,
     4 on CUDA, one per panel; the median of 3 sweeps, each into a fresh directory, 1 if ``quick`` or on CUDA) vs
     the same runs trained one at a time in this process (``quick`` and on CUDA: extrapolated from a few runs
-    per job). On CUDA also the sweep with its steps replayed as CUDA graphs (``cuda_graph``). Beside each wall
+    per job). On CUDA also the sweep with its steps replayed as CUDA graphs (``cuda_graph``), and so with its batches
+    drawn on the GPU (``draw_on_device``; other random streams, so other batches than the host's). Beside each wall
     time, the CPU seconds it took (user + system, this process and its joined pool workers: ``cpu_s``): a
     machine shared with other jobs preempts the workers and inflates the walls (benchmarks/README.md, issue 35
     eighteenth session: 18-51 s walls of one code in one window), far less the CPU seconds. (The entry's
@@ -214,8 +220,8 @@ def _fig6_sweep(quick: bool) -> dict:
     cuda = spec["config"]["device"] == "cuda"
     method = start_method()   # how the sweep's pool starts its workers here (forked or spawned)
     out: dict = {}
-    for graph in (False, True) if cuda else (False,):
-        sp = dict(spec, config=dict(spec["config"], cuda_graph=True)) if graph else spec
+    for keys in ((), ("cuda_graph",), ("cuda_graph", "draw_on_device")) if cuda else ((),):
+        sp = dict(spec, config=dict(spec["config"], **{k: True for k in keys}))
         sweeps = []     # (wall seconds, workers' busy seconds, the jobs' training seconds, CPU seconds) of each sweep
         for _ in range(1 if quick or cuda else 3):
             with tempfile.TemporaryDirectory() as d:
@@ -227,7 +233,7 @@ def _fig6_sweep(quick: bool) -> dict:
                     _jobs_training_s(Path(d) / "sweep"), cpu))
         batched = statistics.median(w for w, _, _, _ in sweeps)
         busy, training = next((b, t) for w, b, t, _ in sweeps if w == batched)
-        tag = "_graph" if graph else ""
+        tag = _TAGS[keys]
         out |= {f"batched_s{tag}": batched, f"batched_s_each{tag}": [w for w, _, _, _ in sweeps],
                 f"worker_busy_s{tag}": busy, f"training_s{tag}": training, f"jobs{tag}": len(plan(load_spec(sp))),
                 f"cpu_s{tag}": statistics.median(c for _, _, _, c in sweeps),

@@ -8,6 +8,7 @@ follow the authors' ``Dataset2`` layout, in consecutive blocks: global commons; 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Sequence
 
@@ -79,6 +80,16 @@ class SequenceClasses:
         last = M - 1 - (self.table > 0).flip(1).to(torch.int8).argmax(1)
         self.cdf[torch.arange(M) >= last[:, None]] = 1.0
         self.inverse_cdf = InverseCDF(self.cdf)
+        self._on: dict[torch.device, tuple] = {}
+
+    def _tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, InverseCDF]:
+        """``(query, next_token, inverse_cdf)`` on ``device`` (the generators' device: batches drawn with a CUDA
+        generator are looked up on the GPU, config ``draw_on_device``); the host's are these objects themselves."""
+        if device.type == "cpu":
+            return self.query, self.next_token, self.inverse_cdf
+        if device not in self._on:
+            self._on[device] = (self.query.to(device), self.next_token.to(device), self.inverse_cdf.to(device))
+        return self._on[device]
 
     def sample(self, batch_size: int, seq_len: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """``(x, y)``: x [B, L] with the query at position L−1, y [B] the next-token ids.
@@ -104,31 +115,35 @@ class SequenceClasses:
         leading axis [G, B, ...] (bit for bit, tested). Only the draws are per generator; the lookup and
         the counting run once over all G·B sequences (an ensemble's data streams)."""
         x, y, cls, at = self._draw(batch_size, seq_len, gen, context)
-        W = self.inverse_cdf.width
+        inv = self._tables(cls.device)[2]
+        W = inv.width
         N = cls.numel()
-        col = at + ((torch.arange(N) - cls.view(-1)) * W).view(at.shape[:-1] + (1,))     # sequence b's column j: b·W + j
-        count = torch.zeros(N * W, dtype=torch.int32).index_add_(
-            0, col.view(-1), torch.ones(col.numel(), dtype=torch.int32)).view(*cls.shape, W)
-        return x, y, self.inverse_cdf.tokens.view(-1, W).index_select(0, cls.view(-1)).view(*cls.shape, W), count
+        col = at + ((torch.arange(N, device=cls.device) - cls.view(-1)) * W).view(at.shape[:-1] + (1,))   # b·W + j
+        count = torch.zeros(N * W, dtype=torch.int32, device=cls.device).index_add_(
+            0, col.view(-1), torch.ones(col.numel(), dtype=torch.int32, device=cls.device)).view(*cls.shape, W)
+        return x, y, inv.tokens.view(-1, W).index_select(0, cls.view(-1)).view(*cls.shape, W), count
 
     def _draw(self, batch_size: int, seq_len: int, gen: torch.Generator | Sequence[torch.Generator],
               context: bool = True):
         """(x, y, class [B], each context token's flat index in :class:`InverseCDF`'s rows [B, L−1]);
-        x without its context columns unless ``context``. Generators ``gen`` [G]: a leading axis G on each."""
+        x without its context columns unless ``context``. Generators ``gen`` [G]: a leading axis G on each. The
+        draws and the lookup run on the generators' device (one device for all)."""
         one = isinstance(gen, torch.Generator)
         gens = [gen] if one else list(gen)
-        cls = torch.empty(len(gens), batch_size, dtype=torch.long)
-        u = torch.empty(len(gens), batch_size, seq_len - 1, dtype=torch.float64)
+        dev = gens[0].device
+        query, next_token, inv = self._tables(dev)
+        cls = torch.empty(len(gens), batch_size, dtype=torch.long, device=dev)
+        u = torch.empty(len(gens), batch_size, seq_len - 1, dtype=torch.float64, device=dev)
         for g, c, v in zip(gens, cls, u):      # per generator: its class draws, then its uniforms
             torch.randint(self.K, (batch_size,), generator=g, out=c)
             torch.rand(batch_size, seq_len - 1, generator=g, dtype=torch.float64, out=v)
         if one:
             cls, u = cls[0], u[0]
-        at = self.inverse_cdf.lookup(cls, u)
-        x = self.query[cls].unsqueeze(-1)
+        at = inv.lookup(cls, u)
+        x = query[cls].unsqueeze(-1)
         if context:
-            x = torch.cat([self.inverse_cdf.tokens.take(at), x], dim=-1)
-        return x, self.next_token[cls], cls, at
+            x = torch.cat([inv.tokens.take(at), x], dim=-1)
+        return x, next_token[cls], cls, at
 
 
 class InverseCDF:
@@ -169,6 +184,12 @@ class InverseCDF:
         self.tokens, self.values = tokens.view(-1), values.view(-1)
         # bucket b of row k → the flat index of its first candidate
         self.start = (torch.stack([c[:-1] for c in below]) + (torch.arange(K) * W)[:, None]).view(-1)
+
+    def to(self, device: torch.device) -> InverseCDF:
+        """A copy whose tables live on ``device`` (the same lookup, run there)."""
+        out = copy.copy(self)
+        out.tokens, out.values, out.start = self.tokens.to(device), self.values.to(device), self.start.to(device)
+        return out
 
     def lookup(self, cls: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """For classes ``cls`` [...] and uniforms ``u`` [..., T] in [0, 1): each draw's flat index into

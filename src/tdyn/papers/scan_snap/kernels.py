@@ -98,12 +98,16 @@ def pack_support(count: torch.Tensor, tokens: torch.Tensor, width: int | None = 
     columns with a count, left-packed in column order, padded with token 0 at count 0. ``P = width`` or the
     most present columns in a row (more than ``width`` is a ValueError). :func:`key_support` packs a
     [B, M] histogram; the Scan and Snap task packs the sampler's counts per class support
-    (``SequenceClasses.sample_counts``), the same tensors without the [B, M] histogram."""
+    (``SequenceClasses.sample_counts``), the same tensors without the [B, M] histogram. On a GPU with ``width``
+    given the count is not read back (a wait for the device; a row over ``width`` then fails in the scatter)."""
     present = count > 0
-    n = int(present.sum(1).max())
-    P = n if width is None else width
-    if n > P:
-        raise ValueError(f"pack_support: a sequence has {n} distinct keys, more than width {P}")
+    if width is None or count.device.type == "cpu":
+        n = int(present.sum(1).max())
+        P = n if width is None else width
+        if n > P:
+            raise ValueError(f"pack_support: a sequence has {n} distinct keys, more than width {P}")
+    else:
+        P = width
     slot = torch.where(present, present.cumsum(1) - 1, P)        # absent columns to a discarded slot P
     N = count.shape[0]
     idx = torch.zeros(N, P + 1, dtype=torch.long, device=count.device).scatter_(1, slot, tokens)[:, :P]
@@ -152,7 +156,7 @@ def key_bags(idx: torch.Tensor, M: int) -> tuple[torch.Tensor, torch.Tensor, tor
     Data only, computed once per data stream (members sharing a stream share it)."""
     flat = idx.reshape(*idx.shape[:-2], -1)
     order = torch.sort(flat, dim=-1, stable=True).indices
-    counts = torch.zeros(*flat.shape[:-1], M, dtype=torch.long).scatter_add_(-1, flat, torch.ones_like(flat))
+    counts = torch.zeros(*flat.shape[:-1], M, dtype=torch.long, device=flat.device).scatter_add_(-1, flat, torch.ones_like(flat))
     return order, counts, order // idx.shape[-1]
 
 

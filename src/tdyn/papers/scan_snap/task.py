@@ -49,6 +49,11 @@ class ScanSnapTask(Task):
         are the distribution's, which ``grad_rows`` and the one-pass :meth:`sample_streams` rely on."""
         return type(self).sample is ScanSnapTask.sample and type(self).full_sample is ScanSnapTask.full_sample
 
+    @property
+    def draws_on_device(self) -> bool:
+        """Batches of this class's sampler are drawn and looked up on the generators' device."""
+        return self._own_sampler()
+
     def sample(self, gen):
         """One training batch: :meth:`full_sample` with, where attention runs on the support, only the
         query column of x ([B, 1]): the keys enter through the support."""
