@@ -4,6 +4,7 @@
 # and `tdyn bench --device cuda` of the entries the graphs change. Run from the repository root on that
 # machine with .devdata/whl (pydantic) and .devdata/whl_test (pytest) carried (benchmarks/gpu_devdata.sh makes
 # the first; the second is `pip download pytest pluggy iniconfig packaging pygments`). Writes under $OUT.
+# FIG6=yes (default): also the full Fig 6 reproduction with cuda_graph and draw_on_device (its tables and verdicts).
 set -u
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
@@ -23,4 +24,10 @@ timeout "${T_PROF:-170}" python3 benchmarks/gpu_graph_profile.py "${NSTEP:-150}"
 stamp "tdyn bench --device cuda"
 timeout "${T_BENCH:-230}" python3 -m tdyn bench --device cuda --only scan_snap_member_steps --only fig6_sweep \
   ${BENCH_MORE:---only scan_snap_single} --out "$OUT/bench-cuda.json" --force 2>&1 | tail -12
+[ "${FIG6:-yes}" = yes ] && {
+stamp "tdyn reproduce scan-snap/fig6 --device cuda, graphs, batches drawn on the GPU"
+timeout "${T_FIG6:-120}" python3 -m tdyn reproduce scan-snap/fig6 --device cuda --set cuda_graph=true \
+  --set draw_on_device=true --out /tmp/fig6-device --force 2>&1 | tail -8
+mkdir -p "$OUT/fig6-device" && cp /tmp/fig6-device/*.json /tmp/fig6-device/*.csv /tmp/fig6-device/*.png "$OUT/fig6-device/"
+}
 stamp done
