@@ -320,6 +320,23 @@ def test_meta_splits_the_job_seconds_into_probes_checkpoints_and_training(tmp_pa
     assert sec["wall"] == pytest.approx(sec["probes"] + sec["checkpoints"] + sec["training"], abs=2e-3)
 
 
+def test_the_final_checkpoint_and_the_closing_commit_count_as_checkpoint_seconds(tmp_path, monkeypatch):
+    """A run whose only checkpoint is the final one: its write (made slow: 0.3 s) and the commit that makes it
+    durable are checkpoint seconds, not training (the Fig 6 jobs' 80-160 final checkpoints were training)."""
+    import time
+
+    from tdyn.train import trainer
+
+    cfg = quad_config(probes={"names": [], "every": 100}, checkpoint={"schedule": "none", "initial": False})
+    save = trainer.Job._save
+    monkeypatch.setattr(trainer.Job, "_save",
+                        lambda self, step, *a, **k: (time.sleep(0.3 if step == "final" else 0), save(self, step, *a, **k))[1])
+    (d,) = train(cfg, tmp_path / "p", progress=False)
+    sec = json.loads((d / "meta.json").read_text())["seconds"]
+    assert sec["checkpoints"] >= 0.3 and sec["training"] < sec["wall"] - 0.3
+    assert sec["wall"] == pytest.approx(sec["probes"] + sec["checkpoints"] + sec["training"], abs=2e-3)
+
+
 def test_unknown_probe_is_a_config_error(tmp_path):
     from tdyn.errors import ConfigError
 

@@ -418,13 +418,17 @@ class Job:
                 m["ended"] = runs.now()
                 m["seconds"] = self._spent(m.get("seconds"))
             return runs.json_file(self.dirs[i] / runs.META, m)
+        t = time.perf_counter()
         self.writes.commit()
+        if hasattr(self, "_seconds"):
+            self._seconds["checkpoints"] += time.perf_counter() - t
         runs.atomic_write_many(meta(i) for i in members)
 
     def _spent(self, before) -> dict[str, float]:
         """The job's wall seconds in :meth:`run` (its members share them), split into probes (``_measure``),
-        checkpoints (their writes and the metrics flushed before them) and the rest (training: sampling, the
-        loss, backward, the optimizer, the loop); added to ``before``, a resumed run's earlier seconds."""
+        checkpoints (their writes, the final one included, the metrics flushed with them and the commits that
+        make them durable) and the rest (training: sampling, the loss, backward, the optimizer, the loop); added
+        to ``before``, a resumed run's earlier seconds."""
         if not hasattr(self, "_started"):
             return before
         wall = time.perf_counter() - self._started
@@ -591,11 +595,13 @@ class Job:
                 self.active &= ~newly
                 if not self.active.any():
                     break
+                t1 = time.perf_counter()
                 if last:
                     self._save("final", arrays)
                 elif time.monotonic() - self._last_flush > _FLUSH_SECONDS:
                     self._flush()
                     self.writes.commit()
+                self._seconds["checkpoints"] += time.perf_counter() - t1
                 bar.update(1)
             self._flush()
             self._set_status([i for i in range(S) if self.active[i]], "finished")
