@@ -357,14 +357,23 @@ def test_a_batch_drawn_on_the_gpu_is_the_inverse_cdf_of_its_uniforms_and_its_cou
 
 @pytest.mark.skipif(not CUDA, reason="needs a GPU (benchmarks/gpu_graphs.sh runs it on a lent one)")
 @pytest.mark.parametrize("name", ["syn_small", "fig6_job"])
-def test_batches_drawn_on_the_gpu_train_alike_eager_graphed_and_resumed(name, tmp_path, monkeypatch):
-    """draw_on_device: other batches than the host's (other metrics), the same bits eager and as graphs under
-    deterministic algorithms, and a run stopped at a probe step and resumed equals the uninterrupted one."""
+def test_batches_drawn_on_the_gpu_train_alike_eager_graphed_and_resumed(name, tmp_path, monkeypatch, caplog):
+    """draw_on_device: other batches than the host's (other metrics), the same bits eager and as graphs (the
+    step's and the draw's, each captured: no fallback) under deterministic algorithms, and a run stopped at a probe
+    step and resumed equals the uninterrupted one."""
     import tdyn
     from tdyn.probes import PROBES, probe
     cfg, _ = _cuda_cases()[name]
     cfg = dict(cfg, device="cuda")
     stop_at = {"step": -1}
+    draws = []
+    capture = graphs.Prefetch._capture
+
+    def counted(self):
+        capture(self)
+        draws.append(self.graph is not None)
+    monkeypatch.setattr(graphs.Prefetch, "_capture", counted)
+    caplog.set_level("WARNING")
 
     @probe("cuda_test.stopper")
     def stopper(ctx):
@@ -391,6 +400,8 @@ def test_batches_drawn_on_the_gpu_train_alike_eager_graphed_and_resumed(name, tm
     finally:
         torch.use_deterministic_algorithms(False)
         PROBES.unregister("cuda_test.stopper")
+    assert not [r.message for r in caplog.records if "captured" in r.message]
+    assert draws == [True] * 4, draws     # the graphed run, the reference, the stopped one and its resumption
     assert runs.read_metrics(host[0]) != runs.read_metrics(eager[0])
     _same(eager, graphed)
     drop = lambda m: [{k: v for k, v in r.items() if k != "wall"} for r in m]      # noqa: E731

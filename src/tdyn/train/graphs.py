@@ -5,7 +5,8 @@ costing more to launch than to run. Here the step's loss, backward and gradient 
 one graph, and the optimizer's update (SGD groups, once per set of frozen parameters) as another, then
 replayed each step: the same kernels on the same memory, so the same bits as the eager step (the GPU check
 in benchmarks/gpu_graphs.py compares them). What stays on the host: drawing the batch (copied into the
-graph's static input tensors), the one wait for the step's losses, the divergence rule (a step with a
+graph's static input tensors; with ``draw_on_device`` the draw is a third graph, owning the data generators'
+states), the one wait for the step's losses, the divergence rule (a step with a
 non-finite loss or an inactive member takes the eager, masked update), probes and checkpoints.
 
 Graph-safe by construction: shapes are static (a batch whose shapes or dtypes differ from the captured one
@@ -210,14 +211,20 @@ class GraphedStep:
 class Prefetch:
     """The next step's batch drawn while the device runs this step (with ``cuda_graph``).
 
+    ``graph`` (generators on the GPU): the draw replayed as a CUDA graph after WARMUP eager ones (:meth:`_capture`).
     ``start()`` records every data stream's generator state, then draws the next batch (``threads`` = 0: at once,
     in this thread): the streams split into consecutive chunks, one ``task.sample_streams(chunk)`` per thread (a stream's draws depend on its generator
     alone, so the joined batch equals the one-pass draw). ``take()`` returns it (on the host). While a draw is
     pending, ``states`` are the generators' states before it: what a checkpoint of this step records, so
     resume is exact."""
 
-    def __init__(self, task, gens: list[torch.Generator], threads: int | None = None):
+    def __init__(self, task, gens: list[torch.Generator], threads: int | None = None, graph: bool = False):
         self.task, self.gens = task, gens
+        # graph (generators on the GPU, config draw_on_device): after WARMUP eager draws the draw is captured as a
+        # CUDA graph owning the generators' states and replayed: each replay draws what the eager draw would (the
+        # same Philox offsets), into the same output tensors, ordered on the stream before the next step's use
+        self.graph = False if graph else None
+        self.drawn = 0
         n = min(len(gens), PREFETCH_THREADS if threads is None else threads)
         q, r = divmod(len(gens), max(n, 1))
         self.chunks, i = [], 0
@@ -226,23 +233,48 @@ class Prefetch:
             i += q + (j < r)
         self.pool = ThreadPoolExecutor(n, thread_name_prefix="tdyn-prefetch") if n > 0 else None
         self.pending: list | None = None
+        self.futures = False           # pending holds the threads' futures
         self.states: list[torch.Tensor] | None = None
 
     def start(self) -> None:
         self.states = [g.get_state() for g in self.gens]
-        if self.pool is None:
+        if self.graph is False and self.drawn >= WARMUP:
+            self._capture()
+        self.drawn += 1
+        self.futures = False
+        if self.graph:
+            self.graph[0].replay()
+            self.pending = [self.graph[1]]
+        elif self.pool is None:
             self.pending = [self.task.sample_streams(self.gens)]
         else:
             self.pending = [self.pool.submit(self.task.sample_streams, c) for c in self.chunks]
+            self.futures = True
+
+    def _capture(self) -> None:
+        """The draw as a CUDA graph (``self.graph`` = (graph, its output batch)); where it cannot be captured,
+        one warning and eager draws from then on (``self.graph`` = None)."""
+        try:
+            graph = torch.cuda.CUDAGraph()
+            for g in self.gens:
+                graph.register_generator_state(g)
+            with torch.cuda.graph(graph):
+                out = self.task.sample_streams(self.gens)
+            self.graph = (graph, out)
+        except Exception as e:
+            self.graph = None
+            first = str(e).splitlines()[0] if str(e) else ""
+            log.warning("cuda_graph: the batch's draw could not be captured (%s: %s); drawn eagerly",
+                        type(e).__name__, first)
 
     def take(self) -> Any:
         parts, self.pending, self.states = self.pending, None, None
-        parts = parts if self.pool is None else [f.result() for f in parts]
+        parts = [f.result() for f in parts] if self.futures else parts
         return parts[0] if len(parts) == 1 else stack_batches(parts, torch.cat)
 
     def close(self) -> None:
         """Wait for a pending draw (its threads hold the generators) and stop the threads."""
-        if self.pending is not None and self.pool is not None:
+        if self.pending is not None and self.futures:
             for f in self.pending:
                 f.exception()
         if self.pool is not None:

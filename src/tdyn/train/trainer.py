@@ -154,7 +154,13 @@ def _select(batch: Any, index: torch.Tensor) -> Any:
     member i has stream i, the batches as they are)."""
     if torch.equal(index, torch.arange(len(index))):
         return batch
-    return tree_map(lambda t: t.index_select(0, index.to(t.device)), batch)
+    on: dict[torch.device, torch.Tensor] = {}     # the index copied once per device, not once per tensor
+
+    def pick(t: torch.Tensor) -> torch.Tensor:
+        if t.device not in on:
+            on[t.device] = index.to(t.device)
+        return t.index_select(0, on[t.device])
+    return tree_map(pick, batch)
 
 
 class Steps:
@@ -500,7 +506,7 @@ class Job:
         self._started = time.perf_counter()
         self._seconds = {"probes": 0.0, "checkpoints": 0.0}
         if self.graphed is not None:
-            self.prefetch = Prefetch(self.task, self.gens)
+            self.prefetch = Prefetch(self.task, self.gens, graph=self.cfg.draw_on_device)
         T = self.cfg.optim.steps
         S = len(self.members)
         self._last_flush = time.monotonic()
