@@ -543,6 +543,20 @@ def test_full_evidence_exported_and_gpu_scale_quick_on_a_cpu(tmp_path, fake_expe
     assert (dest / slug("test/fake") / "results.json").read_bytes() == (out / slug("test/fake") / "results.json").read_bytes()
 
 
+def test_an_unshipped_table_is_left_out_of_the_evidence(tmp_path, fake_experiments, monkeypatch, one_thread):
+    """A table the manifest declares ``unshipped`` (scan-snap/fig8's 2.3 MB curves) is not exported, and an earlier
+    copy of it in the evidence goes; the other files and results.json are exported as always."""
+    from tdyn.reproduce import runner
+
+    assert "fig8.csv" in runner.unshipped()["scan-snap/fig8"]
+    monkeypatch.setattr(runner, "unshipped", lambda: {"test/fake": {"table.csv": "too large (tests)"}})
+    out, dest = tmp_path / "all", tmp_path / "results"
+    reproduce_all(out, names=["test/fake"], progress=False)
+    _write_results(dest / slug("test/fake"), {"experiment": "test/fake", "files": ["table.csv"]}, {"table.csv": "y"})
+    assert runner.export_evidence(out, dest) == ["test/fake"]
+    assert sorted(p.name for p in (dest / slug("test/fake")).iterdir()) == ["curve.png", "results.json"]
+
+
 @pytest.mark.parametrize("what", ["index.html", "index.html link", "report_files file"])
 def test_report_never_replaces_a_users_page(tmp_path, what):
     """`tdyn report DIR` writes DIR/index.html and DIR/report_files/ only where absent or its own: a user's

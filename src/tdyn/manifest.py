@@ -26,6 +26,10 @@ class Reproduction:
     #: why its full setting needs a GPU (the measurement: its arithmetic on a CPU against its time on one GPU);
     #: ``reproduce --all`` on a CPU then runs it at quick settings, labelled so, and its full evidence is made on a GPU
     gpu_scale: str = ""
+    #: tables its committed evidence leaves out (``export_evidence``), each with why: too large to commit and made
+    #: again in seconds by the reproduction itself (its figures and results.json are exported; ``--judge-only`` of the
+    #: evidence then names the missing table)
+    unshipped: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -371,15 +371,22 @@ def gpu_scale() -> dict[str, str]:
     return {n: r.gpu_scale for p in papers.manifests() for n, r in p.reproductions.items() if r.gpu_scale}
 
 
+def unshipped() -> dict[str, dict[str, str]]:
+    """The tables each reproduction's committed evidence leaves out (their manifest's ``unshipped``: file -> why)."""
+    return {n: r.unshipped for p in papers.manifests() for n, r in p.reproductions.items() if r.unshipped}
+
+
 def export_evidence(src: str | Path, dest: str | Path) -> list[str]:
     """Copy the full-setting results of a ``reproduce --all`` directory ``src`` into the evidence directory
     ``dest`` (the shipped docs/results): for each reproduction it finished at full settings, its
     ``results.json`` and the tables and figures it lists, into ``dest/<slug>/`` (the files tdyn wrote there
     before and no longer writes go). Quick and failed ones are left out. Returns the names copied.
     Where ``src`` ran N > 1 reproductions at once (``--jobs N``), each exported result says so (``made.jobs``):
-    its wall time was made beside other reproductions, not alone."""
+    its wall time was made beside other reproductions, not alone. A table its manifest declares ``unshipped`` is
+    not copied (and goes from ``dest``)."""
     src, dest = Path(src), Path(dest)
     copied = []
+    left_out = unshipped()
     manifest = runs.read_manifest(src / MANIFEST)
     jobs = manifest.get("jobs") if isinstance(manifest.get("jobs"), int) else 1
     for e in manifest["reproductions"]:
@@ -387,7 +394,8 @@ def export_evidence(src: str | Path, dest: str | Path) -> list[str]:
         if e.get("status") != "finished" or e.get("quick") or not res_path.is_file():
             continue
         res = runs.read_json(res_path)
-        files = [runs.RESULTS] + [f for f in res.get("files", []) if (src / e["dir"] / f).is_file()]
+        files = [runs.RESULTS] + [f for f in res.get("files", []) if (src / e["dir"] / f).is_file()
+                                  and f not in left_out.get(e["name"], {})]
         if any(Path(f).is_absolute() or ".." in Path(f).parts for f in files):
             raise UserError(f"{str(res_path)!r} lists a file outside its directory: {files}")
         to = dest / e["dir"]
