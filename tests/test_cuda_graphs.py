@@ -128,6 +128,70 @@ def test_a_prefetch_joins_its_threads_draws_as_one_pass():
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_prefetch_captures_its_draw_once_after_the_warm_up_with_every_stream_registered(monkeypatch, caplog, fails):
+    """Prefetch(graph=True), the protocol off a GPU (a stand-in graph that records, as a capture, and whose replay
+    redraws into the captured outputs): eager draws for WARMUP starts, then one capture with every data generator
+    registered, then a replay per start into the same output tensors; each batch the eager draws' (the replayed
+    Philox offsets' part is the GPU test's). A capture that fails: one warning, eager draws from then on."""
+    from contextlib import contextmanager
+
+    from tdyn.config import validate_config
+    from tdyn.papers.scan_snap.analysis import FIG6, fig6_spec
+    from tdyn.seeding import generator
+    from tdyn.sweep.spec import load_spec, plan
+    from tdyn.tasks import build_task
+    cfg = validate_config(plan(load_spec(fig6_spec(FIG6)))[2].config)
+    task = build_task(cfg, trainer.expand_members(cfg))
+    made = []
+
+    class Stand:
+        def __init__(self):
+            self.registered, self.replays = [], 0
+            made.append(self)
+
+        def register_generator_state(self, g):
+            self.registered.append(g)
+
+        def replay(self):
+            self.replays += 1
+            for dst, src in zip(leaves(pre.graph[1]), leaves(task.sample_streams(gens))):
+                dst.copy_(src)
+
+    @contextmanager
+    def capture(graph):
+        if fails:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        state = [g.get_state() for g in gens]
+        yield                                   # the draw inside is recorded, not run: the streams do not advance
+        for g, st in zip(gens, state):
+            g.set_state(st)
+
+    monkeypatch.setattr(graphs.torch.cuda, "CUDAGraph", Stand)
+    monkeypatch.setattr(graphs.torch.cuda, "graph", capture)
+    caplog.set_level("WARNING")
+    ref_gens = [generator(s, "data") for s in cfg.seeds]
+    gens = [generator(s, "data") for s in cfg.seeds]
+    pre = graphs.Prefetch(task, gens, graph=True)
+    outs = []
+    for i in range(graphs.WARMUP + 3):
+        pre.start()
+        got = pre.take()
+        outs.append(got)
+        for a, b in zip(leaves(task.sample_streams(ref_gens)), leaves(got)):
+            assert torch.equal(a, b), i
+    pre.close()
+    assert len(made) == 1 and made[0].registered == gens
+    if fails:
+        assert pre.graph is None and made[0].replays == 0
+        assert [r.message for r in caplog.records] == [
+            "cuda_graph: the batch's draw could not be captured (RuntimeError: operation not permitted when stream "
+            "is capturing); drawn eagerly"]
+    else:
+        assert made[0].replays == 3 and not caplog.records
+        assert all(a is b for a, b in zip(leaves(outs[-1]), leaves(outs[graphs.WARMUP])))    # the graph's outputs
+
+
 def test_a_scheduled_rate_is_read_by_the_update_graph_from_one_tensor(tmp_path, replayed):
     """A cosine schedule with warm-up on Y: the graphed run equals the eager one, and the update reads each
     step's rate from one device tensor, rewritten in place (a captured update replays the same memory)."""

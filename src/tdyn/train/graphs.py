@@ -214,7 +214,7 @@ class Prefetch:
     ``graph`` (generators on the GPU): the draw replayed as a CUDA graph after WARMUP eager ones (:meth:`_capture`).
     ``start()`` records every data stream's generator state, then draws the next batch (``threads`` = 0: at once,
     in this thread): the streams split into consecutive chunks, one ``task.sample_streams(chunk)`` per thread (a stream's draws depend on its generator
-    alone, so the joined batch equals the one-pass draw). ``take()`` returns it (on the host). While a draw is
+    alone, so the joined batch equals the one-pass draw). ``take()`` returns it. While a draw is
     pending, ``states`` are the generators' states before it: what a checkpoint of this step records, so
     resume is exact."""
 
@@ -223,7 +223,8 @@ class Prefetch:
         # graph (generators on the GPU, config draw_on_device): after WARMUP eager draws the draw is captured as a
         # CUDA graph owning the generators' states and replayed: each replay draws what the eager draw would (the
         # same Philox offsets), into the same output tensors, ordered on the stream before the next step's use
-        self.graph = False if graph else None
+        self.to_capture = graph
+        self.graph: tuple[torch.cuda.CUDAGraph, Any] | None = None     # (the draw's graph, its output batch)
         self.drawn = 0
         n = min(len(gens), PREFETCH_THREADS if threads is None else threads)
         q, r = divmod(len(gens), max(n, 1))
@@ -238,11 +239,12 @@ class Prefetch:
 
     def start(self) -> None:
         self.states = [g.get_state() for g in self.gens]
-        if self.graph is False and self.drawn >= WARMUP:
+        if self.to_capture and self.drawn >= WARMUP:
+            self.to_capture = False
             self._capture()
         self.drawn += 1
         self.futures = False
-        if self.graph:
+        if self.graph is not None:
             self.graph[0].replay()
             self.pending = [self.graph[1]]
         elif self.pool is None:
@@ -252,8 +254,8 @@ class Prefetch:
             self.futures = True
 
     def _capture(self) -> None:
-        """The draw as a CUDA graph (``self.graph`` = (graph, its output batch)); where it cannot be captured,
-        one warning and eager draws from then on (``self.graph`` = None)."""
+        """The draw as a CUDA graph (``self.graph``); where it cannot be captured, one warning and eager draws
+        from then on."""
         try:
             graph = torch.cuda.CUDAGraph()
             for g in self.gens:
@@ -262,7 +264,6 @@ class Prefetch:
                 out = self.task.sample_streams(self.gens)
             self.graph = (graph, out)
         except Exception as e:
-            self.graph = None
             first = str(e).splitlines()[0] if str(e) else ""
             log.warning("cuda_graph: the batch's draw could not be captured (%s: %s); drawn eagerly",
                         type(e).__name__, first)
