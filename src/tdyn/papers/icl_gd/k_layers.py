@@ -57,7 +57,7 @@ FULL = Settings(Ks=[1, 2, 3], tied=True, seeds=[0, 1, 2, 3, 4], steps=5000, batc
 
 #: the authors train separate (untied) layers 50,000 Adam steps (their notebook), and so does the full setting; a
 #: probe every 1,000 steps (51 evaluations of ≈ 0.4 s beside ≈ 1 h of training per job). Not GPU-scale by issue
-#: 35's rule (its arithmetic fits the 30 minutes), so ``reproduce --all`` runs it at full settings: ≈ 84 min on a
+#: 35's rule (its arithmetic fits the 30 minutes), so ``reproduce --all`` runs it at full settings: ≈ 52 min on a
 #: 2-core CPU (docs/reproductions/icl-gd.md#icl-gdk-layers-untied)
 AUTHORS_UNTIED_STEPS = 50000
 QUICK_UNTIED = Settings(Ks=[2, 3], tied=False, seeds=[0, 1], steps=300, batch_size=256, probe_size=2000,
