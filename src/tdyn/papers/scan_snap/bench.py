@@ -157,7 +157,7 @@ def _loop_seconds(cfg: dict) -> float:
         return runs.read_meta(dirs[0])["seconds"]["training"]
 
 
-#: an entry's key suffix per set of execution options turned on
+#: an entry's key suffix per set of config options turned on (on CUDA every set is measured; on a CPU the first)
 _TAGS = {(): "", ("cuda_graph",): "_graph", ("cuda_graph", "draw_on_device"): "_graph_device"}
 
 
@@ -168,7 +168,7 @@ def _member_steps(quick: bool) -> dict:
     and, on CUDA, the step replayed as CUDA graphs (``cuda_graph``), also with the batches drawn on the GPU
     (``draw_on_device``: other random streams than the host's)."""
     steps = 100 if quick else 400
-    modes = ((), ("cuda_graph",), ("cuda_graph", "draw_on_device")) if bench.DEVICE == "cuda" else ((),)
+    modes = tuple(_TAGS) if bench.DEVICE == "cuda" else ((),)
     out: dict = {"steps": steps}
     for S in (1, 16, 64):
         for kind in ("lrs", "seeds"):
@@ -220,7 +220,7 @@ def _fig6_sweep(quick: bool) -> dict:
     cuda = spec["config"]["device"] == "cuda"
     method = start_method()   # how the sweep's pool starts its workers here (forked or spawned)
     out: dict = {}
-    for keys in ((), ("cuda_graph",), ("cuda_graph", "draw_on_device")) if cuda else ((),):
+    for keys in tuple(_TAGS) if cuda else ((),):
         sp = dict(spec, config=dict(spec["config"], **{k: True for k in keys}))
         sweeps = []     # (wall seconds, workers' busy seconds, the jobs' training seconds, CPU seconds) of each sweep
         for _ in range(1 if quick or cuda else 3):
