@@ -78,6 +78,23 @@ def test_unused_and_shadowed_overrides_exit_2(cli, tmp_path):
     assert r.returncode == 2 and "accepts no --set" in r.stderr
 
 
+@pytest.mark.parametrize("name, override, flag", [
+    ("icl-gd/k-layers-untied", "data.x_max=0.5", "--x-max 0.5"),   # the judge's text and theory read --x-max
+    ("icl-gd/one-layer", "data.batch_size=64", "--batch-size 64"),
+    ("birth/induction", "optim.steps=3", "--steps 3"),
+])
+def test_a_key_an_option_writes_is_refused_naming_the_option(name, override, flag, tmp_path):
+    """``--set data.x_max=0.5`` used to change the runs while the claim texts and the theory's reference
+    still read the option (U(-1, 1)): a nested key that an option writes exits 2 naming the option."""
+    exp = registry.get(name)
+    ctx = ReproduceContext(out=tmp_path / "a", quick=True, overrides=[override], options=exp.make_options())
+    with pytest.raises(UserError, match=f"written by {name}'s option .*; use {flag}$"):
+        runner.check_overrides(exp, ctx)
+    for fine in ("data.probe_size=100", "optim.grad_clip=5") if name.startswith("icl") else ("optim.groups.all.momentum=0.5",):
+        runner.check_overrides(exp, ReproduceContext(out=tmp_path / "b", quick=True, overrides=[fine],
+                                                     options=exp.make_options()))   # keys no option writes pass
+
+
 def test_options_in_help_and_config_yaml(cli):
     r = cli("reproduce", "scan-snap/fig11-12", "--help")
     assert r.returncode == 0 and "--sweep-dir" in r.stdout

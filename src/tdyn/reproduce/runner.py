@@ -83,7 +83,51 @@ def check_overrides(exp: Experiment, ctx: ReproduceContext) -> None:
     if exp.takes_set is False:
         raise UserError(f"--set {ctx.overrides[0]}: {accepts(exp)}")
     if exp.configs is not None:
+        _check_option_keys(exp, ctx, fields)
         resolved_configs(exp, ctx)
+
+
+def _check_option_keys(exp: Experiment, ctx: ReproduceContext, fields) -> None:
+    """A nested key that one of ``exp``'s options writes (``--set data.x_max=0.5`` where ``--x-max`` sets
+    ``data.x_max``) exits 2 naming the option: the option is what the reproduction's judge, theory and
+    labels read, so overriding the key alone would change the runs under claim texts that still state the
+    option's value. The option writes the key when giving the option the override's value changes the key
+    in some run config (the configs built twice, before any override)."""
+    nested = [(o, override_key(o)) for o in ctx.overrides if "." in override_key(o)]
+    nested = [(o, k) for o, k in nested if k.rsplit(".", 1)[-1].strip() in fields]
+    if not nested:
+        return
+    import dataclasses
+
+    from pydantic import ValidationError
+
+    from tdyn.config import _parse_scalar
+
+    options = ctx.options if ctx.options is not None else exp.make_options()
+
+    def key_values(opts) -> list:
+        raws = exp.configs(dataclasses.replace(ctx, options=opts, overrides=[]))
+        out = []
+        for raw in raws.values():
+            node: Any = raw
+            for part in (p.strip() for p in k.split(".")):
+                node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+            out.append(None if node is _MISSING else json.dumps(node, sort_keys=True, default=str))
+        return out
+
+    for o, k in nested:
+        leaf = k.rsplit(".", 1)[-1].strip()
+        try:
+            moved = options.model_validate(options.model_dump() | {leaf: _parse_scalar(o.split("=", 1)[-1])})
+        except (ValidationError, ValueError, TypeError):
+            continue                  # not a value of the option: the key is the config's alone
+        if key_values(moved) != key_values(options):
+            flag = f"--{leaf.replace('_', '-')}"
+            raise UserError(f"--set {o}: {k!r} is written by {exp.name}'s option {flag} (the reproduction reads "
+                            f"the option, not the key); use {flag} {o.split('=', 1)[-1].strip()}")
+
+
+_MISSING = object()
 
 
 def command(exp: Experiment, ctx: ReproduceContext) -> str:
