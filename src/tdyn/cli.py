@@ -379,7 +379,8 @@ def _print_claims(results: dict) -> None:
         if cs:
             print(f" {SOURCE_LABEL[src]}:")
         for c in cs:
-            tag = c["verdict"] + (", quick" if c.get("quick") else "")
+            tag = c["verdict"] + (", quick" if c.get("quick") else "") \
+                + (f", under --set {' '.join(map(str, c['overrides']))}" if c.get("overrides") else "")
             why = f" ({c['reason']})" if c.get("verdict") == "inconclusive" and c.get("reason") else ""
             print(f"  [{tag}] {c['claim']}{why}")
 

@@ -30,6 +30,10 @@ class Reproduction:
     #: again in seconds by the reproduction itself (its figures and results.json are exported; ``--judge-only`` of the
     #: evidence then names the missing table)
     unshipped: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: run-config keys its claims take as given, each with why (``--set`` on one, or on a section holding one, exits 2
+    #: naming it): keys every run shares, so that no comparison between its runs shows an override of them
+    #: (keys that differ between its runs, and keys its options write, are refused without a declaration)
+    fixed: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -50,6 +50,7 @@ class Claim(BaseModel):
     readings: list[Reading] | None = None
     numbers: dict[str, Any] = {}
     quick: bool | None = None
+    overrides: list[str] | None = None   # the --set the runs were made with: off the setting the claim text states
 
     @model_validator(mode="after")
     def _consistent(self):

@@ -295,6 +295,8 @@ def _badge(c: dict) -> str:
     v = c.get("verdict", "—")
     cls = "holds" if v == "holds" else "fails" if v == "fails" else "depends"
     quick = ' <span class="quick">(quick)</span>' if c.get("quick") else ""
+    if c.get("overrides"):      # judged off the reproduction's own setting: the claim text states that setting
+        quick += f' <span class="quick">(under --set {_e(" ".join(map(str, c["overrides"])))})</span>'
     return f'<span class="verdict {cls}">{_e(v)}</span>{quick}'
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 from concurrent.futures.process import BrokenProcessPool
 import json
 import platform
@@ -17,7 +18,7 @@ from typing import Any
 import tdyn
 from tdyn import docs, papers, runs
 from tdyn.errors import UserError
-from tdyn.config import override_key
+from tdyn.config import _parse_scalar, override_key
 from tdyn.errors import ConfigError
 from tdyn.reproduce.common import configure, write_results
 from tdyn.probes import PROBES
@@ -78,13 +79,55 @@ def check_overrides(exp: Experiment, ctx: ReproduceContext) -> None:
     for o in ctx.overrides:
         k = override_key(o)
         if k in fields:
-            raise UserError(f"--set {o}: {k!r} is an option of {exp.name}, not a config key; "
-                            f"use --{k.replace('_', '-')} {o.split('=', 1)[-1]}")
+            flag, value = f"--{k.replace('_', '-')}", o.split("=", 1)[-1].strip()
+            try:                 # the value only where the option takes it (topic's --seeds is a count, not a list)
+                parsed = _parse_scalar(value)
+                exp.make_options({k: parsed})
+                use = f"use {flag} {','.join(map(str, parsed)) if isinstance(parsed, list) else value}"
+            except (UserError, ConfigError, ValueError, TypeError):
+                use = f"use {flag} (`tdyn reproduce {exp.name} --help` says what it takes)"
+            raise UserError(f"--set {o}: {k!r} is an option of {exp.name}, not a config key; {use}")
     if exp.takes_set is False:
         raise UserError(f"--set {ctx.overrides[0]}: {accepts(exp)}")
+    declared = papers.of(exp.name)
+    declared = declared.reproductions.get(exp.name) if declared else None
+    for o in ctx.overrides if declared else ():
+        k = override_key(o)
+        for key, why in declared.fixed.items():
+            if key == k or key.startswith(k + ".") or k.startswith(key + "."):
+                raise UserError(f"--set {o}: {exp.name}'s claims take {key!r} as given ({why})")
     if exp.configs is not None:
         _check_option_keys(exp, ctx, fields)
+        _check_compared_keys(exp, ctx)
         resolved_configs(exp, ctx)
+
+
+def _at(raw: dict, key: str) -> Any:
+    """The value at ``key`` (dotted) in a raw config, or ``_MISSING``."""
+    node: Any = raw
+    for part in (p.strip() for p in key.split(".")):
+        node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+    return node
+
+
+def _check_compared_keys(exp: Experiment, ctx: ReproduceContext) -> None:
+    """A ``--set`` key whose value differs between ``exp``'s run configs exits 2: the reproduction compares its
+    runs along it (icl-gd's depths ``model.layers``, a corpus, a masking rate, claim 2's ε), so one value for
+    all would judge equal runs as the settings its claims name."""
+    raws = {n: c.model_dump(mode="json") for n, c in resolved_configs(exp, dataclasses.replace(ctx, overrides=[])).items()}
+    if len(raws) < 2:
+        return
+    for o in ctx.overrides:
+        k = override_key(o)
+        seen: dict[str, str] = {}
+        for name, raw in raws.items():
+            v = _at(raw, k)
+            seen.setdefault("(none)" if v is _MISSING else json.dumps(v, sort_keys=True, default=str), name)
+        if len(seen) > 1:
+            shown = ", ".join(f"{n}: {v if len(v) <= 40 else v[:37] + '...'}" for v, n in list(seen.items())[:3])
+            more = f" and {len(seen) - 3} more values" if len(seen) > 3 else ""
+            raise UserError(f"--set {o}: {exp.name} compares runs that differ in {k!r} ({shown}{more}); one value "
+                            f"for all would judge equal runs as the settings its claims name")
 
 
 def _check_option_keys(exp: Experiment, ctx: ReproduceContext, fields) -> None:
@@ -97,11 +140,7 @@ def _check_option_keys(exp: Experiment, ctx: ReproduceContext, fields) -> None:
     nested = [(o, k) for o, k in nested if k.rsplit(".", 1)[-1].strip() in fields]
     if not nested:
         return
-    import dataclasses
-
     from pydantic import ValidationError
-
-    from tdyn.config import _parse_scalar
 
     options = ctx.options if ctx.options is not None else exp.make_options()
 
@@ -109,9 +148,7 @@ def _check_option_keys(exp: Experiment, ctx: ReproduceContext, fields) -> None:
         raws = exp.configs(dataclasses.replace(ctx, options=opts, overrides=[]))
         out = []
         for raw in raws.values():
-            node: Any = raw
-            for part in (p.strip() for p in k.split(".")):
-                node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+            node = _at(raw, k)
             out.append(None if node is _MISSING else json.dumps(node, sort_keys=True, default=str))
         return out
 
@@ -190,7 +227,7 @@ def run_reproduction(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
     # the reproduction has written so far
     runs.write_json(ctx.out / runs.REPRODUCING, {"experiment": exp.name, "started": runs.now()})
     results = exp.reproduce(ctx)
-    if ctx.overrides and not ctx.overrides.consumed:
+    if ctx.overrides and not ctx.overrides.consumed and not ctx.judge_only:   # judged again: consumed when trained
         raise UserError(f"{exp.name} used none of --set {' '.join(ctx.overrides)}; {accepts(exp)}")
     if ctx.overrides:
         results.setdefault("overrides", list(ctx.overrides))
@@ -210,6 +247,8 @@ def run_reproduction(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
         for k in ("made", "wall_seconds", "overrides", "options"):
             if k in previous:
                 results[k] = previous[k]
+    for c in results.get("claims", []) if results.get("overrides") else ():   # judged off the reproduction's setting
+        c["overrides"] = list(results["overrides"])
     write_results(ctx.out, results)
     return results
 
@@ -219,6 +258,14 @@ def _tables_made(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
     (quick or full) and options, so that the judgement is made as it was."""
     previous = runs.read_json(ctx.out / runs.RESULTS)
     ctx.quick = bool(previous.get("quick"))
+    made_with = list(previous.get("overrides") or [])
+    if ctx.overrides and list(ctx.overrides) != made_with:
+        raise UserError(f"--judge-only judges {ctx.out}'s tables as they were made ("
+                        + (f"--set {' '.join(made_with)}" if made_with else "without --set")
+                        + f"): drop --set {' '.join(ctx.overrides)}")
+    if made_with:               # the judge rebuilds the configs the tables were trained with
+        ctx.overrides = Overrides(made_with)
+        ctx.overrides.device = ctx.device
     if exp.options is not None and previous.get("options"):   # options given now win over the recorded ones
         default = exp.make_options().model_dump(mode="json")
         given = {k: v for k, v in ctx.options.model_dump(mode="json").items() if v != default.get(k)}

@@ -37,7 +37,8 @@ MANIFEST = Paper(
             "tests Result (2) of the decision-list abstract (no figure in the paper)"),
         "decision-list/uniform-attention": Reproduction("tdyn.papers.decision_list.uniform_attention",
             "Claim (c): uniform attention (W = 0) is sufficient to push V in the direction of P",
-            "tests claim (c) of the decision-list abstract (no figure in the paper)"),
+            "tests claim (c) of the decision-list abstract (no figure in the paper)",
+            fixed={"model.init_std": "its rows are labelled by --sigmas, which sets it"}),
     },
     exports={
         "models": {"DecisionListModel": "tdyn.papers.decision_list.model", "DecisionListModelConfig": "tdyn.papers.decision_list.model"},

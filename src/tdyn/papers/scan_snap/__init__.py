@@ -6,6 +6,11 @@ The package: ``data`` (the distribution), ``model`` (the equations), ``task`` (d
 
 from tdyn.manifest import Paper, Reproduction
 
+#: the Syn-Medium keys that the Fig 6 sweep's panels (labelled by M), its dip cells and the descent thresholds are laid
+#: out for
+_SYN_MEDIUM = {k: "its panels, dip cells and descent thresholds are laid out for Syn-Medium's sequence classes"
+               for k in ("data.num_next_per_last", "data.num_unique_per_next", "data.num_common")}
+
 MANIFEST = Paper(
     name="scan_snap", prefix="scan-snap", label="Tian et al. 2023",
     title="Tian, Wang, Chen, Du 2023 — Scan and Snap (NeurIPS 2023)",
@@ -47,10 +52,10 @@ MANIFEST = Paper(
             "reproduces Fig 5 of Tian et al. 2023"),
         "scan-snap/fig6": Reproduction("tdyn.papers.scan_snap.fig6",
             "Syn-Medium sweep (640 runs): distinct-token entropy vs η_Y/η_Z per η_Z — larger η_Z sparser; rises past ratio ≈ 2",
-            "reproduces Fig 6 of Tian et al. 2023"),
+            "reproduces Fig 6 of Tian et al. 2023", fixed=_SYN_MEDIUM),
         "scan-snap/fig11-12": Reproduction("tdyn.papers.scan_snap.fig6",
             "Recall of distinct tokens vs attention threshold from the Fig 6 sweep's final weights: smaller ratio or larger η_Z → sparser, read from the descent rate",
-            "reproduces Figs 11 and 12 of Tian et al. 2023", reuses="scan-snap/fig6"),
+            "reproduces Figs 11 and 12 of Tian et al. 2023", reuses="scan-snap/fig6", fixed=_SYN_MEDIUM),
         "scan-snap/thm3": Reproduction("tdyn.papers.scan_snap.thm3",
             "Thm 3 invariant (1 − e^{−2z})/P(l|n)² equal across a class's distinct tokens (long sequences, plain SGD)",
             "tests Theorem 3 of Tian et al. 2023 (no figure in the paper)"),
