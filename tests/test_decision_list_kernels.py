@@ -568,7 +568,7 @@ def _hessian_runs(tmp_path, max_only: bool, steps: int = 60):
 
     geo = {"L": 8, "n": 3, "M": 2, "task_seed": 0, "seeds": [0], "steps": steps,
            "model": {"c": 30.0, "V_noise": 1.0, "V_noise_seed": 11}}
-    lam0 = lambda_max0(decision_list_config(**geo, lrs=[1.0]), 0)
+    lam0 = lambda_max0(decision_list_config(**geo, lrs=[1.0]))
     cfg = decision_list_config(**geo, lrs=[1.0 / lam0, 0.3 / lam0], hessian_every=1, hessian_max_only=max_only)
     cfg["checkpoint"] = {"schedule": "none"}
     return [Run(d).arrays() for d in train(cfg, tmp_path / f"max_only{int(max_only)}", progress=False)]
@@ -665,7 +665,7 @@ def test_hessian_probe_max_only_resumed_after_an_interrupt_is_the_uninterrupted_
 
     geo = {"L": 8, "n": 3, "M": 2, "task_seed": 0, "seeds": [0], "steps": 60,
            "model": {"c": 30.0, "V_noise": 1.0, "V_noise_seed": 11}}
-    lam0 = lambda_max0(decision_list_config(**geo, lrs=[1.0]), 0)
+    lam0 = lambda_max0(decision_list_config(**geo, lrs=[1.0]))
     cfg = decision_list_config(**geo, lrs=[1.0 / lam0, 0.3 / lam0], hessian_every=1, hessian_max_only=True)
     cfg["checkpoint"] = {"schedule": "linear", "num": 12}
     cfg["probes"] = dict(cfg["probes"], names=list(cfg["probes"]["names"]) + ["dl_test.stopper"])
@@ -690,18 +690,37 @@ def test_hessian_probe_max_only_resumed_after_an_interrupt_is_the_uninterrupted_
     assert skipped > 0      # the resumed part skips steps: the running maximum came back
 
 
+@pytest.mark.parametrize("L,n,M,c,method", [(8, 3, 2, 5.0, "dense"), (16, 15, 2, 1e9, "blocks"),
+                                             (20, 19, 2, 1e5, "lanczos")])
+def test_lambda_max0_is_the_probes_lambda_and_the_random_start_lanczos(L, n, M, c, method):
+    """λ_max(0), which η = f/λ_max(0) divides by, is measured as the λ_max probe measures every later step (each of
+    its three methods here) and equals a Lanczos from a random start (what the plan used before) to 1e-12."""
+    from tdyn.papers.decision_list import probes
+    from tdyn.papers.decision_list.analysis import initial_model, lambda_max0
+    from tdyn.papers.decision_list.task import decision_list_config
+
+    cfg = decision_list_config(L=L, n=n, M=M, task_seed=0, seeds=[0], steps=1, lrs=[1.0],
+                               model={"c": c, "V_noise": 1.0, "V_noise_seed": 3})
+    model, task = initial_model(cfg)
+    lam, _, how = probes.lambda_max(model, task.dist, task.types)
+    assert how == method and lambda_max0(cfg) == lam
+    ref = th.top_hessian_eigenvalue(model, task.dist, task.types, gen=torch.Generator().manual_seed(0))
+    assert lam == pytest.approx(ref, rel=1e-12)
+
+
 def test_lambda_max0_on_the_pool_equals_one_after_another(monkeypatch):
     """The plan's λ_max(0) of several configs on a pool of two workers (whatever this machine's cores): the same
-    numbers, bit for bit, as serial calls in this process."""
+    numbers, bit for bit, as serial calls in this process with the workers' threads (the dense Hessian's products
+    round by the thread count)."""
     from tdyn.papers.decision_list.analysis import lambda_max0, lambda_max0_all
     from tdyn.papers.decision_list.task import decision_list_config
     from tdyn.sweep import executors
 
     monkeypatch.setattr(executors, "default_workers", lambda: 2)
 
-    starts = [(decision_list_config(L=L, n=3, M=2, task_seed=0, seeds=[s], steps=1, lrs=[1.0],
-                                    model={"c": 5.0, "V_noise": 1.0, "V_noise_seed": s}), s) for L, s in ((6, 0), (8, 1), (7, 2))]
-    assert lambda_max0_all(starts) == [lambda_max0(cfg, s) for cfg, s in starts]
+    cfgs = [decision_list_config(L=L, n=3, M=2, task_seed=0, seeds=[s], steps=1, lrs=[1.0],
+                                 model={"c": 5.0, "V_noise": 1.0, "V_noise_seed": s}) for L, s in ((6, 0), (8, 1), (7, 2))]
+    assert lambda_max0_all(cfgs) == [executors._call_with_threads(lambda_max0, (cfg,)) for cfg in cfgs]  # same threads
 
 
 @pytest.mark.parametrize("L,n,M,sampler,c,w", [(6, 3, 2, "A", 3.0, 1.0), (8, 7, 2, "B", 1e4, 1.0), (10, 9, 2, "B", 1e6, 0.0),

@@ -65,20 +65,24 @@ def initial_model(cfg: dict, member: int = 0) -> tuple[DecisionListModel, object
     return task.model, task
 
 
-def lambda_max0(cfg: dict, start_seed: int = 0) -> float:
-    """λ_max of the population Hessian over (W, V) at the config's initial state (member 0), Lanczos from
-    a start vector drawn with ``start_seed``: what η = f/λ_max(0) divides by. With the trainer's allocator settings
-    (``tune_allocator``: the Lanczos products' temporaries reused, not page-faulted in again at every product; the
-    same bits, 10.7 → 8.7 s at claim2's L = 40)."""
+def lambda_max0(cfg: dict) -> float:
+    """λ_max of the population Hessian over (W, V) at the config's initial state (member 0): what η = f/λ_max(0)
+    divides by, measured as the λ_max probe measures every later step (:func:`probes.lambda_max`): the dense
+    closed-form Hessian's top eigenvalue where 2L² ≤ ``DENSE_MAX``, the per-query block bracket where it is tight
+    to 1e-10 (claim 2's L = 40 at W = 0: 3e-11 wide, 0.23 s), else Lanczos to 1e-12 from the top block's
+    eigenvector. One method for λ_max(0) and λ_max(t), so η·λ_max(0) = f; it replaced a Lanczos from a random
+    start (the same λ to 4e-11 relative, at 30–40× the cost at L = 40: the plan's 14 s of claim 2's 200)."""
+    from tdyn.papers.decision_list.probes import lambda_max
+
     tune_allocator()
     model, task = initial_model(cfg)
-    return th.top_hessian_eigenvalue(model, task.dist, task.types, gen=torch.Generator().manual_seed(start_seed))
+    return lambda_max(model, task.dist, task.types)[0]
 
 
-def lambda_max0_all(starts: list[tuple[dict, int]]) -> list[float]:
-    """:func:`lambda_max0` of every (config, start seed) in ``starts``, on the local pool (``pool_map``: the largest L
-    first, so that the few costly ones do not end up on one worker; the same numbers as one call after another)."""
-    return pool_map(lambda_max0, starts, cost=[float(cfg["data"]["L"]) for cfg, _ in starts])
+def lambda_max0_all(cfgs: list[dict]) -> list[float]:
+    """:func:`lambda_max0` of every config in ``cfgs``, on the local pool (``pool_map``: the largest L first; the
+    same numbers as one call after another)."""
+    return pool_map(lambda_max0, [(c,) for c in cfgs], cost=[float(c["data"]["L"]) for c in cfgs])
 
 
 def curve(run: runs.Run) -> dict[str, np.ndarray]:

@@ -137,14 +137,14 @@ def _plan(seed: int, st: Settings) -> list[dict]:
     """Every GD job of claim 2 with what is fixed before training: ``name``, ``config``, ``regime`` and the
     numbers the analysis needs (L, n, M, seed, ε, c and its fixed-point iterations, λ_max(0), the η
     factors f with η = f/λ_max(0)). The configs are what ``tdyn config decision-list/claim2`` prints."""
-    pending = []   # (job, the η factors); λ_max(0) of every job at once, on the local pool (the plan's 24 s serial)
+    pending = []   # (job, its config at η = 1); λ_max(0) of every job at once, on the local pool
 
     def add(regime, L, n, M, s, eps, noise_seed, c, iters, conv, factors, steps, name):
         model = {"c": c, "V_noise": eps, "V_noise_seed": noise_seed}
         job = {"name": name, "regime": regime, "L": L, "n": n, "M": M, "seed": s, "eps": eps, "c": c,
                "c_iterations": iters if conv else None, "factors": list(factors),
                "geo": {"L": L, "n": n, "M": M, "task_seed": seed, "seeds": [s], "steps": steps, "model": model}}
-        pending.append((job, decision_list_config(**job["geo"], lrs=[1.0], hessian_every=st.lambda_every), s))
+        pending.append((job, decision_list_config(**job["geo"], lrs=[1.0], hessian_every=st.lambda_every)))
 
     for (L, n, M) in st.inside:        # (ii) inside the hypotheses: L = n + M − 1, ε = ε*
         task = dl.make_task(L, M, seed=seed)
@@ -167,10 +167,10 @@ def _plan(seed: int, st: Settings) -> list[dict]:
     fc = st.free_c                        # V moves: free (small) c; joint GD against W-only GD, same start and η
     free = [({"c": c, "V_noise": fc.eps, "V_noise_seed": 11},
              {"L": fc.L, "n": fc.n, "M": fc.M, "task_seed": seed, "seeds": [0], "steps": fc.steps}) for c in fc.c]
-    lam = lambda_max0_all([(cfg, s) for _, cfg, s in pending]
-                          + [(decision_list_config(**geo, lrs=[1.0], model=model), 0) for model, geo in free])
+    lam = lambda_max0_all([cfg for _, cfg in pending]
+                          + [decision_list_config(**geo, lrs=[1.0], model=model) for model, geo in free])
     jobs = []
-    for (job, _, _), lam0 in zip(pending, lam):
+    for (job, _), lam0 in zip(pending, lam):
         geo = job.pop("geo")
         cfg = decision_list_config(**geo, lrs=[f / lam0 for f in job["factors"]], hessian_every=st.lambda_every,
                                    hessian_max_only=True)
@@ -365,7 +365,8 @@ DEFINITIONS = {"sampler": "B (n distinct tokens), uniform, equal lists m = M",
                              f"{DENSE_MAX}) the top eigenvalue of the dense closed-form Hessian, else Lanczos "
                              "(ARPACK) on Hessian-vector products to 1e-12 relative "
                              "(docs/reproductions/decision-lists.md#hessian-blocks); the η check uses the "
-                             "bracket's upper end; η = f/λ_max(0) with λ_max(0) by Lanczos",
+                             "bracket's upper end; η = f/λ_max(0) with λ_max(0) measured the same way at the initial state "
+                             "(at the model's own logits)",
                "k_bound": "2 M L0/(A_hi² η), A_hi = L0 − 6eps/n: the window's lower end at the largest "
                           "admissible A; only meaningful when admissible"}
 

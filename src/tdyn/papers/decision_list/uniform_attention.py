@@ -104,8 +104,8 @@ def _plan(seed: int, st: Settings) -> list[dict]:
            "probe_steps": _log_steps(st.steps)}
     jobs = []
     starts = [(sigma, sd) for sigma in st.sigmas for sd in st.seeds]   # every λ_max(0) at once, on the local pool
-    lam = dict(zip(starts, lambda_max0_all([(decision_list_config(**geo, seeds=[sd], lrs=[1.0],
-                                                                  model={"init_std": sigma}), 0) for sigma, sd in starts])))
+    lam = dict(zip(starts, lambda_max0_all([decision_list_config(**geo, seeds=[sd], lrs=[1.0], model={"init_std": sigma})
+                                            for sigma, sd in starts])))
     for sigma in st.sigmas:
         lam0 = {sd: lam[sigma, sd] for sd in st.seeds}
         for mode in ("joint", "frozen_W"):
@@ -249,7 +249,8 @@ def judge(ctx: ReproduceContext, tables: Tables) -> dict:
                             "sampler_training": "B (n distinct tokens), uniform, equal lists",
                             "init": "per seed one draw W₀, V₀ ~ σ·N(0,1); frozen_W uses the same V₀ with W = 0",
                             "optimizers": {o: _ua_opt_label(o, st) for o in UA_OPTIMIZERS},
-                            "lambda_max": "largest Hessian eigenvalue over (W, V) at the seed's (W₀, V₀), Lanczos"}}
+                            "lambda_max": "largest Hessian eigenvalue over (W, V) at the seed's (W₀, V₀), as the λ_max "
+                                          "probe measures it (dense Hessian, tight block bracket, or Lanczos to 1e-12)"}}
 
 
 def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
