@@ -22,8 +22,10 @@ $(TEST_STAMP): $(STAMP)
 
 install: $(STAMP)
 
+# JOBS reproductions at once (each in a worker process): both cores busy
+JOBS ?= 2
 demo: $(STAMP)
-	$(BIN)/tdyn reproduce --all --quick --full-under 60 --evidence docs/results --out runs/demo --force
+	$(BIN)/tdyn reproduce --all --quick --full-under 60 --evidence docs/results --out runs/demo --force --jobs $(JOBS)
 
 # The browser test (tests/test_report_browser.py) needs Chromium and its driver: installed here when missing.
 browser:
@@ -45,7 +47,6 @@ catalog: $(STAMP)
 
 # Every reproduction at full settings, JOBS at once, the longest first (GPU-scale ones quick: their full
 # evidence is made on a GPU); then the full results copied into docs/results/ and the README's table regenerated.
-JOBS ?= 2
 evidence: $(STAMP)
 	$(BIN)/tdyn reproduce --all --jobs $(JOBS) --evidence docs/results --out out/evidence --force
 	$(BIN)/python -c 'from tdyn.reproduce.runner import export_evidence; print("copied:", *export_evidence("out/evidence", "docs/results"))'
