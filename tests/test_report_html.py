@@ -495,11 +495,11 @@ def test_reproduce_all_on_two_workers(tmp_path, fake_experiments, monkeypatch, o
         a, b = (runs.read_json(d / slug(name) / "results.json") for d in (one, two))
         assert a.get("claims") == b.get("claims") and a.get("error") == b.get("error")
     assert len(check_links(page).claim_rows) == 1 + 3
-    # the schedule: c reuses a's runs; costs b > a
-    for n in ("test/a", "test/b", "test/c"):
+    # the schedule: c reuses a's runs; costs b > a; d's is unknown (no full run): first
+    for n in ("test/a", "test/b", "test/c", "test/d"):
         monkeypatch.setitem(registry._REGISTRY, n, registry.Experiment(n, "", registry.get("test/fake").reproduce))
     monkeypatch.setattr(runner, "shares_runs", lambda: {"test/c": "test/a"})
-    exps = [registry.get(n) for n in ("test/c", "test/a", "test/b")]
+    exps = [registry.get(n) for n in ("test/c", "test/a", "test/b", "test/d")]
     events = []
 
     def start(i, exp):
@@ -510,7 +510,7 @@ def test_reproduce_all_on_two_workers(tmp_path, fake_experiments, monkeypatch, o
     runner._in_parallel(exps, 2, start, lambda entry, outcome: events.append(("end", entry["name"], outcome["status"])),
                         {"test/c": 100.0, "test/b": 10.0, "test/a": 1.0})
     starts = [e[1] for e in events if e[0] == "start"]
-    assert starts[:2] == ["test/b", "test/a"] and starts[2] == "test/c"
+    assert starts[:3] == ["test/d", "test/b", "test/a"] and starts[3] == "test/c"
     assert events.index(("end", "test/a", "finished")) < events.index(("start", "test/c"))
 
 

@@ -7,6 +7,7 @@ import concurrent.futures as cf
 import dataclasses
 from concurrent.futures.process import BrokenProcessPool
 import json
+import math
 import platform
 import shlex
 import subprocess
@@ -513,11 +514,12 @@ def _costs(evidence: str | Path | None) -> dict[str, float]:
 
 
 def _in_parallel(exps: list[Experiment], workers: int, start, finish, costs: dict[str, float]) -> None:
-    """Run ``exps`` on ``workers`` worker processes, largest first (``costs``; unknown ones after the known,
-    in the registry's order), so that the long ones do not end alone; one that reuses another's runs
+    """Run ``exps`` on ``workers`` worker processes, largest first (``costs``; unknown ones before the known, in
+    the registry's order: one with no full run to go by, such as a GPU-scale one run quick on a CPU, was the
+    longest of ``make demo`` and ended alone when it came last), so that the long ones do not end alone; one that reuses another's runs
     (its manifest's ``reuses``) starts only after that one has finished."""
     index = {e.name: i for i, e in enumerate(exps)}
-    waiting = sorted(exps, key=lambda e: (-costs.get(e.name, -1.0), index[e.name]))
+    waiting = sorted(exps, key=lambda e: (-costs.get(e.name, math.inf), index[e.name]))
     after = {n: s for n, s in shares_runs().items() if n in index and s in index}
     running: dict[Any, dict] = {}
     pool = process_pool(workers)
