@@ -96,7 +96,8 @@ def test_a_key_an_option_writes_is_refused_naming_the_option(name, override, fla
 
 
 @pytest.mark.parametrize("name, override, says", [
-    ("icl-gd/k-layers-untied", "model.layers=2", "compares runs that differ in 'model.layers' (K3: 3, K2: 2)"),
+    ("icl-gd/k-layers-untied", "model.layers=2", "take 'model.layers' as given (each run's depth K is its job's (--Ks"),
+    ("icl-gd/k-layers-untied", "optim.grad_clip=5", "runs differ in 'optim.grad_clip' (K3: 10.0, K2: 0.001)"),
     ("topic/no-unchanged-mask", "data.mask_correct_prob=0.1", "differ in 'data.mask_correct_prob'"),
     ("real/entropy-vs-lr", "data.corpus=wiki", "differ in 'data.corpus'"),
     ("icl-gd/k-layers-untied", "model.tied=true", "take 'model.tied' as given (separate (untied) layers"),
@@ -113,6 +114,15 @@ def test_a_key_the_claims_rest_on_is_refused(name, override, says, tmp_path):
         runner.check_overrides(exp, ReproduceContext(out=tmp_path, quick=True, overrides=[override],
                                                      options=exp.make_options()))
     assert says in str(e.value)
+
+
+def test_config_exports_what_the_claims_checks_refuse(cli):
+    """``tdyn config`` prints configs for ``tdyn run`` and judges nothing: an override the reproduction would refuse
+    for its claims (a fixed key) is printed, an unknown key still exits 2."""
+    r = cli("config", "icl-gd/k-layers-untied:K3", "--quick", "--set", "model.tied=true")
+    assert r.returncode == 0 and yaml.safe_load(r.stdout)["model"]["tied"] is True
+    r = cli("config", "icl-gd/k-layers-untied:K3", "--quick", "--set", "model.bogus=1")
+    assert r.returncode == 2 and "bogus" in r.stderr
 
 
 def test_every_declared_fixed_key_is_a_key_of_the_configs():
@@ -149,6 +159,7 @@ def test_claims_made_under_set_are_labelled_and_judged_again_with_it(cli, tmp_pa
     assert r.returncode == 0, r.stderr
     res = json.loads((out / "results.json").read_text())
     assert res["overrides"] == ["data.probe_size=500"]
+    assert "--judge-only" in res["judged"]["command"] and "--set" not in res["judged"]["command"]   # it runs as given
     assert all(c["overrides"] == ["data.probe_size=500"] for c in res["claims"])
     r = cli("report", out)
     assert r.returncode == 0 and "(under --set data.probe_size=500)" in (out / "index.html").read_text()

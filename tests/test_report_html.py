@@ -294,6 +294,9 @@ def test_full_evidence_picks_the_full_setting_result(tmp_path):
     _write_results(ev / "test__fake-later", {"experiment": "test/fake", "quick": False, "claims": [],
                                              "made": {"date": "2026-11-27T10:00:00+00:00"}})
     assert full_evidence(ev)["test/fake"][0].name == "test__fake-later"      # the one made last
+    _write_results(ev / "test__fake-set", {"experiment": "test/fake", "quick": False, "claims": [],
+                                           "overrides": ["data.x_max=0.5"], "made": {"date": "2026-11-28T10:00:00+00:00"}})
+    assert full_evidence(ev)["test/fake"][0].name == "test__fake-later"      # made under --set: not the setting's
 
 
 def test_the_page_leads_with_the_full_setting_answer(tmp_path, fake_experiments, capsys):

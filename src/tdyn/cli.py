@@ -319,7 +319,7 @@ def _print_reproduction_configs(args, name: str, part: str | None) -> int:
 
         ctx = ReproduceContext(out=Path("."), seed=args.seed or 0, quick=args.quick, overrides=list(args.set or []),
                                options=exp.make_options(_option_values(args, exp)))
-        runner.check_overrides(exp, ctx)
+        runner.check_overrides(exp, ctx, claims=False)   # configs for `tdyn run`: nothing is judged
         cfgs = {n: c.model_dump(mode="json") for n, c in runner.resolved_configs(exp, ctx).items()} \
             if exp.configs is not None or exp.default_config is not None else {}
     if part is not None:

@@ -31,8 +31,9 @@ class Reproduction:
     #: evidence then names the missing table)
     unshipped: dict[str, str] = dataclasses.field(default_factory=dict)
     #: run-config keys its claims take as given, each with why (``--set`` on one, or on a section holding one, exits 2
-    #: naming it): keys every run shares, so that no comparison between its runs shows an override of them
-    #: (keys that differ between its runs, and keys its options write, are refused without a declaration)
+    #: naming it): keys no other check catches (keys that differ between its runs, and keys an option named like the
+    #: key's last part writes, are refused without a declaration; an option named otherwise, such as icl-gd's
+    #: ``--Ks`` for ``model.layers``, needs one)
     fixed: dict[str, str] = dataclasses.field(default_factory=dict)
 
 

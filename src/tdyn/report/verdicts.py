@@ -74,11 +74,11 @@ def setting_of(res: dict[str, Any]) -> str:
 
 def full_evidence(d: Path) -> dict[str, tuple[Path, dict[str, Any]]]:
     """The full-setting evidence below ``d`` by reproduction name: for each, the ``results.json`` made at full
-    settings (quick ones and failed ones are not evidence); of several, the one made last (its ``made`` date),
-    else the first by directory name."""
+    settings (quick ones, failed ones and ones made under ``--set``, off the setting the claims state, are not
+    evidence); of several, the one made last (its ``made`` date), else the first by directory name."""
     out: dict[str, tuple[Path, dict[str, Any]]] = {}
     for rdir, res in sorted(collect(d), key=lambda t: str(t[0])):
-        if setting_of(res) != "full" or "error" in res:
+        if setting_of(res) != "full" or "error" in res or res.get("overrides"):
             continue
         name = str(res.get("experiment", rdir.name))
         made = str((res.get("made") or {}).get("date") or "")

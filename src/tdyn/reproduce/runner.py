@@ -72,8 +72,11 @@ def resolved_configs(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
     return out
 
 
-def check_overrides(exp: Experiment, ctx: ReproduceContext) -> None:
-    """Before anything runs: an override ``exp`` cannot use exits 2 with what it accepts."""
+def check_overrides(exp: Experiment, ctx: ReproduceContext, *, claims: bool = True) -> None:
+    """Before anything runs: an override ``exp`` cannot use exits 2 with what it accepts; with ``claims`` (a
+    reproduction that will judge), so does one that would change what its claims are about (a key one of its
+    options writes, a key its runs differ in, a key its manifest declares ``fixed``). ``tdyn config`` exports
+    configs for ``tdyn run`` and judges nothing: it checks without ``claims``."""
     if not ctx.overrides:
         return
     fields = exp.options.model_fields if exp.options else {}
@@ -90,6 +93,10 @@ def check_overrides(exp: Experiment, ctx: ReproduceContext) -> None:
             raise UserError(f"--set {o}: {k!r} is an option of {exp.name}, not a config key; {use}")
     if exp.takes_set is False:
         raise UserError(f"--set {ctx.overrides[0]}: {accepts(exp)}")
+    if not claims:
+        if exp.configs is not None:
+            resolved_configs(exp, ctx)
+        return
     declared = papers.of(exp.name)
     declared = declared.reproductions.get(exp.name) if declared else None
     for o in ctx.overrides if declared else ():
@@ -113,11 +120,12 @@ def _at(raw: dict, key: str) -> Any:
 
 def _check_compared_keys(exp: Experiment, ctx: ReproduceContext) -> None:
     """A ``--set`` key whose value differs between ``exp``'s run configs exits 2: the reproduction compares its
-    runs along it (icl-gd's depths ``model.layers``, a corpus, a masking rate, claim 2's ε), so one value for
-    all would judge equal runs as the settings its claims name."""
-    raws = {n: c.model_dump(mode="json") for n, c in resolved_configs(exp, dataclasses.replace(ctx, overrides=[])).items()}
-    if len(raws) < 2:
+    runs along it (icl-gd's depths ``model.layers``, a corpus, a masking rate, claim 2's ε) or gives each run its
+    own value (icl-gd's per-depth clipping), and its claims name those values."""
+    bare = dataclasses.replace(ctx, overrides=[])
+    if len(exp.configs(bare)) < 2:
         return
+    raws = {n: c.model_dump(mode="json") for n, c in resolved_configs(exp, bare).items()}
     for o in ctx.overrides:
         k = override_key(o)
         seen: dict[str, str] = {}
@@ -127,8 +135,9 @@ def _check_compared_keys(exp: Experiment, ctx: ReproduceContext) -> None:
         if len(seen) > 1:
             shown = ", ".join(f"{n}: {v if len(v) <= 40 else v[:37] + '...'}" for v, n in list(seen.items())[:3])
             more = f" and {len(seen) - 3} more values" if len(seen) > 3 else ""
-            raise UserError(f"--set {o}: {exp.name} compares runs that differ in {k!r} ({shown}{more}); one value "
-                            f"for all would judge equal runs as the settings its claims name")
+            raise UserError(f"--set {o}: {exp.name}'s runs differ in {k!r} ({shown}{more}), and its claims name "
+                            f"each run's own value; one value for all would judge runs made otherwise (`tdyn run "
+                            f"{exp.name}:CONFIG --set ...` trains one of them with it)")
 
 
 def _check_option_keys(exp: Experiment, ctx: ReproduceContext, fields) -> None:
@@ -159,7 +168,11 @@ def _check_option_keys(exp: Experiment, ctx: ReproduceContext, fields) -> None:
             moved = options.model_validate(options.model_dump() | {leaf: _parse_scalar(o.split("=", 1)[-1])})
         except (ValidationError, ValueError, TypeError):
             continue                  # not a value of the option: the key is the config's alone
-        if key_values(moved) != key_values(options):
+        try:
+            changes = key_values(moved) != key_values(options)
+        except (UserError, ConfigError, ValueError, TypeError):
+            continue                  # the reproduction cannot plan at that value: the key is not the option's
+        if changes:
             flag = f"--{leaf.replace('_', '-')}"
             raise UserError(f"--set {o}: {k!r} is written by {exp.name}'s option {flag} (the reproduction reads "
                             f"the option, not the key); use {flag} {o.split('=', 1)[-1].strip()}")
@@ -178,7 +191,7 @@ def command(exp: Experiment, ctx: ReproduceContext) -> str:
         parts += ["--seed", str(ctx.seed)]
     if ctx.device != "cpu":
         parts += ["--device", ctx.device]
-    for o in ctx.overrides:
+    for o in [] if ctx.judge_only else ctx.overrides:    # --judge-only takes the tables' own overrides
         parts += ["--set", o]
     if ctx.options is not None and exp.options is not None:
         default = exp.make_options().model_dump(mode="json")

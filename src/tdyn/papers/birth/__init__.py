@@ -33,8 +33,9 @@ MANIFEST = Paper(
         "birth/induction": Reproduction("tdyn.papers.birth.induction",
             "Global bigrams learnt before the induction head (loss on every token, with W_F); held-out output tokens",
             "reproduces the paper's global-bigrams-first dynamics and the induction head's out-of-distribution accuracy",
-            fixed={"data.outputs": "training outputs come from the first 75 % of the vocabulary: the held-out claim "
-                                   "reads outputs never seen in training"}),
+            fixed={k: "training outputs come from the first 75 % of the vocabulary and the held-out probe's from the "
+                      "last 25 %: the held-out claim reads outputs never seen in training"
+                   for k in ("data.outputs", "data.ood_outputs")}),
         "birth/heldout-triggers": Reproduction("tdyn.papers.birth.heldout_triggers",
             "The induction head on trigger tokens never seen as triggers in training (random triggers, held-out pool)",
             "extends the paper's induction-head claim to held-out triggers (is W_K²'s memory trigger-specific?)"),

@@ -67,11 +67,11 @@ def initial_model(cfg: dict, member: int = 0) -> tuple[DecisionListModel, object
 
 def lambda_max0(cfg: dict) -> float:
     """λ_max of the population Hessian over (W, V) at the config's initial state (member 0): what η = f/λ_max(0)
-    divides by, measured as the λ_max probe measures every later step (:func:`probes.lambda_max`): the dense
-    closed-form Hessian's top eigenvalue where 2L² ≤ ``DENSE_MAX``, the per-query block bracket where it is tight
-    to 1e-10 (claim 2's L = 40 at W = 0: 3e-11 wide, 0.23 s), else Lanczos to 1e-12 from the top block's
-    eigenvector. One method for λ_max(0) and λ_max(t), so η·λ_max(0) = f; it replaced a Lanczos from a random
-    start (the same λ to 4e-11 relative, at 30–40× the cost at L = 40: the plan's 14 s of claim 2's 200)."""
+    divides by, by the λ_max probe's method (:func:`probes.lambda_max`, at the model's own logits as before): the
+    dense closed-form Hessian's top eigenvalue where 2L² ≤ ``DENSE_MAX``, the lower end of the per-query block
+    bracket where it is within 1e-10 (claim 2's L = 40 at W = 0: 3e-11 wide, 0.23 s; the η check reads the upper
+    end), else Lanczos to 1e-12 from the top block's eigenvector. It replaced a Lanczos from a random start: the
+    same λ to 2.6e-14 relative over claim 2's jobs, at 30–40× the cost at L = 40 (the plan's 14 s of claim 2's 200)."""
     from tdyn.papers.decision_list.probes import lambda_max
 
     tune_allocator()
