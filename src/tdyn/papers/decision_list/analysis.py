@@ -21,6 +21,7 @@ from tdyn.reproduce.common import grid_dict, with_grid_options  # noqa: F401  (t
 from tdyn.config import validate_config
 from tdyn.papers.decision_list import theory as th
 from tdyn.papers.decision_list.model import DecisionListModel
+from tdyn.papers.decision_list.probes import lambda_max
 from tdyn.reproduce.phases import Tables, read_table
 from tdyn.tasks import build_task
 from tdyn.sweep.executors import pool_map
@@ -72,8 +73,6 @@ def lambda_max0(cfg: dict) -> float:
     bracket where it is within 1e-10 (claim 2's L = 40 at W = 0: 3e-11 wide, 0.23 s; the η check reads the upper
     end), else Lanczos to 1e-12 from the top block's eigenvector. It replaced a Lanczos from a random start: the
     same λ to 2.6e-14 relative over claim 2's jobs, at 30–40× the cost at L = 40 (the plan's 14 s of claim 2's 200)."""
-    from tdyn.papers.decision_list.probes import lambda_max
-
     tune_allocator()
     model, task = initial_model(cfg)
     return lambda_max(model, task.dist, task.types)[0]
