@@ -125,6 +125,19 @@ def test_config_exports_what_the_claims_checks_refuse(cli):
     assert r.returncode == 2 and "bogus" in r.stderr
 
 
+def test_reproduce_all_checks_every_reproduction_s_set_before_anything_runs(tmp_path):
+    """``reproduce --all --set``: a reproduction that refuses the override stops the whole run before any directory
+    is made (it used to surface midway as a failed reproduction), naming the refusers and the first reason."""
+    from tdyn.reproduce.runner import reproduce_all
+
+    out = tmp_path / "all"
+    with pytest.raises(UserError, match=r"1 of 2 reproductions refuse it, so none ran \(icl-gd/k-layers-untied\); "
+                                        r"icl-gd/k-layers-untied: icl-gd/k-layers-untied's claims take 'model.tied'"):
+        reproduce_all(out, quick=True, overrides=["model.tied=true"], progress=False,
+                      names=["icl-gd/one-layer", "icl-gd/k-layers-untied"])
+    assert not out.exists()
+
+
 def test_every_declared_fixed_key_is_a_key_of_the_configs():
     """A manifest's ``fixed`` key names a key its run configs hold (a misspelt one would refuse nothing)."""
     from tdyn import papers

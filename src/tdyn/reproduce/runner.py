@@ -315,6 +315,10 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
             exps.remove(u)
             exps.insert(next(i for i, e in enumerate(exps) if e.name == source) + 1, u)
     full_here = plan_full(evidence, full_under, quick, [e.name for e in exps])
+    if overrides:
+        _check_all_overrides(exps, overrides, seed=seed, device=device,
+                             quick_of={e.name: (quick and e.name not in full_here) or
+                                       (device == "cpu" and e.name in gpu_scale()) for e in exps})
     with runs.Locks() as locks:   # one writer per directory: a second reproduce --all into out is refused
         prepare_dir(out, force or resume, locks=locks, flag="--force" if force else "--resume")
         previous: list[dict] = []
@@ -351,6 +355,26 @@ def plan_full(evidence: str | Path | None, full_under: float | None, quick: bool
     # one that reads another's runs goes full only with it (in --all it reuses them)
     shared = shares_runs()
     return {n for n in cheap if shared.get(n) is None or shared[n] in cheap}
+
+
+def _check_all_overrides(exps: list[Experiment], overrides: list[str], *, seed: int, device: str,
+                         quick_of: dict[str, bool]) -> None:
+    """``reproduce --all --set …``: every reproduction's :func:`check_overrides` before anything runs; one that
+    refuses the overrides exits 2 naming them all and the first one's reason (nothing is trained: a refusal used
+    to surface as a failed reproduction midway)."""
+    refused: dict[str, str] = {}
+    for exp in exps:
+        ctx = ReproduceContext(out=Path("."), seed=seed, quick=quick_of[exp.name], overrides=list(overrides),
+                               device=device, progress=False, options=exp.make_options())
+        try:
+            check_overrides(exp, ctx)
+        except (UserError, ConfigError) as e:
+            refused[exp.name] = str(e)
+    if refused:
+        first, why = next(iter(refused.items()))
+        why = why.split(": ", 1)[-1] if why.startswith("--set ") else why
+        raise UserError(f"--set {' '.join(overrides)}: {len(refused)} of {len(exps)} reproductions refuse it, so "
+                        f"none ran ({', '.join(refused)}); {first}: {why}")
 
 
 def cost(name: str, res: dict[str, Any]) -> float | None:
