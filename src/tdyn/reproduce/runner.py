@@ -363,7 +363,7 @@ def _check_all_overrides(exps: list[Experiment], overrides: list[str], *, seed: 
     refuses the overrides exits 2 naming them all and the first one's reason (nothing is trained: a refusal used
     to surface as a failed reproduction midway)."""
     refused: dict[str, str] = {}
-    for exp in exps:
+    for exp in (e for e in exps if e.takes_set is not False):    # one that trains nothing runs without them
         ctx = ReproduceContext(out=Path("."), seed=seed, quick=quick_of[exp.name], overrides=list(overrides),
                                device=device, progress=False, options=exp.make_options())
         try:
