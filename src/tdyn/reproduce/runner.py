@@ -154,7 +154,7 @@ def _check_option_keys(exp: Experiment, ctx: ReproduceContext, fields) -> None:
 
     options = ctx.options if ctx.options is not None else exp.make_options()
 
-    def key_values(opts) -> list:
+    def key_values(opts, k: str) -> list:
         raws = exp.configs(dataclasses.replace(ctx, options=opts, overrides=[]))
         out = []
         for raw in raws.values():
@@ -169,7 +169,7 @@ def _check_option_keys(exp: Experiment, ctx: ReproduceContext, fields) -> None:
         except (ValidationError, ValueError, TypeError):
             continue                  # not a value of the option: the key is the config's alone
         try:
-            changes = key_values(moved) != key_values(options)
+            changes = key_values(moved, k) != key_values(options, k)
         except (UserError, ConfigError, ValueError, TypeError):
             continue                  # the reproduction cannot plan at that value: the key is not the option's
         if changes:
@@ -317,8 +317,7 @@ def reproduce_all(out: str | Path, *, seed: int = 0, quick: bool = False, overri
     full_here = plan_full(evidence, full_under, quick, [e.name for e in exps])
     if overrides:
         _check_all_overrides(exps, overrides, seed=seed, device=device,
-                             quick_of={e.name: (quick and e.name not in full_here) or
-                                       (device == "cpu" and e.name in gpu_scale()) for e in exps})
+                             quick_of=_quick_of(exps, quick, full_here, device))
     with runs.Locks() as locks:   # one writer per directory: a second reproduce --all into out is refused
         prepare_dir(out, force or resume, locks=locks, flag="--force" if force else "--resume")
         previous: list[dict] = []
@@ -355,6 +354,13 @@ def plan_full(evidence: str | Path | None, full_under: float | None, quick: bool
     # one that reads another's runs goes full only with it (in --all it reuses them)
     shared = shares_runs()
     return {n for n in cheap if shared.get(n) is None or shared[n] in cheap}
+
+
+def _quick_of(exps: list[Experiment], quick: bool, full_here: set[str], device: str) -> dict[str, bool]:
+    """Which of ``exps`` a ``reproduce --all`` runs quick: all with ``quick`` but those ``full_here``, and on a CPU
+    the GPU-scale ones (their full settings need a GPU: quick here, labelled so)."""
+    gpu = gpu_scale() if device == "cpu" else {}
+    return {e.name: (quick and e.name not in full_here) or e.name in gpu for e in exps}
 
 
 def _check_all_overrides(exps: list[Experiment], overrides: list[str], *, seed: int, device: str,
@@ -409,7 +415,7 @@ def _reproduce_all(out: Path, exps: list[Experiment], *, seed, quick, overrides,
                 "jobs": workers, "started": runs.now(), "ended": None, "wall_seconds": None,
                 "metadata": metadata(), "reproductions": []}
     gpu = gpu_scale() if device == "cpu" else {}    # their full settings need a GPU: quick here, labelled so
-    quick_of = {e.name: (quick and e.name not in full_here) or e.name in gpu for e in exps}
+    quick_of = _quick_of(exps, quick, full_here, device)
     t_all = time.time()
 
     def save() -> None:
@@ -553,8 +559,8 @@ def _costs(evidence: str | Path | None) -> dict[str, float]:
 def _in_parallel(exps: list[Experiment], workers: int, start, finish, costs: dict[str, float]) -> None:
     """Run ``exps`` on ``workers`` worker processes, largest first (``costs``; unknown ones before the known, in
     the registry's order: one with no full run to go by, such as a GPU-scale one run quick on a CPU, was the
-    longest of ``make demo`` and ended alone when it came last), so that the long ones do not end alone; one that reuses another's runs
-    (its manifest's ``reuses``) starts only after that one has finished."""
+    longest of ``make demo`` and ended alone when it came last), so that the long ones do not end alone; one
+    that reuses another's runs (its manifest's ``reuses``) starts only after that one has finished."""
     index = {e.name: i for i, e in enumerate(exps)}
     waiting = sorted(exps, key=lambda e: (-costs.get(e.name, math.inf), index[e.name]))
     after = {n: s for n, s in shares_runs().items() if n in index and s in index}
