@@ -235,3 +235,46 @@ def test_with_options_replaces_only_given_entries():
     g = with_grid_options(claim1_grid(True), Claim1Options(L=[10], N=7, workers=2))
     assert g.L == [10] and g.N == 7 and g.n == claim1_grid(True).n and g.fixed_c == claim1_grid(True).fixed_c
     assert with_grid_options(claim1_grid(True), None) == claim1_grid(True)
+
+
+def test_short_number_writes_hyperparameters_as_the_claims_do():
+    from tdyn.reproduce.common import short_number
+
+    assert [short_number(x) for x in (0.2, 0.9, 1e-3, 1e-4, 2.5e-4, 5e-4, 0.0, 10.0)] == \
+        ["0.2", "0.9", "1e-3", "1e-4", "2.5e-4", "5e-4", "0", "10"]
+
+
+@pytest.mark.parametrize("overrides, says, not_says", [
+    ([], "SGD (lr 0.2, momentum 0.9, weight decay 1e-4), batch 64, 600 steps", None),
+    (["optim.groups.all.momentum=0.5"], "SGD (lr 0.2, momentum 0.5, weight decay 1e-4)", "momentum 0.9"),
+    (["optim.groups.all.weight_decay=0", "data.k=3"], "K = 3 fixed triggers", "weight decay 1e-4"),
+    (["optim.groups.all.optimizer=adam"], "Adam (lr 0.2, betas 0.9, 0.999, weight decay 1e-4)", "SGD"),
+])
+def test_birth_claims_state_the_setting_the_runs_train(overrides, says, not_says):
+    """The claim texts read the optimizer, sizes and triggers from the run config after --set (the audit's stale
+    "momentum 0.9" under another momentum), and say at the defaults what the committed evidence says."""
+    from tdyn.papers.birth import memories
+    from tdyn.papers.birth.analysis import setting_text
+
+    ctx = ReproduceContext(out="unused", overrides=overrides, options=memories.Options())
+    text = setting_text(ctx, memories.plan(ctx), memories.settings(ctx), "fixed triggers", "loss on the outputs",
+                        probes="")
+    assert says in text and (not_says is None or not_says not in text), text
+
+
+@pytest.mark.parametrize("name, overrides, says", [
+    ("icl-gd/k-layers", [], "Adam as the authors', batch 2048"),
+    ("icl-gd/k-layers", ["data.batch_size=512"], "Adam as the authors', batch 512"),
+    ("icl-gd/k-layers-untied", ["optim.groups.all.lr=0.002"], "Adam (lr 0.002, β = (0.9, 0.98)), batch 2048"),
+    ("icl-gd/one-layer", [], "Adam (lr 1e-3, β = (0.9, 0.98)), batch 2048"),
+    ("icl-gd/one-layer", ["optim.grad_clip=null"], "Adam (lr 1e-3, β = (0.9, 0.98), gradients not clipped), batch 2048"),
+])
+def test_icl_gd_claims_state_the_optimizer_and_batch_the_runs_train(name, overrides, says):
+    from tdyn.papers.icl_gd import analysis, k_layers, one_layer
+
+    mod = one_layer if name == "icl-gd/one-layer" else k_layers
+    exp = EXPERIMENTS.items()[name]
+    ctx = ReproduceContext(out="unused", overrides=overrides, options=exp.options())
+    data, adam = analysis.trained_setting(ctx, mod.plan(ctx), authors=None if mod is one_layer
+                                          else "Adam as the authors'")
+    assert says == f"{adam}, batch {data.batch_size}"

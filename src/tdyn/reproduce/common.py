@@ -120,6 +120,14 @@ def configure(base: dict, overrides: list[str]):
     return validate_config(raw)
 
 
+def short_number(x: float) -> str:
+    """A hyperparameter as claim texts write it: 0.2 → "0.2", 1e-3 → "1e-3", 2.5e-4 → "2.5e-4"."""
+    if x and abs(x) <= 1e-3:
+        mantissa, exp = f"{x:e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exp)}"
+    return f"{x:g}"
+
+
 def with_options(settings: dict, options) -> dict:
     """A reproduction's settings (full or --quick) with the typed options the user gave (fields that are
     not None) put in place of the entries of the same name: how grids become options

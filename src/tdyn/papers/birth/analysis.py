@@ -13,7 +13,7 @@ from pydantic import Field
 
 from tdyn import runs, stats
 from tdyn.report import style
-from tdyn.reproduce.common import grid_dict, reading, with_grid_options  # noqa: F401  (re-exported)
+from tdyn.reproduce.common import configure, grid_dict, reading, short_number, with_grid_options  # noqa: F401  (re-exported)
 from tdyn.papers.birth.task import birth_config
 from tdyn.schema import Strict
 
@@ -40,6 +40,25 @@ def run_config(st: Settings, **changes) -> dict:
     """The run config of the settings ``st`` (seeds, steps, rate, sizes, probes), with a reproduction's ``changes``."""
     return birth_config(seeds=st.seeds, steps=st.steps, lr=st.lr, d=st.d, T=st.T, batch_size=st.batch_size,
                         probe_every=st.probe_every, probe_size=st.probe_size, **changes)
+
+
+def setting_text(ctx, plan: dict[str, dict], st: Settings, triggers: str, loss: str, probes: str | None = None) -> str:
+    """A claim's setting, read from the run config ``plan``'s jobs train (after the user's ``--set``; the jobs
+    differ only in the seed), so that an override the runner lets through (e.g. the momentum) is in the text:
+    sizes, ``triggers`` (how the K triggers are drawn), bigrams, ``loss``, the optimizer, batch, steps, seeds and,
+    unless ``probes`` is None, the probe cadence (``probes``: what follows "fixed sequences", e.g. " per set")."""
+    cfg = configure(next(iter(plan.values())), ctx.overrides)
+    data, (g,) = cfg.typed_data(), cfg.optim.groups.values()
+    opt = (f"SGD (lr {g.lr:g}, momentum {g.momentum:g}" if g.optimizer == "sgd" else
+           f"{'Adam' if g.optimizer == 'adam' else 'AdamW'} (lr {g.lr:g}, betas {g.betas[0]:g}, {g.betas[1]:g}")
+    opt += f", weight decay {short_number(g.weight_decay)}" + (f", gradients clipped at {cfg.optim.grad_clip:g}"
+                                                       if cfg.optim.grad_clip else "") + ")"
+    bigrams = ("tiny Shakespeare bigrams" if data.bigrams == "tinyshakespeare" else
+               f"Dirichlet(α = {data.dirichlet_alpha:g}) bigrams over {data.vocab} tokens")
+    text = (f"d = {cfg.model['d']}, T = {data.T}, K = {data.k} {triggers}, {bigrams}, {loss}, {opt}, "
+            f"batch {data.batch_size}, {cfg.optim.steps} steps, seeds {st.seeds}")
+    return text + (f"; probes every {cfg.probes.every} steps on {data.probe_size} fixed sequences{probes}"
+                   if probes is not None else "")
 
 
 def per_seed(ctx, name: str, cfg: dict) -> dict[str, dict]:

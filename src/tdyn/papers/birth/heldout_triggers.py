@@ -15,7 +15,7 @@ import dataclasses
 from tdyn import stats
 from tdyn.papers.birth.analysis import (COLUMNS_TRIGGERS, PAPER, QUOTE_SUCCEED, final,
                                         grid_dict, per_seed, trained_rows, with_grid_options, UNIT, run_config,
-                                        two_panels)
+                                        setting_text, two_panels)
 from tdyn.papers.birth.analysis import FULL as MEM_FULL, QUICK, Options, Settings
 from tdyn.reproduce.common import claim
 from tdyn.reproduce.phases import Phases, Tables, register_phases
@@ -46,10 +46,8 @@ def measure(ctx: ReproduceContext, trained: dict) -> Tables:
 def judge(ctx: ReproduceContext, tables: Tables) -> dict:
     st = settings(ctx)
     rows = tables["triggers"]
-    setting = (f"d = {st.d}, T = {st.T}, K = 5 triggers drawn per sequence ∝ π_u from the first 75 % of the "
-               f"vocabulary, outputs uniform, tiny Shakespeare bigrams, loss on the in-context outputs, SGD (lr "
-               f"{st.lr:g}, momentum 0.9, weight decay 1e-4), batch {st.batch_size}, {st.steps} steps, seeds "
-               f"{st.seeds}; probes every {st.probe_every} steps on {st.probe_size} fixed sequences per set")
+    setting = setting_text(ctx, plan(ctx), st, "triggers drawn per sequence ∝ π_u from the first 75 % of the "
+                           "vocabulary, outputs uniform", "loss on the in-context outputs", probes=" per set")
     acc, first = final(rows, "acc_out"), final(rows, "acc_first")
     m, se = stats.mean_se(acc)
     claims = [claim(

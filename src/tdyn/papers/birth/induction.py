@@ -14,7 +14,7 @@ import dataclasses
 from tdyn import stats
 from tdyn.papers.birth.analysis import (COLUMNS, PAPER, QUOTE_BIGRAMS_FIRST, Options, Settings, by_seed,
                                         final, formation_step, grid_dict, ordered, per_seed,
-                                        trained_rows, with_grid_options, UNIT, run_config, two_panels)
+                                        trained_rows, with_grid_options, UNIT, run_config, setting_text, two_panels)
 from tdyn.papers.birth.analysis import FULL as MEM_FULL, QUICK as MEM_QUICK
 from tdyn.reproduce.common import claim
 from tdyn.reproduce.phases import Phases, Tables, register_phases
@@ -49,9 +49,8 @@ def measure(ctx: ReproduceContext, trained: dict) -> Tables:
 def judge(ctx: ReproduceContext, tables: Tables) -> dict:
     st = settings(ctx)
     rows = tables["induction"]
-    setting = (f"d = {st.d}, T = {st.T}, K = 5 fixed triggers, tiny Shakespeare bigrams, loss on every position, "
-               f"trained W_F, outputs from the first 75 % of the vocabulary, SGD (lr {st.lr:g}, momentum 0.9, weight "
-               f"decay 1e-4), batch {st.batch_size}, {st.steps} steps, seeds {st.seeds}")
+    setting = setting_text(ctx, plan(ctx), st, "fixed triggers", "loss on every position, trained W_F, outputs from "
+                           "the first 75 % of the vocabulary")
     steps, _, acc = by_seed(rows, "acc_out")
     t_ind = [formation_step(steps, acc[i], IND_LEVEL) for i in range(acc.shape[0])]
     rds, times = [], {"acc_out": t_ind}

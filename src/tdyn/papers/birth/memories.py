@@ -13,7 +13,7 @@ from tdyn import stats
 from tdyn.papers.birth.analysis import (COLUMNS, FULL, PAPER, QUICK, QUOTE_MEMORIES, QUOTE_SUCCEED, Options,
                                         Settings, by_seed, final, formation_step, grid_dict, initial,
                                         ordered, reading, per_seed, trained_rows, with_grid_options, UNIT,
-                                        run_config, two_panels)
+                                        run_config, setting_text, two_panels)
 from tdyn.reproduce.common import claim
 from tdyn.reproduce.phases import Phases, Tables, register_phases
 from tdyn.reproduce.registry import ReproduceContext
@@ -38,16 +38,10 @@ def measure(ctx: ReproduceContext, trained: dict) -> Tables:
     return {"memories": trained_rows(trained)}
 
 
-def setting_text(st: Settings) -> str:
-    return (f"d = {st.d}, T = {st.T}, K = 5 fixed triggers, tiny Shakespeare bigrams, loss on the in-context outputs, "
-            f"SGD (lr {st.lr:g}, momentum 0.9, weight decay 1e-4), batch {st.batch_size}, {st.steps} steps, seeds "
-            f"{st.seeds}; probes every {st.probe_every} steps on {st.probe_size} fixed sequences")
-
-
 def judge(ctx: ReproduceContext, tables: Tables) -> dict:
     st = settings(ctx)
     rows = tables["memories"]
-    setting = setting_text(st)
+    setting = setting_text(ctx, plan(ctx), st, "fixed triggers", "loss on the in-context outputs", probes="")
     acc, first = final(rows, "acc_out"), final(rows, "acc_first")
     m, se = stats.mean_se(acc)
     a1 = stats.paired(final(rows, "attn1_prev"), initial(rows, "attn1_prev"))

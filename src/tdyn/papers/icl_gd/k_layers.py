@@ -20,7 +20,7 @@ from pydantic import Field
 from tdyn import runs, stats
 from tdyn.papers.icl_gd import theory as th
 from tdyn.papers.icl_gd.analysis import (PAPER, QUOTE_CURVATURE, band, by_seed, curve, figure_title, grid_dict,
-                                         outputs, trained_model, with_grid_options)
+                                         outputs, trained_model, trained_setting, with_grid_options)
 from tdyn.papers.icl_gd.probes import alignment
 from tdyn.papers.icl_gd.task import icl_gd_config
 from tdyn.reproduce.common import claim, reading
@@ -211,9 +211,10 @@ def judge(ctx: ReproduceContext, tables: Tables) -> dict:
     steps = f"{st.steps} steps"
     if not st.tied and st.steps < AUTHORS_UNTIED_STEPS:     # fewer steps than the authors' is said in every claim
         steps += f" where the authors train separate layers {AUTHORS_UNTIED_STEPS:,}"
+    data, adam = trained_setting(ctx, plan(ctx), authors="Adam as the authors'")
     setting = (f"K ∈ {deep} {'recurrent (tied)' if st.tied else 'separate (untied)'} LSA layers, d = N = 10, "
-               f"x ~ U(−{st.x_max:g}, {st.x_max:g}), Adam as the authors', batch {st.batch_size}, {steps}, "
-               f"seeds {st.seeds}; {st.probe_size} fixed probe sequences")
+               f"x ~ U(−{st.x_max:g}, {st.x_max:g}), {adam}, batch {data.batch_size}, {steps}, "
+               f"seeds {st.seeds}; {data.probe_size} fixed probe sequences")
     trained_loss = ("the trained loss ½(ŷ − y_q)² on the probe set, read two ways side by side (the model at the "
                     "last step; the median over the last fifth of training)")
 

@@ -18,7 +18,7 @@ from pydantic import Field
 from tdyn import runs, stats
 from tdyn.papers.icl_gd import theory as th
 from tdyn.papers.icl_gd.analysis import (PAPER, QUOTE_MATCH, QUOTE_SIMILAR, band, by_seed, curve, figure_title,
-                                         grid_dict, with_grid_options)
+                                         grid_dict, trained_setting, with_grid_options)
 from tdyn.papers.icl_gd.task import icl_gd_config
 from tdyn.reproduce.common import claim, reading
 from tdyn.reproduce.phases import Phases, Tables, register_phases
@@ -118,9 +118,9 @@ def judge(ctx: ReproduceContext, tables: Tables) -> dict:
     fin = _final(rows)
     first = sorted((r for r in rows if r["step"] == min(x["step"] for x in rows)), key=lambda r: r["seed"])
     os_ = th.one_step(10, 10, st.x_max)
-    setting = (f"one LSA layer, d = N = 10, x ~ U(−{st.x_max:g}, {st.x_max:g}), Adam (lr 1e-3, β = (0.9, 0.98)), "
-               f"batch {st.batch_size}, {st.steps} steps, seeds {st.seeds}; measured on {st.probe_size} fixed probe "
-               "sequences")
+    data, adam = trained_setting(ctx, plan(ctx))
+    setting = (f"one LSA layer, d = N = 10, x ~ U(−{st.x_max:g}, {st.x_max:g}), {adam}, batch {data.batch_size}, "
+               f"{st.steps} steps, seeds {st.seeds}; measured on {data.probe_size} fixed probe sequences")
     ratio = [r["loss_ratio"] for r in fin]
     m, se = stats.mean_se(ratio)
     claims = [claim(
