@@ -104,6 +104,18 @@ def test_a_key_an_option_writes_is_refused_naming_the_option(name, override, fla
     ("icl-gd/k-layers-untied", "model={layers: 3, tied: false}", "take 'model.tied' as given"),   # a section holding it
     ("topic/stage1", "model.l2=0.1", "take 'model.l2' as given"),       # e2-l2 is planned from e2: not in its configs
     ("icl-gd/one-layer", "model.layers=2", "take 'model.layers' as given (one LSA layer against one GD step)"),
+    # the second audit (twenty-second session): numbers computed from the plan's own config, or a crash
+    ("topic/two-stage", "model.init_eps=0.01", "take 'model.init_eps' as given"),     # measure's default cell: crash
+    ("decision-list/claim2", "data.sampler=A", "take 'data.sampler' as given (η = f/λ_max(0)"),
+    ("decision-list/uniform-attention", "data.L=12", "take 'data.L' as given"),
+    ("decision-list/uniform-attention", "optim.groups.all.momentum=0.9", "plain gradient descent"),
+    ("scan-snap/thm3", "model.init=torch_default", "Theorem 3's z(0) = 0"),
+    ("scan-snap/snap-time", "optim.groups.Y.momentum=0.9", "Theorem 4's setting: plain SGD"),
+    ("scan-snap/fig5", "optim.groups.Z.optimizer=sgd", "Fig 5 is the paper's Adam run"),
+    ("scan-snap/fig4", "ensemble.lrs=[{Y: 2.0, Z: 2.0}]", "take 'ensemble.lrs' as given"),
+    ("topic/embeddings", "model.value=trained", "E1 is trained embeddings"),
+    ("topic/stage1", "model.loss=squared", "take 'model.loss' as given"),
+    ("real/attention-maps", "data.bptt=64", "entropy ceiling"),
 ])
 def test_a_key_the_claims_rest_on_is_refused(name, override, says, tmp_path):
     """Found by an audit (twenty-first session): ``--set`` on a key the reproduction compares its runs along

@@ -27,10 +27,15 @@ MANIFEST = Paper(
             "Li et al. 2023's real-data figure (data.png of their project page) on two MiniLMs"),
         "real/attention-maps": Reproduction("tdyn.papers.real_text.attention_maps",
             "Tian et al. Fig 7 analogue: attention of a 1- and 3-layer LM sparsifies on real text",
-            "an analogue of Fig 7 of Tian et al. 2023 on offline text"),
+            "an analogue of Fig 7 of Tian et al. 2023 on offline text",
+            fixed={"data.corpus": "its claims and departure note are about the offline `wiki` corpus",
+                   "data.bptt": "its departure note and the entropy ceiling name bptt = 35",
+                   "data.probe_windows": "its departure note names 20 validation windows"}),
         "real/entropy-vs-lr": Reproduction("tdyn.papers.real_text.entropy_vs_lr",
             "Tian et al. Fig 10 analogue: final attention entropy falls with the learning rate",
             "an analogue of Fig 10 of Tian et al. 2023 on offline text",
+            fixed={"data.bptt": "its departure note names bptt = 35 (and the tokens it trains on)",
+                   "data.probe_windows": "its departure note names 20 validation windows"},
             gpu_scale="its four jobs train 5,000 steps of a 20k-vocabulary LM at S = 25 members: 6.3 s a step on this "
                       "2-core CPU, the decoder's matmuls alone at their float32 ceiling (≈ 30 h), against 412 s on one "
                       "H200 (benchmarks/README.md)"),

@@ -18,7 +18,7 @@ from tdyn.errors import UserError
 from tdyn.papers.real_text.analysis import CORPORA, LM_DEPARTURES, font_sizes, is_quick, lm_config, lm_groups
 from tdyn.papers.real_text.model import LMConfig
 from tdyn.report import style
-from tdyn.reproduce.common import claim, decide, every_cell, reading
+from tdyn.reproduce.common import claim, configure, decide, every_cell, reading
 from tdyn.reproduce.phases import Phases, read_table, register_phases
 from tdyn.reproduce.registry import ReproduceContext
 from tdyn.schema import Strict
@@ -41,11 +41,14 @@ class Grid:
 FULL = Grid(steps=5000, seeds=(1, 2, 3, 4, 5))
 QUICK = Grid(steps=150, seeds=(1,))
 
-LM_DEPARTURES_FIG10 = ("Departures (docs/reproductions/real-text.md#departures): `wiki` (Wikipedia lead sections, about "
-                       "0.71M training tokens) stands in for WikiText-2 and `bbc` (BBC News, about 0.77M) for "
-                       "WikiText-103 (103M tokens); " + LM_DEPARTURES + "; judged at step 5000 (3.5M training "
-                       "tokens, about 4.9 passes over wiki and 4.5 over bbc), where the authors trained 5 epochs "
-                       "(about 14,900 steps of WikiText-2, about 736,000 of WikiText-103)")
+def departures_fig10(step: int, tokens: int) -> str:
+    """How the runs depart from the paper's Fig 10 (docs/reproductions/real-text.md#departures), said in every claim,
+    with the step judged and the training tokens up to it (step × batch × bptt of the runs as trained)."""
+    return ("Departures (docs/reproductions/real-text.md#departures): `wiki` (Wikipedia lead sections, about 0.71M "
+            "training tokens) stands in for WikiText-2 and `bbc` (BBC News, about 0.77M) for WikiText-103 (103M "
+            f"tokens); {LM_DEPARTURES}; judged at step {step} ({tokens / 1e6:.1f}M training tokens, about "
+            f"{tokens / 0.71e6:.1f} passes over wiki and {tokens / 0.77e6:.1f} over bbc), where the authors trained "
+            "5 epochs (about 14,900 steps of WikiText-2, about 736,000 of WikiText-103)")
 #: tdyn's split of the tutorial LM into the Y/Z model's two rates, and why the ratio claims are not the paper's
 LM_GROUPING = ("tdyn's parameter grouping: \"Z\" = the whole attention block (the in-projection W_Q, W_K, W_V with its "
                "bias, and the out-projection W_O), \"Y\" = everything else (embedding, decoder, feed-forward, "
@@ -156,7 +159,7 @@ def _cells_claim(id: str, statement: str, cells: dict[str, tuple[float, float]],
     return claim(id, statement, held, reason=why, cells=numbers, **kw)
 
 
-def _eta_claim(corpus: str, finals: list[dict]) -> tuple[dict, dict]:
+def _eta_claim(corpus: str, finals: list[dict], departures: str) -> tuple[dict, dict]:
     """(entropy_vs_eta's entry, the Fig 10 claim) of one corpus: two readings of "decreases in η"."""
     etas = sorted({f["all"] for f in finals})
     mean = [float(np.mean([f["entropy"] for f in finals if f["all"] == e])) for e in etas]
@@ -181,13 +184,13 @@ def _eta_claim(corpus: str, finals: list[dict]) -> tuple[dict, dict]:
         paper="Tian et al. Fig 10 (App. G): the validation attention entropy decreases from η = 1 to η = 5 "
               "(a larger learning rate gives sparser attention; the paper reports the trend only)",
         definition="final layer-0 validation attention entropy, mean over seeds, for each η; " + NOISE_DEF + ". "
-                   + LM_DEPARTURES_FIG10,
+                   + departures,
         measured="final validation attention entropy (mean over seeds) vs η",
         expected="decreasing in η beyond 2σ, under each reading", cells=cell_numbers, eta=etas, mean=mean, std=std,
         noise=noise)
 
 
-def _ratio_claims(corpus: str, rfin: list[dict]) -> tuple[dict, list[dict]]:
+def _ratio_claims(corpus: str, rfin: list[dict], departures: str) -> tuple[dict, list[dict]]:
     """(ratio's entry, the two separate-rate claims) of one corpus: §6 predictions (b) and (c), tdyn's."""
     zs, rs = sorted({f["Z"] for f in rfin}), sorted({f["ratio"] for f in rfin})
     group = {(z, q): [f["entropy"] for f in rfin if f["Z"] == z and f["ratio"] == q] for z in zs for q in rs}
@@ -204,7 +207,7 @@ def _ratio_claims(corpus: str, rfin: list[dict]) -> tuple[dict, list[dict]]:
         paper="Tian et al. §6 prediction (b) (a Y/Z-model result) and App. G (separate rates on real text left "
               "open)",
         definition="final layer-0 validation attention entropy, mean over seeds, largest vs smallest η_Z at "
-                   "each ratio; " + NOISE_DEF + ". " + LM_GROUPING + ". " + LM_DEPARTURES_FIG10,
+                   "each ratio; " + NOISE_DEF + ". " + LM_GROUPING + ". " + departures,
         measured="final attention entropy (mean over seeds) vs η_Z and η_Y/η_Z",
         expected="largest η_Z < smallest η_Z by 2σ, at every ratio", table=tab, noise=sd)
     by_ratio = _cells_claim(
@@ -216,7 +219,7 @@ def _ratio_claims(corpus: str, rfin: list[dict]) -> tuple[dict, list[dict]]:
         paper="Tian et al. §6 prediction (c) (a Y/Z-model result) and App. G (separate rates on real text left "
               "open)",
         definition="final layer-0 validation attention entropy, mean over seeds, largest vs smallest "
-                   "η_Y/η_Z at each η_Z; " + NOISE_DEF + ". " + LM_GROUPING + ". " + LM_DEPARTURES_FIG10,
+                   "η_Y/η_Z at each η_Z; " + NOISE_DEF + ". " + LM_GROUPING + ". " + departures,
         measured="final attention entropy (mean over seeds) vs η_Y/η_Z",
         expected="largest ratio > smallest ratio by 2σ, at every η_Z", table=tab, noise=sd)
     return {"eta_Z": zs, "ratio": rs, "mean_entropy": {str(z): v for z, v in tab.items()}}, [by_z, by_ratio]
@@ -255,14 +258,18 @@ def judged_rows(ctx: ReproduceContext, tables: dict) -> tuple[list[dict], list[d
 def judge(ctx: ReproduceContext, tables: dict) -> dict[str, Any]:
     """Per corpus the Fig 10 claim and the two separate-rate claims, from the rows :func:`judged_rows` gives."""
     finals, curves, ratios = judged_rows(ctx, tables)
+    at = ctx.options.at_step if ctx.options is not None else None
+    last = max(c["step"] for c in tables["entropy_curves"])
+    data = configure(next(iter(fig10_all(ctx).values())), ctx.overrides).typed_data()
+    departures = departures_fig10(at or last, (at or last) * data.batch_size * data.bptt)
     res = {"experiment": "real/entropy-vs-lr", "claims": [], "entropy_vs_eta": {}, "ratio": {}}
     for corpus in CORPORA:
-        res["entropy_vs_eta"][corpus], eta_claim = _eta_claim(corpus, [f for f in finals if f["corpus"] == corpus])
-        res["ratio"][corpus], ratio_claims = _ratio_claims(corpus, [f for f in ratios if f["corpus"] == corpus])
+        res["entropy_vs_eta"][corpus], eta_claim = _eta_claim(corpus, [f for f in finals if f["corpus"] == corpus],
+                                                              departures)
+        res["ratio"][corpus], ratio_claims = _ratio_claims(corpus, [f for f in ratios if f["corpus"] == corpus],
+                                                           departures)
         res["claims"] += [eta_claim, *ratio_claims]
-    at = ctx.options.at_step if ctx.options is not None else None
     if at is not None:
-        last = max(c["step"] for c in tables["entropy_curves"])
         res["at_step"] = at
         res["settings_note"] = f"{'quick' if ctx.quick else 'full'} settings, judged at step {at} of {last}"
         for c in res["claims"]:
