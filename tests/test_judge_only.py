@@ -109,3 +109,19 @@ def test_optional_tables_may_be_missing_only_when_judging_again(tmp_path):
     (tmp_path / "a.csv").unlink()
     with pytest.raises(UserError, match="a.csv' is missing"):
         run(phases, ctx)
+
+
+def test_judge_only_keeps_the_overrides_an_older_directory_recorded(tmp_path):
+    """A directory judged by the former --from-tables recorded its tables' --set as
+    ``tables_trained_with_overrides`` (docs/results/real__entropy-vs-lr); judging it again restores them, so the
+    claims stay labelled "under --set" and the judge rebuilds the configs they were trained with."""
+    from tdyn import runs
+    from tdyn.reproduce import registry, runner
+    from tdyn.reproduce.registry import ReproduceContext
+
+    runs.write_json(tmp_path / runs.RESULTS, {"experiment": "real/entropy-vs-lr", "quick": True,
+                                              "tables_trained_with_overrides": ["seeds=[1,2,3,4,5]"]})
+    exp = registry.get("real/entropy-vs-lr")
+    ctx = ReproduceContext(out=tmp_path, judge_only=True, options=exp.make_options())
+    runner._tables_made(exp, ctx)
+    assert list(ctx.overrides) == ["seeds=[1,2,3,4,5]"] and ctx.quick

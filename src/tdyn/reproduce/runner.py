@@ -272,7 +272,8 @@ def _tables_made(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
     (quick or full) and options, so that the judgement is made as it was."""
     previous = runs.read_json(ctx.out / runs.RESULTS)
     ctx.quick = bool(previous.get("quick"))
-    made_with = list(previous.get("overrides") or [])
+    # an older directory (``--from-tables``) recorded them as ``tables_trained_with_overrides``
+    made_with = list(previous.get("overrides") or previous.get("tables_trained_with_overrides") or [])
     if ctx.overrides and list(ctx.overrides) != made_with:
         raise UserError(f"--judge-only judges {ctx.out}'s tables as they were made ("
                         + (f"--set {' '.join(made_with)}" if made_with else "without --set")

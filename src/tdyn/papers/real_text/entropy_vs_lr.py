@@ -383,8 +383,8 @@ def draw_fig10(finals: list[dict], curves: list[dict], ratios: list[dict], quick
 
 def draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
     finals, curves, ratios = judged_rows(ctx, tables)
-    draw_fig10(finals, curves, ratios, ctx.quick, _note_text(results.get("settings_note", "")),
-               Path(ctx.out) / "entropy_vs_lr.png")
+    note = results.get("settings_note") or (f"(--set {' '.join(ctx.overrides)})" if ctx.overrides else "")
+    draw_fig10(finals, curves, ratios, ctx.quick, _note_text(note), Path(ctx.out) / "entropy_vs_lr.png")
     return ["entropy_vs_lr.png"]
 
 
