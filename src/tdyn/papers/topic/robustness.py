@@ -29,7 +29,7 @@ from tdyn.papers.topic.stages import GAP_ONSET, attention_gap_docs
 from tdyn.papers.topic.task import dataset, lda_config
 from tdyn.papers.topic.value import value_path, value_structure
 from tdyn.report import style
-from tdyn.reproduce.common import claim, decide
+from tdyn.reproduce.common import claim, configure, decide
 from tdyn.reproduce.phases import Phases, register_phases
 from tdyn.reproduce.registry import ReproduceContext
 from tdyn.runs import Run
@@ -254,7 +254,7 @@ def _too_short(rs: list[dict]) -> str:
     return "run too short to reach stage 2: " + out + (f" ({len(anti)} of them anti-topic)" if anti else "")
 
 
-def _table_claims(rows: list[dict], prefix: str) -> list[dict]:
+def _table_claims(rows: list[dict], prefix: str, checkpoints: int) -> list[dict]:
     out = []
     for label in dict.fromkeys(r["variant"] for r in rows):
         rs = [r for r in rows if r["variant"] == label]
@@ -282,7 +282,7 @@ def _table_claims(rows: list[dict], prefix: str) -> list[dict]:
         out.append(claim(f"{prefix}-{label}-value-blocks-stage1", f"{label}: the value path has the topic blocks at "
                          "the end of stage 1 (before attention takes over), every seed", held,
                          reason=why and f"{why} (smallest per-topic contrast within 2× its relabelling noise)",
-                         **pv, definition=VALUE_DEF + "; at the end of stage 1 = the last checkpoint (24 log-spaced) "
+                         **pv, definition=VALUE_DEF + f"; at the end of stage 1 = the last checkpoint ({checkpoints} log-spaced) "
                          "before the persistent stage-2 onset (the final checkpoint when stage 2 never began)"
                          + (f"; {_too_short(rs)}" if short else ""),
                          measured="min per-topic value-path contrast and noise at the end of stage 1, per seed",
@@ -484,7 +484,8 @@ def _phases(name: str, prefix: str, variants, draw) -> Phases:
         rows = _rows(tables, name)
         note = {"grid_note": GRID_NOTE} if prefix == "e5" else {}
         return {"experiment": f"topic/{name.replace('_', '-')}"} | note | {
-            "table": _table_json(rows), "claims": _table_claims(rows, prefix)}
+            "table": _table_json(rows),
+            "claims": _table_claims(rows, prefix, configure(next(iter(plan(ctx).values())), ctx.overrides).checkpoint.num)}
 
     def plan(ctx):   # each variant trains into runs/<run_name(label)>, the longest jobs first
         configs = _variant_configs(variants(ctx))
