@@ -260,7 +260,7 @@ def test_short_number_writes_hyperparameters_as_the_claims_do():
     ([], "SGD (lr 0.2, momentum 0.9, weight decay 1e-4), batch 64, 600 steps", None),
     (["optim.groups.all.momentum=0.5"], "SGD (lr 0.2, momentum 0.5, weight decay 1e-4)", "momentum 0.9"),
     (["optim.groups.all.weight_decay=0", "data.k=3"], "K = 3 fixed triggers", "weight decay 1e-4"),
-    (["optim.groups.all.optimizer=adam"], "Adam (lr 0.2, betas 0.9, 0.999, weight decay 1e-4)", "SGD"),
+    (["optim.groups.all.optimizer=adam"], "Adam (lr 0.2, β = (0.9, 0.999), weight decay 1e-4)", "SGD"),
 ])
 def test_birth_claims_state_the_setting_the_runs_train(overrides, says, not_says):
     """The claim texts read the optimizer, sizes and triggers from the run config after --set (the audit's stale

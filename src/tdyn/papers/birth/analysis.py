@@ -13,7 +13,8 @@ from pydantic import Field
 
 from tdyn import runs, stats
 from tdyn.report import style
-from tdyn.reproduce.common import configure, grid_dict, reading, short_number, with_grid_options  # noqa: F401  (re-exported)
+from tdyn.reproduce.common import (configure, grid_dict, optimizer_text, reading, short_number,  # noqa: F401
+                                   with_grid_options)  # re-exported: grid_dict, reading, with_grid_options
 from tdyn.papers.birth.task import birth_config
 from tdyn.schema import Strict
 
@@ -49,10 +50,9 @@ def setting_text(ctx, plan: dict[str, dict], st: Settings, triggers: str, loss: 
     unless ``probes`` is None, the probe cadence (``probes``: what follows "fixed sequences", e.g. " per set")."""
     cfg = configure(next(iter(plan.values())), ctx.overrides)
     data, (g,) = cfg.typed_data(), cfg.optim.groups.values()
-    opt = (f"SGD (lr {g.lr:g}, momentum {g.momentum:g}" if g.optimizer == "sgd" else
-           f"{'Adam' if g.optimizer == 'adam' else 'AdamW'} (lr {g.lr:g}, betas {g.betas[0]:g}, {g.betas[1]:g}")
-    opt += f", weight decay {short_number(g.weight_decay)}" + (f", gradients clipped at {cfg.optim.grad_clip:g}"
-                                                       if cfg.optim.grad_clip else "") + ")"
+    clip = cfg.optim.grad_clip
+    opt = optimizer_text(g, f"weight decay {short_number(g.weight_decay)}",
+                         *([f"gradients clipped at norm {short_number(clip)}"] if clip else []))
     bigrams = ("tiny Shakespeare bigrams" if data.bigrams == "tinyshakespeare" else
                f"Dirichlet(α = {data.dirichlet_alpha:g}) bigrams over {data.vocab} tokens")
     text = (f"d = {cfg.model['d']}, T = {data.T}, K = {data.k} {triggers}, {bigrams}, {loss}, {opt}, "

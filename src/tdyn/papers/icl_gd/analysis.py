@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from tdyn import runs
-from tdyn.reproduce.common import configure, grid_dict, short_number, with_grid_options  # noqa: F401  (re-exported)
+from tdyn.reproduce.common import (configure, grid_dict, optimizer_text, short_number,  # noqa: F401
+                                   with_grid_options)  # re-exported: grid_dict, with_grid_options
 from tdyn.papers.icl_gd import theory as th
 from tdyn.papers.icl_gd.model import LSA
 
@@ -34,22 +35,19 @@ QUOTE_CURVATURE = ("Building on this insight, we furthermore identify how Transf
 def trained_setting(ctx, plan: dict[str, dict], *, authors: str | None = None) -> tuple[Any, str]:
     """The data section (batch, probe set) the plan's jobs train after the user's ``--set`` (the first job's; the
     runner refuses a ``--set`` on a key the jobs differ in) and their optimizer as a claim states it: ``authors``
-    where every job's is the authors' (``plan``'s own, without ``--set``), else "Adam (lr, β)" (or SGD's) with what differs
-    from the authors' (ε, weight decay, clipping)."""
+    where every job's is the authors' (``plan``'s own, without ``--set``), else ``optimizer_text`` with what
+    differs from the authors' (ε, weight decay, clipping)."""
     cfgs = [configure(raw, ctx.overrides) for raw in plan.values()]
     theirs = [configure(raw, []) for raw in plan.values()]
     g, t = cfgs[0].optim.groups["all"], theirs[0].optim.groups["all"]
     if authors is not None and all(c.optim == a.optim for c, a in zip(cfgs, theirs)):
         return cfgs[0].typed_data(), authors
-    text = (f"SGD (lr {short_number(g.lr)}, momentum {g.momentum:g}" if g.optimizer == "sgd" else
-            f"{'AdamW' if g.optimizer == 'adamw' else 'Adam'} (lr {short_number(g.lr)}, "
-            f"β = ({g.betas[0]:g}, {g.betas[1]:g})")
-    text += f", ε = {short_number(g.eps)}" if g.eps != t.eps else ""
-    text += f", weight decay {short_number(g.weight_decay)}" if g.weight_decay != t.weight_decay else ""
     clip = cfgs[0].optim.grad_clip
-    if clip != theirs[0].optim.grad_clip:
-        text += f", gradients clipped at norm {short_number(clip)}" if clip else ", gradients not clipped"
-    return cfgs[0].typed_data(), text + ")"
+    extras = ([f"ε = {short_number(g.eps)}"] if g.eps != t.eps else []) + \
+        ([f"weight decay {short_number(g.weight_decay)}"] if g.weight_decay != t.weight_decay else []) + \
+        ([f"gradients clipped at norm {short_number(clip)}" if clip else "gradients not clipped"]
+         if clip != theirs[0].optim.grad_clip else [])
+    return cfgs[0].typed_data(), optimizer_text(g, *extras)
 
 
 #: the metrics of the ``icl_gd`` probes a curve holds (probe/key → column)
