@@ -290,3 +290,25 @@ def test_icl_gd_claims_state_the_optimizer_and_batch_the_runs_train(name, overri
     data, adam = analysis.trained_setting(ctx, mod.plan(ctx), authors=None if mod is one_layer
                                           else "Adam as the authors'")
     assert says == f"{adam}, batch {data.batch_size}"
+
+
+def test_fig4_loss_axis_names_the_optimizer_the_runs_trained_with():
+    """Fig 4's loss panel reads the optimizer and batch from the config table (it said "momentum 0.9" under any
+    --set); one line when the groups agree, per group when not."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tdyn.papers.scan_snap.fig4_fig5 import _fig4_loss
+
+    shown = [{"eta_y": 1.0, "eta_z": 1.0, "M": 30}]
+    loss = [{"eta_y": 1.0, "eta_z": 1.0, "step": s, "loss": 1.0 / (s + 1)} for s in range(3)]
+    sgd = {"optimizer": "sgd", "momentum": 0.9}
+    for groups, says in (({"Y": sgd, "Z": sgd}, "step (SGD, momentum 0.9, batch 128)"),
+                         ({"Y": sgd | {"momentum": 0.5}, "Z": sgd},
+                          "step (Y: SGD, momentum 0.5; Z: SGD, momentum 0.9, batch 128)")):
+        fig, ax = plt.subplots()
+        _fig4_loss(ax, loss, shown, {"optim": {"groups": groups}, "data": {"batch_size": 128}})
+        assert ax.get_xlabel() == says
+        plt.close(fig)

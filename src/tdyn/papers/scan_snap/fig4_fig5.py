@@ -229,7 +229,7 @@ def fig4_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
     fig = plt.figure(figsize=(11, 7.5), constrained_layout=True)
     gs = fig.add_gridspec(3, 2, height_ratios=[1, 1, 0.9])
     _fig4_maps(fig, gs, tables["fig4_maps"], shown)
-    _fig4_loss(fig.add_subplot(gs[2, :]), tables["loss"], shown)
+    _fig4_loss(fig.add_subplot(gs[2, :]), tables["loss"], shown, config_of(tables, "fig4")[0])
     style.save(fig, ctx.out / "fig4.png")
     return ["fig4.png"]
 
@@ -261,7 +261,7 @@ def _fig4_maps(fig, gs, maps: list[dict], shown: list[dict]) -> None:
     fig.colorbar(im, ax=axes, fraction=0.03, pad=0.01, label="$c_n$ (shared scale)")
 
 
-def _fig4_loss(ax, loss: list[dict], shown: list[dict]) -> None:
+def _fig4_loss(ax, loss: list[dict], shown: list[dict], cfg: dict) -> None:
     floor = 1e-9      # a float32 cross-entropy can round to exactly 0: drawn at the floor on the log axis
     curves = [[x["loss"] for x in loss if x["eta_y"] == r["eta_y"] and x["eta_z"] == r["eta_z"]] for r in shown]
     zeros = any(v is not None and v <= 0 for c in curves for v in c)
@@ -270,7 +270,12 @@ def _fig4_loss(ax, loss: list[dict], shown: list[dict]) -> None:
                 label=f"$\\eta_Y={r['eta_y']:g}$, $\\eta_Z={r['eta_z']:g}$")
     ax.axhline(math.log(shown[0]["M"]), color="grey", ls=":", lw=0.8, label="$\\ln M$")
     ax.set_yscale("log")
-    ax.set_xlabel("step (SGD, momentum 0.9, batch 128)")
+    names = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW"}     # the trained runs' optimizer, from the config table
+    groups = {k: names[g["optimizer"]] + (f", momentum {g['momentum']:g}" if g["optimizer"] == "sgd" else "")
+              for k, g in cfg["optim"]["groups"].items()}
+    opt = (next(iter(groups.values())) if len(set(groups.values())) == 1 else
+           "; ".join(f"{k}: {v}" for k, v in groups.items()))
+    ax.set_xlabel(f"step ({opt}, batch {cfg['data']['batch_size']})")
     ax.set_ylabel("training loss (nats, log scale)" + (f"\nexact 0 drawn at {floor:g}" if zeros else ""))
     ax.legend()
 

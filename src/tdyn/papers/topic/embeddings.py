@@ -50,9 +50,9 @@ def measure(ctx: ReproduceContext, trained: dict) -> dict[str, list[dict]]:
     return {"embeddings": rows, "embeddings_per_topic": per_topic, "embeddings_matrices": matrix_rows(mats)}
 
 
-def _setting(d: int, V: int) -> str:
+def _setting(d: int, V: int, eps: float) -> str:
     return (f"d = {d} < |V| = {V}, trained untied decoder W_dec [|V|×d], W_V = I_d, uniform attention, "
-            "W_E from ε·U[0,1) with ε = 0.01: the embedding Gram W_E W_Eᵀ is not the logit map W_dec W_Eᵀ")
+            f"W_E from ε·U[0,1) with ε = {eps:g}: the embedding Gram W_E W_Eᵀ is not the logit map W_dec W_Eᵀ")
 
 
 def judge(ctx: ReproduceContext, tables: dict) -> dict[str, Any]:
@@ -69,11 +69,12 @@ def judge(ctx: ReproduceContext, tables: dict) -> dict[str, Any]:
     for kind, what in (("dot", "inner product"), ("cos", "cosine")):
         held, why = seeds_verdict(f"{kind}_contrast", f"{kind}_se")
         readings.append(reading(f"{what}: same-topic off-diagonal mean of the embedding Gram minus different-topic "
-                                "mean > 2× its standard error over the 10 topics, and > 0 for every topic, every seed",
+                                f"mean > 2× its standard error over the {cfg.typed_data().num_topics} topics, and > 0 for every "
+                                "topic, every seed",
                                 held, reason=why, contrast=[r[f"{kind}_contrast"] for r in rows],
                                 se=[r[f"{kind}_se"] for r in rows],
                                 min_topic_contrast=[r[f"min_{kind}_contrast"] for r in rows]))
-    setting = _setting(rows[0]["d"], cfg.typed_data().vocab_size)
+    setting = _setting(rows[0]["d"], cfg.typed_data().vocab_size, cfg.typed_model().init_eps)
     return {"experiment": "topic/embeddings", "setting": setting, "config": cfg.model_dump(mode="json"), "runs": rows,
             "per_topic_contrast": per_topic,
             "claims": [claim("e1-blocks", "Same-topic embeddings have a larger inner product (and cosine) than "
