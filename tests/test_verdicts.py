@@ -124,3 +124,17 @@ def test_counts_keep_paper_claims_apart():
           {"id": "old", "claim": "x", "verdict": "holds"}]
     assert verdicts.count_line(cs) == ("2 paper claims: 1 holds, 0 fails, 1 inconclusive; 1 beyond the paper (derived): "
                                        "0 holds, 1 fails, 0 inconclusive; 1 unlabelled (older results): 1 holds, 0 fails, 0 inconclusive")
+
+
+def test_readme_table_says_the_set_a_result_was_trained_with(tmp_path):
+    """A result made under ``--set`` (its results.json's ``overrides``) says so in the settings column and in the
+    notes, as its claims do on the report page (docs/results/real__entropy-vs-lr: 5 seeds where quick trains 1)."""
+    res = tmp_path / "results"
+    _write(res / "b", "paper/b", [claim("z", "z", None, reason="never moved", **REF)], quick=True)
+    path = res / "b" / "results.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"overrides": ["seeds=[1,2,3]"]}))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{verdicts.BEGIN}\n{verdicts.END}\n")
+    verdicts.write_readme(res, readme, names=["paper/b"])
+    text = readme.read_text()
+    assert "| `paper/b` | quick (--set seeds=[1,2,3]) | 90 s |" in text and "(quick (--set seeds=[1,2,3]))" in text
