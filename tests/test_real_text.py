@@ -252,7 +252,8 @@ def test_fig10_judged_from_tables_and_the_single_seed_rule(tmp_path):
     assert {c["source"] for c in res["claims"] if "eta_Z" in c["id"] or "ratio" in c["id"]} == {"derived"}
     assert {c["source"] for c in res["claims"] if c["id"].startswith("entropy_decreases_in_eta_w")} == {"paper"}
     for c in res["claims"]:
-        for words in ("random offsets", "20 fixed", "WikiText-103", "step 5000", "5 epochs"):
+        # the step judged is the tables' last (10 here), with its training tokens (step × batch 20 × bptt 35)
+        for words in ("random offsets", "20 fixed", "WikiText-103", "judged at step 10 (0.0M", "5 epochs"):
             assert words in c["definition"], (c["id"], words)
         if c["source"] == "derived":
             assert "leave it for future work" in c["derived"] and "W_V" in c["derived"] and "W_V" in c["definition"]

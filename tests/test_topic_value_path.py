@@ -177,7 +177,7 @@ def _row(label, seed, n_layers=1, onset=120.0, gap=0.3):
 def test_table_claims_provenance_layers_and_too_short():
     rows = [_row("sgd lr 1", s, onset=None, gap=0.001) for s in range(3)]
     rows += [_row("2 layers", s, n_layers=2) for s in range(3)]
-    claims = {c["id"]: c for c in _table_claims(rows, "e5")}
+    claims = {c["id"]: c for c in _table_claims(rows, "e5", 24)}
     assert {c["source"] for i, c in claims.items() if i.startswith("e5-sgd")} == {"paper"}
     assert {c["source"] for i, c in claims.items() if i.startswith("e5-2 layers")} == {"derived"}
     assert "e5-2 layers-attention-layer0" in claims and "e5-2 layers-attention-layer1" in claims
@@ -185,6 +185,7 @@ def test_table_claims_provenance_layers_and_too_short():
     assert att["verdict"] == "inconclusive" and "run too short to reach stage 2" in att["reason"]
     assert claims["e5-2 layers-value-blocks"]["verdict"] == "holds"
     assert claims["e5-2 layers-value-blocks-stage1"]["numbers"]["stage1_end_step"] == [100] * 3
+    assert "the last checkpoint (24 log-spaced)" in claims["e5-2 layers-value-blocks-stage1"]["definition"]
     for c in claims.values():
         assert c.get("quote") if c["source"] == "paper" else c.get("derived")
     # the two-stage claims of topic_common (literal, order): derived for the extrapolations, labelled too short
@@ -195,7 +196,7 @@ def test_table_claims_provenance_layers_and_too_short():
     assert "run too short to reach stage 2" in claims["e5-sgd lr 1-two-stage-order"]["reason"]
     # attention that moved away from same-topic keys is not "too short"
     rows = [_row("2 layers", s, n_layers=2, onset=None, gap=-0.3) for s in range(3)]
-    claims = {c["id"]: c for c in _table_claims(rows, "e5")}
+    claims = {c["id"]: c for c in _table_claims(rows, "e5", 8)}
     assert claims["e5-2 layers-attention-layer1"]["verdict"] == "fails"
     assert "not a run too short" in claims["e5-2 layers-value-blocks-stage1"]["definition"]
     assert "attention moved away" in claims["e5-2 layers-two-stage-order"]["reason"]
