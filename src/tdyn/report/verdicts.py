@@ -140,7 +140,7 @@ def table(d: Path, names: list[str] | None = None, link_from: Path | None = None
         claims = res.get("claims", [])
         split = by_source(claims)
         setting = res.get("settings_note") or ("quick" if res.get("quick") else "full")
-        if res.get("overrides") and "--set" not in setting:          # trained off the reproduction's own setting
+        if res.get("overrides"):                                      # trained off the reproduction's own setting
             setting += f" (--set {' '.join(res['overrides'])})"
         err = " (error)" if "error" in res else ""
         # results judged on runs trained elsewhere (--at-step) took no training time of their own

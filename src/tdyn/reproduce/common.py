@@ -128,10 +128,14 @@ def short_number(x: float) -> str:
     return f"{x:g}"
 
 
+#: an optimizer as claims and figures name it
+OPTIMIZER_NAMES = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW"}
+
+
 def optimizer_text(group, *extras: str) -> str:
     """A run config's optimizer group as claim texts state it, "SGD (lr 0.2, momentum 0.9, …)" or "Adam (lr 1e-3,
     β = (0.9, 0.98), …)", with ``extras`` (e.g. "weight decay 1e-4") inside the brackets."""
-    name = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW"}[group.optimizer]
+    name = OPTIMIZER_NAMES[group.optimizer]
     first = (f"momentum {group.momentum:g}" if group.optimizer == "sgd" else
              f"β = ({group.betas[0]:g}, {group.betas[1]:g})")
     return f"{name} ({', '.join((f'lr {short_number(group.lr)}', first, *extras))})"

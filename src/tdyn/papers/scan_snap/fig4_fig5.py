@@ -17,7 +17,7 @@ from tdyn.papers.scan_snap import data
 from tdyn.papers.scan_snap import probes as pr
 from tdyn.papers.scan_snap.analysis import config_of, config_rows, facts_of, job_config
 from tdyn.papers.scan_snap.task import yz_config  # noqa: F401  (re-exported for the other scan-snap modules)
-from tdyn.reproduce.common import claim, decide, margin, reading
+from tdyn.reproduce.common import OPTIMIZER_NAMES, claim, decide, margin, reading
 from tdyn.reproduce.phases import Phases, register_phases
 from tdyn.reproduce.registry import ReproduceContext
 from tdyn.report import style
@@ -270,9 +270,8 @@ def _fig4_loss(ax, loss: list[dict], shown: list[dict], cfg: dict) -> None:
                 label=f"$\\eta_Y={r['eta_y']:g}$, $\\eta_Z={r['eta_z']:g}$")
     ax.axhline(math.log(shown[0]["M"]), color="grey", ls=":", lw=0.8, label="$\\ln M$")
     ax.set_yscale("log")
-    names = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW"}     # the trained runs' optimizer, from the config table
-    groups = {k: names[g["optimizer"]] + (f", momentum {g['momentum']:g}" if g["optimizer"] == "sgd" else "")
-              for k, g in cfg["optim"]["groups"].items()}
+    groups = {k: OPTIMIZER_NAMES[g["optimizer"]] + (f", momentum {g['momentum']:g}" if g["optimizer"] == "sgd" else "")
+              for k, g in cfg["optim"]["groups"].items()}          # the trained runs' optimizer, from the config table
     opt = (next(iter(groups.values())) if len(set(groups.values())) == 1 else
            "; ".join(f"{k}: {v}" for k, v in groups.items()))
     ax.set_xlabel(f"step ({opt}, batch {cfg['data']['batch_size']})")
