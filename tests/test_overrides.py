@@ -1,6 +1,8 @@
 """Every knob honoured (issue 13): --set reaches the configs a reproduction runs or exits 2 saying what
 it accepts; shadowed overrides are errors; typed options; `tdyn config NAME` prints resolved YAML."""
 
+import dataclasses
+
 import pytest
 import yaml
 
@@ -312,3 +314,31 @@ def test_fig4_loss_axis_names_the_optimizer_the_runs_trained_with():
         _fig4_loss(ax, loss, shown, {"optim": {"groups": groups}, "data": {"batch_size": 128}})
         assert ax.get_xlabel() == says
         plt.close(fig)
+
+
+@pytest.mark.parametrize("quick, overrides, says", [
+    (False, [], {"long_L_sgd": (1024, "plain SGD"), "paper_L128_momentum": (128, "momentum 0.9")}),
+    (True, [], {"long_L_sgd": (512, "plain SGD"), "paper_L128_momentum": (128, "momentum 0.9")}),
+    (False, ["data.seq_len=256", "optim.groups.Y.momentum=0.5"],
+     {"long_L_sgd": (256, "momentum 0/0.5"), "paper_L128_momentum": (256, "momentum 0.5/0.9")}),
+])
+def test_thm3_claims_and_legend_name_the_length_and_optimizer_trained(quick, overrides, says):
+    """Thm 3's texts and legend said "L = 1024, plain SGD" for the quick setting's L = 512 and under any --set;
+    they read both from the run configs."""
+    from tdyn.papers.scan_snap import thm3
+
+    ctx = ReproduceContext(out="unused", quick=quick, overrides=overrides)
+    assert thm3.trained_as(ctx) == says
+
+
+def test_snap_time_grids_are_the_configs_trained():
+    """The results' ``grids`` block: the grid's own fields at the defaults; under --set the resolved values, with
+    steps per run instead of the t₀ factor they no longer follow."""
+    from tdyn.papers.scan_snap.snap_time import SNAP_THM_QUICK, grids
+
+    plain = grids(ReproduceContext(out="unused", quick=True))
+    assert plain["theorem"] == dataclasses.asdict(SNAP_THM_QUICK)
+    set_ = grids(ReproduceContext(out="unused", quick=True, overrides=["data.batch_size=32", "optim.steps=50"]))
+    assert set_["theorem"]["batch_size"] == set_["paper"]["batch_size"] == 32
+    assert set_["paper"]["steps"] == {"last1": 50, "last3": 50} and "t0_factor" not in set_["paper"]
+    assert set_["theorem"]["etas_y"] == list(SNAP_THM_QUICK.etas_y) and set_["theorem"]["eta_z"] == 0.02

@@ -19,7 +19,7 @@ from tdyn.papers.scan_snap import probes as pr
 from tdyn.papers.scan_snap import theory as th
 from tdyn.papers.scan_snap.analysis import facts_of
 from tdyn.papers.scan_snap.task import yz_config
-from tdyn.reproduce.common import claim, decide, every_cell, margin, reading, within
+from tdyn.reproduce.common import claim, configure, decide, every_cell, margin, reading, within
 from tdyn.reproduce.phases import Phases, read_table, register_phases
 from tdyn.reproduce.registry import ReproduceContext
 from tdyn.report import style
@@ -292,8 +292,29 @@ def snap_judge(ctx: ReproduceContext, tables: dict) -> dict:
     claims = [_switch_claim(T, rows), _snap_claim(T), _exponent_claim(T), _peak_claim(T),
               _paper_claim(summary["paper"], rows), _interval_claim(summary["paper"], rows)]
     return {"experiment": "scan-snap/snap-time",
-            "grids": {k: dataclasses.asdict(v[0]) for k, v in snap_settings(ctx).items()},
+            "grids": grids(ctx),
             "summary": summary, "claims": claims, "consistency_checks": _lemma9_check(T, rows)}
+
+
+def grids(ctx: ReproduceContext) -> dict:
+    """setting -> its grid as the runs were trained: the grid's fields, and under ``--set`` the resolved configs'
+    values instead (η_Y, η_Z, batch, length, seeds, the data's common token; steps per run, which replace
+    ``t0_factor``)."""
+    out = {}
+    for setting, (grid, made) in snap_settings(ctx).items():
+        g = dataclasses.asdict(grid)
+        if ctx.overrides:
+            cfgs = {name: configure(raw, ctx.overrides) for name, raw in made}
+            c = next(iter(cfgs.values()))
+            eta_z = sorted({lr["Z"] for lr in c.ensemble.lrs})
+            g.update(etas_y=[lr["Y"] for lr in c.ensemble.lrs], eta_z=eta_z[0] if len(eta_z) == 1 else eta_z,
+                     batch_size=c.data["batch_size"], seq_len=c.data["seq_len"], seeds=len(c.seeds))
+            if setting == "theorem":
+                g.update(num_common=c.data["num_common"], common_weight=c.data["common_unnormalized_prob"])
+            del g["t0_factor"]
+            g["steps"] = {name: cfg.optim.steps for name, cfg in cfgs.items()}
+        out[setting] = g
+    return out
 
 
 def _switch_claim(T: dict, rows: list[dict]) -> dict:

@@ -15,7 +15,7 @@ from tdyn.papers.scan_snap import data
 from tdyn.papers.scan_snap import probes as pr
 from tdyn.papers.scan_snap.analysis import facts_of
 from tdyn.papers.scan_snap.task import yz_config
-from tdyn.reproduce.common import claim, decide, margin
+from tdyn.reproduce.common import claim, configure, decide, margin
 from tdyn.reproduce.phases import Phases, register_phases
 from tdyn.reproduce.registry import ReproduceContext
 from tdyn.report import style
@@ -31,8 +31,8 @@ class Thm3Grid:
 
 THM3, THM3_QUICK = Thm3Grid(seq_len=1024, steps=300), Thm3Grid(seq_len=512, steps=100)
 
-#: legend names of the two settings
-LABELS = {"long_L_sgd": "$L = 1024$, plain SGD (Thm 3 regime)", "paper_L128_momentum": "$L = 128$, momentum 0.9 (Fig 4)"}
+#: what each setting stands for, after its length and optimizer in the legend
+ROLES = {"long_L_sgd": "Thm 3 regime", "paper_L128_momentum": "Fig 4"}
 SIGN_KEYS = ("common_negative", "distinct_positive", "max_common", "mean_common", "min_distinct")
 
 
@@ -51,6 +51,18 @@ def thm3_configs(seed: int, quick: bool) -> dict[str, dict]:
 
 def thm3_plan(ctx: ReproduceContext) -> dict[str, dict]:
     return thm3_configs(ctx.seed, ctx.quick)
+
+
+def trained_as(ctx: ReproduceContext) -> dict[str, tuple[int, str]]:
+    """setting -> (L, its optimizer as the texts say it: "plain SGD" or "momentum 0.9"), from the run configs as
+    trained (after ``--set``): the claims and the legend name what ran, not the defaults."""
+    out = {}
+    for setting, raw in thm3_plan(ctx).items():
+        cfg = configure(raw, ctx.overrides)
+        m = {g.momentum for g in cfg.optim.groups.values()}
+        out[setting] = (cfg.data["seq_len"], "plain SGD" if m == {0.0} else
+                        "momentum " + "/".join(f"{x:g}" for x in sorted(m)))
+    return out
 
 
 def thm3_measure(ctx: ReproduceContext, trained: dict) -> dict:
@@ -102,19 +114,28 @@ def thm3_judge(ctx: ReproduceContext, tables: dict) -> dict:
     final, signs = _thm3_numbers(tables)
     long = {k: v for k, v in final.items() if k.startswith("long")}
     paper = {k: v for k, v in final.items() if k.startswith("paper")}
-    claims = [_thm3_cv_claim(long), _thm3_signs_claim({k: v for k, v in signs.items() if k.startswith("long")}),
-              _thm3_spread_claim(long, paper, {k: v for k, v in signs.items() if k.startswith("paper")})]
+    ran = trained_as(ctx)
+    n_distinct = sorted({sum(1 for r in tables["thm3_invariant"] if (r["setting"], r["seed"], r["class"]) == key)
+                         for key in {(r["setting"], r["seed"], r["class"]) for r in tables["thm3_invariant"]}})
+    claims = [_thm3_cv_claim(long, ran["long_L_sgd"], "–".join(map(str, n_distinct[::max(1, len(n_distinct) - 1)]))),
+              _thm3_signs_claim({k: v for k, v in signs.items() if k.startswith("long")}, ran["long_L_sgd"]),
+              _thm3_spread_claim(long, paper, {k: v for k, v in signs.items() if k.startswith("paper")}, ran)]
     return {"experiment": "scan-snap/thm3", "claims": claims}
 
 
-def _thm3_cv_claim(lg: dict) -> dict:
+def _setting(L: int, opt: str, first: bool = True) -> str:
+    """"Long sequences (L = 1024), plain SGD" as a claim names a setting."""
+    return f"{'Long' if first else 'long'} sequences (L = {L}), {opt}"
+
+
+def _thm3_cv_claim(lg: dict, long: tuple[int, str], n_distinct: str) -> dict:
     """CV ≤ 0.1 (the tolerance of docs/reproductions/scan-snap.md#scan-snapthm3): the worst class per seed, mean
     and SE over seeds."""
     worst = [max(v) for v in lg.values()]
     cv_diff, cv_se = 0.1 - float(np.mean(worst)), stats.se(worst)
     return claim(
-        "invariant-cv", "Long sequences, plain SGD: per class, the invariant's coefficient of variation over "
-        "the 10 distinct tokens is ≤ 0.1 at the end (docs/reproductions/scan-snap.md#scan-snapthm3)", decide(cv_diff, cv_se),
+        "invariant-cv", f"{_setting(*long)}: per class, the invariant's coefficient of variation over "
+        f"the {n_distinct} distinct tokens is ≤ 0.1 at the end (docs/reproductions/scan-snap.md#scan-snapthm3)", decide(cv_diff, cv_se),
         reason="the worst-class CV is within 2 SE of 0.1", source="derived",
         derived="tdyn's quantitative consequence of Thm 3 (docs/reproductions/scan-snap.md#attention-dynamics, from Eqn 108–111: ż_l ∝ "
                 "P(l|n)² e^{2z_l} with a factor shared by the class's distinct tokens, so (1 − e^{−2z})/P(l|n)² "
@@ -124,12 +145,12 @@ def _thm3_cv_claim(lg: dict) -> dict:
         definition="per class, std/|mean| (population std) of e^{−2z(0)}(1 − e^{−2(z − z(0))})/P(l|n)² over its "
                    "distinct tokens (z(0) = 0 here: zero init); worst class per seed; 0.1 − its seed mean, "
                    "decided with a margin of 2 SE over seeds",
-        measured="final CV of the Thm 3 invariant per class (long L, plain SGD)",
+        measured=f"final CV of the Thm 3 invariant per class ({_setting(*long, first=False)})",
         expected="CV ≤ 0.1 for every class, beyond 2 SE", final_cv=lg,
         **margin(cv_diff, cv_se, noise_source="SE over seeds of the worst-class CV"))
 
 
-def _thm3_signs_claim(sl: dict) -> dict:
+def _thm3_signs_claim(sl: dict, long: tuple[int, str]) -> dict:
     """The extreme logits per seed (min distinct > 0, max common < 0), mean and SE over seeds; Spearman > 0.999."""
     se = stats.se
     mind = [v["min_distinct"] for v in sl.values()]
@@ -138,7 +159,7 @@ def _thm3_signs_claim(sl: dict) -> dict:
     sign_v = [decide(float(np.mean(mind)), se(mind)), decide(-float(np.mean(maxc)), se(maxc))]
     held = False if (False in sign_v or not rho_ok) else (True if all(sign_v) else None)
     return claim(
-        "thm2-signs-long", "Long sequences, plain SGD: every common logit < 0, every distinct logit > 0 and "
+        "thm2-signs-long", f"{_setting(*long)}: every common logit < 0, every distinct logit > 0 and "
         "ordered by P(l|n) (Spearman = 1)", held, reason="an extreme logit is within 2 SE of 0",
         source="paper",
         quote="Every distinct token l of class n has ż_{ψ(n),l} = η_Z f_{nl}² ξ_n > 0 (Thm 2 (a)); [the] common "
@@ -148,29 +169,30 @@ def _thm3_signs_claim(sl: dict) -> dict:
         paper="Thm 2 (a), (b) / Cor 2; Thm 3 (scan order by P(l|n))",
         definition="final query-row logits: min distinct logit and −max common logit (mean over seeds, 2-SE "
                    "margin above 0); Spearman(z, P(l|n)) over each class's distinct tokens > 0.999 in every seed",
-        measured="final-Z extreme logits and Spearman(z, P(l|n)) per class (long L)",
+        measured=f"final-Z extreme logits and Spearman(z, P(l|n)) per class (long L = {long[0]})",
         expected="min distinct > 0 and max common < 0 beyond 2 SE; Spearman > 0.999", signs=sl,
         min_distinct=margin(float(np.mean(mind)), se(mind)), neg_max_common=margin(-float(np.mean(maxc)), se(maxc)))
 
 
-def _thm3_spread_claim(lg: dict, pp: dict, paper_signs: dict) -> dict:
+def _thm3_spread_claim(lg: dict, pp: dict, paper_signs: dict, ran: dict) -> dict:
     """The mean CV over classes per seed in each setting; the difference of the seed means, 2-SE margin."""
     cv_long = [float(np.mean(v)) for v in lg.values()]
     cv_paper = [float(np.mean(v)) for v in pp.values()]
     sp_diff = float(np.mean(cv_paper) - np.mean(cv_long))
     sp_se = stats.se_of_difference(cv_paper, cv_long)
+    (Ll, ol), (Lp, op) = ran["long_L_sgd"], ran["paper_L128_momentum"]
     return claim(
-        "short-momentum-spreads", "At L = 128 with momentum the invariant spreads more: larger final CV "
-        "than the long-sequence runs", decide(sp_diff, sp_se), reason="the CV difference is within 2 SE",
+        "short-momentum-spreads", f"At L = {Lp} with {op} the invariant spreads more: larger final CV "
+        f"than the long-sequence runs (L = {Ll}, {ol})", decide(sp_diff, sp_se), reason="the CV difference is within 2 SE",
         source="derived",
         derived="tdyn's contrast, not a claim of the paper: the theory assumes long sequences (Assumption 1b, "
                 "T → ∞); docs/reproductions/scan-snap.md#theory-on-trained-models expects the invariant to break at L = 128 (Lemma 2's limit "
                 "fails when P(l|n)·T ≈ 1) and momentum to spread it",
         paper="docs/reproductions/scan-snap.md#theory-on-trained-models (Lemma 2's long-sequence limit fails when P(l|n)·T ≈ 1)",
-        definition="per seed, the mean over classes of the final CV; difference of the seed means (L = 128 "
-                   "momentum − long L SGD), noise = the two SEs combined, 2-SE margin",
-        measured="final Thm 3 invariant CV: L = 128 momentum vs long-L plain SGD",
-        expected="mean CV (L = 128, momentum) > mean CV (long L, SGD) beyond 2 SE",
+        definition=f"per seed, the mean over classes of the final CV; difference of the seed means (L = {Lp} "
+                   f"{op} − L = {Ll} {ol}), noise = the two SEs combined, 2-SE margin",
+        measured=f"final Thm 3 invariant CV: L = {Lp} {op} vs L = {Ll} {ol}",
+        expected=f"mean CV (L = {Lp}, {op}) > mean CV (L = {Ll}, {ol}) beyond 2 SE",
         final_cv=pp, signs=paper_signs, **margin(sp_diff, sp_se, noise_source="SE over seeds, both settings combined"))
 
 
@@ -179,6 +201,7 @@ def thm3_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
     plt = style.pyplot()
     rows, inv = tables["thm3_cv"], tables["thm3_invariant"]
     settings = list(dict.fromkeys(r["setting"] for r in rows))
+    labels = {k: f"$L = {L}$, {opt} ({ROLES[k]})" for k, (L, opt) in trained_as(ctx).items()}
     runs_ = list(dict.fromkeys((r["setting"], r["seed"]) for r in rows))
     style.apply()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), constrained_layout=True)
@@ -188,7 +211,7 @@ def thm3_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
         for n in sorted({r["class"] for r in rows}):
             rr = [r for r in rows if r["setting"] == setting and r["seed"] == seed and r["class"] == n]
             axes[0].plot([r["step"] for r in rr], [r["cv"] for r in rr], color=col, alpha=0.8,
-                         label=LABELS[setting] if (n == 1 and first) else None)
+                         label=labels[setting] if (n == 1 and first) else None)
             ii = [r for r in inv if r["setting"] == setting and r["seed"] == seed and r["class"] == n]
             mean = np.mean([r["invariant"] for r in ii])
             axes[1].plot([r["p"] for r in ii], [r["invariant"] / mean for r in ii], "o-", color=col, ms=3, alpha=0.7)

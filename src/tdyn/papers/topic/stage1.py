@@ -27,7 +27,7 @@ from tdyn.papers.topic.theory import (bag_of_words, doc_losses, fit_softmax_regr
 from tdyn.papers.topic.value import effective_value_map, gauge_fix, r2_aIbBc11, value_structure
 from tdyn.report import style
 from tdyn.config import validate_config
-from tdyn.reproduce.common import claim, configure, decide, margin, reading
+from tdyn.reproduce.common import claim, configure, decide, margin, optimizer_text, reading
 from tdyn.reproduce.phases import Phases, register_phases
 from tdyn.reproduce.registry import ReproduceContext
 from tdyn.runs import Run
@@ -35,11 +35,9 @@ from tdyn.schema import Strict
 
 PRESETS = {
     "clean": "the paper's W_V-only model (docs/reproductions/topic.md#model-as-in-the-paper): one-hot embeddings, attention frozen uniform, W_dec = I, "
-             "no embedding LayerNorm or token-type vector; 3000 Adam steps (lr 0.01, batch 40); final state analysed",
+             "no embedding LayerNorm or token-type vector",
     "authors": "the authors' demo config (lda_bert_demo.ipynb, BertForMaskedLMCustom _noMany; docs/reproductions/topic.md#model-as-in-the-authors-code, docs/reproductions/topic.md#training-defaults): "
-               "clean + embedding LayerNorm LN(W_E x + T₀) with a trained token-type vector T₀, γ, β; "
-               "max_epochs 20 × 250 = 5000 Adam steps; dev loss after updates 1, 1001, 2001, …; best-dev "
-               "checkpoint analysed, early stop after two non-improving evaluations",
+               "clean + embedding LayerNorm LN(W_E x + T₀) with a trained token-type vector T₀, γ, β",
 }
 DEFAULT_PRESET = "clean"
 CONVEX_DERIVED = ("tdyn's check of the stage-1 mechanism (docs/reproductions/topic.md#stage-1-reference-optimum): the "
@@ -197,6 +195,19 @@ def stage1_config(seed: int = 0, quick: bool = False, preset: str = "clean", l2:
         cfg["optim"]["steps"] = steps
         cfg["checkpoint"]["steps"] = evals
     return cfg
+
+
+def describe(preset: str, cfg) -> str:
+    """The preset's model (``PRESETS``) and its training as the run config ``cfg`` (after ``--set``) trains it:
+    "…; 3000 steps of Adam (lr 0.01, β = (0.9, 0.999)), batch 40; final state analysed"."""
+    (group,) = cfg.optim.groups.values()
+    train = f"{cfg.optim.steps} steps of {optimizer_text(group)}, batch {cfg.typed_data().batch_size}"
+    if preset == "clean":
+        return f"{PRESETS[preset]}; {train}; final state analysed"
+    evals = cfg.checkpoint.steps
+    shown = ", ".join(map(str, evals[:3])) + (", …" if len(evals) > 3 else "")
+    return (f"{PRESETS[preset]}; {train} (the authors': max_epochs 20 × 250 = 5000); dev loss after updates {shown}; "
+            "best-dev checkpoint analysed, early stop after two non-improving evaluations")
 
 
 def _preset(ctx: ReproduceContext) -> str:
@@ -428,7 +439,7 @@ def judge(ctx: ReproduceContext, tables: dict) -> dict[str, Any]:
     unreg, l2rows, ref = t["unreg"], t["l2rows"], t["ref"]
     dev = float(np.mean([r["dev_loss"] for r in unreg]))
     claims = _loss_claims(t, preset) + _block_claims(t, preset) + _form_claims(t, preset)
-    return {"experiment": "topic/stage1", "setting": {"preset": preset, "description": PRESETS[preset],
+    return {"experiment": "topic/stage1", "setting": {"preset": preset, "description": describe(preset, cfg),
                                                       "analysed_state": "best-dev checkpoint" if preset == "authors" else "final"},
             "config": cfg.model_dump(mode="json"), "config_l2": cfg_l2.model_dump(mode="json"),
             "dev_loss": dev, "dev_loss_per_seed": [r["dev_loss"] for r in unreg],
