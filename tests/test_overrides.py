@@ -118,6 +118,9 @@ def test_a_key_an_option_writes_is_refused_naming_the_option(name, override, fla
     ("topic/embeddings", "model.value=trained", "E1 is trained embeddings"),
     ("topic/stage1", "model.loss=squared", "take 'model.loss' as given"),
     ("real/attention-maps", "data.bptt=64", "entropy ceiling"),
+    # the quick-mode audit (twenty-third session): maps laid out as Syn-Small's tokens
+    ("scan-snap/fig4", "data.num_common=5", "laid out as Syn-Small's tokens"),
+    ("scan-snap/fig5", "data.num_unique_per_next=5", "1/10 of the distinct tokens"),
 ])
 def test_a_key_the_claims_rest_on_is_refused(name, override, says, tmp_path):
     """Found by an audit (twenty-first session): ``--set`` on a key the reproduction compares its runs along
@@ -342,3 +345,32 @@ def test_snap_time_grids_are_the_configs_trained():
     assert set_["theorem"]["batch_size"] == set_["paper"]["batch_size"] == 32
     assert set_["paper"]["steps"] == {"last1": 50, "last3": 50} and "t0_factor" not in set_["paper"]
     assert set_["theorem"]["etas_y"] == list(SNAP_THM_QUICK.etas_y) and set_["theorem"]["eta_z"] == 0.02
+
+
+def test_attention_maps_checkpoints_and_title_follow_set():
+    """Fig 7's checkpoints were listed at 0, T/3, 2T/3 of the default T, so ``--set optim.steps=60`` crashed in
+    measure (no checkpoint at 80); its title named the quick defaults under any --set."""
+    from tdyn.papers.real_text import attention_maps
+    from tdyn.reproduce.common import configure
+    from tdyn.train.trainer import checkpoint_schedule
+
+    for quick, overrides, listed in ((False, [], {0, 500, 1000}), (True, [], {0, 80, 160}),
+                                     (True, ["optim.steps=60"], {0, 20, 40})):
+        ctx = ReproduceContext(out="unused", quick=quick, overrides=overrides)
+        assert checkpoint_schedule(configure(attention_maps.plan(ctx)["layers1"], overrides)).listed == listed
+    assert attention_maps._title(True, []).startswith("QUICK run (240 steps, vocabulary 2,000, d = 64)\n")
+    title = attention_maps._title(True, ["model.d=32", "model.d_hid=32", "optim.steps=60"])
+    assert title.startswith("QUICK run (60 steps, vocabulary 2,000, d = 32) (--set model.d=32"), title
+    assert attention_maps._title(False, []) == "Tian et al. Fig 7 analogue: layer-0 attention on validation window 0 (wiki) during training"
+
+
+def test_ratio_derivation_states_what_the_single_rate_runs_measured():
+    """The separate-rate claims' derivation said the single-rate attention "has already collapsed at η = 4 and 5",
+    a result the quick runs do not show; it now cites the table's ends."""
+    from tdyn.papers.real_text.entropy_vs_lr import ratio_derived
+
+    quick = ratio_derived({"eta": [1.0, 2.0, 3.0, 4.0, 5.0], "mean": [2.52, 2.26, 2.06, 2.12, 2.04]})
+    assert "collapsed" not in quick
+    assert "(η ≤ 5), whose final entropy is 2.12 at η = 4, 2.04 at η = 5 against 2.52 at η = 1" in quick
+    lead = ratio_derived({"eta": [1.0, 5.0], "mean": [2.0, 0.009]}, "Its η_Z = 3 cells at ratios 2 and 5 use")
+    assert "Its η_Z = 3 cells at ratios 2 and 5 use η_Y = 6 and 15" in lead and "0.009 at η = 5" in lead

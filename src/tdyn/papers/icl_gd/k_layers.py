@@ -212,7 +212,8 @@ def judge(ctx: ReproduceContext, tables: Tables) -> dict:
     if not st.tied and st.steps < AUTHORS_UNTIED_STEPS:     # fewer steps than the authors' is said in every claim
         steps += f" where the authors train separate layers {AUTHORS_UNTIED_STEPS:,}"
     data, adam = trained_setting(ctx, plan(ctx), authors="Adam as the authors'")
-    setting = (f"K ∈ {deep} {'recurrent (tied)' if st.tied else 'separate (untied)'} LSA layers, d = N = 10, "
+    sizes = f"d = N = {data.d}" if data.d == data.N else f"d = {data.d}, N = {data.N}"
+    setting = (f"K ∈ {deep} {'recurrent (tied)' if st.tied else 'separate (untied)'} LSA layers, {sizes}, "
                f"x ~ U(−{st.x_max:g}, {st.x_max:g}), {adam}, batch {data.batch_size}, {steps}, "
                f"seeds {st.seeds}; {data.probe_size} fixed probe sequences")
     trained_loss = ("the trained loss ½(ŷ − y_q)² on the probe set, read two ways side by side (the model at the "

@@ -14,7 +14,7 @@ import numpy as np
 from tdyn import runs, stats
 from tdyn.papers.real_text.analysis import LM_DEPARTURES, font_sizes, is_quick, lm_config, lm_groups
 from tdyn.report import style
-from tdyn.reproduce.common import claim, decide, margin
+from tdyn.reproduce.common import claim, configure, decide, margin
 from tdyn.reproduce.phases import Phases, read_table, register_phases
 from tdyn.reproduce.registry import ReproduceContext
 
@@ -43,12 +43,14 @@ ENTROPY_COLS = ["n_layers", "step", "val_loss", "entropy_layer0"]
 
 
 def fig7_config(ctx: ReproduceContext, n_layers: int) -> dict:
-    """Fig 7's run at depth ``n_layers``: the notebook's dropout and rates, checkpoints at 0, T/3, 2T/3 and T."""
+    """Fig 7's run at depth ``n_layers``: the notebook's dropout and rates, checkpoints at 0, T/3, 2T/3 and T (a
+    linear schedule, so that they follow ``--set optim.steps``)."""
     grid = QUICK if ctx.quick else FULL
     T = grid.steps
-    return lm_config(ctx, corpus="wiki", n_layers=n_layers, dropout=grid.dropout, steps=T, seeds=[ctx.seed],
-                     groups=lm_groups(n_layers, "ffn", grid.lrs),
-                     ckpt_steps=list(range(0, T + 1, T // 3)), every=max(T // 30, 1))
+    cfg = lm_config(ctx, corpus="wiki", n_layers=n_layers, dropout=grid.dropout, steps=T, seeds=[ctx.seed],
+                    groups=lm_groups(n_layers, "ffn", grid.lrs), ckpt_steps=[], every=max(T // 30, 1))
+    cfg["checkpoint"] = {"schedule": "linear", "num": 3, "steps": []}
+    return cfg
 
 
 def plan(ctx: ReproduceContext) -> dict[str, dict]:
@@ -62,7 +64,7 @@ def measure(ctx: ReproduceContext, trained: dict) -> dict[str, list[dict]]:
         run = runs.Run(d)
         cfg = run.config
         L, T = cfg["model"]["n_layers"], cfg["optim"]["steps"]
-        for s in cfg["checkpoint"]["steps"][:4]:
+        for s in (run.steps() + [T])[:4]:
             A = run.probe("corpus_lm.attention/maps", "final" if s == T else s)[0].double().numpy()
             maps += [{"n_layers": L, "step": s, "query": q, "key": k, "weight": float(f"{A[q, k]:.6g}")}
                      for q in range(A.shape[0]) for k in range(A.shape[1])]
@@ -128,17 +130,23 @@ def _map_cells(maps: list[dict]) -> dict[tuple[int, int], np.ndarray]:
     return out
 
 
-def _title(quick: bool) -> str:
-    if not quick:
-        return "Tian et al. Fig 7 analogue: layer-0 attention on validation window 0 (wiki) during training"
-    q1 = fig7_config(ReproduceContext(out=Path("."), quick=True), 1)
-    return (f"QUICK run ({q1['optim']['steps']} steps, vocabulary {q1['data']['vocab_size']:,}, d = {q1['model']['d']})\n"
-            + _title(False))
+def _title(quick: bool, overrides: list[str]) -> str:
+    """The figure's title; a quick run, or one under ``--set``, says what it trained (steps, vocabulary, d) from its
+    resolved config."""
+    title = "Tian et al. Fig 7 analogue: layer-0 attention on validation window 0 (wiki) during training"
+    if not quick and not overrides:
+        return title
+    q1 = configure(fig7_config(ReproduceContext(out=Path("."), quick=quick, overrides=list(overrides)), 1),
+                   list(overrides))
+    what = f"{q1.optim.steps} steps, vocabulary {q1.data['vocab_size']:,}, d = {q1.model['d']}"
+    return ((f"QUICK run ({what})" if quick else what) + (f" (--set {' '.join(overrides)})" if overrides else "")
+            + "\n" + title)
 
 
-def draw_maps(maps: list[dict], entropy: list[dict], quick: bool, path: Path) -> Path:
+def draw_maps(maps: list[dict], entropy: list[dict], quick: bool, path: Path, overrides: list[str] = ()) -> Path:
     """attention_maps.png: the layer-0 maps of each depth at the checkpointed iterations (Fig 7's layout), each
-    titled with its validation entropy, one colour scale (0–1) with its colour bar."""
+    titled with its validation entropy, one colour scale (0–1) with its colour bar; ``overrides``: the run's
+    ``--set``, named in the title."""
     import matplotlib.pyplot as plt
 
     cells = _map_cells(maps)
@@ -167,13 +175,14 @@ def draw_maps(maps: list[dict], entropy: list[dict], quick: bool, path: Path) ->
                 ax.set_ylabel("query position")
     if im is not None:
         fig.colorbar(im, ax=axes, shrink=0.85, label="attention weight")
-    fig.suptitle(_title(quick))
+    fig.suptitle(_title(quick, list(overrides)))
     style.save(fig, path)
     return path
 
 
 def draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
-    draw_maps(tables["attention_maps"], tables["entropy"], ctx.quick, Path(ctx.out) / "attention_maps.png")
+    draw_maps(tables["attention_maps"], tables["entropy"], ctx.quick, Path(ctx.out) / "attention_maps.png",
+              list(ctx.overrides))
     return ["attention_maps.png"]
 
 
@@ -181,8 +190,10 @@ def draw_attention_maps(out_dir: Path, quick: bool | None = None) -> Path:
     """attention_maps.png redrawn from OUT's attention_maps.csv and entropy.csv (``quick``: None reads
     results.json)."""
     out_dir = Path(out_dir)
+    results = out_dir / runs.RESULTS
+    overrides = runs.read_json(results).get("overrides") or [] if results.is_file() else []
     return draw_maps(read_table(out_dir / "attention_maps.csv"), read_table(out_dir / "entropy.csv"),
-                     is_quick(out_dir, quick), out_dir / "attention_maps.png")
+                     is_quick(out_dir, quick), out_dir / "attention_maps.png", overrides)
 
 
 PHASES = Phases(plan=plan, measure=measure, judge=judge, draw=draw, tables=("entropy", "attention_maps"),

@@ -58,8 +58,17 @@ LM_RATIO_DERIVED = ("tdyn's extrapolation of a Y/Z-model prediction to real text
                     "original parameterization, it is not clear how to set η_Y and η_Z properly and we leave it for "
                     "future work\" (App. G, as quoted in docs/reproductions/real-text.md#wikitext-training-in-the-paper), and no real-data experiment with separate "
                     "rates exists. " + LM_GROUPING + ". The η_Z = 3 cells use η_Y = 6 and 15, beyond the single-rate "
-                    "grid (η ≤ 5), where the single-rate runs' attention has already collapsed at η = 4 and 5 "
-                    "(entropy_vs_eta in this results.json)")
+                    "grid")
+
+
+def ratio_derived(single: dict, lead: str = "") -> str:
+    """:data:`LM_RATIO_DERIVED` with what the single-rate runs measured at the grid's end (``single``: one corpus's
+    entropy_vs_eta entry), where the separate-rate cells' η_Y goes beyond it."""
+    eta, mean = single["eta"], single["mean"]
+    ends = ", ".join(f"{m:.3g} at η = {e:g}" for e, m in list(zip(eta, mean))[-2:])
+    text = LM_RATIO_DERIVED + (f" (η ≤ {max(eta):g}), whose final entropy is {ends} against {mean[0]:.3g} at "
+                               f"η = {eta[0]:g} (entropy_vs_eta in this results.json)")
+    return text.replace("The η_Z = 3 cells use", lead) if lead else text
 NOISE_DEF = ("σ = standard error over seeds (tdyn.stats.se; one seed gives no noise band, so every "
              "comparison it makes is inconclusive)")
 
@@ -190,8 +199,9 @@ def _eta_claim(corpus: str, finals: list[dict], departures: str) -> tuple[dict, 
         noise=noise)
 
 
-def _ratio_claims(corpus: str, rfin: list[dict], departures: str) -> tuple[dict, list[dict]]:
-    """(ratio's entry, the two separate-rate claims) of one corpus: §6 predictions (b) and (c), tdyn's."""
+def _ratio_claims(corpus: str, rfin: list[dict], departures: str, single: dict) -> tuple[dict, list[dict]]:
+    """(ratio's entry, the two separate-rate claims) of one corpus: §6 predictions (b) and (c), tdyn's; ``single``:
+    the corpus's single-rate entropy_vs_eta entry, which the derivation cites."""
     zs, rs = sorted({f["Z"] for f in rfin}), sorted({f["ratio"] for f in rfin})
     group = {(z, q): [f["entropy"] for f in rfin if f["Z"] == z and f["ratio"] == q] for z in zs for q in rs}
     tab = {z: [float(np.mean(group[z, q])) for q in rs] for z in zs}
@@ -201,9 +211,8 @@ def _ratio_claims(corpus: str, rfin: list[dict], departures: str) -> tuple[dict,
         f"at every ratio η_Y/η_Z, a larger attention-block lr η_Z gives lower entropy ({corpus})",
         {f"ratio {q:g}": (tab[zs[0]][i] - tab[zs[-1]][i], float(np.hypot(sd[zs[0]][i], sd[zs[-1]][i])))
          for i, q in enumerate(rs)},
-        source="derived", derived=LM_RATIO_DERIVED.replace("The η_Z = 3 cells use", "Its η_Z = 3 cells at ratios 2 "
-                                                           "and 5 use") + "; here prediction (b), a larger η_Z "
-                                                           "gives sparser attention, carried to real text",
+        source="derived", derived=ratio_derived(single, "Its η_Z = 3 cells at ratios 2 and 5 use")
+        + "; here prediction (b), a larger η_Z gives sparser attention, carried to real text",
         paper="Tian et al. §6 prediction (b) (a Y/Z-model result) and App. G (separate rates on real text left "
               "open)",
         definition="final layer-0 validation attention entropy, mean over seeds, largest vs smallest η_Z at "
@@ -214,8 +223,8 @@ def _ratio_claims(corpus: str, rfin: list[dict], departures: str) -> tuple[dict,
         f"entropy_rises_with_ratio_{corpus}",
         f"at fixed η_Z, a larger η_Y/η_Z (beyond ~2) gives denser attention ({corpus})",
         {f"η_Z {z:g}": (v[-1] - v[0], float(np.hypot(sd[z][-1], sd[z][0]))) for z, v in tab.items()},
-        source="derived", derived=LM_RATIO_DERIVED + "; here prediction (c), a larger η_Y/η_Z gives denser "
-                                                     "attention, carried to real text",
+        source="derived", derived=ratio_derived(single) + "; here prediction (c), a larger η_Y/η_Z gives denser "
+                                                          "attention, carried to real text",
         paper="Tian et al. §6 prediction (c) (a Y/Z-model result) and App. G (separate rates on real text left "
               "open)",
         definition="final layer-0 validation attention entropy, mean over seeds, largest vs smallest "
@@ -267,7 +276,7 @@ def judge(ctx: ReproduceContext, tables: dict) -> dict[str, Any]:
         res["entropy_vs_eta"][corpus], eta_claim = _eta_claim(corpus, [f for f in finals if f["corpus"] == corpus],
                                                               departures)
         res["ratio"][corpus], ratio_claims = _ratio_claims(corpus, [f for f in ratios if f["corpus"] == corpus],
-                                                           departures)
+                                                           departures, res["entropy_vs_eta"][corpus])
         res["claims"] += [eta_claim, *ratio_claims]
     if at is not None:
         res["at_step"] = at
@@ -344,9 +353,12 @@ def _ratio_panel(ax, rfin: list[dict], corpus: str) -> None:
     ax.legend()
 
 
-def _setting(finals: list[dict], curves: list[dict], quick: bool, note: str) -> str:
-    """The title's settings line: QUICK for quick runs, steps, shapes, seeds and the note."""
-    eta_cfg, _ = fig10_configs(ReproduceContext(out=Path("."), quick=quick), "wiki")
+def _setting(finals: list[dict], curves: list[dict], quick: bool, note: str, overrides=()) -> str:
+    """The title's settings line: QUICK for quick runs, steps, shapes (the config's after ``overrides``, the run's
+    ``--set``), seeds and the note."""
+    overrides = list(overrides)
+    eta_cfg = configure(fig10_configs(ReproduceContext(out=Path("."), quick=quick, overrides=overrides), "wiki")[0],
+                        overrides).model_dump(mode="json")
     d = eta_cfg["model"].get("d", LMConfig().d)
     n_seeds = len({f["seed"] for f in finals})
     return (f"{'QUICK run: ' if quick else ''}{int(max(c['step'] for c in curves))} steps, vocabulary "
@@ -354,7 +366,8 @@ def _setting(finals: list[dict], curves: list[dict], quick: bool, note: str) -> 
             + (f" {note}" if note else ""))
 
 
-def draw_fig10(finals: list[dict], curves: list[dict], ratios: list[dict], quick: bool, note: str, path: Path) -> Path:
+def draw_fig10(finals: list[dict], curves: list[dict], ratios: list[dict], quick: bool, note: str, path: Path,
+               overrides=()) -> Path:
     """entropy_vs_lr.png. Top, Tian et al.'s Fig 10 per corpus: final entropy vs the one rate η (✓ lower by
     2σ, ≈ within 2σ, ✗ higher by 2σ between neighbours) and the entropy over training per η. Bottom, set apart
     as beyond the paper (App. G leaves separate rates on real text open): the separate attention-block rate."""
@@ -373,7 +386,7 @@ def draw_fig10(finals: list[dict], curves: list[dict], ratios: list[dict], quick
         _ratio_panel(rax[c], [f for f in ratios if f["corpus"] == corpus], corpus)
     axes[1, -1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, title="mean ± 1 std")
     paper.suptitle(f"Tian et al. Fig 10 analogue: attention entropy vs learning rate\n"
-                   f"{_setting(finals, curves, quick, note)}\n"
+                   f"{_setting(finals, curves, quick, note, overrides)}\n"
                    "between η: ✓ lower by 2σ, ≈ within 2σ, ✗ higher by 2σ (σ = SE over seeds)")
     beyond.suptitle("BEYOND THE PAPER (tdyn's, not Fig 10): separate rates η_Y, η_Z on real text, which the paper\n"
                     "leaves open (App. G); tdyn's Z = the whole attention block", color="0.15")
@@ -384,7 +397,8 @@ def draw_fig10(finals: list[dict], curves: list[dict], ratios: list[dict], quick
 def draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
     finals, curves, ratios = judged_rows(ctx, tables)
     note = results.get("settings_note") or (f"(--set {' '.join(ctx.overrides)})" if ctx.overrides else "")
-    draw_fig10(finals, curves, ratios, ctx.quick, _note_text(note), Path(ctx.out) / "entropy_vs_lr.png")
+    draw_fig10(finals, curves, ratios, ctx.quick, _note_text(note), Path(ctx.out) / "entropy_vs_lr.png",
+               list(ctx.overrides))
     return ["entropy_vs_lr.png"]
 
 
@@ -392,11 +406,12 @@ def draw_entropy_vs_lr(out_dir: Path, quick: bool | None = None, note: str | Non
     """entropy_vs_lr.png redrawn from OUT's final_entropy.csv, entropy_curves.csv and ratio.csv; ``quick``,
     ``note``: None reads them from OUT's results.json (its settings note)."""
     out_dir = Path(out_dir)
+    path = out_dir / runs.RESULTS
+    results = runs.read_json(path) if path.is_file() else {}
     if note is None:
-        path = out_dir / runs.RESULTS
-        note = _note_text(runs.read_json(path).get("settings_note", "") if path.is_file() else "")
+        note = _note_text(results.get("settings_note", ""))
     return draw_fig10(*(read_table(out_dir / f"{t}.csv") for t in ("final_entropy", "entropy_curves", "ratio")),
-                      is_quick(out_dir, quick), note, out_dir / "entropy_vs_lr.png")
+                      is_quick(out_dir, quick), note, out_dir / "entropy_vs_lr.png", results.get("overrides") or [])
 
 
 #: ratio_curves.csv is optional: the committed evidence (docs/results/real__entropy-vs-lr*) was made before it

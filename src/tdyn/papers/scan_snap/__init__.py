@@ -10,6 +10,10 @@ from tdyn.manifest import Paper, Reproduction
 #: out for
 _SYN_MEDIUM = {k: "its panels, dip cells and descent thresholds are laid out for Syn-Medium's sequence classes"
                for k in ("data.num_next_per_last", "data.num_unique_per_next", "data.num_common")}
+_SYN_SMALL = {k: "its maps are laid out as Syn-Small's tokens (10 common | 10 distinct per class) and its claims "
+                 "read that layout (Fig 5's ≥ 10% share is 1/10 of the distinct tokens)"
+              for k in ("data.num_last", "data.num_next_per_last", "data.num_unique_per_next", "data.num_common",
+                        "data.num_common_per_last")}
 
 MANIFEST = Paper(
     name="scan_snap", prefix="scan-snap", label="Tian et al. 2023",
@@ -48,13 +52,13 @@ MANIFEST = Paper(
             "Syn-Small c_n maps: attention scans onto the top distinct token; η_Y=10 gives a denser map",
             "reproduces Fig 4 of Tian et al. 2023",
             fixed={"model.init": "zero init: its claims read the step-0 loss as exactly ln M",
-                   "ensemble.lrs": "its runs are labelled and compared as η_Y ∈ {1, 10} at η_Z = 1"}),
+                   "ensemble.lrs": "its runs are labelled and compared as η_Y ∈ {1, 10} at η_Z = 1", **_SYN_SMALL}),
         "scan-snap/fig5": Reproduction("tdyn.papers.scan_snap.fig4_fig5",
             "Syn-Small with Adam, η ∈ {0.1, 0.5, 1}: different rates pick different distinct tokens",
             "reproduces Fig 5 of Tian et al. 2023",
-            fixed={f"optim.groups.{g}.optimizer": "Fig 5 is the paper's Adam run" for g in "YZ"}),
+            fixed={**{f"optim.groups.{g}.optimizer": "Fig 5 is the paper's Adam run" for g in "YZ"}, **_SYN_SMALL}),
         "scan-snap/fig6": Reproduction("tdyn.papers.scan_snap.fig6",
-            "Syn-Medium sweep (640 runs): distinct-token entropy vs η_Y/η_Z per η_Z — larger η_Z sparser; rises past ratio ≈ 2",
+            "Syn-Medium sweep (640 runs at full settings): distinct-token entropy vs η_Y/η_Z per η_Z — larger η_Z sparser; rises past ratio ≈ 2",
             "reproduces Fig 6 of Tian et al. 2023", fixed=_SYN_MEDIUM),
         "scan-snap/fig11-12": Reproduction("tdyn.papers.scan_snap.fig6",
             "Recall of distinct tokens vs attention threshold from the Fig 6 sweep's final weights: smaller ratio or larger η_Z → sparser, read from the descent rate",

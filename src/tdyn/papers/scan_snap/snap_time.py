@@ -470,7 +470,7 @@ def _lemma9_check(T: dict, rows: list[dict]) -> dict:
 
 
 def snap_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
-    _draw(tables["snap_time"], tables["snap_curves"], ctx.quick, Path(ctx.out) / "snap_time.png")
+    _draw(tables["snap_time"], tables["snap_curves"], ctx.quick, Path(ctx.out) / "snap_time.png", results.get("grids"))
     return ["snap_time.png"]
 
 
@@ -481,14 +481,16 @@ def draw_snap_time(out_dir, quick: bool | None = None) -> Path:
     switch is judged against); (c) G = e^{4B_n} − 1 of the largest theorem-setting K with the exact theory, both
     departures and t₀. ``quick``: None reads results.json."""
     out_dir = Path(out_dir)
+    res = out_dir / runs.RESULTS
+    results = runs.read_json(res) if res.is_file() else {}
     if quick is None:
-        res = out_dir / runs.RESULTS
-        quick = bool(runs.read_json(res).get("quick")) if res.is_file() else False
+        quick = bool(results.get("quick"))
     return _draw(read_table(out_dir / "snap_time.csv"), read_table(out_dir / "snap_curves.csv"), quick,
-                 out_dir / "snap_time.png")
+                 out_dir / "snap_time.png", results.get("grids"))
 
 
-def _draw(rows: list[dict], curves: list[dict], quick: bool, path: Path) -> Path:
+def _draw(rows: list[dict], curves: list[dict], quick: bool, path: Path, grids: dict | None = None) -> Path:
+    """The figure; ``grids`` (results.json's) gives the quick title its sequence length."""
     plt = style.pyplot()
     style.apply()
     plt.rcParams.update({"font.size": 13, "axes.titlesize": 14, "axes.labelsize": 13, "xtick.labelsize": 12,
@@ -497,7 +499,8 @@ def _draw(rows: list[dict], curves: list[dict], quick: bool, path: Path) -> Path
     top, bottom = fig.subfigures(2, 1, height_ratios=[1.5, 1])
     _draw_times(plt, top, rows)
     _draw_G(bottom, rows, curves)
-    fig.suptitle(("QUICK run (fewer K, η_Y, seeds; length 256): " if quick else "")
+    lengths = "/".join(str(L) for L in sorted({g["seq_len"] for g in (grids or {}).values()}))
+    fig.suptitle((f"QUICK run (fewer K, η_Y, seeds{'; length ' + lengths if lengths else ''}): " if quick else "")
                  + "Thm 4's two times in training vs their predictions (beyond the paper)")
     style.save(fig, path)
     return path

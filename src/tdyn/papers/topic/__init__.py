@@ -51,12 +51,12 @@ MANIFEST = Paper(
             fixed={"model.init_eps": "its cells are labelled ε = init_eps × init scale, and the figure's default "
                                      "cell is Adam lr 0.01 at ε = 1e-3"}),
         "topic/robustness": Reproduction("tdyn.papers.topic.robustness",
-            "E5: do the value blocks (on each architecture's value path), same-topic attention (every layer) and two stages survive other optimizers, learning rates, heads, layers and the full BERT block? (3 seeds per variant)",
+            "E5: do the value blocks (on each architecture's value path), same-topic attention (every layer) and two stages survive other optimizers, learning rates, heads, layers and the full BERT block? (3 seeds per variant at full settings)",
             "tdyn's robustness grid around Li et al. 2023's two stages (no paper figure)",
             fixed={"model.loss": "its variants are the cross-entropy setting's (topic/squared-loss runs the squared "
                                  "loss)"}),
         "topic/squared-loss": Reproduction("tdyn.papers.topic.robustness",
-            "E6: E2 and E4 with the squared loss instead of cross-entropy (3 seeds per variant)",
+            "E6: E2 and E4 with the squared loss instead of cross-entropy (3 seeds per variant at full settings)",
             "Li et al. 2023's stage-1 and two-stage results under the squared loss (no paper figure)"),
     },
     exports={

@@ -368,7 +368,7 @@ def trajectory_figure(path: Path, rows: list[dict], title: str) -> None:
     import matplotlib.pyplot as plt
 
     style.apply()
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.4), layout="constrained")
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 5.2), layout="constrained")
     labels = list(dict.fromkeys(r["variant"] for r in rows))
     for label, col in zip(labels, style.colors(len(labels))):
         rs = [r for r in rows if r["variant"] == label]
@@ -378,18 +378,21 @@ def trajectory_figure(path: Path, rows: list[dict], title: str) -> None:
         ax.plot(steps, ratio, color=col, label=label)
         for layer in range(rs[0]["n_layers"] if rs[0]["kq_trained"] else 0):
             g = np.mean([[t[f"gap_layer{layer}"] for t in r["trajectory"]] for r in rs], 0)
-            bx.plot(steps, g, color=col, ls="-" if layer == 0 else "--", label=label + (f" (layer {layer})" if
-                                                                                        rs[0]["n_layers"] > 1 else ""))
-    ax.axhline(2, color="k", ls=":", lw=0.8, label="2 × noise")
-    bx.axhline(GAP_ONSET, color="k", ls=":", lw=0.8, label=f"onset level {GAP_ONSET}")
+            bx.plot(steps, g, color=col, ls="-" if layer == 0 else "--")
+    # the reference lines named on the axes, the variants in one legend under both panels (one colour each)
+    for a, level, text, x in ((ax, 2.0, "2 × noise", 0.99), (bx, GAP_ONSET, f"onset level {GAP_ONSET}", 0.01)):
+        a.axhline(level, color="k", ls=":", lw=0.8)
+        a.annotate(text, (x, level), xycoords=("axes fraction", "data"), xytext=(0, 3), textcoords="offset points",
+                   fontsize=9, va="bottom", ha="right" if x > 0.5 else "left")
     for a, yl in ((ax, "value path: min per-topic contrast / relabelling noise"),
                   (bx, "attention gap (same − different topic, / uniform)")):
         a.set_xscale("log")
         a.set_xlabel("step")
         a.set_ylabel(yl)
-        a.legend(fontsize=6)
-    ax.set_title("value block on the value path (seed mean)", fontsize=9)
-    bx.set_title("attention gap, every layer (seed mean; dashed: layer 1)", fontsize=9)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=min(len(labels), 4), fontsize=9,
+               frameon=False)
+    ax.set_title("value block on the value path (seed mean)", fontsize=10)
+    bx.set_title("attention gap, every layer (seed mean; dashed: layer 1)", fontsize=10)
     fig.suptitle(title)
     style.save(fig, path)
 
@@ -573,7 +576,10 @@ def _squared_measure(ctx: ReproduceContext, trained: dict) -> dict[str, list[dic
 
 
 def _squared_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
-    heatmaps(ctx.out / "squared_loss_value.png", matrices_of(tables["squared_loss_matrices"]), 10,
+    variants = _squared(ctx)
+    shown = "E2 squared" if "E2 squared" in variants else next(iter(variants))
+    words = configure(_variant_configs(variants)[shown], ctx.overrides).typed_data().words_per_topic
+    heatmaps(ctx.out / "squared_loss_value.png", matrices_of(tables["squared_loss_matrices"]), words,
              "E6: stage 1 with the squared loss")
     trajectory_figure(ctx.out / "squared_loss.png", _rows(tables, "squared_loss"),
                       "E6: value path and attention over training")

@@ -399,12 +399,14 @@ def _block_claims(t: dict, preset: str) -> list[dict]:
     ]
 
 
-def _form_claims(t: dict, preset: str) -> list[dict]:
-    """e2-form (the ℓ2 run and the ℓ2 optimum) and e2-form-unregularised (drift: not decided)."""
+def _form_claims(t: dict, preset: str, words: int) -> list[dict]:
+    """e2-form (the ℓ2 run and the ℓ2 optimum) and e2-form-unregularised (drift: not decided), on the ``words`` ×
+    ``words`` block the runs trained."""
     unreg, lam, opt = t["unreg"], t["lam"], t["opt"]
     r2_l2 = [r["wv_r2_aI_bB_c11"] for r in t["l2rows"]]
-    form_def = ("R² = 1 − RSS/TSS of the least-squares fit W ≈ a·I + b·B + c·11ᵀ on the 100×100 word block "
-                "(B_ij = 1 iff same topic)" + ("; W = effective map W_V Ẽᵀ" if preset == "authors" else ""))
+    form_def = ("R² = 1 − RSS/TSS of the least-squares fit W ≈ a·I + b·B + c·11ᵀ on the "
+                f"{words}×{words} word block (B_ij = 1 iff same topic)"
+                + ("; W = effective map W_V Ẽᵀ" if preset == "authors" else ""))
     return [
         claim("e2-form", f"With ℓ2 (λ = {lam:g}, the held-out-tuned strength), W_V ≈ a·I + b·B + c·11ᵀ on the "
               "words: R² ≥ 0.9", None,
@@ -438,7 +440,7 @@ def judge(ctx: ReproduceContext, tables: dict) -> dict[str, Any]:
     cfg, cfg_l2 = _configs(ctx, t["lam"])
     unreg, l2rows, ref = t["unreg"], t["l2rows"], t["ref"]
     dev = float(np.mean([r["dev_loss"] for r in unreg]))
-    claims = _loss_claims(t, preset) + _block_claims(t, preset) + _form_claims(t, preset)
+    claims = _loss_claims(t, preset) + _block_claims(t, preset) + _form_claims(t, preset, cfg.typed_data().num_words)
     return {"experiment": "topic/stage1", "setting": {"preset": preset, "description": describe(preset, cfg),
                                                       "analysed_state": "best-dev checkpoint" if preset == "authors" else "final"},
             "config": cfg.model_dump(mode="json"), "config_l2": cfg_l2.model_dump(mode="json"),

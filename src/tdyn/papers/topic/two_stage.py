@@ -310,8 +310,8 @@ def _two_stage_figure(path: Path, series: dict[str, dict[str, np.ndarray]], time
         axes[i][1].set_title(f"{row}\nway to the fitted optimum", fontsize=14)
         axes[i][2].set_title(f"{row}\nstage 2 (dotted: onset levels)", fontsize=14)
         if i == 0:
-            for ax in axes[i]:
-                ax.legend(fontsize=11, loc="upper left")
+            for ax, loc in zip(axes[i], ("best", "upper left", "upper left")):   # the weights' curves fill the top left
+                ax.legend(fontsize=11, loc=loc)
         if i == n - 1:
             for ax in axes[i]:
                 ax.set_xlabel("step", fontsize=12)
