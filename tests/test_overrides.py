@@ -373,4 +373,4 @@ def test_ratio_derivation_states_what_the_single_rate_runs_measured():
     assert "collapsed" not in quick
     assert "(η ≤ 5), whose final entropy is 2.12 at η = 4, 2.04 at η = 5 against 2.52 at η = 1" in quick
     lead = ratio_derived({"eta": [1.0, 5.0], "mean": [2.0, 0.009]}, "Its η_Z = 3 cells at ratios 2 and 5 use")
-    assert "Its η_Z = 3 cells at ratios 2 and 5 use η_Y = 6 and 15" in lead and "0.009 at η = 5" in lead
+    assert "Its η_Z = 3 cells at ratios 2 and 5 use η_Y = 6 and 15" in lead and "0.009 at η = 5 against 2.00 at η = 1" in lead

@@ -65,8 +65,11 @@ def ratio_derived(single: dict, lead: str = "") -> str:
     """:data:`LM_RATIO_DERIVED` with what the single-rate runs measured at the grid's end (``single``: one corpus's
     entropy_vs_eta entry), where the separate-rate cells' η_Y goes beyond it."""
     eta, mean = single["eta"], single["mean"]
-    ends = ", ".join(f"{m:.3g} at η = {e:g}" for e, m in list(zip(eta, mean))[-2:])
-    text = LM_RATIO_DERIVED + (f" (η ≤ {max(eta):g}), whose final entropy is {ends} against {mean[0]:.3g} at "
+    def nats(m: float) -> str:
+        return f"{m:.2f}" if abs(m) >= 0.1 else f"{m:.2g}"
+
+    ends = ", ".join(f"{nats(m)} at η = {e:g}" for e, m in list(zip(eta, mean))[-2:])
+    text = LM_RATIO_DERIVED + (f" (η ≤ {max(eta):g}), whose final entropy is {ends} against {nats(mean[0])} at "
                                f"η = {eta[0]:g} (entropy_vs_eta in this results.json)")
     return text.replace("The η_Z = 3 cells use", lead) if lead else text
 NOISE_DEF = ("σ = standard error over seeds (tdyn.stats.se; one seed gives no noise band, so every "
