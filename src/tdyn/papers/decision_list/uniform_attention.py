@@ -265,7 +265,7 @@ def _draw_training(out, rows: list[dict], st: Settings) -> None:
     import matplotlib.pyplot as plt
 
     style.apply()
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8), gridspec_kw={"hspace": 0.4, "wspace": 0.3})
+    fig, axes = plt.subplots(2, 3, figsize=(14.5, 7.5), layout="constrained")
     sigma = st.sigmas[len(st.sigmas) // 2]
     for col_i, opt in enumerate(UA_OPTIMIZERS):
         for j, mode in enumerate(("joint", "frozen_W")):
@@ -289,10 +289,10 @@ def _draw_training(out, rows: list[dict], st: Settings) -> None:
                 axes[1, col_i].plot(np.array(steps) + 1, err.mean(1), ls=":", label="joint: Err_sup")
         axes[0, col_i].set(xscale="log", xlabel="step + 1", ylabel="centred cos(V, P)",
                            title=f"C1: V → P, {_ua_opt_label(opt, st)} (band: seeds)")
-        axes[0, col_i].legend(fontsize=6)
         axes[1, col_i].set(xscale="log", xlabel="step + 1", ylim=(-0.05, 1.05),
                            title=f"{_ua_opt_label(opt, st)}, σ={sigma} (seed mean)")
-        axes[1, col_i].legend(fontsize=6)
+    for row in axes:      # the curves are the same in every column: one legend per row, beside it
+        row[-1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=10, frameon=False)
     style.save(fig, out / "uniform_attention.png")
 
 

@@ -353,25 +353,31 @@ def fig11_12_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[st
 def _recall_figure(plt, name: str, grid: SweepGrid, recall: list[dict], rate: dict, out: Path) -> None:
     ez, rt, panels = grid.etas_z, grid.ratios, grid.num_last
     outer, inner, lab_o, lab_i = (ez, rt, "η_Z", "η_Y/η_Z") if name == "fig11" else (rt, ez, "η_Y/η_Z", "η_Z")
-    fig, axes = plt.subplots(len(panels), len(outer), figsize=(2.8 * len(outer), 2.2 * len(panels)), squeeze=False,
-                             constrained_layout=True)
+    fig, axes = plt.subplots(len(panels), len(outer), figsize=(2.8 * len(outer), 2.2 * len(panels) + 0.4),
+                             squeeze=False, constrained_layout=True)
     for i, nl in enumerate(panels):
         for j, o in enumerate(outer):
             ax = axes[i, j]
+            rates = []
             for k, v in enumerate(inner):
                 e, r = (o, v) if name == "fig11" else (v, o)
                 curve = [x for x in recall if x["num_last"] == nl and x["eta_z"] == e and x["ratio"] == r]
                 ax.plot([x["threshold"] for x in curve], [x["recall_mean"] for x in curve], marker=".",
-                        color=style.PALETTE[k],
-                        label=f"{lab_i}={v:g}: rate {rate['lsq-paper-axis', nl, e, r]['descent_rate_mean']:.0f}")
+                        color=style.PALETTE[k], label=f"{lab_i} = {v:g}")
+                rates.append(f"{rate['lsq-paper-axis', nl, e, r]['descent_rate_mean']:.0f}")
+            # each curve's descent rate (lsq), in the curves' order and colours' order: one legible line
+            ax.text(0.97, 0.96, "rates " + ", ".join(rates), transform=ax.transAxes, ha="right", va="top",
+                    fontsize=8)
             ax.set_title(f"{nl}/{2 * nl}, {lab_o}={o:g}", fontsize=9)
-            ax.set_ylim(-0.02, 1.02)
+            ax.set_ylim(-0.02, 1.1)
             ax.xaxis.set_major_locator(plt.MaxNLocator(4))
-            ax.legend(fontsize=6, title="descent rate (lsq)", title_fontsize=6)
             if i == len(panels) - 1:
                 ax.set_xlabel("threshold")
             if j == 0:
                 ax.set_ylabel("recall")
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncol=len(inner), fontsize=9,
+               frameon=False, title=f"colour: {lab_i}; \"rates\": each curve's descent rate (lsq), in this order",
+               title_fontsize=9)
     fig.savefig(out / f"{name}.png", dpi=100)      # 16 panels: a lower resolution keeps the file small
     plt.close(fig)
 
