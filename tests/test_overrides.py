@@ -121,6 +121,10 @@ def test_a_key_an_option_writes_is_refused_naming_the_option(name, override, fla
     # the quick-mode audit (twenty-third session): maps laid out as Syn-Small's tokens
     ("scan-snap/fig4", "data.num_common=5", "laid out as Syn-Small's tokens"),
     ("scan-snap/fig5", "data.num_unique_per_next=5", "1/10 of the distinct tokens"),
+    # --set seeds without --seed's: the figures look for seed --seed's runs (crashed in draw or measure)
+    ("scan-snap/fig5", "seeds=[7]", "use --seed N"),
+    ("scan-snap/snap-time", "seeds=[7]", "use --seed N"),
+    ("topic/two-stage", "seeds=[7]", "use --seed N"),
 ])
 def test_a_key_the_claims_rest_on_is_refused(name, override, says, tmp_path):
     """Found by an audit (twenty-first session): ``--set`` on a key the reproduction compares its runs along

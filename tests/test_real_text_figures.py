@@ -107,7 +107,7 @@ def test_attention_maps_figure_from_tables(tmp_path, drawn, quick):
     assert len(images) == 8
     bars = [ax for ax in fig.axes if not ax.images and "attention weight" in ax.get_ylabel()]
     assert len(bars) == 1, "one colour bar for every map"
-    assert images[1].get_title() == "1 layer, iter. 500\nentropy 2.10 nats"
+    assert images[1].get_title() == "1 layer, iter. 500\nval. entropy 2.10 nats (batch mean)"
     assert ("QUICK run (240 steps" in fig._suptitle.get_text()) == quick
     assert np.allclose(images[0].images[0].get_array().sum(1), 1.0)
     _readable(fig)

@@ -191,12 +191,13 @@ def band(ax, steps, values: np.ndarray, color, label: str, **kw) -> None:
 
 def curves(ax, rows: list[dict], series, color0: int = 0, **axes) -> None:
     """One panel: each (metric, label) of ``series`` over training as :func:`band` (colours from the palette's
-    ``color0``-th on), the axes set by ``axes`` (xlabel, ylabel, ylim, title), and the legend."""
+    ``color0``-th on), the axes set by ``axes`` (xlabel, ylabel, ylim, title), and the legend under it (the
+    curves rise through every corner of the panel)."""
     for i, (key, label) in enumerate(series):
         steps, _, v = by_seed(rows, key)
         band(ax, steps, v, style.PALETTE[color0 + i], label)
     ax.set(**axes)
-    ax.legend(fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize=10, frameon=False)
 
 
 UNIT = (-0.02, 1.02)   # the y range of a panel of fractions
@@ -209,10 +210,9 @@ def two_panels(ctx, rows: list[dict], left: tuple, right: tuple, title: str, nam
     import matplotlib.pyplot as plt
 
     style.apply()
-    fig, axs = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axs = plt.subplots(1, 2, figsize=(11, 6), layout="constrained")
     for ax, (series, color0, axes) in zip(axs, (left, right)):
         curves(ax, rows, series, color0, xlabel="training step", **axes)
     fig.suptitle(figure_title(title + " (lines: seed mean; bands: min–max)", ctx.quick))
-    fig.subplots_adjust(top=0.8 if ctx.quick else 0.86, wspace=0.3)
     style.save(fig, Path(ctx.out) / name)
     return [name]

@@ -340,16 +340,17 @@ def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
     style.save(fig, ctx.out / "k_layers.png")
 
     rows = tables["k_layers"]
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = plt.subplots(figsize=(6.5, 5.0), layout="constrained")
     for i, K in enumerate(Ks):
         s, v = by_seed(rows, "loss", K=K)
         band(ax, s, v, style.PALETTE[i], f"K = {K} trained")
         _, g = by_seed(rows, "loss_gd", K=K)
         ax.plot(s, g.mean(0), color=style.PALETTE[i], ls="--", label=f"K = {K}: GD at η*_K")
-    ax.set(xlabel="training step", ylabel="loss on the probe set", yscale="log", title="Training")
-    ax.legend(fontsize=7, ncol=2)
+    ax.set(xlabel="training step", ylabel="loss on the probe set", yscale="log",
+           title="Training (lines: seed mean; bands: min–max over seeds)")
+    # under the panel: the untied runs' loss spikes reach every corner of it
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=9, frameon=False)
     fig.suptitle(figure_title(f"K {kind} LSA layers over training", ctx.quick), fontsize=11)
-    fig.subplots_adjust(top=0.8 if ctx.quick else 0.86)
     style.save(fig, ctx.out / "k_layers_training.png")
     return ["k_layers.png", "k_layers_training.png"]
 

@@ -20,7 +20,7 @@ from tdyn.papers.icl_gd import theory as th
 from tdyn.papers.icl_gd.analysis import (PAPER, QUOTE_MATCH, QUOTE_SIMILAR, band, by_seed, curve, figure_title,
                                          grid_dict, trained_setting, with_grid_options)
 from tdyn.papers.icl_gd.task import icl_gd_config
-from tdyn.reproduce.common import claim, reading
+from tdyn.reproduce.common import claim, configure, reading
 from tdyn.reproduce.phases import Phases, Tables, register_phases
 from tdyn.reproduce.registry import ReproduceContext
 from tdyn.report import style
@@ -189,7 +189,8 @@ def judge(ctx: ReproduceContext, tables: Tables) -> dict:
 
 def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
     _draw_training(ctx.out, tables["one_layer"], ctx.quick)
-    _draw_weights(ctx.out, tables["one_layer_weights"], results.get("eta_star"), ctx.quick)
+    N = configure(next(iter(plan(ctx).values())), ctx.overrides).typed_data().N
+    _draw_weights(ctx.out, tables["one_layer_weights"], results.get("eta_star"), N, ctx.quick)
     return ["one_layer_training.png", "one_layer_weights.png"]
 
 
@@ -205,8 +206,9 @@ def _draw_training(out: Path, rows: list[dict], quick: bool) -> None:
     _, gd = by_seed(rows, "loss_gd")
     band(a1, steps, loss, style.PALETTE[0], "trained LSA layer")
     a1.plot(steps, gd.mean(0), color=style.PALETTE[1], ls="--", label="one GD step at η*")
-    a1.set(xlabel="training step", ylabel="loss on the probe set", yscale="log", title="Loss")
-    a1.legend(fontsize=8)
+    # a linear axis: the loss spans less than a decade, where a log axis labelled one tick
+    a1.set(xlabel="training step", ylabel="loss on the probe set", title="Loss")
+    a1.legend(fontsize=9)
     for key, col, lab in (("pred_diff", 2, "prediction difference |ŷ − ŷ_GD|"),
                           ("sens_diff", 3, "sensitivity difference ‖∂ŷ − ∂ŷ_GD‖")):
         s, v = by_seed(rows, key)
@@ -219,14 +221,14 @@ def _draw_training(out: Path, rows: list[dict], quick: bool) -> None:
     a3.set_ylabel("cosine")
     h1, l1 = a2.get_legend_handles_labels()
     h2, l2 = a3.get_legend_handles_labels()
-    a2.legend(h1 + h2, l1 + l2, fontsize=8, loc="center right")
+    a2.legend(h1 + h2, l1 + l2, fontsize=9, loc="center right")
     fig.suptitle(figure_title("One trained LSA layer against one GD step at η* (lines: seed mean; bands: min–max)",
                               quick))
     fig.subplots_adjust(top=0.8 if quick else 0.86, wspace=0.35)
     style.save(fig, out / "one_layer_training.png")
 
 
-def _draw_weights(out: Path, wrows: list[dict], eta_star: float | None, quick: bool) -> None:
+def _draw_weights(out: Path, wrows: list[dict], eta_star: float | None, N: int, quick: bool) -> None:
     """one_layer_weights.png: the first seed's final W_Kᵀ W_Q and P W_V (as the authors' notebook shows them), their
     invariant product (P W_V)_yy·W_Kᵀ W_Q, and the construction's −(η*/N)·[[I, 0], [0, 0]] beside it."""
     import matplotlib.pyplot as plt
@@ -244,22 +246,21 @@ def _draw_weights(out: Path, wrows: list[dict], eta_star: float | None, quick: b
     prod = mats["P W_V"][-1, -1] * mats["W_K^T W_Q"]
     cons = np.zeros((D, D))
     if eta_star is not None:
-        cons[:-1, :-1] = -(eta_star / 10) * np.eye(D - 1)
+        cons[:-1, :-1] = -(eta_star / N) * np.eye(D - 1)
     style.apply()
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.8))
+    fig, axes = plt.subplots(2, 2, figsize=(10, 8.6), layout="constrained")   # four in a row: 3 px ticks on the page
     panels = [(mats["W_K^T W_Q"], "trained W_Kᵀ W_Q"), (mats["P W_V"], "trained P W_V"),
               (prod, "trained (P W_V)_yy · W_Kᵀ W_Q"), (cons, "construction: −(η*/N)·[[I, 0], [0, 0]]")]
     lim = max(np.abs(prod).max(), np.abs(cons).max())
-    for i, (ax, (m, title)) in enumerate(zip(axes, panels)):
+    for i, (ax, (m, title)) in enumerate(zip(axes.flat, panels)):
         v = np.abs(m).max() if i < 2 else lim
         im = ax.imshow(m, cmap="RdBu", vmin=-v, vmax=v)
-        ax.set_title(title, fontsize=10)
-        ax.set_xticks(range(D), [str(k + 1) for k in range(D)], fontsize=6)
-        ax.set_yticks(range(D), [str(k + 1) for k in range(D)], fontsize=6)
-        fig.colorbar(im, ax=ax, shrink=0.8)
+        ax.set_title(title, fontsize=11)
+        ax.set_xticks(range(D), [str(k + 1) for k in range(D)], fontsize=9)
+        ax.set_yticks(range(D), [str(k + 1) for k in range(D)], fontsize=9)
+        fig.colorbar(im, ax=ax, shrink=0.85)
     fig.suptitle(figure_title(f"Seed {seed}: the trained layer's weights against the GD construction "
-                              "(index D = d + 1 is the y entry)", quick))
-    fig.subplots_adjust(top=0.78 if quick else 0.84)
+                              f"(N = {N}; index D = d + 1 is the y entry)", quick))
     style.save(fig, out / "one_layer_weights.png")
 
 

@@ -166,7 +166,8 @@ def draw_maps(maps: list[dict], entropy: list[dict], quick: bool, path: Path, ov
                 continue
             im = ax.imshow(A, cmap="viridis", vmin=0, vmax=1)
             e = ent.get((L, s))
-            ax.set_title(f"{L} layer{'s' if L > 1 else ''}, iter. {s}" + (f"\nentropy {e:.2f} nats" if e is not None else ""))
+            ax.set_title(f"{L} layer{'s' if L > 1 else ''}, iter. {s}"
+                         + (f"\nval. entropy {e:.2f} nats (batch mean)" if e is not None else ""))
             ax.set_xticks(range(0, len(A), 10))
             ax.set_yticks(range(0, len(A), 10))
             if r == len(depths) - 1:

@@ -299,9 +299,9 @@ def _gram_figure(E: torch.Tensor, first: np.ndarray, path, title: str, model_nam
         ax.axvline(b, color="k", lw=0.5)
     topics = np.unique(first)
     centres = [float(np.flatnonzero(first == k).mean()) for k in topics]
-    ax.set_xticks(centres, [str(k) for k in topics], fontsize=6)
-    ax.set_yticks(centres, [str(k) for k in topics], fontsize=6)
-    ax.set_title(title, fontsize=9)
+    ax.set_xticks(centres, [str(k) for k in topics], fontsize=8)
+    ax.set_yticks(centres, [str(k) for k in topics], fontsize=8)
+    ax.set_title(title, fontsize=10)
     ax.set_xlabel("topic word, grouped by LDA topic (tick: topic index)")
     ax.set_ylabel("topic word")
     fig.colorbar(im, ax=ax, label=f"cosine of {model_name} input embeddings")

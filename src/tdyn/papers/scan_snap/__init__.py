@@ -56,7 +56,8 @@ MANIFEST = Paper(
         "scan-snap/fig5": Reproduction("tdyn.papers.scan_snap.fig4_fig5",
             "Syn-Small with Adam, η ∈ {0.1, 0.5, 1}: different rates pick different distinct tokens",
             "reproduces Fig 5 of Tian et al. 2023",
-            fixed={**{f"optim.groups.{g}.optimizer": "Fig 5 is the paper's Adam run" for g in "YZ"}, **_SYN_SMALL}),
+            fixed={**{f"optim.groups.{g}.optimizer": "Fig 5 is the paper's Adam run" for g in "YZ"}, **_SYN_SMALL,
+                   "seeds": "its seeds are --seed and the two after it (its map shows seed --seed): use --seed N"}),
         "scan-snap/fig6": Reproduction("tdyn.papers.scan_snap.fig6",
             "Syn-Medium sweep (640 runs at full settings): distinct-token entropy vs η_Y/η_Z per η_Z — larger η_Z sparser; rises past ratio ≈ 2",
             "reproduces Fig 6 of Tian et al. 2023", fixed=_SYN_MEDIUM),
@@ -72,6 +73,7 @@ MANIFEST = Paper(
             "Decoder switch vs t'₀ = K ln M/η_Y and attention snap (B_n leaving its scan law) vs t₀ = 2K ln M/η_Y, in Thm 4's setting and on the paper's Syn-Medium data",
             "beyond the paper: Theorem 4's times t₀ and t′₀ of Tian et al. 2023 measured in training (no paper figure)",
             fixed={"model.init": "Theorem 4's setting: zero init",
+                   "seeds": "its seeds are --seed and the ones after it (its curves are seed --seed's): use --seed N",
                    **{f"optim.groups.{g}.{k}": "Theorem 4's setting: plain SGD" for g in "YZ"
                       for k in ("optimizer", "momentum")}}),
     },

@@ -277,7 +277,7 @@ def _fig4_loss(ax, loss: list[dict], shown: list[dict], cfg: dict) -> None:
            "; ".join(f"{k}: {v}" for k, v in groups.items()))
     ax.set_xlabel(f"step ({opt}, batch {cfg['data']['batch_size']})")
     ax.set_ylabel("training loss (nats, log scale)" + (f"\nexact 0 drawn at {floor:g}" if zeros else ""))
-    ax.legend()
+    ax.legend(loc="center right")       # off the ln M line at the top
 
 
 register_phases("scan-snap/fig4", Phases(plan=fig4_plan, measure=fig4_measure, judge=fig4_judge, draw=fig4_draw,
@@ -408,7 +408,7 @@ def fig5_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
         ax.set_yticks(range(len(KEYS)), [str(k) for k in FIG4_ROWS] + ["Final"])
         ax.set_title(f"Adam, η_Y = η_Z = {eta:g}: c_n, n = 1")
         ax.set_xlabel("token (common | distinct seq1)")
-        fig.colorbar(im, ax=ax, fraction=0.05)
+        fig.colorbar(im, ax=ax, fraction=0.05, label="$c_n$")
     axes[0, 0].set_ylabel("iteration")
     style.save(fig, ctx.out / "fig5.png")
     return ["fig5.png"]

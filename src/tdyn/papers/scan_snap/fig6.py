@@ -384,8 +384,8 @@ def _recall_figure(plt, name: str, grid: SweepGrid, recall: list[dict], rate: di
 
 def _descent_figure(plt, grid: SweepGrid, rate: dict, out: Path) -> None:
     ez, rt, panels = grid.etas_z, grid.ratios, grid.num_last
-    fig, axes = plt.subplots(len(DESCENT_READINGS), len(panels), figsize=(3.4 * len(panels), 2.8 * len(DESCENT_READINGS)),
-                             squeeze=False, constrained_layout=True)
+    fig, axes = plt.subplots(len(DESCENT_READINGS), len(panels), figsize=(3.2 * len(panels), 2.6 * len(DESCENT_READINGS) + 0.8),
+                             squeeze=False, layout="constrained")
     for i, (name, _, _, _) in enumerate(DESCENT_READINGS):
         for j, nl in enumerate(panels):
             ax = axes[i, j]
@@ -395,12 +395,14 @@ def _descent_figure(plt, grid: SweepGrid, rate: dict, out: Path) -> None:
                             marker="o", ms=3, capsize=2, color=style.PALETTE[k], label=f"η_Z={e:g}")
             ax.set_xscale("log")
             ax.set_xticks(rt, [f"{r:g}" for r in rt])
-            ax.set_title(f"{nl}/{2 * nl}: {name}", fontsize=9)
+            ax.set_title(f"#last/next {nl}/{2 * nl}", fontsize=10)
             if i == len(DESCENT_READINGS) - 1:
                 ax.set_xlabel("η_Y/η_Z")
             if j == 0:
-                ax.set_ylabel("descent rate −dR/dθ (±2 SE)")
-    axes[0, 0].legend(fontsize=7)
+                ax.set_ylabel(f"{name}\n−dR/dθ (±2 SE)")
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncol=len(ez), frameon=False)
+    fig.suptitle("Descent rate of recall R against the attention threshold θ, per reading (rows) and query count "
+                 "(columns)")
     style.save(fig, out / "descent_rate.png")
 
 

@@ -162,18 +162,27 @@ def fig3_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
     g = _fig3_grid(ctx)
     rows, n = tables["fig3"], _fig3_numbers(ctx, tables["fig3_marks"])
     style.apply()
-    fig, axes = plt.subplots(1, len(n["C0s"]), figsize=(3.6 * len(n["C0s"]), 3.6), constrained_layout=True)
-    for ax, C0 in zip(axes, n["C0s"]):
+    cols = min(2, len(n["C0s"]))              # two panels a row: four in one were 5 px text at page width
+    rows_ = -(-len(n["C0s"]) // cols)
+    fig, axes = plt.subplots(rows_, cols, figsize=(5.2 * cols, 3.6 * rows_ + 0.6), layout="constrained",
+                             squeeze=False)
+    for k, (ax, C0) in enumerate(zip(axes.flat, n["C0s"])):
         for i, ey in enumerate(g.etas_y):
             col = style.PALETTE[i]
             curve = [r for r in rows if r["C0"] == C0 and r["eta_y"] == ey]
             ax.plot([r["t"] for r in curve], [r["chi"] for r in curve], color=col, label=f"$\\eta_Y={ey:g}$")
             ax.axvline(n["t0"][ey], color=col, ls="--", lw=0.8)
-        ax.set_title(f"$C_0={C0:.3g}$" + (" (paper's scale: $\\chi \\leq 600$)" if C0 == n["c0_paper"] else ""), fontsize=9)
-        ax.set_xlabel("$t$ (samples); dashed: $t_0 = 2K \\ln M/\\eta_Y$")
-        ax.legend(fontsize=7)
-    axes[0].set_ylabel("$\\chi_l(t)$ upper bound $e^{2B_n}$")
-    fig.suptitle(f"Fig 3: $K={g.K}$, $M={g.M}$, $\\eta_Z={g.eta_z:g}$", fontsize=10)
+        ax.set_title(f"$C_0={C0:.3g}$" + (" (paper's scale: $\\chi \\leq 600$)" if C0 == n["c0_paper"] else ""))
+        if k // cols == rows_ - 1:
+            ax.set_xlabel("$t$ (samples)")
+        if k % cols == 0:
+            ax.set_ylabel("$\\chi_l(t)$ upper bound $e^{2B_n}$")
+    for ax in list(axes.flat)[len(n["C0s"]):]:
+        ax.set_axis_off()
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), frameon=False,
+               title="dashed: $t_0 = 2K \\ln M/\\eta_Y$ of the same colour")
+    fig.suptitle(f"Fig 3: $K={g.K}$, $M={g.M}$, $\\eta_Z={g.eta_z:g}$")
     style.save(fig, ctx.out / "fig3.png")
     return ["fig3.png"]
 

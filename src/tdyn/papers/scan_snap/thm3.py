@@ -204,7 +204,7 @@ def thm3_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
     labels = {k: f"$L = {L}$, {opt} ({ROLES[k]})" for k, (L, opt) in trained_as(ctx).items()}
     runs_ = list(dict.fromkeys((r["setting"], r["seed"]) for r in rows))
     style.apply()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), constrained_layout=True)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.3), layout="constrained")
     for setting, seed in runs_:
         col = style.PALETTE[settings.index(setting)]
         first = seed == min(s for st, s in runs_ if st == setting)
@@ -220,7 +220,9 @@ def thm3_draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
     axes[0].set_yscale("log")
     axes[0].set_xlabel("step")
     axes[0].set_ylabel("CV over distinct tokens, per class")
-    axes[0].legend()
+    axes[0].set_title("CV over training (a line per class and seed)")
+    # one legend for both panels (the colours are the settings in each), under them: the curves fill the left one
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=3, frameon=False)
     axes[1].set_xlabel("$P(l|n)$")
     axes[1].set_ylabel("$(1 - e^{-2z})/P^2$ ÷ class mean (final)")
     axes[1].set_title("flat = Thm 3 invariant holds")

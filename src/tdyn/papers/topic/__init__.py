@@ -49,7 +49,8 @@ MANIFEST = Paper(
             "E4: from small init, W_V moves first and W_K, W_Q catch up much later (Adam and SGD over init scales and learning rates; the clean model and the authors' parameterisation)",
             "Li et al. 2023's two-stage figure (two_stage.png of their project page)",
             fixed={"model.init_eps": "its cells are labelled ε = init_eps × init scale, and the figure's default "
-                                     "cell is Adam lr 0.01 at ε = 1e-3"}),
+                                     "cell is Adam lr 0.01 at ε = 1e-3",
+                   "seeds": "its figure shows seed --seed among the runs' seeds: use --seed N"}),
         "topic/robustness": Reproduction("tdyn.papers.topic.robustness",
             "E5: do the value blocks (on each architecture's value path), same-topic attention (every layer) and two stages survive other optimizers, learning rates, heads, layers and the full BERT block? (3 seeds per variant at full settings)",
             "tdyn's robustness grid around Li et al. 2023's two stages (no paper figure)",

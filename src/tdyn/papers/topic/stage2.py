@@ -96,7 +96,8 @@ def _attention_figure(path: Path, mats: dict[str, np.ndarray], series: list[dict
         ax.plot(steps, [r["diff_topic"] for r in rs], color=col, ls="--", label=f"diff topic ({label})")
     ax.set_xlabel("step")
     ax.set_ylabel("attention / uniform")
-    ax.legend(fontsize=7)
+    ax.set_title("same- and different-topic attention over training")
+    ax.legend(fontsize=9, loc="center right", bbox_to_anchor=(1, 0.38))   # between the curves near 1 and near 0
     fig.suptitle(title)
     style.save(fig, path)
 

@@ -272,8 +272,9 @@ def draw(ctx: ReproduceContext, tables: dict, results: dict) -> list[str]:
     series = {k: {c: np.array([np.nan if r[c] is None else r[c] for r in rs], dtype=float) for c in SERIES_COLS[1:]
                   if any(r[c] is not None for r in rs)} for k, rs in series.items()}
     _two_stage_figure(ctx.out / "two_stage.png", series, times, tables["two_stage_reference"][0], ctx.seed)
-    _stage_heatmaps(ctx.out / "two_stage_matrices.png", tables["two_stage_panels"],
-                    matrices_of(tables["two_stage_matrices"]))
+    panels = tables["two_stage_panels"]
+    shown = next((r for r in tables["two_stage_times"] if r["run"] == panels[0]["run"]), None)
+    _stage_heatmaps(ctx.out / "two_stage_matrices.png", panels, matrices_of(tables["two_stage_matrices"]), shown)
     return ["two_stage.png", "two_stage_matrices.png"]
 
 
@@ -345,22 +346,35 @@ def _stage2_panel(ax, s: np.ndarray, m: dict[str, np.ndarray], ls: str) -> None:
     ax.axhline(ts.GAP_ONSET, color="C2", lw=0.8, ls=":")
 
 
-def _stage_heatmaps(path: Path, panels: list[dict], mats: dict[str, np.ndarray]) -> None:
-    """W_V − W_V(0) (top) and the key-centred word scores (bottom) at each panel's checkpoint."""
+def _stage_heatmaps(path: Path, panels: list[dict], mats: dict[str, np.ndarray], times: dict | None = None) -> None:
+    """W_V − W_V(0) (top) and the key-centred word scores (bottom) at each panel's checkpoint; ``times``: the run's
+    row of two_stage_times, whose t_V and t_KQ the titles give beside the checkpoint nearest to each."""
     import matplotlib.pyplot as plt
 
+    def title(p: dict) -> str:
+        for what, key in (("t_V", "t_v_loss"), ("t_KQ", "t_kq_kappa")):
+            if p["title"].startswith(f"≈{what}"):
+                t = times.get(key) if times else None
+                return f"checkpoint {p['step']}" + (f" (nearest to {what} = {t:g})" if t is not None else f" (≈{what})")
+        return "end of training"
+
     style.apply()
-    fig, axes = plt.subplots(2, len(panels), figsize=(4.4 * len(panels), 8), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(2, len(panels), figsize=(4.6 * len(panels), 8.6), squeeze=False, layout="constrained")
     for p in panels:
         j = p["panel"]
-        for i, (key, name) in enumerate((("dWV", "W_V − W_V(0)"), ("scores", "key-centred scores (words; rows: query)"))):
+        for i, (key, name, xl, yl) in enumerate((("dWV", "W_V − W_V(0)", "token id", "token id"),
+                                                 ("scores", "key-centred scores", "key word", "query word"))):
             ax = axes[i][j]
             M = mats[f"{key} {j}"]
             lim = np.abs(M).max() or 1.0
             im = ax.imshow(M, cmap="RdBu_r", vmin=-lim, vmax=lim)
-            ax.set_title(f"{name}, {p['title']}", fontsize=8)
+            ax.set_title(f"{name}\n{title(p)}", fontsize=11)
+            ax.set_xlabel(xl)
+            ax.set_ylabel(yl)
             fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
-    fig.suptitle(f"E4 {panels[0]['run']}: each panel on its own colour scale")
+    run = (f"{times['param']} model, {times['optimizer']} lr {times['lr']:g}, ε = {times['eps']:g}, seed {times['seed']}"
+           if times else panels[0]["run"])
+    fig.suptitle(f"E4 ({run}): each panel on its own colour scale")
     style.save(fig, path)
 
 
