@@ -277,7 +277,7 @@ def _fig4_loss(ax, loss: list[dict], shown: list[dict], cfg: dict) -> None:
            "; ".join(f"{k}: {v}" for k, v in groups.items()))
     ax.set_xlabel(f"step ({opt}, batch {cfg['data']['batch_size']})")
     ax.set_ylabel("training loss (nats, log scale)" + (f"\nexact 0 drawn at {floor:g}" if zeros else ""))
-    ax.legend(loc="center right")       # off the ln M line at the top
+    ax.legend(loc="upper center", bbox_to_anchor=(0.6, 0.9), ncol=3)   # one row under the ln M line, above the curves
 
 
 register_phases("scan-snap/fig4", Phases(plan=fig4_plan, measure=fig4_measure, judge=fig4_judge, draw=fig4_draw,
