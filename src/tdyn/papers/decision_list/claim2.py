@@ -725,7 +725,9 @@ def draw_free_c(out_dir: Path, tables: Tables, quick: bool) -> Path:
             if k is not None:
                 j = np.nonzero(st - 1 == k)[0]
                 if len(j):
-                    a1.plot(st[j], mg[j], marker="o", ms=9, color=cols[(c, mode)], mec="k", ls="none", zorder=4)
+                    # joint's circles under W-only's smaller diamonds: two k* at one point both show
+                    a1.plot(st[j], mg[j], marker="o" if mode == "joint" else "D", ms=10 if mode == "joint" else 6,
+                            color=cols[(c, mode)], mec="k", ls="none", zorder=4 if mode == "joint" else 5)
         eps = {r["eps"] for r in free} or {None}
         for e in eps:
             if e is not None:
@@ -734,7 +736,8 @@ def draw_free_c(out_dir: Path, tables: Tables, quick: bool) -> Path:
         log_ticks(a0, "y", max_ticks=6)
         a0.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=1)
         a1.axhline(0, color="grey", lw=0.8)
-        a1.plot([], [], marker="o", ms=9, color="w", mec="k", ls="none", label="k* (first perfect iterate)")
+        a1.plot([], [], marker="o", ms=9, color="w", mec="k", ls="none", label="k*, joint (first perfect iterate)")
+        a1.plot([], [], marker="D", ms=6, color="w", mec="k", ls="none", label="k*, W only")
         a1.set(xscale="log", xlabel="step + 1", ylabel="min logit margin", title="perfect ⟺ margin > 0")
         symlog_ticks(a1, 0.1, "y", max_ticks=7)
         a1.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, handlelength=2.4, columnspacing=0.8,
