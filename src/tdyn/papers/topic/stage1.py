@@ -200,8 +200,10 @@ def stage1_config(seed: int = 0, quick: bool = False, preset: str = "clean", l2:
 def describe(preset: str, cfg) -> str:
     """The preset's model (``PRESETS``) and its training as the run config ``cfg`` (after ``--set``) trains it:
     "…; 3000 steps of Adam (lr 0.01, β = (0.9, 0.999)), batch 40; final state analysed"."""
-    (group,) = cfg.optim.groups.values()
-    train = f"{cfg.optim.steps} steps of {optimizer_text(group)}, batch {cfg.typed_data().batch_size}"
+    groups = cfg.optim.groups
+    opt = (optimizer_text(next(iter(groups.values()))) if len(groups) == 1 else
+           "; ".join(f"{k}: {optimizer_text(g)}" for k, g in groups.items()))
+    train = f"{cfg.optim.steps} steps of {opt}, batch {cfg.typed_data().batch_size}"
     if preset == "clean":
         return f"{PRESETS[preset]}; {train}; final state analysed"
     evals = cfg.checkpoint.steps
