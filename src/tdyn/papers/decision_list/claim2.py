@@ -736,8 +736,8 @@ def draw_free_c(out_dir: Path, tables: Tables, quick: bool) -> Path:
         log_ticks(a0, "y", max_ticks=6)
         a0.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=1)
         a1.axhline(0, color="grey", lw=0.8)
-        a1.plot([], [], marker="o", ms=9, color="w", mec="k", ls="none", label="k*, joint (first perfect iterate)")
-        a1.plot([], [], marker="D", ms=6, color="w", mec="k", ls="none", label="k*, W only")
+        for m, ms, lab in (("o", 9, "k*, joint (first perfect iterate)"), ("D", 6, "k*, W only")):   # grey shape proxies
+            a1.plot([], [], marker=m, ms=ms, color="#737373", mec="k", ls="none", label=lab)
         a1.set(xscale="log", xlabel="step + 1", ylabel="min logit margin", title="perfect ⟺ margin > 0")
         symlog_ticks(a1, 0.1, "y", max_ticks=7)
         a1.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, handlelength=2.4, columnspacing=0.8,
