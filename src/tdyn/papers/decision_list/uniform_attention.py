@@ -307,7 +307,7 @@ def _draw_first_gradient(out, grows: list[dict], st: Settings) -> None:
             ax.plot(x, y, ls="-" if s == "B" else "--", **style.series(j, marker="o" if s == "B" else "s"),
                     label=f"{s}, n={n}, M={M}")
     ax.set(xlabel="L", ylabel="centred cos(−∇_V F(0,0), P)", title="C3: first gradient")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=9)
     style.save(fig, out / "first_gradient.png")
 
 

@@ -250,7 +250,7 @@ def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
     a1.axvline(r["eta_star"], color="grey", ls=":")
     a1.set(xlabel="η (one GD step from W₀ = 0)", ylabel="loss",
            title=f"One GD step, d = {r['d']}, N = {r['N']}, x ~ U(−{r['x_max']:g}, {r['x_max']:g})")
-    a1.legend(fontsize=8)
+    a1.legend(fontsize=9)
     for i, method in enumerate(("GD", "GD++")):
         rows = sorted((x for x in tables["k_steps"] if x["method"] == method), key=lambda x: x["steps"])
         if rows:
@@ -258,7 +258,7 @@ def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
                         marker="os"[i], color=style.PALETTE[i], label=f"{method} (tuned), ±2 SE")
     a2.set(xlabel="steps K", ylabel="loss", title="K steps of GD vs K GD++ layers (d = N = 10)")
     a2.set_xticks(sorted({x["steps"] for x in tables["k_steps"]}))
-    a2.legend(fontsize=8)
+    a2.legend(fontsize=9)
     fig.suptitle(figure_title("The construction's references: one GD step at η*, K steps of GD and GD++", ctx.quick))
     fig.subplots_adjust(top=0.78 if ctx.quick else 0.84, wspace=0.25)
     style.save(fig, ctx.out / "construction.png")
