@@ -107,6 +107,12 @@ def on_reproduction_device(base: dict, overrides) -> dict:
     return base if device == "cpu" else dict(base, device=device)
 
 
+def results_in(out_dir) -> dict:
+    """The results.json a figure is redrawn beside (its quick flag, overrides, grids), or {} where there is none."""
+    path = Path(out_dir) / runs.RESULTS
+    return runs.read_results(path) if path.is_file() else {}
+
+
 def configure(base: dict, overrides: list[str]):
     """Validate a reproduction's run config after the user's ``--set`` overrides (``ctx.overrides``),
     on the reproduction's device (:func:`on_reproduction_device`).

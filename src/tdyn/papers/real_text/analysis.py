@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 from typing import Literal
 
-from tdyn import runs
+from tdyn.reproduce.common import results_in
 
 CORPORA = ("wiki", "bbc")
 
@@ -70,10 +70,7 @@ def lm_config(ctx, *, corpus: str, n_layers: int, dropout: float, steps: int, se
 
 def is_quick(out_dir: Path, quick: bool | None) -> bool:
     """``quick`` as given, else as the directory's results.json says (False without one)."""
-    if quick is not None:
-        return quick
-    path = Path(out_dir) / runs.RESULTS
-    return bool(runs.read_json(path).get("quick")) if path.is_file() else False
+    return quick if quick is not None else bool(results_in(out_dir).get("quick"))
 
 
 def font_sizes() -> dict:

@@ -14,7 +14,7 @@ import numpy as np
 from tdyn import runs, stats
 from tdyn.papers.real_text.analysis import LM_DEPARTURES, font_sizes, is_quick, lm_config, lm_groups
 from tdyn.report import style
-from tdyn.reproduce.common import claim, configure, decide, margin
+from tdyn.reproduce.common import claim, configure, decide, margin, results_in
 from tdyn.reproduce.phases import Phases, read_table, register_phases
 from tdyn.reproduce.registry import ReproduceContext
 
@@ -191,8 +191,7 @@ def draw_attention_maps(out_dir: Path, quick: bool | None = None) -> Path:
     """attention_maps.png redrawn from OUT's attention_maps.csv and entropy.csv (``quick``: None reads
     results.json)."""
     out_dir = Path(out_dir)
-    results = out_dir / runs.RESULTS
-    overrides = runs.read_json(results).get("overrides") or [] if results.is_file() else []
+    overrides = results_in(out_dir).get("overrides") or []
     return draw_maps(read_table(out_dir / "attention_maps.csv"), read_table(out_dir / "entropy.csv"),
                      is_quick(out_dir, quick), out_dir / "attention_maps.png", overrides)
 

@@ -18,7 +18,7 @@ from tdyn.errors import UserError
 from tdyn.papers.real_text.analysis import CORPORA, LM_DEPARTURES, font_sizes, is_quick, lm_config, lm_groups
 from tdyn.papers.real_text.model import LMConfig
 from tdyn.report import style
-from tdyn.reproduce.common import claim, configure, decide, every_cell, reading
+from tdyn.reproduce.common import claim, configure, decide, every_cell, reading, results_in
 from tdyn.reproduce.phases import Phases, read_table, register_phases
 from tdyn.reproduce.registry import ReproduceContext
 from tdyn.schema import Strict
@@ -409,8 +409,7 @@ def draw_entropy_vs_lr(out_dir: Path, quick: bool | None = None, note: str | Non
     """entropy_vs_lr.png redrawn from OUT's final_entropy.csv, entropy_curves.csv and ratio.csv; ``quick``,
     ``note``: None reads them from OUT's results.json (its settings note)."""
     out_dir = Path(out_dir)
-    path = out_dir / runs.RESULTS
-    results = runs.read_json(path) if path.is_file() else {}
+    results = results_in(out_dir)
     if note is None:
         note = _note_text(results.get("settings_note", ""))
     return draw_fig10(*(read_table(out_dir / f"{t}.csv") for t in ("final_entropy", "entropy_curves", "ratio")),

@@ -19,7 +19,7 @@ from tdyn.papers.scan_snap import probes as pr
 from tdyn.papers.scan_snap import theory as th
 from tdyn.papers.scan_snap.analysis import facts_of
 from tdyn.papers.scan_snap.task import yz_config
-from tdyn.reproduce.common import claim, configure, decide, every_cell, margin, reading, within
+from tdyn.reproduce.common import claim, configure, decide, every_cell, margin, reading, results_in, within
 from tdyn.reproduce.phases import Phases, read_table, register_phases
 from tdyn.reproduce.registry import ReproduceContext
 from tdyn.report import style
@@ -481,8 +481,7 @@ def draw_snap_time(out_dir, quick: bool | None = None) -> Path:
     switch is judged against); (c) G = e^{4B_n} − 1 of the largest theorem-setting K with the exact theory, both
     departures and t₀. ``quick``: None reads results.json."""
     out_dir = Path(out_dir)
-    res = out_dir / runs.RESULTS
-    results = runs.read_json(res) if res.is_file() else {}
+    results = results_in(out_dir)
     if quick is None:
         quick = bool(results.get("quick"))
     return _draw(read_table(out_dir / "snap_time.csv"), read_table(out_dir / "snap_curves.csv"), quick,
