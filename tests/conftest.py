@@ -216,3 +216,17 @@ def json_differences(a, b, rel_tol: float, path: str = "") -> list[str]:
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         return [d for i, (x, y) in enumerate(zip(a, b)) for d in json_differences(x, y, rel_tol, f"{path}[{i}]")]
     return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
+def native_off():
+    """tdyn.native off (``TDYN_NATIVE=0``) inside the block: the tasks take their torch paths."""
+    from tdyn import native
+
+    return native.disabled()
+
+
+@pytest.fixture
+def torch_paths():
+    """The test runs with tdyn.native off (:func:`native_off`)."""
+    with native_off():
+        yield

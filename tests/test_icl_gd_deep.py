@@ -116,10 +116,10 @@ def test_task_loss_in_float32_is_the_model_to_rounding(K, tied):
 
 
 @pytest.mark.parametrize("tied", [True, False])
-def test_task_trains_k_layers_by_the_batched_kernel(tied):
-    """The task's float32 loss and gradient for K = 2, recurrent or separate layers, are those of
-    ``kernels.predict_deep`` bit for bit, and differ in float32 rounding from the generic ``kernels.predict`` path
-    (so the check can tell the kernels apart)."""
+def test_task_trains_k_layers_by_the_batched_kernel(tied, torch_paths):
+    """Without the C kernel (``TDYN_NATIVE=0``; tests/test_icl_gd_native.py has it), the task's float32 loss and
+    gradient for K = 2, recurrent or separate layers, are those of ``kernels.predict_deep`` bit for bit, and differ in
+    float32 rounding from the generic ``kernels.predict`` path (so the check can tell the kernels apart)."""
     rc = load_config(icl_gd_config(layers=2, tied=tied, seeds=[0, 1], steps=1, batch_size=128, probe_size=8))
     task = build_task(rc, expand_members(rc))
     E = torch.stack([_batch(128, 10, 10, seed=s, dtype=torch.float32)[0] for s in (3, 4)])

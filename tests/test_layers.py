@@ -14,7 +14,7 @@ PAPER = "<a paper's module>"   # tdyn.papers.<paper>.<module>: above the core (i
 
 #: Bottom to top. The first matching prefix (longest first) names a module's layer.
 LAYERS = [
-    ["tdyn", "tdyn.errors", "tdyn.lazy", "tdyn.manifest", "tdyn.papers", "tdyn.plugins", "tdyn.registry", "tdyn.schema",
+    ["tdyn", "tdyn.errors", "tdyn.lazy", "tdyn.manifest", "tdyn.native", "tdyn.papers", "tdyn.plugins", "tdyn.registry", "tdyn.schema",
      "tdyn.stats", "tdyn.seeding", "tdyn.threads"],
     ["tdyn.data", "tdyn.models"],
     ["tdyn.theory"],

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from tdyn import native
 
 
 def host() -> str:
@@ -52,7 +53,7 @@ def machine_info() -> dict:
     """The machine and torch settings of this process (bench.json, report pages)."""
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "cuda": torch.cuda.is_available()}
+            "cuda": torch.cuda.is_available(), "native": native.status()}
 
 
 @functools.lru_cache(maxsize=1)

@@ -31,7 +31,7 @@ import torch
 from tqdm.auto import tqdm
 
 import tdyn
-from tdyn import runs
+from tdyn import native, runs
 from tdyn.config import RunConfig, check_extras, load_config
 from tdyn.errors import ConfigError, UserCodeError, UserError
 from tdyn.probes import ProbeContext, get_probes
@@ -697,7 +697,7 @@ def train(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] | None = N
                 yield runs.json_file(d / runs.CONFIG, c)
                 yield runs.json_file(d / runs.META, {
                     "tdyn_version": tdyn.__version__, "torch_version": torch.__version__,
-                    "git_commit": runs.git_commit(), "identity": ident, "seed": m.seed, "member": m.name, "lrs": m.lrs,
+                    "git_commit": runs.git_commit(), "native": native.status(), "identity": ident, "seed": m.seed, "member": m.name, "lrs": m.lrs,
                     "init_scale": m.init_scale, "started": runs.now(), "ended": None, "status": "running",
                     "message": None})
         runs.atomic_write_many(files())

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from tdyn import native
 from tdyn.bench import (one_thread_step, per_step_by_difference, reference_matmul, register_bench, seconds, step_rate,
                         timed_run, timed_train)
 from tdyn.config import load_config
@@ -60,28 +61,35 @@ def _steps(quick: bool) -> dict:
 @register_bench("icl_gd_k_layer_steps")
 def _k_layer_steps(quick: bool) -> dict:
     """One training step (forward, backward, Adam; sampling not timed) of the K-layer reproductions' ensembles,
-    S = 5 members × batch 2048 at d = N = 10: untied K = 2 and 3 (icl-gd/k-layers-untied) and recurrent K = 3
-    (icl-gd/k-layers), all through ``kernels.predict_deep``. Milliseconds a step, the step's matmul FLOPs as the
-    speed path computes them (``torch.utils.flop_counter``, forward and backward) and the step's time over what
-    those FLOPs take at this machine's reference matmul rate (at the current torch threads): how far the step is
-    above its arithmetic (docs/reproductions/icl-gd.md#speed)."""
+    S = 5 members × batch 2048 at d = N = 10: untied K = 2 and 3 (icl-gd/k-layers-untied), recurrent K = 3
+    (icl-gd/k-layers), and K = 1. Milliseconds a step by the task's loss as it trains (lsa.c where a C compiler is at
+    hand, ``tdyn.native``) and by the torch path (``kernels.predict_deep``, or ``predict`` for K = 1) beside it; the
+    step's matmul FLOPs as the torch path computes them (``torch.utils.flop_counter``, forward and backward; lsa.c
+    runs the same products densely, ≈ 1.2× as many) and each step's time over what those FLOPs take at this
+    machine's reference matmul rate (at the current torch threads): how far a step is above its arithmetic
+    (docs/reproductions/icl-gd.md#speed)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     n = 5 if quick else 30
     threads = torch.get_num_threads()
     ref = reference_matmul(1024, 0.5)
     rate = ref[f"gflops_{threads}_thread{'s' if threads > 1 else ''}"]
-    out = {"reference_gflops": rate}
-    for K, tied in ((2, False), (3, False), (3, True)):
+    out = {"reference_gflops": rate, "native": native.status()}
+    for K, tied in ((2, False), (3, False), (3, True), (1, True)):
         rc = load_config(icl_gd_config(layers=K, tied=tied, seeds=[0, 1, 2, 3, 4], steps=n))
         task = build_task(rc, expand_members(rc))
         batch = task.sample_streams([torch.Generator().manual_seed(i) for i in range(5)])
-        with FlopCounterMode(display=False) as fc:
-            task.loss(batch).sum().backward()
+        with native.disabled():
+            with FlopCounterMode(display=False) as fc:
+                task.loss(batch).sum().backward()
+            torch_ms = 1e3 / step_rate(task, rc, n)
         flops = fc.get_total_flops()
-        ms = 1e3 / step_rate(task, rc, n)
-        out[f"K{K}_{'tied' if tied else 'untied'}"] = {"ms_per_step": ms, "gflop_per_step": flops / 1e9,
-                                                       "over_matmul_floor": ms / (1e3 * flops / 1e9 / rate)}
+        floor_ms = 1e3 * flops / 1e9 / rate
+        row = {"gflop_per_step": flops / 1e9, "torch_ms_per_step": torch_ms, "torch_over_matmul_floor": torch_ms / floor_ms}
+        if native.compiler()[0] is not None:
+            ms = 1e3 / step_rate(task, rc, n)
+            row |= {"c_ms_per_step": ms, "c_over_matmul_floor": ms / floor_ms, "c_speedup": torch_ms / ms}
+        out[f"K{K}_{'tied' if tied else 'untied'}"] = row
     return out
 
 

@@ -13,9 +13,13 @@ N = 10) takes ~8 ms for one layer against ~90 ms by the attention as ``model.py`
 
 from __future__ import annotations
 
+import ctypes
+from pathlib import Path
+
 import torch
 from torch.autograd.function import once_differentiable
 
+from tdyn import native
 from tdyn.papers.icl_gd.model import LSA
 
 
@@ -195,3 +199,109 @@ def predict_deep(model: LSA, E: torch.Tensor) -> torch.Tensor:
     if model.cfg.tied:
         A, G = A.expand(-1, K, -1, -1), G.expand(-1, K, -1, -1)
     return _Deep.apply(E.contiguous(), A, G)
+
+
+# ---------------------------------------------------------------- the loss in C (lsa.c), where a compiler is at hand
+#
+# The same Gram-form layers, every product dense, the batch in the vector lanes of a chunk that stays in L1, the
+# backward in the same pass (tdyn.native; docs/reproductions/icl-gd.md#speed). Tested against model.py in float64
+# and against the torch path above in float32 (tests/test_icl_gd_native.py).
+
+LSA_C = Path(__file__).with_name("lsa.c")
+#: the sizes the C kernel's fixed-size chunk buffers are built for (K·(T·D) vectors of 64 bytes each, on the stack)
+C_MAX = {"layers": 8, "D": 16, "T": 33}
+
+
+def lsa_library(T: int, D: int, K: int, dtype: torch.dtype):
+    """lsa.c built for these sizes (its loops unrolled by the compiler), or None: no compiler (``tdyn.native``), a
+    dtype other than float32/64, or sizes beyond :data:`C_MAX`."""
+    if dtype not in (torch.float32, torch.float64) or K > C_MAX["layers"] or D > C_MAX["D"] or T > C_MAX["T"]:
+        return None
+    lib = native.library(LSA_C, {"T": T, "D": D, "K": K, "REAL": "float" if dtype == torch.float32 else "double"})
+    if lib is not None:
+        p, n = ctypes.c_void_p, ctypes.c_long
+        lib.lsa_loss.argtypes = [p, p, n, n, n, p, p, p, p, p]
+        lib.lsa_forward.argtypes = [p, n, n, p, p, p]
+        lib.lsa_loss.restype = lib.lsa_forward.restype = None
+    return lib
+
+
+def _batch_last(x: torch.Tensor, lanes: int) -> torch.Tensor:
+    """x (S, B, ...) as (S, ..., B') contiguous, B' = B rounded up to ``lanes``, the padding zero."""
+    B = x.shape[1]
+    Bp = -(-B // lanes) * lanes
+    out = x.new_zeros(x.shape[0], *x.shape[2:], Bp)
+    out[..., :B] = x.movedim(1, -1)
+    return out
+
+
+class _LossC(torch.autograd.Function):
+    """½ mean_b (ŷ_b − y_b)² per member (S,) from lsa.c's ``lsa_loss``, which returns the gradient for A and G
+    with the loss (computed in the forward, scaled by the incoming gradient in the backward)."""
+
+    @staticmethod
+    def forward(ctx, E, y, A, G, lib, B):
+        S, Bp = E.shape[0], E.shape[-1]
+        loss = E.new_empty(S)
+        dA, dG = torch.empty_like(A), torch.empty_like(G)
+        lib.lsa_loss(native.ptr(E), native.ptr(y), S, Bp, B, native.ptr(A), native.ptr(G),
+                     native.ptr(loss), native.ptr(dA), native.ptr(dG))
+        ctx.save_for_backward(dA, dG)
+        return loss
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        dA, dG = ctx.saved_tensors
+        g = g.view(-1, 1, 1, 1)
+        return None, None, g * dA, g * dG, None, None
+
+
+def loss_c(model: LSA, E: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
+    """The task's loss ½ mean_b (ŷ − y_q)² per member (S,), by lsa.c, equal to ``model.seq_loss(E, y).mean(-1)`` to
+    rounding (its own fixed summation order); None where the C kernel does not apply (no compiler, not on the CPU,
+    sizes beyond :data:`C_MAX`): the caller takes the torch path."""
+    S = model.W_K.shape[0]
+    if E.dim() == 3:
+        E = E.expand(S, *E.shape)
+    if y.dim() == 1:
+        y = y.expand(S, -1)
+    _, B, T, D = E.shape
+    K = model.cfg.layers
+    if E.device.type != "cpu" or E.dtype != model.W_K.dtype:
+        return None
+    lib = lsa_library(T, D, K, E.dtype)
+    if lib is None:
+        return None
+    lanes = 64 // E.element_size()
+    A = model.P @ model.W_V                                          # (S, weight sets, D, D)
+    G = model.W_K.transpose(-1, -2) @ model.W_Q
+    if model.cfg.tied:
+        A, G = A.expand(-1, K, -1, -1), G.expand(-1, K, -1, -1)
+    Eb = _batch_last(E.detach(), lanes)                              # (S, T, D, B')
+    yb = _batch_last(y.detach().unsqueeze(-1), lanes).view(S, -1)    # (S, B')
+    return _LossC.apply(Eb, yb, A.contiguous(), G.contiguous(), lib, B)
+
+
+def predict_c(model: LSA, E: torch.Tensor) -> torch.Tensor | None:
+    """ŷ (S, B) by lsa.c's forward (no gradient), or None where it does not apply (see :func:`loss_c`)."""
+    S = model.W_K.shape[0]
+    if E.dim() == 3:
+        E = E.expand(S, *E.shape)
+    _, B, T, D = E.shape
+    K = model.cfg.layers
+    if E.device.type != "cpu" or E.dtype != model.W_K.dtype:
+        return None
+    lib = lsa_library(T, D, K, E.dtype)
+    if lib is None:
+        return None
+    with torch.no_grad():
+        A = model.P @ model.W_V
+        G = model.W_K.transpose(-1, -2) @ model.W_Q
+        if model.cfg.tied:
+            A, G = A.expand(-1, K, -1, -1), G.expand(-1, K, -1, -1)
+        A, G = A.contiguous(), G.contiguous()                        # held here while the kernel reads them
+        Eb = _batch_last(E, 64 // E.element_size())
+        out = Eb.new_empty(S, Eb.shape[-1])
+        lib.lsa_forward(native.ptr(Eb), S, Eb.shape[-1], native.ptr(A), native.ptr(G), native.ptr(out))
+    return out[:, :B]

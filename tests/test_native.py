@@ -1,0 +1,73 @@
+"""tdyn.native: C kernels compiled on first use, cached by what makes the build, loaded with ctypes; a missing
+compiler is a None (the callers' torch paths), a failing build an error naming the file."""
+
+import ctypes
+
+import pytest
+
+from tdyn import native
+
+SRC = "double twice(double x) { return SCALE * x; }\n"
+
+
+@pytest.fixture
+def fresh(tmp_path, monkeypatch):
+    """An empty cache in tmp_path and a compiler lookup made again (lru-cached per process)."""
+    monkeypatch.setenv("TDYN_CACHE", str(tmp_path / "cache"))
+    native.compiler.cache_clear()
+    native._LOADED.clear()
+    yield tmp_path
+    native.compiler.cache_clear()
+    native._LOADED.clear()
+
+
+needs_cc = pytest.mark.skipif(native.compiler()[0] is None, reason=native.status())
+
+
+@needs_cc
+def test_builds_once_and_by_its_defines(fresh):
+    src = fresh / "twice.c"
+    src.write_text(SRC)
+    lib = native.library(src, {"SCALE": 2})
+    lib.twice.restype, lib.twice.argtypes = ctypes.c_double, [ctypes.c_double]
+    assert lib.twice(3.5) == 7.0
+    built = sorted((fresh / "cache" / "native").iterdir())
+    assert len(built) == 1 and built[0].suffix == ".so" and built[0].name.startswith("twice-")
+    assert native.library(src, {"SCALE": 2}) is lib                      # loaded once per process
+    native._LOADED.clear()
+    native.library(src, {"SCALE": 2})
+    assert sorted((fresh / "cache" / "native").iterdir()) == built      # and built once per cache
+    three = native.library(src, {"SCALE": 3})                            # other defines: another build
+    three.twice.restype, three.twice.argtypes = ctypes.c_double, [ctypes.c_double]
+    assert three.twice(1.0) == 3.0
+    assert len(list((fresh / "cache" / "native").glob("*.so"))) == 2
+    assert not list((fresh / "cache" / "native").glob(".*"))           # no temporary file left
+
+
+@needs_cc
+def test_a_failing_build_names_the_file(fresh):
+    src = fresh / "broken.c"
+    src.write_text("this is not C\n")
+    with pytest.raises(RuntimeError, match="broken.c"):
+        native.library(src)
+    assert not list((fresh / "cache" / "native").iterdir())             # nothing half-built kept
+
+
+def test_off_and_missing_compilers_give_the_torch_paths(fresh, monkeypatch):
+    src = fresh / "twice.c"
+    src.write_text(SRC)
+    monkeypatch.setenv("TDYN_NATIVE", "0")
+    native.compiler.cache_clear()
+    assert native.library(src, {"SCALE": 2}) is None
+    assert native.status() == "torch paths only: off (TDYN_NATIVE=0)"
+    monkeypatch.delenv("TDYN_NATIVE")
+    monkeypatch.setenv("CC", "no-such-compiler-tdyn")
+    native.compiler.cache_clear()
+    assert native.library(src, {"SCALE": 2}) is None
+    assert native.status() == "torch paths only: no C compiler ('no-such-compiler-tdyn' not on PATH)"
+    assert not (fresh / "cache").exists()
+
+
+@needs_cc
+def test_status_names_the_compiler():
+    assert native.status().startswith("C kernels: ")
