@@ -71,3 +71,17 @@ def test_off_and_missing_compilers_give_the_torch_paths(fresh, monkeypatch):
 @needs_cc
 def test_status_names_the_compiler():
     assert native.status().startswith("C kernels: ")
+
+
+@needs_cc
+def test_an_unwritable_cache_is_one_line(fresh, monkeypatch):
+    from tdyn.errors import UserError
+
+    src = fresh / "twice.c"
+    src.write_text(SRC)
+    blocker = fresh / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("TDYN_CACHE", str(blocker))
+    with pytest.raises(UserError, match="TDYN_CACHE") as e:
+        native.library(src, {"SCALE": 2})
+    assert "\n" not in str(e.value)

@@ -31,6 +31,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from tdyn.errors import UserError
+
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-fast-math", "-std=gnu11", "-shared", "-fPIC")
 
 
@@ -96,7 +98,8 @@ _LOADED: dict[str, ctypes.CDLL] = {}
 
 def library(source: Path, defines: dict[str, int | str] | None = None) -> ctypes.CDLL | None:
     """The C file ``source`` built with ``-D`` ``defines`` and loaded, or None without a compiler (see
-    :func:`status`). A compiler that fails on tdyn's own source is a bug: RuntimeError with its message."""
+    :func:`status`). A cache that cannot be written is a one-line UserError; a compiler that fails on tdyn's own
+    source is a bug: RuntimeError with its message."""
     path, version = compiler()
     if path is None:
         return None
@@ -108,8 +111,12 @@ def library(source: Path, defines: dict[str, int | str] | None = None) -> ctypes
         return _LOADED[key]
     out = cache_dir() / f"{Path(source).stem}-{key}.so"
     if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=".so.tmp", dir=out.parent)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=".so.tmp", dir=out.parent)
+        except OSError as e:
+            raise UserError(f"the C kernels' cache {str(out.parent)!r} is not writable ({e.strerror}): set TDYN_CACHE "
+                            "to a writable directory, or TDYN_NATIVE=0 for the torch paths") from None
         os.close(fd)
         try:
             r = subprocess.run([path, *FLAGS, *args, str(source), "-o", tmp], capture_output=True, text=True,

@@ -17,12 +17,13 @@
 #define TD (T * D)
 #define DD (D * D)
 typedef REAL vr __attribute__((vector_size(VB)));
+typedef REAL vu __attribute__((vector_size(VB), aligned(sizeof(REAL))));  /* for tensors' memory: any alignment */
 
 /* one chunk's forward from E + b0; keeps the tokens entering each layer (Es), the full layers' C, R, Q, and the
    last layer's C, u = G_K q and C u */
 static void chunk_fwd(const REAL *E, long n, long b0, const REAL *A, const REAL *G,
                       vr *Es, vr *Cs, vr *Rs, vr *Qs, vr *Cl, vr *u, vr *Cu, vr *yh) {
-  for (int i = 0; i < TD; i++) Es[i] = *(const vr *)(E + (long)i * n + b0);
+  for (int i = 0; i < TD; i++) Es[i] = *(const vu *)(E + (long)i * n + b0);
   for (int l = 0; l < K - 1; l++) {
     vr *X = Es + l * TD, *Xn = Es + (l + 1) * TD, *C = Cs + l * DD, *R = Rs + l * TD, *Q = Qs + l * TD;
     const REAL *Gl = G + l * DD, *Al = A + l * DD;
@@ -75,7 +76,7 @@ void lsa_forward(const REAL *E, long S, long n, const REAL *A, const REAL *G, RE
   for (long s = 0; s < S; s++)
     for (long b0 = 0; b0 < n; b0 += LN) {
       chunk_fwd(E + s * TD * n, n, b0, A + s * K * DD, G + s * K * DD, Es, Cs, Rs, Qs, Cl, u, Cu, &yh);
-      *(vr *)(yhat + s * n + b0) = yh;
+      *(vu *)(yhat + s * n + b0) = yh;
     }
 }
 
@@ -93,7 +94,7 @@ void lsa_loss(const REAL *E, const REAL *y, long S, long n, long m, const REAL *
     memset(gG, 0, sizeof gG);
     for (long b0 = 0; b0 < n; b0 += LN) {
       chunk_fwd(Es0, n, b0, As, Gs, Es, Cs, Rs, Qs, Cl, u, Cu, &yh);
-      vr r = yh - *(const vr *)(y + s * n + b0);
+      vr r = yh - *(const vu *)(y + s * n + b0);
       lacc += r * r;
       vr g = -(r * inv);                                    /* -dL/dyhat */
       vr *X = Es + (K - 1) * TD, *q = X + N * D;
