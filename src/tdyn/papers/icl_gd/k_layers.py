@@ -56,9 +56,9 @@ FULL = Settings(Ks=[1, 2, 3], tied=True, seeds=[0, 1, 2, 3, 4], steps=5000, batc
                 probe_every=100, x_max=1.0, gdpp_mc=1 << 16)
 
 #: the authors train separate (untied) layers 50,000 Adam steps (their notebook), and so does the full setting; a
-#: probe every 1,000 steps (51 evaluations of ≈ 0.4 s beside ≈ 1 h of training per job). Not GPU-scale by issue
-#: 35's rule (its arithmetic fits the 30 minutes), so ``reproduce --all`` runs it at full settings: ≈ 52 min on a
-#: 2-core CPU (docs/reproductions/icl-gd.md#icl-gdk-layers-untied)
+#: probe every 1,000 steps (51 evaluations of ≈ 0.4 s beside 15–25 min of training per job). Not GPU-scale by issue
+#: 35's rule (its arithmetic fits the 30 minutes), so ``reproduce --all`` runs it at full settings: ≈ 23 min on a
+#: 2-core CPU with a C compiler (lsa.c), ≈ 52 min by the torch path (docs/reproductions/icl-gd.md#icl-gdk-layers-untied)
 AUTHORS_UNTIED_STEPS = 50000
 QUICK_UNTIED = Settings(Ks=[2, 3], tied=False, seeds=[0, 1], steps=300, batch_size=256, probe_size=2000,
                         probe_every=100, x_max=1.0, gdpp_mc=1 << 12)
@@ -317,7 +317,7 @@ def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
     final = tables["k_layers_final"]
     Ks = sorted({r["K"] for r in final})
     style.apply()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 5.0))
     m = [stats.mean_se([r["loss"] for r in final if r["K"] == K]) for K in Ks]
     a1.errorbar(Ks, [v[0] for v in m], yerr=[2 * v[1] for v in m], marker="o", color=style.PALETTE[0],
                 label="trained LSA (±2 SE over seeds)")
@@ -326,17 +326,18 @@ def draw(ctx: ReproduceContext, tables: Tables, results: dict) -> list[str]:
                 color=style.PALETTE[i], label=lab)
     a1.set(xlabel="layers / steps K", ylabel="loss on the probe set", title="Loss")
     a1.set_xticks(Ks)
-    a1.legend(fontsize=8)
+    # below the panel: a spike at the last step can stretch the error bar to the top of the axes (untied K = 3)
+    a1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2, frameon=False)
     for i, (key, lab) in enumerate((("sens_cos_gd", "with K GD steps"), ("sens_cos_gdpp", "with K GD++ layers")), 1):
         v = [stats.mean_se([r[key] for r in final if r["K"] == K]) for K in Ks]
         a2.errorbar(Ks, [x[0] for x in v], yerr=[2 * x[1] for x in v], marker="sD"[i - 1], color=style.PALETTE[i],
                     label=lab)
     a2.set(xlabel="layers / steps K", ylabel="sensitivity cosine", title="Alignment of the trained model")
     a2.set_xticks(Ks)
-    a2.legend(fontsize=8)
+    a2.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.17), ncol=2, frameon=False)
     kind = "recurrent" if settings(ctx).tied else "separate (untied)"
     fig.suptitle(figure_title(f"K trained {kind} LSA layers against K steps of GD and of GD++", ctx.quick))
-    fig.subplots_adjust(top=0.8 if ctx.quick else 0.86, wspace=0.3)
+    fig.subplots_adjust(top=0.8 if ctx.quick else 0.86, bottom=0.3, wspace=0.3)
     style.save(fig, ctx.out / "k_layers.png")
 
     rows = tables["k_layers"]
