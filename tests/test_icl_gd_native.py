@@ -131,3 +131,37 @@ def test_task_trains_by_the_c_loss(K, tied):
     assert not all(torch.equal(a, b) for a, b in zip(g_c, g_torch))
     for a, b in zip(g_c, g_torch):
         assert float((a - b).abs().max()) <= 1e-4 * float(b.abs().max())
+
+
+def test_c_reads_the_task_batch_in_place():
+    """The task's batch-last batch (``sample_streams``) and the same values stacked (a contiguous (S, B, T, D) copy,
+    and a batch of 37, not a multiple of the lanes, padded) give lsa.c's loss and gradient bit for bit."""
+    rc = load_config(icl_gd_config(layers=3, tied=False, seeds=[0, 1], steps=1, batch_size=48, probe_size=8))
+    task = build_task(rc, expand_members(rc))
+    E, y = task.sample_streams([torch.Generator().manual_seed(s) for s in (1, 2)])
+    params = list(task.model.parameters())
+    a = kernels.loss_c(task.model, E, y)
+    b = kernels.loss_c(task.model, E.contiguous(), y)
+    assert torch.equal(a, b)
+    for u, v in zip(torch.autograd.grad(a.sum(), params), torch.autograd.grad(b.sum(), params)):
+        assert torch.equal(u, v)
+    part = kernels.loss_c(task.model, E[:, :37], y[:, :37])
+    ref = 0.5 * ((task.model.predict(E[:, :37]) - y[:, :37]) ** 2).mean(-1)
+    assert float((part - ref).detach().abs().max()) <= 1e-5 * float(ref.detach().abs().max())
+
+
+def test_c_bits_do_not_depend_on_the_threads():
+    """Members in groups on 1, 2 or 3 threads (``native.over_members``): the same loss, gradient and ŷ, bit for bit."""
+    m = random_lsa(3, False, S=5, d=10, seed=8, std=0.1, dtype=torch.float32)
+    E, y = _batch(64, 10, 10, seed=9, dtype=torch.float32)
+    old = torch.get_num_threads()
+    out = []
+    try:
+        for t in (1, 2, 3):
+            torch.set_num_threads(t)
+            loss = kernels.loss_c(m, E, y)
+            out.append([loss, *torch.autograd.grad(loss.sum(), list(m.parameters())), kernels.predict_c(m, E)])
+    finally:
+        torch.set_num_threads(old)
+    for other in out[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(out[0], other))

@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from tdyn import runs
+from tdyn.config import load_config
 from tdyn.papers.icl_gd import theory as th
 from tdyn.papers.icl_gd.task import icl_gd_config
-from tdyn.train.trainer import train
+from tdyn.tasks import build_task
+from tdyn.train.trainer import expand_members, train
 
 
 def _cfg(seeds, steps=30, layers=1, lr=3e-3, batch_size=64, init_scale=0.002):
@@ -58,3 +60,15 @@ def test_construction_reproduction_quick(tmp_path, cli):
     assert verdicts["construction_is_one_gd_step"] == "holds" and verdicts["k_layers_are_k_gd_steps"] == "holds"
     assert (tmp_path / "c" / "construction.png").exists()
     assert {c["source"] for c in res["claims"]} == {"paper", "derived"}
+
+
+def test_sample_streams_is_the_stacked_samples_batch_last():
+    """The task's per-step draw: each stream's :meth:`sample`, the same values as stacking them (the base Task's
+    ``sample_streams``), held batch-last (what lsa.c reads without a copy)."""
+    rc = load_config(icl_gd_config(layers=2, seeds=[0, 1, 2], steps=1, batch_size=40, probe_size=8))
+    task = build_task(rc, expand_members(rc))
+    E, y = task.sample_streams([torch.Generator().manual_seed(s) for s in (3, 4, 5)])
+    stacked = [task.sample(torch.Generator().manual_seed(s)) for s in (3, 4, 5)]
+    assert E.shape == (3, 40, 11, 11) and y.shape == (3, 40)
+    assert torch.equal(E, torch.stack([e for e, _ in stacked])) and torch.equal(y, torch.stack([t for _, t in stacked]))
+    assert E.permute(0, 2, 3, 1).is_contiguous()

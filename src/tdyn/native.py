@@ -20,6 +20,7 @@ another CPU), written to a temporary file and renamed into place, so concurrent 
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ctypes
 import functools
@@ -132,8 +133,27 @@ def library(source: Path, defines: dict[str, int | str] | None = None) -> ctypes
     return lib
 
 
-def ptr(t) -> ctypes.c_void_p:
-    """A contiguous tensor's data pointer for a kernel's argument."""
+def ptr(t, first: int = 0) -> ctypes.c_void_p:
+    """A contiguous tensor's data pointer for a kernel's argument, at index ``first`` of its leading axis."""
     if not t.is_contiguous():
         raise ValueError("native.ptr: the tensor must be contiguous")
-    return ctypes.c_void_p(t.data_ptr())
+    return ctypes.c_void_p(t.data_ptr() + first * t.stride(0) * t.element_size())
+
+
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def over_members(call, S: int, threads: int) -> None:
+    """``call(first, count)`` over members 0 … S−1: at once with one thread, else in ``threads`` contiguous
+    groups on a thread pool (``ctypes`` lets go of the GIL while a kernel runs). A kernel computes each member
+    alone and in a fixed order, so its results do not depend on ``threads``."""
+    global _POOL
+    threads = max(1, min(threads, S))
+    if threads == 1:
+        call(0, S)
+        return
+    if _POOL is None or _POOL._max_workers < threads:
+        _POOL = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="tdyn-native")
+    bounds = [S * i // threads for i in range(threads + 1)]
+    for f in [_POOL.submit(call, a, b - a) for a, b in zip(bounds, bounds[1:])]:
+        f.result()

@@ -237,15 +237,17 @@ def _batch_last(x: torch.Tensor, lanes: int) -> torch.Tensor:
 
 class _LossC(torch.autograd.Function):
     """½ mean_b (ŷ_b − y_b)² per member (S,) from lsa.c's ``lsa_loss``, which returns the gradient for A and G
-    with the loss (computed in the forward, scaled by the incoming gradient in the backward)."""
+    with the loss (computed in the forward, scaled by the incoming gradient in the backward). With more than one
+    torch thread the members run in groups on threads (``native.over_members``): the same bits."""
 
     @staticmethod
     def forward(ctx, E, y, A, G, lib, B):
         S, Bp = E.shape[0], E.shape[-1]
         loss = E.new_empty(S)
         dA, dG = torch.empty_like(A), torch.empty_like(G)
-        lib.lsa_loss(native.ptr(E), native.ptr(y), S, Bp, B, native.ptr(A), native.ptr(G),
-                     native.ptr(loss), native.ptr(dA), native.ptr(dG))
+        native.over_members(lambda s, n: lib.lsa_loss(
+            native.ptr(E, s), native.ptr(y, s), n, Bp, B, native.ptr(A, s), native.ptr(G, s), native.ptr(loss, s),
+            native.ptr(dA, s), native.ptr(dG, s)), S, torch.get_num_threads())
         ctx.save_for_backward(dA, dG)
         return loss
 
@@ -278,7 +280,9 @@ def loss_c(model: LSA, E: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
     G = model.W_K.transpose(-1, -2) @ model.W_Q
     if model.cfg.tied:
         A, G = A.expand(-1, K, -1, -1), G.expand(-1, K, -1, -1)
-    Eb = _batch_last(E.detach(), lanes)                              # (S, T, D, B')
+    Eb = E.detach().permute(0, 2, 3, 1)                               # (S, T, D, B): the task's batches are
+    if not (Eb.is_contiguous() and B % lanes == 0):                  # batch-last already (ICLTask.sample_streams)
+        Eb = _batch_last(E.detach(), lanes)                          # (S, T, D, B') padded to the lanes
     yb = _batch_last(y.detach().unsqueeze(-1), lanes).view(S, -1)    # (S, B')
     return _LossC.apply(Eb, yb, A.contiguous(), G.contiguous(), lib, B)
 
@@ -303,5 +307,7 @@ def predict_c(model: LSA, E: torch.Tensor) -> torch.Tensor | None:
         A, G = A.contiguous(), G.contiguous()                        # held here while the kernel reads them
         Eb = _batch_last(E, 64 // E.element_size())
         out = Eb.new_empty(S, Eb.shape[-1])
-        lib.lsa_forward(native.ptr(Eb), S, Eb.shape[-1], native.ptr(A), native.ptr(G), native.ptr(out))
+        native.over_members(lambda s, n: lib.lsa_forward(
+            native.ptr(Eb, s), n, Eb.shape[-1], native.ptr(A, s), native.ptr(G, s), native.ptr(out, s)),
+            S, torch.get_num_threads())
     return out[:, :B]

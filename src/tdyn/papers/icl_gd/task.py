@@ -64,6 +64,20 @@ class ICLTask(Task):
         return icl.sample(dc.batch_size, dc.d, dc.N, gen, x_max=dc.x_max, w_scale=dc.w_scale, noise=dc.noise,
                           dtype=self.dtype)
 
+    def sample_streams(self, gens):
+        """:meth:`sample` of each generator, stacked: tokens E (S, B, N+1, D) as a view of one batch-last buffer
+        (S, N+1, D, B), the layout ``kernels.loss_c`` reads without a copy, and y (S, B). The same values as
+        stacking the samples (tested): each stream's draw is :meth:`sample`'s, copied once into its place."""
+        dc = self.data
+        S, B, T, D = len(gens), dc.batch_size, dc.N + 1, dc.d + 1
+        Eb = torch.empty(S, T, D, B, dtype=self.dtype)
+        ys = torch.empty(S, B, dtype=self.dtype)
+        for s, g in enumerate(gens):
+            E, y = self.sample(g)
+            Eb[s].copy_(E.permute(1, 2, 0))
+            ys[s] = y
+        return Eb.permute(0, 3, 1, 2), ys
+
     def probe_batch(self, gen):
         """The fixed probe set (``gen``, the member's probe stream, is not used: every member sees one set)."""
         return self.probe_set
