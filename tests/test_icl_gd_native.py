@@ -101,7 +101,7 @@ def test_c_bits_do_not_depend_on_the_vector_width(tmp_path, monkeypatch):
 
 
 def test_c_not_for_sizes_beyond_its_buffers():
-    """K above ``C_MAX`` (the chunk buffers live on the stack): None, and the task takes the torch path."""
+    """K above ``C_MAX`` (the sizes lsa.c is built for): None, and the task takes the torch path."""
     m = random_lsa(kernels.C_MAX["layers"] + 1, True, S=1, d=3, seed=0)
     E, y = _batch(8, 3, 4, seed=0)
     assert kernels.loss_c(m, E, y) is None and kernels.predict_c(m, E) is None

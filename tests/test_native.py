@@ -85,3 +85,9 @@ def test_an_unwritable_cache_is_one_line(fresh, monkeypatch):
     with pytest.raises(UserError, match="TDYN_CACHE") as e:
         native.library(src, {"SCALE": 2})
     assert "\n" not in str(e.value)
+
+
+def test_a_kernels_failure_code_is_an_error():
+    native.check(0, "k")
+    with pytest.raises(MemoryError, match="k: could not allocate"):
+        native.check(1, "k")

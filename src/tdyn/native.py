@@ -140,6 +140,12 @@ def ptr(t, first: int = 0) -> ctypes.c_void_p:
     return ctypes.c_void_p(t.data_ptr() + first * t.stride(0) * t.element_size())
 
 
+def check(code: int, what: str) -> None:
+    """A kernel's return code: 0, or MemoryError (the one failure the kernels report: their buffers)."""
+    if code != 0:
+        raise MemoryError(f"{what}: could not allocate its buffers (code {code})")
+
+
 _POOL: concurrent.futures.ThreadPoolExecutor | None = None
 
 

@@ -208,7 +208,7 @@ def predict_deep(model: LSA, E: torch.Tensor) -> torch.Tensor:
 # and against the torch path above in float32 (tests/test_icl_gd_native.py).
 
 LSA_C = Path(__file__).with_name("lsa.c")
-#: the sizes the C kernel's fixed-size chunk buffers are built for (K·(T·D) vectors of 64 bytes each, on the stack)
+#: the sizes lsa.c is built for (its loops are unrolled over them at compile time)
 C_MAX = {"layers": 8, "D": 16, "T": 33}
 
 
@@ -222,7 +222,7 @@ def lsa_library(T: int, D: int, K: int, dtype: torch.dtype):
         p, n = ctypes.c_void_p, ctypes.c_long
         lib.lsa_loss.argtypes = [p, p, n, n, n, p, p, p, p, p]
         lib.lsa_forward.argtypes = [p, n, n, p, p, p]
-        lib.lsa_loss.restype = lib.lsa_forward.restype = None
+        lib.lsa_loss.restype = lib.lsa_forward.restype = ctypes.c_int
     return lib
 
 
@@ -245,9 +245,9 @@ class _LossC(torch.autograd.Function):
         S, Bp = E.shape[0], E.shape[-1]
         loss = E.new_empty(S)
         dA, dG = torch.empty_like(A), torch.empty_like(G)
-        native.over_members(lambda s, n: lib.lsa_loss(
+        native.over_members(lambda s, n: native.check(lib.lsa_loss(
             native.ptr(E, s), native.ptr(y, s), n, Bp, B, native.ptr(A, s), native.ptr(G, s), native.ptr(loss, s),
-            native.ptr(dA, s), native.ptr(dG, s)), S, torch.get_num_threads())
+            native.ptr(dA, s), native.ptr(dG, s)), "lsa_loss"), S, torch.get_num_threads())
         ctx.save_for_backward(dA, dG)
         return loss
 
@@ -307,7 +307,7 @@ def predict_c(model: LSA, E: torch.Tensor) -> torch.Tensor | None:
         A, G = A.contiguous(), G.contiguous()                        # held here while the kernel reads them
         Eb = _batch_last(E, 64 // E.element_size())
         out = Eb.new_empty(S, Eb.shape[-1])
-        native.over_members(lambda s, n: lib.lsa_forward(
+        native.over_members(lambda s, n: native.check(lib.lsa_forward(
             native.ptr(Eb, s), n, Eb.shape[-1], native.ptr(A, s), native.ptr(G, s), native.ptr(out, s)),
-            S, torch.get_num_threads())
+            "lsa_forward"), S, torch.get_num_threads())
     return out[:, :B]

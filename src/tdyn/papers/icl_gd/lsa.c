@@ -9,6 +9,7 @@
    dense) and returns the gradient of (1/n) sum_b (yhat_b - y_b)^2 / 2 with the loss: no activations leave L1.
    Sums run in a fixed order (no fused multiply-add: tdyn.native's flags), so the results are the same bits
    whatever vector width the compiler picks. */
+#include <stdlib.h>
 #include <string.h>
 
 #define VB 64
@@ -71,27 +72,40 @@ static void chunk_fwd(const REAL *E, long n, long b0, const REAL *A, const REAL 
 }
 
 /* yhat[s][b] for S members; E (S, T, D, n), A and G (S, K, D, D); n a multiple of LN */
-void lsa_forward(const REAL *E, long S, long n, const REAL *A, const REAL *G, REAL *yhat) {
-  vr Es[K * TD], Cs[K * DD], Rs[K * TD], Qs[K * TD], Cl[DD], u[D], Cu[D], yh;
+/* the chunk's buffers, on the heap (a thread's stack may be small): K*(3*TD + DD) + DD + 2*D vectors */
+static vr *buffers(void) {
+  return aligned_alloc(VB, sizeof(vr) * (K * (3 * TD + DD) + DD + 2 * D));
+}
+
+/* returns 0, or 1 where the buffers could not be allocated (nothing computed) */
+int lsa_forward(const REAL *E, long S, long n, const REAL *A, const REAL *G, REAL *yhat) {
+  vr *buf = buffers(), yh;
+  if (!buf) return 1;
+  vr *Es = buf, *Rs = Es + K * TD, *Qs = Rs + K * TD, *Cs = Qs + K * TD, *Cl = Cs + K * DD, *u = Cl + DD, *Cu = u + D;
   for (long s = 0; s < S; s++)
     for (long b0 = 0; b0 < n; b0 += LN) {
       chunk_fwd(E + s * TD * n, n, b0, A + s * K * DD, G + s * K * DD, Es, Cs, Rs, Qs, Cl, u, Cu, &yh);
       *(vu *)(yhat + s * n + b0) = yh;
     }
+  free(buf);
+  return 0;
 }
 
 /* loss[s] = (1/m) sum_b (yhat - y)^2 / 2 over the first m of n sequences (the rest padding: zero tokens and
    targets, which add nothing), and its gradient dA, dG (S, K, D, D), overwritten */
-void lsa_loss(const REAL *E, const REAL *y, long S, long n, long m, const REAL *A, const REAL *G,
-              REAL *loss, REAL *dA, REAL *dG) {
-  vr Es[K * TD], Cs[K * DD], Rs[K * TD], Qs[K * TD], Cl[DD], u[D], Cu[D], yh;
-  vr gA[K * DD], gG[K * DD], dE[TD], dQ[TD], dR[TD], Sy[DD], Ca[D];
+int lsa_loss(const REAL *E, const REAL *y, long S, long n, long m, const REAL *A, const REAL *G,
+             REAL *loss, REAL *dA, REAL *dG) {
+  vr *buf = buffers(), yh;
+  vr *grads = aligned_alloc(VB, sizeof(vr) * (2 * K * DD + 3 * TD + DD + D));
+  if (!buf || !grads) { free(buf); free(grads); return 1; }
+  vr *Es = buf, *Rs = Es + K * TD, *Qs = Rs + K * TD, *Cs = Qs + K * TD, *Cl = Cs + K * DD, *u = Cl + DD, *Cu = u + D;
+  vr *gA = grads, *gG = gA + K * DD, *dE = gG + K * DD, *dQ = dE + TD, *dR = dQ + TD, *Sy = dR + TD, *Ca = Sy + DD;
   const REAL inv = (REAL)1 / (REAL)m;
   for (long s = 0; s < S; s++) {
     const REAL *Es0 = E + s * TD * n, *As = A + s * K * DD, *Gs = G + s * K * DD;
     vr lacc = {0};
-    memset(gA, 0, sizeof gA);
-    memset(gG, 0, sizeof gG);
+    memset(gA, 0, sizeof(vr) * K * DD);
+    memset(gG, 0, sizeof(vr) * K * DD);
     for (long b0 = 0; b0 < n; b0 += LN) {
       chunk_fwd(Es0, n, b0, As, Gs, Es, Cs, Rs, Qs, Cl, u, Cu, &yh);
       vr r = yh - *(const vu *)(y + s * n + b0);
@@ -171,4 +185,7 @@ void lsa_loss(const REAL *E, const REAL *y, long S, long n, long m, const REAL *
       dG[s * K * DD + i] = g;
     }
   }
+  free(buf);
+  free(grads);
+  return 0;
 }
