@@ -165,3 +165,15 @@ def test_c_bits_do_not_depend_on_the_threads():
         torch.set_num_threads(old)
     for other in out[1:]:
         assert all(torch.equal(a, b) for a, b in zip(out[0], other))
+
+
+def test_c_not_under_autocast_and_targets_cast():
+    """Under the trainer's ``autocast: bfloat16`` the folded weights would be bfloat16: ``loss_c`` declines (the torch
+    path computes it); targets in another dtype than the tokens are cast (the torch path promotes them)."""
+    m = random_lsa(2, False, S=2, d=4, seed=3, std=0.2, dtype=torch.float32)
+    E, y = _batch(32, 4, 7, seed=3, dtype=torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert kernels.loss_c(m, E, y) is None and kernels.predict_c(m, E) is None
+    m64 = random_lsa(2, False, S=2, d=4, seed=3, std=0.2)
+    E64, y64 = _batch(32, 4, 7, seed=3)
+    assert torch.equal(kernels.loss_c(m64, E64, y64.float()), kernels.loss_c(m64, E64, y64.float().double()))

@@ -20,7 +20,6 @@ another CPU), written to a temporary file and renamed into place, so concurrent 
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import ctypes
 import functools
@@ -30,16 +29,23 @@ import platform
 import shutil
 import subprocess
 import tempfile
+import threading
+import warnings
 from pathlib import Path
 
-from tdyn.errors import UserError
 
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fno-fast-math", "-std=gnu11", "-shared", "-fPIC")
 
 
 def cache_dir() -> Path:
+    """``$TDYN_CACHE``/native, else ~/.cache/tdyn/native (an OSError where there is no home directory)."""
     base = os.environ.get("TDYN_CACHE")
-    return Path(base) / "native" if base else Path.home() / ".cache" / "tdyn" / "native"
+    if base:
+        return Path(base) / "native"
+    try:
+        return Path.home() / ".cache" / "tdyn" / "native"
+    except RuntimeError as e:                     # no HOME and no passwd entry
+        raise OSError(f"{e} (set TDYN_CACHE)") from None
 
 
 @functools.lru_cache(maxsize=None)
@@ -72,9 +78,14 @@ def _cpu() -> str:
 
 
 def status() -> str:
-    """One line for meta.json and ``tdyn bench``: the compiler the kernels are built with, or why there are none."""
+    """One line for meta.json and ``tdyn bench``: the C compiler the kernels are built with where one is at hand
+    (a task still takes its torch path where its kernel does not apply: on a GPU, beyond the kernel's sizes), or why
+    there are none; builds that failed in this process are named."""
     path, what = compiler()
-    return f"C kernels: {what}" if path else f"torch paths only: {what}"
+    line = f"C kernels: {what}" if path else f"torch paths only: {what}"
+    if path and FAILED:
+        line += "; failed here, torch paths instead: " + "; ".join(f"{k} ({v})" for k, v in sorted(FAILED.items()))
+    return line
 
 
 @contextlib.contextmanager
@@ -95,14 +106,17 @@ def disabled():
 
 
 _LOADED: dict[str, ctypes.CDLL] = {}
+#: builds that failed in this process (source stem → why): their callers take the torch paths, and status() says so
+FAILED: dict[str, str] = {}
 
 
 def library(source: Path, defines: dict[str, int | str] | None = None) -> ctypes.CDLL | None:
-    """The C file ``source`` built with ``-D`` ``defines`` and loaded, or None without a compiler (see
-    :func:`status`). A cache that cannot be written is a one-line UserError; a compiler that fails on tdyn's own
-    source is a bug: RuntimeError with its message."""
+    """The C file ``source`` built with ``-D`` ``defines`` and loaded, or None: no compiler (see :func:`status`), or
+    a build that failed here (no home or cache directory to write, the compiler's error, its timeout). A failure
+    warns once, is remembered for the process (:data:`FAILED`, named by :func:`status` in every later run's
+    meta.json), and the callers take their torch paths."""
     path, version = compiler()
-    if path is None:
+    if path is None or Path(source).stem in FAILED:
         return None
     text = Path(source).read_bytes()
     args = [f"-D{k}={v}" for k, v in sorted((defines or {}).items())]
@@ -110,27 +124,38 @@ def library(source: Path, defines: dict[str, int | str] | None = None) -> ctypes
                                      path.encode(), _cpu().encode()])).hexdigest()[:20]
     if key in _LOADED:
         return _LOADED[key]
-    out = cache_dir() / f"{Path(source).stem}-{key}.so"
-    if not out.exists():
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=".so.tmp", dir=out.parent)
-        except OSError as e:
-            raise UserError(f"the C kernels' cache {str(out.parent)!r} is not writable ({e.strerror}): set TDYN_CACHE "
-                            "to a writable directory, or TDYN_NATIVE=0 for the torch paths") from None
-        os.close(fd)
-        try:
-            r = subprocess.run([path, *FLAGS, *args, str(source), "-o", tmp], capture_output=True, text=True,
-                               timeout=300)
-            if r.returncode != 0:
-                raise RuntimeError(f"compiling {source} failed ({path}): {r.stderr.strip()[-2000:]}")
-            os.replace(tmp, out)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    lib = ctypes.CDLL(str(out))
+    try:
+        out = cache_dir() / f"{Path(source).stem}-{key}.so"
+        if not out.exists():
+            _build(path, source, args, out)
+        lib = ctypes.CDLL(str(out))
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        why = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        FAILED[Path(source).stem] = why
+        warnings.warn(f"tdyn: building {Path(source).name} failed, the torch path is used instead ({why}); set "
+                      "TDYN_CACHE to a writable directory, or TDYN_NATIVE=0 to silence this", RuntimeWarning,
+                      stacklevel=2)
+        return None
     _LOADED[key] = lib
     return lib
+
+
+def _build(path: str, source: Path, args: list[str], out: Path) -> None:
+    """Compile ``source`` into ``out``: a temporary file beside it, readable as the umask allows, then renamed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=".so.tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        r = subprocess.run([path, *FLAGS, *args, str(source), "-o", tmp], capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise RuntimeError(f"{path} exited {r.returncode}: {r.stderr.strip()[-2000:]}")
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o755 & ~mask)       # mkstemp made it 0600: other users of a shared cache could not load it
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def ptr(t, first: int = 0) -> ctypes.c_void_p:
@@ -146,20 +171,29 @@ def check(code: int, what: str) -> None:
         raise MemoryError(f"{what}: could not allocate its buffers (code {code})")
 
 
-_POOL: concurrent.futures.ThreadPoolExecutor | None = None
-
-
 def over_members(call, S: int, threads: int) -> None:
-    """``call(first, count)`` over members 0 … S−1: at once with one thread, else in ``threads`` contiguous
-    groups on a thread pool (``ctypes`` lets go of the GIL while a kernel runs). A kernel computes each member
-    alone and in a fixed order, so its results do not depend on ``threads``."""
-    global _POOL
+    """``call(first, count)`` over members 0 … S−1: at once with one thread, else in ``threads`` contiguous groups,
+    each on a thread of its own for this call (``ctypes`` lets go of the GIL while a kernel runs; no pool lingers to
+    change how a later sweep starts its workers). A kernel computes each member alone and in a fixed order, so its
+    results do not depend on ``threads`` (with denormals kept, torch's default: ``torch.set_flush_denormal`` is
+    per thread and would reach only the caller's)."""
     threads = max(1, min(threads, S))
     if threads == 1:
         call(0, S)
         return
-    if _POOL is None or _POOL._max_workers < threads:
-        _POOL = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="tdyn-native")
     bounds = [S * i // threads for i in range(threads + 1)]
-    for f in [_POOL.submit(call, a, b - a) for a, b in zip(bounds, bounds[1:])]:
-        f.result()
+    errors: list[BaseException] = []
+
+    def run(a: int, n: int) -> None:
+        try:
+            call(a, n)
+        except BaseException as e:                # raised in the caller, below
+            errors.append(e)
+    workers = [threading.Thread(target=run, args=(a, b - a), name="tdyn-native") for a, b in zip(bounds[1:], bounds[2:])]
+    for w in workers:
+        w.start()
+    run(0, bounds[1])                            # the first group on the caller's thread
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]

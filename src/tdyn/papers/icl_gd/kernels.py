@@ -226,6 +226,13 @@ def lsa_library(T: int, D: int, K: int, dtype: torch.dtype):
     return lib
 
 
+def _applies(model: LSA, E: torch.Tensor) -> bool:
+    """Whether lsa.c computes this: on the CPU, tokens in the weights' dtype, and no autocast (under the trainer's
+    ``autocast: bfloat16`` the folded weights would be bfloat16: the torch path computes that)."""
+    return (E.device.type == "cpu" and E.dtype == model.W_K.dtype and model.W_K.device.type == "cpu"
+            and not torch.is_autocast_enabled("cpu"))
+
+
 def _batch_last(x: torch.Tensor, lanes: int) -> torch.Tensor:
     """x (S, B, ...) as (S, ..., B') contiguous, B' = B rounded up to ``lanes``, the padding zero."""
     B = x.shape[1]
@@ -242,6 +249,9 @@ class _LossC(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, E, y, A, G, lib, B):
+        if not (E.dtype == y.dtype == A.dtype == G.dtype):    # the kernel reads them all as one C type
+            raise TypeError(f"lsa.c: tokens, targets and weights must share a dtype ({E.dtype}, {y.dtype}, "
+                            f"{A.dtype}, {G.dtype})")
         S, Bp = E.shape[0], E.shape[-1]
         loss = E.new_empty(S)
         dA, dG = torch.empty_like(A), torch.empty_like(G)
@@ -270,12 +280,13 @@ def loss_c(model: LSA, E: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
         y = y.expand(S, -1)
     _, B, T, D = E.shape
     K = model.cfg.layers
-    if E.device.type != "cpu" or E.dtype != model.W_K.dtype:
+    if not _applies(model, E):
         return None
     lib = lsa_library(T, D, K, E.dtype)
     if lib is None:
         return None
     lanes = 64 // E.element_size()
+    y = y.to(E.dtype)
     A = model.P @ model.W_V                                          # (S, weight sets, D, D)
     G = model.W_K.transpose(-1, -2) @ model.W_Q
     if model.cfg.tied:
@@ -294,7 +305,7 @@ def predict_c(model: LSA, E: torch.Tensor) -> torch.Tensor | None:
         E = E.expand(S, *E.shape)
     _, B, T, D = E.shape
     K = model.cfg.layers
-    if E.device.type != "cpu" or E.dtype != model.W_K.dtype:
+    if not _applies(model, E):
         return None
     lib = lsa_library(T, D, K, E.dtype)
     if lib is None:

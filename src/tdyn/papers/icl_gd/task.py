@@ -91,6 +91,7 @@ class ICLTask(Task):
         loss = kernels.loss_c(self.model, E, y)
         if loss is not None:
             return loss
+        E = E.contiguous()     # sample_streams' batch-last view: the torch path's bits are those of stacked batches
         predict = kernels.predict if self.model.cfg.layers == 1 else kernels.predict_deep
         return 0.5 * ((predict(self.model, E) - y) ** 2).mean(-1)
 
