@@ -193,11 +193,7 @@ def predict_deep(model: LSA, E: torch.Tensor) -> torch.Tensor:
     S = model.W_K.shape[0]
     if E.dim() == 3:
         E = E.expand(S, *E.shape)
-    K = model.cfg.layers
-    A = model.P @ model.W_V                                          # (S, weight sets, D, D)
-    G = model.W_K.transpose(-1, -2) @ model.W_Q
-    if model.cfg.tied:
-        A, G = A.expand(-1, K, -1, -1), G.expand(-1, K, -1, -1)
+    A, G = _folded(model)
     return _Deep.apply(E.contiguous(), A, G)
 
 
@@ -269,28 +265,39 @@ class _LossC(torch.autograd.Function):
         return None, None, g * dA, g * dG, None, None
 
 
-def loss_c(model: LSA, E: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
-    """The task's loss ½ mean_b (ŷ − y_q)² per member (S,), by lsa.c, equal to ``model.seq_loss(E, y).mean(-1)`` to
-    rounding (its own fixed summation order); None where the C kernel does not apply (no compiler, not on the CPU,
-    sizes beyond :data:`C_MAX`): the caller takes the torch path."""
-    S = model.W_K.shape[0]
-    if E.dim() == 3:
-        E = E.expand(S, *E.shape)
-    if y.dim() == 1:
-        y = y.expand(S, -1)
-    _, B, T, D = E.shape
+def _folded(model: LSA) -> tuple[torch.Tensor, torch.Tensor]:
+    """A = P W_V and G = W_Kᵀ W_Q, (S, K, D, D): a recurrent model's one set repeated over its K layers."""
     K = model.cfg.layers
-    if not _applies(model, E):
-        return None
-    lib = lsa_library(T, D, K, E.dtype)
-    if lib is None:
-        return None
-    lanes = 64 // E.element_size()
-    y = y.to(E.dtype)
     A = model.P @ model.W_V                                          # (S, weight sets, D, D)
     G = model.W_K.transpose(-1, -2) @ model.W_Q
     if model.cfg.tied:
         A, G = A.expand(-1, K, -1, -1), G.expand(-1, K, -1, -1)
+    return A, G
+
+
+def _c_setup(model: LSA, E: torch.Tensor):
+    """(tokens (S, B, T, D), lsa.c built for them) where lsa.c applies (:func:`_applies`, :func:`lsa_library`), else
+    None."""
+    if E.dim() == 3:
+        E = E.expand(model.W_K.shape[0], *E.shape)
+    if not _applies(model, E):
+        return None
+    lib = lsa_library(E.shape[2], E.shape[3], model.cfg.layers, E.dtype)
+    return None if lib is None else (E, lib)
+
+
+def loss_c(model: LSA, E: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
+    """The task's loss ½ mean_b (ŷ − y_q)² per member (S,), by lsa.c, equal to ``model.seq_loss(E, y).mean(-1)`` to
+    rounding (its own fixed summation order); None where the C kernel does not apply (no compiler, not on the CPU,
+    sizes beyond :data:`C_MAX`): the caller takes the torch path."""
+    setup = _c_setup(model, E)
+    if setup is None:
+        return None
+    E, lib = setup
+    S, B = E.shape[:2]
+    lanes = 64 // E.element_size()
+    y = y.to(E.dtype).expand(S, B)
+    A, G = _folded(model)
     Eb = E.detach().permute(0, 2, 3, 1)                               # (S, T, D, B): the task's batches are
     if not (Eb.is_contiguous() and B % lanes == 0):                  # batch-last already (ICLTask.sample_streams)
         Eb = _batch_last(E.detach(), lanes)                          # (S, T, D, B') padded to the lanes
@@ -300,22 +307,13 @@ def loss_c(model: LSA, E: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
 
 def predict_c(model: LSA, E: torch.Tensor) -> torch.Tensor | None:
     """ŷ (S, B) by lsa.c's forward (no gradient), or None where it does not apply (see :func:`loss_c`)."""
-    S = model.W_K.shape[0]
-    if E.dim() == 3:
-        E = E.expand(S, *E.shape)
-    _, B, T, D = E.shape
-    K = model.cfg.layers
-    if not _applies(model, E):
+    setup = _c_setup(model, E)
+    if setup is None:
         return None
-    lib = lsa_library(T, D, K, E.dtype)
-    if lib is None:
-        return None
+    E, lib = setup
+    S, B = E.shape[:2]
     with torch.no_grad():
-        A = model.P @ model.W_V
-        G = model.W_K.transpose(-1, -2) @ model.W_Q
-        if model.cfg.tied:
-            A, G = A.expand(-1, K, -1, -1), G.expand(-1, K, -1, -1)
-        A, G = A.contiguous(), G.contiguous()                        # held here while the kernel reads them
+        A, G = (w.contiguous() for w in _folded(model))             # held here while the kernel reads them
         Eb = _batch_last(E, 64 // E.element_size())
         out = Eb.new_empty(S, Eb.shape[-1])
         native.over_members(lambda s, n: native.check(lib.lsa_forward(
