@@ -218,15 +218,10 @@ def json_differences(a, b, rel_tol: float, path: str = "") -> list[str]:
     return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
-def native_off():
-    """tdyn.native off (``TDYN_NATIVE=0``) inside the block: the tasks take their torch paths."""
-    from tdyn import native
-
-    return native.disabled()
-
-
 @pytest.fixture
 def torch_paths():
-    """The test runs with tdyn.native off (:func:`native_off`)."""
-    with native_off():
+    """The test runs with tdyn.native off (``native.disabled()``): the tasks take their torch paths."""
+    from tdyn import native
+
+    with native.disabled():
         yield

@@ -6,7 +6,7 @@ import platform
 
 import pytest
 import torch
-from conftest import native_off, per_layer_central_differences, random_lsa
+from conftest import per_layer_central_differences, random_lsa
 
 from tdyn import native
 from tdyn.config import load_config
@@ -122,7 +122,7 @@ def test_task_trains_by_the_c_loss(K, tied):
     g_c = torch.autograd.grad(got.sum(), params)
     for a, b in zip(g_c, torch.autograd.grad(want.sum(), params)):
         assert torch.equal(a, b)
-    with native_off():
+    with native.disabled():
         torch_path = task.loss((E, y))
     predict = kernels.predict if K == 1 else kernels.predict_deep
     assert torch.equal(torch_path, 0.5 * ((predict(task.model, E) - y) ** 2).mean(-1))

@@ -78,13 +78,13 @@ def test_sample_streams_is_the_stacked_samples_batch_last():
 def test_torch_path_reads_the_batch_last_batch_as_stacked(K):
     """Without lsa.c the task's loss and gradient on ``sample_streams``' batch-last view are those of the stacked,
     contiguous batches bit for bit (the torch path's bits do not depend on the layout)."""
-    from conftest import native_off
+    from tdyn import native
 
     rc = load_config(icl_gd_config(layers=K, seeds=[0, 1], steps=1, batch_size=40, probe_size=8))
     task = build_task(rc, expand_members(rc))
     E, y = task.sample_streams([torch.Generator().manual_seed(s) for s in (3, 4)])
     params = list(task.model.parameters())
-    with native_off():
+    with native.disabled():
         a, b = task.loss((E, y)), task.loss((E.contiguous(), y))
     assert torch.equal(a, b)
     for u, v in zip(torch.autograd.grad(a.sum(), params), torch.autograd.grad(b.sum(), params)):

@@ -189,7 +189,8 @@ def over_members(call, S: int, threads: int) -> None:
             call(a, n)
         except BaseException as e:                # raised in the caller, below
             errors.append(e)
-    workers = [threading.Thread(target=run, args=(a, b - a), name="tdyn-native") for a, b in zip(bounds[1:], bounds[2:])]
+    workers = [threading.Thread(target=run, args=(a, b - a), name="tdyn-native")
+               for a, b in zip(bounds[1:], bounds[2:])]
     for w in workers:
         w.start()
     run(0, bounds[1])                            # the first group on the caller's thread

@@ -223,7 +223,8 @@ def made(exp: Experiment, ctx: ReproduceContext) -> dict[str, Any]:
         machine += f", {torch.cuda.get_device_name(0)}"
     commit = runs.git_commit()
     return {"tdyn": tdyn.__version__, "git_commit": commit, "uncommitted_changes": _dirty() if commit else None,
-            "date": runs.now(), "machine": machine, "native": info["native"], "device": ctx.device, "resumed": bool(ctx.resume),
+            "date": runs.now(), "machine": machine, "native": info["native"], "device": ctx.device,
+            "resumed": bool(ctx.resume),
             "setting": "quick" if ctx.quick else "full", "command": command(exp, ctx)}
 
 

@@ -697,7 +697,8 @@ def train(cfg: RunConfig | dict, out: str | Path, *, dirs: list[Path] | None = N
                 yield runs.json_file(d / runs.CONFIG, c)
                 yield runs.json_file(d / runs.META, {
                     "tdyn_version": tdyn.__version__, "torch_version": torch.__version__,
-                    "git_commit": runs.git_commit(), "native": native.status(), "identity": ident, "seed": m.seed, "member": m.name, "lrs": m.lrs,
+                    "git_commit": runs.git_commit(), "native": native.status(), "identity": ident, "seed": m.seed,
+                    "member": m.name, "lrs": m.lrs,
                     "init_scale": m.init_scale, "started": runs.now(), "ended": None, "status": "running",
                     "message": None})
         runs.atomic_write_many(files())

@@ -85,7 +85,8 @@ def _k_layer_steps(quick: bool) -> dict:
             torch_ms = 1e3 / step_rate(task, rc, n)
         flops = fc.get_total_flops()
         floor_ms = 1e3 * flops / 1e9 / rate
-        row = {"gflop_per_step": flops / 1e9, "torch_ms_per_step": torch_ms, "torch_over_matmul_floor": torch_ms / floor_ms}
+        row = {"gflop_per_step": flops / 1e9, "torch_ms_per_step": torch_ms,
+               "torch_over_matmul_floor": torch_ms / floor_ms}
         if native.compiler()[0] is not None:
             ms = 1e3 / step_rate(task, rc, n)
             row |= {"c_ms_per_step": ms, "c_over_matmul_floor": ms / floor_ms, "c_speedup": torch_ms / ms}

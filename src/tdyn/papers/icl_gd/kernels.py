@@ -214,7 +214,7 @@ def lsa_library(T: int, D: int, K: int, dtype: torch.dtype):
     if dtype not in (torch.float32, torch.float64) or K > C_MAX["layers"] or D > C_MAX["D"] or T > C_MAX["T"]:
         return None
     lib = native.library(LSA_C, {"T": T, "D": D, "K": K, "REAL": "float" if dtype == torch.float32 else "double"})
-    if lib is not None:
+    if lib is not None and lib.lsa_loss.argtypes is None:            # once per build loaded
         p, n = ctypes.c_void_p, ctypes.c_long
         lib.lsa_loss.argtypes = [p, p, n, n, n, p, p, p, p, p]
         lib.lsa_forward.argtypes = [p, n, n, p, p, p]
@@ -230,11 +230,15 @@ def _applies(model: LSA, E: torch.Tensor) -> bool:
 
 
 def _batch_last(x: torch.Tensor, lanes: int) -> torch.Tensor:
-    """x (S, B, ...) as (S, ..., B') contiguous, B' = B rounded up to ``lanes``, the padding zero."""
+    """x (S, B, ...) as (S, ..., B') contiguous, B' = B rounded up to ``lanes``, the padding zero: x's own memory
+    where it is already laid out so (the task's batches: ``ICLTask.sample_streams``), else a copy."""
+    x = x.detach()
     B = x.shape[1]
-    Bp = -(-B // lanes) * lanes
-    out = x.new_zeros(x.shape[0], *x.shape[2:], Bp)
-    out[..., :B] = x.movedim(1, -1)
+    last = x.movedim(1, -1)
+    if last.is_contiguous() and B % lanes == 0:
+        return last
+    out = x.new_zeros(x.shape[0], *x.shape[2:], -(-B // lanes) * lanes)
+    out[..., :B] = last
     return out
 
 
@@ -298,10 +302,8 @@ def loss_c(model: LSA, E: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
     lanes = 64 // E.element_size()
     y = y.to(E.dtype).expand(S, B)
     A, G = _folded(model)
-    Eb = E.detach().permute(0, 2, 3, 1)                               # (S, T, D, B): the task's batches are
-    if not (Eb.is_contiguous() and B % lanes == 0):                  # batch-last already (ICLTask.sample_streams)
-        Eb = _batch_last(E.detach(), lanes)                          # (S, T, D, B') padded to the lanes
-    yb = _batch_last(y.detach().unsqueeze(-1), lanes).view(S, -1)    # (S, B')
+    Eb = _batch_last(E, lanes)                                       # (S, T, D, B')
+    yb = _batch_last(y.unsqueeze(-1), lanes).view(S, -1)             # (S, B')
     return _LossC.apply(Eb, yb, A.contiguous(), G.contiguous(), lib, B)
 
 
